@@ -1,0 +1,109 @@
+"""Callbacks the trainer calls at epoch, stage and minibatch boundaries.
+
+The schedule itself is a callback (:class:`ScheduleCallback`): it sets nu for each epoch (or
+draws it for each minibatch) and records every switch, so that evaluation can later run
+"after the last epoch at each level of noise".
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from tqdm import tqdm
+
+from scheda.checkpoint import checkpoint_name, save_checkpoint
+from scheda.schedule import NoiseSchedule
+
+if TYPE_CHECKING:
+    from scheda.trainer import Trainer
+
+log = logging.getLogger(__name__)
+
+
+class Callback:
+    """Hooks; ``epoch`` in ``metrics`` counts completed epochs (1 after the first)."""
+
+    def on_fit_start(self, trainer: "Trainer") -> None: ...
+
+    def on_epoch_end(self, trainer: "Trainer", metrics: dict[str, Any]) -> None: ...
+
+    def on_stage_end(self, trainer: "Trainer", metrics: dict[str, Any]) -> None: ...
+
+    def on_fit_end(self, trainer: "Trainer") -> None: ...
+
+    def close(self) -> None:
+        """Release resources; called even when training fails."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class ScheduleCallback(Callback):
+    """Sets ``trainer.nu`` per epoch, draws nu per minibatch for random schedules, and records
+    each switch as ``{"epoch": e, "nu": nu}``: after ``e`` completed epochs nu became ``nu``."""
+
+    def __init__(self, schedule: NoiseSchedule):
+        self.schedule = schedule
+        self.switches: list[dict[str, Any]] = []
+
+    @property
+    def per_minibatch(self) -> bool:
+        return self.schedule.per_minibatch
+
+    def on_epoch_start(self, trainer: "Trainer") -> float | None:
+        nu = self.schedule.nu_at(trainer.epoch)
+        if not self.switches or self.switches[-1]["nu"] != nu:
+            self.switches.append({"epoch": trainer.epoch, "nu": nu})
+        return nu
+
+    def batch_nu(self, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+        return self.schedule.draw(generator, device)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"switches": list(self.switches)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.switches = list(state.get("switches", []))
+
+
+class CheckpointCallback(Callback):
+    """Saves a checkpoint at the end of every schedule stage and every ``every`` epochs."""
+
+    def __init__(self, directory: str | Path, every: int = 0):
+        self.directory = Path(directory)
+        self.every = every
+        self.last_path: Path | None = None
+
+    def on_epoch_end(self, trainer, metrics):
+        epoch = metrics["epoch"]
+        if metrics["stage_end"] or (self.every > 0 and epoch % self.every == 0):
+            self.last_path = save_checkpoint(self.directory / checkpoint_name(epoch), trainer.state_dict())
+            log.info("checkpoint %s", self.last_path)
+
+
+class ProgressBar(Callback):
+    """One tqdm bar per run: epoch, nu, loss."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.bar: tqdm | None = None
+
+    def on_fit_start(self, trainer):
+        self.bar = tqdm(total=trainer.schedule.total_epochs, initial=trainer.epoch, unit="epoch",
+                        desc="train", disable=not self.enabled, dynamic_ncols=True)
+
+    def on_epoch_end(self, trainer, metrics):
+        if self.bar is not None:
+            nu = metrics["nu"]
+            self.bar.set_postfix(nu=f"{nu:.3g}", loss=f"{metrics['loss']:.2f}", refresh=False)
+            self.bar.update(1)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

@@ -1,0 +1,69 @@
+"""Checkpoints: everything needed to continue a run exactly (model, optimizer, RNG, schedule
+position, epoch), written atomically so that a kill or a full disk never corrupts the last one.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from scheda.errors import CheckpointError
+from scheda.io import atomic_write
+
+FORMAT_VERSION = 1
+CHECKPOINT_RE = re.compile(r"^epoch_(\d+)\.pt$")
+
+
+def checkpoint_name(epoch: int) -> str:
+    """File name of the checkpoint taken after ``epoch`` completed epochs."""
+    return f"epoch_{epoch:05d}.pt"
+
+
+def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
+    state = {"format_version": FORMAT_VERSION, **state}
+    return atomic_write(path, lambda f: torch.save(state, f))
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """``path`` itself if it is a file; in a run or checkpoint directory, its latest checkpoint."""
+    path = Path(path).expanduser()
+    if path.is_file():
+        return path
+    if path.is_dir():
+        folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        found = sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := CHECKPOINT_RE.match(p.name)))
+        if found:
+            return found[-1][1]
+        raise CheckpointError(f"no checkpoint (epoch_*.pt) in {folder}: pass a checkpoint file or a run directory")
+    raise CheckpointError(f"checkpoint {path} does not exist: pass a checkpoint file or a run directory")
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    file = find_checkpoint(path)
+    try:
+        state = torch.load(file, map_location=map_location, weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(f"{file} is corrupt or not a scheda checkpoint ({type(exc).__name__}); "
+                              f"pass another checkpoint of the run") from None
+    if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION or "model" not in state:
+        raise CheckpointError(f"{file} is not a scheda checkpoint (format {FORMAT_VERSION})")
+    state["path"] = str(file)
+    return state
+
+
+def load_model_weights(model: torch.nn.Module, state: dict[str, Any]) -> None:
+    """Copy a checkpoint's weights into ``model``, with a clear error when shapes differ."""
+    own = model.state_dict()
+    theirs = state["model"]
+    if set(own) != set(theirs):
+        raise CheckpointError(f"{state['path']} holds parameters {sorted(theirs)}, the model has {sorted(own)}")
+    for key, value in theirs.items():
+        if value.shape != own[key].shape:
+            raise CheckpointError(
+                f"{state['path']} has {key} of shape {tuple(value.shape)} but the model's is "
+                f"{tuple(own[key].shape)}: set model.hidden (and the dataset) to match the checkpoint"
+            )
+    model.load_state_dict(theirs)

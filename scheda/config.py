@@ -1,0 +1,151 @@
+"""Typed configuration schemas, registered in Hydra's ConfigStore.
+
+Each YAML file in ``configs/<group>/`` extends one of these schemas (``defaults: [base_X]``),
+so a misspelt key or a value of the wrong type fails when Hydra composes the config, before
+any work. Domain checks (``nu`` in [0, 1), ``lr`` > 0, ...) live beside the code that uses
+each value, in the ``build_*`` functions, and raise :class:`scheda.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+# --- dataset ---------------------------------------------------------------------------
+@dataclass
+class Cifar10Config:
+    name: str = "cifar10"
+    root: str = MISSING
+    download: bool = False
+    val_size: int = 5000
+    split_seed: int = 0
+    train_limit: Optional[int] = None
+
+
+# --- model -----------------------------------------------------------------------------
+@dataclass
+class DAConfig:
+    name: str = "da"
+    hidden: int = 1000
+    activation: str = "sigmoid"
+    loss: str = "cross_entropy"
+    init_scale: float = 4.0
+    encoder_bias_init: float = 0.0
+    decoder_bias_init: float = 0.0
+
+
+# --- noise -----------------------------------------------------------------------------
+@dataclass
+class NoiseConfig:
+    name: str = "masking"
+
+
+# --- schedule --------------------------------------------------------------------------
+@dataclass
+class ConstantScheduleConfig:
+    name: str = "constant"
+    nu: float = 0.3
+    epochs: int = 100
+
+
+@dataclass
+class StepScheduleConfig:
+    """``decreasing``/``increasing``: nu0 for initial_epochs, then nu0 -/+ t*delta_nu for K epochs each."""
+
+    name: str = "decreasing"
+    nu0: float = 0.7
+    delta_nu: float = 0.1
+    K: int = 50
+    initial_epochs: int = 100
+    steps: Optional[int] = None
+    nu_final: Optional[float] = None
+
+
+@dataclass
+class StageConfig:
+    nu: float = MISSING
+    epochs: int = MISSING
+
+
+@dataclass
+class StagesScheduleConfig:
+    name: str = "stages"
+    stages: List[StageConfig] = field(default_factory=list)
+
+
+@dataclass
+class RandomUniformScheduleConfig:
+    name: str = "random_uniform"
+    low: float = 0.1
+    high: float = 0.7
+    epochs: int = 100
+
+
+@dataclass
+class RandomDiscreteScheduleConfig:
+    name: str = "random_discrete"
+    values: List[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
+    epochs: int = 100
+
+
+# --- optimisation and trainer ----------------------------------------------------------
+@dataclass
+class OptimConfig:
+    name: str = "sgd"
+    lr: float = 0.01
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+
+@dataclass
+class TrainerConfig:
+    device: str = "auto"
+    batch_size: int = 20
+    max_epochs: Optional[int] = None
+    checkpoint_every: int = 50
+    num_threads: Optional[int] = None
+    progress_bar: bool = True
+
+
+# --- logger ----------------------------------------------------------------------------
+@dataclass
+class LoggerConfig:
+    name: str = "tensorboard"
+    log_dir: str = "tensorboard"
+    n_filters: int = 100
+
+
+# --- top level -------------------------------------------------------------------------
+@dataclass
+class TrainConfig:
+    dataset: Any = MISSING
+    model: Any = MISSING
+    noise: NoiseConfig = field(default_factory=NoiseConfig)
+    schedule: Any = MISSING
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    seed: int = 0
+    resume: Optional[str] = None
+    init_from: Optional[str] = None
+
+
+def register_configs() -> None:
+    """Put the schemas in the ConfigStore; the YAML files in ``configs/`` extend them."""
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(group="dataset", name="base_cifar10", node=Cifar10Config)
+    cs.store(group="model", name="base_da", node=DAConfig)
+    cs.store(group="noise", name="base_noise", node=NoiseConfig)
+    cs.store(group="schedule", name="base_constant", node=ConstantScheduleConfig)
+    cs.store(group="schedule", name="base_step", node=StepScheduleConfig)
+    cs.store(group="schedule", name="base_stages", node=StagesScheduleConfig)
+    cs.store(group="schedule", name="base_random_uniform", node=RandomUniformScheduleConfig)
+    cs.store(group="schedule", name="base_random_discrete", node=RandomDiscreteScheduleConfig)
+    cs.store(group="optim", name="base_sgd", node=OptimConfig)
+    cs.store(group="trainer", name="base_trainer", node=TrainerConfig)
+    cs.store(group="logger", name="base_logger", node=LoggerConfig)

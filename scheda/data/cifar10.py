@@ -1,0 +1,146 @@
+"""CIFAR-10 as the paper uses it: 45000 train / 5000 validation / 10000 test, pixels / 255,
+vectors of 3072 in the official channel-major order (1024 red, 1024 green, 1024 blue).
+
+``dataset.root`` may hold either layout; the loader detects which:
+
+* arrays: ``train_x.npy`` (50000x3072 uint8), ``train_y.npy``, ``test_x.npy``, ``test_y.npy``
+  (the layout of a data root made for scheda, e.g. ``$SCHEDA_DATA/cifar10``);
+* torchvision's official python version: ``cifar-10-batches-py/data_batch_1..5, test_batch``
+  (``dataset.download=true`` fetches it).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from scheda.data import Splits
+from scheda.errors import ConfigError, DataError
+
+n_input = 3072
+image_shape = (3, 32, 32)
+N_CLASSES = 10
+ARRAY_FILES = ("train_x.npy", "train_y.npy", "test_x.npy", "test_y.npy")
+BATCHES_DIR = "cifar-10-batches-py"
+TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
+TEST_BATCH = "test_batch"
+
+
+def _where_to_put_it(root: Path) -> str:
+    return (
+        f"put train_x.npy/train_y.npy/test_x.npy/test_y.npy (uint8 arrays) or the official "
+        f"{BATCHES_DIR}/ in {root}, or set dataset.download=true, or set SCHEDA_DATA to a data "
+        f"root that holds cifar10/"
+    )
+
+
+def detect_layout(root: Path) -> str | None:
+    """'arrays', 'batches' or None, by what ``root`` holds."""
+    if all((root / f).exists() for f in ARRAY_FILES):
+        return "arrays"
+    if (root / BATCHES_DIR).is_dir() or (root / TRAIN_BATCHES[0]).exists():
+        return "batches"
+    return None
+
+
+def _check(x: np.ndarray, y: np.ndarray, source: str, n: int | None = None) -> None:
+    if x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != n_input:
+        raise DataError(f"{source}: images must be uint8 of shape (N, {n_input}), got "
+                        f"{x.dtype} {x.shape}; re-create the file")
+    if y.ndim != 1 or y.shape[0] != x.shape[0]:
+        raise DataError(f"{source}: {y.shape[0] if y.ndim == 1 else y.shape} labels for "
+                        f"{x.shape[0]} images; re-create the file")
+    if n is not None and x.shape[0] != n:
+        raise DataError(f"{source}: expected {n} images, found {x.shape[0]}; re-create the file")
+    if y.size and (y.min() < 0 or y.max() >= N_CLASSES):
+        raise DataError(f"{source}: labels must be in 0..{N_CLASSES - 1}, found {y.min()}..{y.max()}")
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise DataError(f"{path} is truncated or not a .npy array ({exc}); re-create it") from exc
+
+
+def load_arrays(root: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    train_x, train_y, test_x, test_y = (_load_npy(root / f) for f in ARRAY_FILES)
+    _check(train_x, train_y, f"{root}/train_x.npy+train_y.npy")
+    _check(test_x, test_y, f"{root}/test_x.npy+test_y.npy")
+    return train_x, train_y.astype(np.int64), test_x, test_y.astype(np.int64)
+
+
+def _read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        with open(path, "rb") as f:
+            entry = pickle.load(f, encoding="latin1")
+        x = np.asarray(entry["data"], dtype=np.uint8) if "data" in entry else None
+        y = np.asarray(entry.get("labels", entry.get("fine_labels")))
+    except FileNotFoundError as exc:
+        raise DataError(f"{path} is missing; the official {BATCHES_DIR}/ has data_batch_1..5 "
+                        f"and test_batch") from exc
+    except Exception as exc:
+        raise DataError(f"{path} is truncated or not a CIFAR-10 batch ({type(exc).__name__}: {exc}); "
+                        f"re-download it with dataset.download=true") from exc
+    if x is None or y.ndim != 1:
+        raise DataError(f"{path} has no 'data'/'labels' entries; re-download it with dataset.download=true")
+    _check(x, y, str(path))
+    return x, y.astype(np.int64)
+
+
+def load_batches(root: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    folder = root / BATCHES_DIR if (root / BATCHES_DIR).is_dir() else root
+    train = [_read_batch(folder / name) for name in TRAIN_BATCHES]
+    test_x, test_y = _read_batch(folder / TEST_BATCH)
+    return (np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]), test_x, test_y)
+
+
+def download(root: Path) -> None:
+    from torchvision.datasets import CIFAR10
+    from torchvision.datasets.utils import download_and_extract_archive
+
+    try:
+        download_and_extract_archive(CIFAR10.url, str(root), filename=CIFAR10.filename, md5=CIFAR10.tgz_md5)
+    except Exception as exc:
+        raise DataError(f"downloading CIFAR-10 from {CIFAR10.url} into {root} failed "
+                        f"({type(exc).__name__}: {exc}); {_where_to_put_it(root)}") from None
+
+
+def split_train_val(n: int, val_size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the train and validation parts: a fixed seeded permutation, each kept sorted."""
+    perm = np.random.default_rng(seed).permutation(n)
+    return np.sort(perm[val_size:]), np.sort(perm[:val_size])
+
+
+def load(cfg: Mapping) -> Splits:
+    root = Path(os.path.expanduser(str(cfg["root"]))).absolute()
+    layout = detect_layout(root)
+    if layout is None and cfg.get("download", False):
+        download(root)
+        layout = detect_layout(root)
+    if layout is None:
+        raise DataError(f"CIFAR-10 not found in {root}: {_where_to_put_it(root)}")
+    train_x, train_y, test_x, test_y = load_arrays(root) if layout == "arrays" else load_batches(root)
+
+    val_size = cfg["val_size"]
+    if not isinstance(val_size, int) or not 0 < val_size < train_x.shape[0]:
+        raise ConfigError(f"dataset.val_size={val_size} must be in 1..{train_x.shape[0] - 1} "
+                          f"(the official training set has {train_x.shape[0]} images here)")
+    train_idx, val_idx = split_train_val(train_x.shape[0], val_size, cfg["split_seed"])
+    limit = cfg.get("train_limit")
+    if limit is not None:
+        if not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"dataset.train_limit={limit} must be a positive integer or null")
+        train_idx = train_idx[:limit]
+    return Splits(
+        name="cifar10",
+        train_x=train_x[train_idx], train_y=train_y[train_idx],
+        val_x=train_x[val_idx], val_y=train_y[val_idx],
+        test_x=test_x, test_y=test_y,
+        max_value=255.0,
+        image_shape=image_shape,
+    )

@@ -1,0 +1,27 @@
+"""Errors a user can fix.
+
+They derive from Hydra's ``CompactHydraException`` so that ``python train.py`` prints the
+message alone (one line that names the fix) instead of a stack trace.
+"""
+
+from hydra.errors import CompactHydraException
+
+
+class SchedaError(CompactHydraException):
+    """Base class of every error that is the user's to fix."""
+
+
+class ConfigError(SchedaError, ValueError):
+    """A configuration value is outside its domain."""
+
+
+class DataError(SchedaError):
+    """A data file is missing, truncated or malformed."""
+
+
+class CheckpointError(SchedaError):
+    """A checkpoint cannot be read or written, or does not fit the model."""
+
+
+class DivergenceError(SchedaError):
+    """Training produced a non-finite loss."""

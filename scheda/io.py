@@ -1,0 +1,61 @@
+"""Atomic file writes: a crash or a full disk never leaves a half-written result behind.
+
+Every file scheda produces (checkpoints, results) is written to a temporary file in the same
+directory, flushed to disk, and renamed over the target; a reader sees the old file or the
+new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, IO
+
+from scheda.errors import CheckpointError
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
+    """Call ``write(f)`` on a temporary file beside ``path`` and rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise CheckpointError(
+                f"disk full while writing {path}: free space there or point hydra.run.dir "
+                f"elsewhere; the previous file (if any) is intact"
+            ) from exc
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
+    data = (json.dumps(obj, indent=2, sort_keys=False, allow_nan=True) + "\n").encode()
+    return atomic_write(path, lambda f: f.write(data))
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,84 @@
+"""TensorBoard logging inside the run directory: per-epoch scalars, filter images at each
+stage end, and hparams with the same keys in every run (so runs compare in the HParams tab).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from torchvision.utils import make_grid
+
+from scheda.callbacks import Callback
+from scheda.schedule import NoiseSchedule
+
+
+def filter_grid(filters: torch.Tensor, image_shape: tuple[int, int, int], n: int = 100) -> torch.Tensor:
+    """The first ``n`` filters as a [C, H, W] grid image, each normalised to its own range."""
+    w = filters[:n].detach().float().cpu()
+    lo = w.min(dim=1, keepdim=True).values
+    hi = w.max(dim=1, keepdim=True).values
+    w = (w - lo) / (hi - lo).clamp_min(1e-12)
+    images = w.reshape(-1, *image_shape)
+    return make_grid(images, nrow=int(math.ceil(math.sqrt(images.shape[0]))), padding=1, pad_value=1.0)
+
+
+def hparams(cfg: Mapping, schedule: NoiseSchedule) -> dict[str, Any]:
+    """A fixed set of keys, meaningful for every schedule (nan where a run has no value)."""
+    fixed = [s.nu for s in schedule.stages if s.nu is not None]
+    return {
+        "dataset": str(cfg["dataset"]["name"]),
+        "model/hidden": int(cfg["model"]["hidden"]),
+        "model/activation": str(cfg["model"]["activation"]),
+        "model/loss": str(cfg["model"]["loss"]),
+        "noise": str(cfg["noise"]["name"]),
+        "schedule": str(cfg["schedule"]["name"]),
+        "schedule/nu_first": fixed[0] if fixed else math.nan,
+        "schedule/nu_last": fixed[-1] if fixed else math.nan,
+        "schedule/stages": len(schedule.stages),
+        "epochs": schedule.total_epochs,
+        "optim/lr": float(cfg["optim"]["lr"]),
+        "optim/momentum": float(cfg["optim"]["momentum"]),
+        "trainer/batch_size": int(cfg["trainer"]["batch_size"]),
+        "seed": int(cfg["seed"]),
+        "init_from": str(cfg.get("init_from") or ""),
+    }
+
+
+class TensorBoardLogger(Callback):
+    def __init__(self, log_dir: str | Path, hparams: dict[str, Any],
+                 image_shape: tuple[int, int, int] | None, n_filters: int = 100):
+        self.log_dir = Path(log_dir)
+        self.hparams = hparams
+        self.image_shape = image_shape
+        self.n_filters = n_filters
+        self.writer = None
+        self.final: dict[str, float] = {}
+
+    def on_fit_start(self, trainer):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(self.log_dir))
+
+    def on_epoch_end(self, trainer, metrics):
+        step = metrics["epoch"]
+        self.writer.add_scalar("train/reconstruction_ce", metrics["loss"], step)
+        self.writer.add_scalar("train/nu", metrics["nu"], step)
+        self.writer.add_scalar("time/epoch_seconds", metrics["seconds"], step)
+        self.final = {"hparam/train_reconstruction_ce": metrics["loss"]}
+
+    def on_stage_end(self, trainer, metrics):
+        if self.image_shape is not None and self.n_filters > 0:
+            grid = filter_grid(trainer.model.filters(), self.image_shape, self.n_filters)
+            self.writer.add_image("filters", grid, metrics["epoch"])
+
+    def on_fit_end(self, trainer):
+        if self.final:
+            self.writer.add_hparams(self.hparams, self.final, run_name=".")
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None

@@ -1,0 +1,97 @@
+"""The tied-weight denoising autoencoder.
+
+``h = s(W x~ + b)``, ``z = sigmoid(W^T h + b')`` with ``W`` of shape [hidden x input]; the
+loss is the cross-entropy between ``z`` and the clean ``x`` summed over input dimensions and
+averaged over the minibatch (Vincent et al., 2010), computed from the logits for stability.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from scheda.errors import ConfigError
+
+ACTIVATIONS = {"sigmoid": torch.sigmoid, "relu": torch.relu}
+LOSSES = ("cross_entropy", "squared_error")
+
+
+class DenoisingAutoencoder(nn.Module):
+    def __init__(
+        self,
+        n_input: int,
+        n_hidden: int,
+        activation: str = "sigmoid",
+        loss: str = "cross_entropy",
+        init_scale: float = 4.0,
+        encoder_bias_init: float = 0.0,
+        decoder_bias_init: float = 0.0,
+        generator: torch.Generator | None = None,
+    ):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ConfigError(f"model.activation={activation!r} is unknown: use one of {', '.join(ACTIVATIONS)}")
+        if loss not in LOSSES:
+            raise ConfigError(f"model.loss={loss!r} is unknown: use one of {', '.join(LOSSES)}")
+        if n_hidden < 1:
+            raise ConfigError(f"model.hidden={n_hidden} must be >= 1")
+        if not (init_scale > 0 and math.isfinite(init_scale)):
+            raise ConfigError(f"model.init_scale={init_scale} must be a positive number")
+        self.n_input, self.n_hidden = n_input, n_hidden
+        self.activation, self.loss_name = activation, loss
+        # The classic dA initialisation (LISA-lab tutorial): U(+-4 sqrt(6 / (fan_in + fan_out))).
+        bound = init_scale * math.sqrt(6.0 / (n_input + n_hidden))
+        weight = torch.empty(n_hidden, n_input).uniform_(-bound, bound, generator=generator)
+        self.W = nn.Parameter(weight)
+        self.b = nn.Parameter(torch.full((n_hidden,), float(encoder_bias_init)))
+        self.b_prime = nn.Parameter(torch.full((n_input,), float(decoder_bias_init)))
+        self._act = ACTIVATIONS[activation]
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Hidden representation ``s(W x + b)``; no corruption is applied here."""
+        return self._act(F.linear(x, self.W, self.b))
+
+    def decode_logits(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(h, self.W.t(), self.b_prime)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Reconstruction ``z`` of ``x`` (no corruption)."""
+        return torch.sigmoid(self.decode_logits(self.encode(x)))
+
+    def loss(self, x_tilde: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Reconstruction error of ``x`` from its corruption ``x_tilde``, mean over the minibatch."""
+        logits = self.decode_logits(self.encode(x_tilde))
+        if self.loss_name == "cross_entropy":
+            total = F.binary_cross_entropy_with_logits(logits, x, reduction="sum")
+        else:
+            total = (torch.sigmoid(logits) - x).pow(2).sum()
+        return total / x.shape[0]
+
+    @torch.no_grad()
+    def encode_dataset(self, x: torch.Tensor, chunk_size: int = 8192) -> torch.Tensor:
+        """Encode a whole data set in large chunks without building a graph."""
+        return torch.cat([self.encode(x[i:i + chunk_size]) for i in range(0, x.shape[0], chunk_size)])
+
+    def filters(self) -> torch.Tensor:
+        """The rows of W: one input-space filter per hidden unit."""
+        return self.W.detach()
+
+
+def build_model(cfg: Mapping, n_input: int, generator: torch.Generator | None = None) -> DenoisingAutoencoder:
+    name = cfg.get("name")
+    if name != "da":
+        raise ConfigError(f"model.name={name!r} is unknown: use da")
+    return DenoisingAutoencoder(
+        n_input=n_input,
+        n_hidden=cfg["hidden"],
+        activation=cfg["activation"],
+        loss=cfg["loss"],
+        init_scale=cfg["init_scale"],
+        encoder_bias_init=cfg["encoder_bias_init"],
+        decoder_bias_init=cfg["decoder_bias_init"],
+        generator=generator,
+    )

@@ -1,0 +1,135 @@
+"""One training run from a composed config: build everything, train, write results.
+
+``train.py`` (the users' entry point) is a thin Hydra wrapper around :func:`run`; tests and
+scripts may call :func:`run` directly with a config and an output directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from scheda.callbacks import CheckpointCallback, ProgressBar
+from scheda.checkpoint import load_checkpoint, load_model_weights
+from scheda.data import dataset_spec, load_dataset
+from scheda.errors import CheckpointError, ConfigError
+from scheda.io import atomic_write_json
+from scheda.loggers import TensorBoardLogger, hparams
+from scheda.model import build_model
+from scheda.noise import build_noise
+from scheda.schedule import build_schedule
+from scheda.trainer import Trainer
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' is CUDA when present, else CPU; an explicit CUDA device must exist."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"trainer.device={name!r} is not a device: use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"trainer.device={name} but CUDA is not available here: use trainer.device=auto or cpu")
+    return device
+
+
+def build_optimizer(cfg: DictConfig, params) -> torch.optim.Optimizer:
+    if cfg.name != "sgd":
+        raise ConfigError(f"optim.name={cfg.name!r} is unknown: use sgd")
+    if not cfg.lr > 0:
+        raise ConfigError(f"optim.lr={cfg.lr} must be > 0")
+    if not 0 <= cfg.momentum < 1:
+        raise ConfigError(f"optim.momentum={cfg.momentum} must be in [0, 1)")
+    if cfg.weight_decay < 0:
+        raise ConfigError(f"optim.weight_decay={cfg.weight_decay} must be >= 0")
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def _check_trainer(cfg: DictConfig) -> None:
+    if cfg.batch_size < 1:
+        raise ConfigError(f"trainer.batch_size={cfg.batch_size} must be >= 1")
+    if cfg.checkpoint_every < 0:
+        raise ConfigError(f"trainer.checkpoint_every={cfg.checkpoint_every} must be >= 0 (0: only at stage ends)")
+    if cfg.num_threads is not None and cfg.num_threads < 1:
+        raise ConfigError(f"trainer.num_threads={cfg.num_threads} must be >= 1 or null")
+
+
+def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
+    """Train the configured DA/ScheDA; returns the summary also written to results.json."""
+    output_dir = Path(output_dir)
+    started = time.time()
+
+    # Everything that only reads the config is checked before any data is loaded.
+    schedule = build_schedule(cfg.schedule, cfg.trainer.max_epochs)
+    noise = build_noise(cfg.noise)
+    _check_trainer(cfg.trainer)
+    device = resolve_device(cfg.trainer.device)
+    if cfg.trainer.num_threads:
+        torch.set_num_threads(cfg.trainer.num_threads)
+    spec = dataset_spec(cfg.dataset)
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model, spec.n_input, generator=torch.Generator().manual_seed(cfg.seed))
+    optimizer_params = list(model.parameters())
+    build_optimizer(cfg.optim, optimizer_params)  # validate before loading data
+    if cfg.resume and cfg.init_from:
+        raise ConfigError("resume and init_from are both set: resume continues a run, init_from starts a new one")
+    resume_state = load_checkpoint(cfg.resume) if cfg.resume else None
+    init_state = load_checkpoint(cfg.init_from) if cfg.init_from else None
+
+    data = load_dataset(cfg.dataset)
+    if cfg.trainer.batch_size > data.train_x.shape[0]:
+        raise ConfigError(f"trainer.batch_size={cfg.trainer.batch_size} exceeds the {data.train_x.shape[0]} "
+                          f"training examples: lower it")
+    log.info("data %s: train %s, val %s, test %s", data.name, data.train_x.shape, data.val_x.shape, data.test_x.shape)
+    log.info("schedule %s: %s (%d epochs), device %s", schedule.name, schedule.describe(), schedule.total_epochs, device)
+
+    if init_state is not None:
+        load_model_weights(model, init_state)
+        log.info("initialised from %s (epoch %d)", init_state["path"], init_state["epoch"])
+    model.to(device)
+    optimizer = build_optimizer(cfg.optim, model.parameters())
+    train_x = data.tensor("train", device)
+    generator = torch.Generator(device=device).manual_seed(cfg.seed)
+
+    callbacks = [CheckpointCallback(output_dir / "checkpoints", cfg.trainer.checkpoint_every),
+                 ProgressBar(cfg.trainer.progress_bar)]
+    if cfg.logger.name == "tensorboard":
+        callbacks.append(TensorBoardLogger(output_dir / cfg.logger.log_dir, hparams(cfg, schedule),
+                                           data.image_shape, cfg.logger.n_filters))
+    elif cfg.logger.name != "none":
+        raise ConfigError(f"logger.name={cfg.logger.name!r} is unknown: use tensorboard or none")
+    trainer = Trainer(model, optimizer, noise, schedule, train_x, cfg.trainer.batch_size, generator, callbacks)
+
+    if resume_state is not None:
+        load_model_weights(model, resume_state)
+        try:
+            trainer.load_state_dict(resume_state)
+        except (KeyError, ValueError, RuntimeError) as exc:
+            raise CheckpointError(f"{resume_state['path']} cannot resume this run ({exc}); "
+                                  f"check the config matches the checkpoint's run") from None
+        if resume_state["schedule"] != [[s.nu, s.epochs] for s in schedule.stages]:
+            log.warning("the schedule differs from the checkpoint's; continuing with the configured one")
+        log.info("resumed from %s at epoch %d", resume_state["path"], trainer.epoch)
+
+    history = trainer.fit()
+    summary = {
+        "status": "completed",
+        "epochs": trainer.epoch,
+        "final_train_loss": history[-1]["loss"] if history else None,
+        "switches": trainer.schedule_cb.switches,
+        "schedule": schedule.describe(),
+        "device": str(device),
+        "seconds": time.time() - started,
+        "history": history,
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+    atomic_write_json(output_dir / "results.json", summary)
+    return summary

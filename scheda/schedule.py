@@ -1,0 +1,249 @@
+"""Noise schedules: which corruption level nu each epoch (or minibatch) is trained at.
+
+A schedule is a list of stages ``(nu, epochs)``. A plain DA is one stage; a ScheDA is nu0 for
+``initial_epochs`` and then ``nu_t = nu_{t-1} - delta_nu`` for ``K`` epochs each (Geras &
+Sutton, 2015, Section 3). Random schedules draw nu per minibatch (the paper's supplementary
+experiment); their single stage has ``nu=None``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import torch
+
+from scheda.errors import ConfigError
+
+MAX_STEPS = 10_000  # more noise levels than any schedule needs; guards against delta_nu ~ 0
+NU_DECIMALS = 10  # nu0 - t*delta_nu is rounded so that 0.7 - 0.1*4 prints (and compares) as 0.3
+
+
+@dataclass(frozen=True)
+class Stage:
+    nu: float | None
+    epochs: int
+
+
+def check_nu(key: str, value: float) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+        raise ConfigError(f"{key}={value!r} is outside the noise range: nu must be in [0, 1)")
+    return float(value)
+
+
+def check_epochs(key: str, value: int, minimum: int = 1) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(f"{key}={value!r} must be an integer >= {minimum}")
+    return value
+
+
+class NoiseSchedule:
+    """A sequence of stages, optionally cut or extended to ``max_epochs``."""
+
+    per_minibatch = False
+
+    def __init__(self, name: str, stages: Sequence[Stage]):
+        if not stages:
+            raise ConfigError(f"schedule '{name}' has no stages: give at least one (nu, epochs)")
+        self.name = name
+        self.stages = tuple(stages)
+        self._ends = []
+        total = 0
+        for stage in self.stages:
+            total += stage.epochs
+            self._ends.append(total)
+
+    @property
+    def total_epochs(self) -> int:
+        return self._ends[-1]
+
+    def with_max_epochs(self, max_epochs: int | None) -> "NoiseSchedule":
+        """Cut the schedule after ``max_epochs``, or extend its last stage up to it."""
+        if max_epochs is None or max_epochs == self.total_epochs:
+            return self
+        check_epochs("trainer.max_epochs", max_epochs)
+        stages: list[Stage] = []
+        left = max_epochs
+        for stage in self.stages:
+            if left <= 0:
+                break
+            stages.append(Stage(stage.nu, min(stage.epochs, left)))
+            left -= stage.epochs
+        if left > 0:
+            last = stages[-1]
+            stages[-1] = Stage(last.nu, last.epochs + left)
+        return self._replace_stages(stages)
+
+    def _replace_stages(self, stages: Sequence[Stage]) -> "NoiseSchedule":
+        return NoiseSchedule(self.name, stages)
+
+    def stage_index(self, epoch: int) -> int:
+        """Index of the stage that (0-based) ``epoch`` belongs to."""
+        if not 0 <= epoch < self.total_epochs:
+            raise IndexError(f"epoch {epoch} outside schedule of {self.total_epochs} epochs")
+        for i, end in enumerate(self._ends):
+            if epoch < end:
+                return i
+        raise AssertionError("unreachable")
+
+    def nu_at(self, epoch: int) -> float | None:
+        return self.stages[self.stage_index(epoch)].nu
+
+    def is_stage_end(self, epoch: int) -> bool:
+        """True when ``epoch`` is the last epoch of its stage (the paper's evaluation points)."""
+        return epoch + 1 in self._ends
+
+    def epoch_nus(self) -> list[float | None]:
+        """nu of every epoch, in order (for tests and reports)."""
+        return [stage.nu for stage in self.stages for _ in range(stage.epochs)]
+
+    def draw(self, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+        raise TypeError(f"schedule '{self.name}' has a fixed nu per epoch; nothing to draw")
+
+    def describe(self) -> str:
+        return " -> ".join(f"{s.nu:g}x{s.epochs}" if s.nu is not None else f"random x{s.epochs}"
+                           for s in self.stages)
+
+
+class RandomUniformSchedule(NoiseSchedule):
+    """nu ~ U[low, high] drawn afresh for every minibatch."""
+
+    per_minibatch = True
+
+    def __init__(self, low: float, high: float, epochs: int):
+        self.low, self.high = low, high
+        super().__init__("random_uniform", [Stage(None, epochs)])
+
+    def _replace_stages(self, stages):
+        return RandomUniformSchedule(self.low, self.high, stages[0].epochs)
+
+    def draw(self, generator, device):
+        u = torch.rand((), generator=generator, device=device)
+        return self.low + (self.high - self.low) * u
+
+
+class RandomDiscreteSchedule(NoiseSchedule):
+    """nu drawn uniformly from a fixed set for every minibatch."""
+
+    per_minibatch = True
+
+    def __init__(self, values: Sequence[float], epochs: int):
+        self.values = tuple(values)
+        self._table: dict[torch.device, torch.Tensor] = {}
+        super().__init__("random_discrete", [Stage(None, epochs)])
+
+    def _replace_stages(self, stages):
+        return RandomDiscreteSchedule(self.values, stages[0].epochs)
+
+    def draw(self, generator, device):
+        table = self._table.get(device)
+        if table is None:
+            table = self._table[device] = torch.tensor(self.values, device=device)
+        i = torch.randint(len(self.values), (), generator=generator, device=device)
+        return table[i]
+
+
+def step_stages(
+    direction: int,
+    nu0: float,
+    delta_nu: float,
+    K: int,
+    initial_epochs: int,
+    steps: int | None,
+    nu_final: float | None,
+) -> list[Stage]:
+    """Stages of a decreasing (direction=-1) or increasing (+1) schedule.
+
+    With ``steps`` the schedule makes exactly that many changes of nu; with ``nu_final`` it
+    goes on while nu stays on the near side of ``nu_final`` (inclusive); with neither it goes
+    on while nu stays inside (0, 1).
+    """
+    key = "schedule"
+    nu0 = check_nu(f"{key}.nu0", nu0)
+    if not isinstance(delta_nu, (int, float)) or not math.isfinite(delta_nu) or not 0 < delta_nu < 1:
+        raise ConfigError(f"{key}.delta_nu={delta_nu!r} must be in (0, 1)")
+    check_epochs(f"{key}.K", K)
+    check_epochs(f"{key}.initial_epochs", initial_epochs, minimum=0)
+    if steps is not None and nu_final is not None:
+        raise ConfigError(f"{key}.steps and {key}.nu_final are both set: set one of them (the other null)")
+    if steps is not None:
+        check_epochs(f"{key}.steps", steps, minimum=0)
+    if nu_final is not None:
+        nu_final = check_nu(f"{key}.nu_final", nu_final)
+        if direction * (nu_final - nu0) < 0:
+            word = "<=" if direction < 0 else ">="
+            raise ConfigError(f"{key}.nu_final={nu_final:g} must be {word} {key}.nu0={nu0:g}")
+
+    def nu_of(t: int) -> float:
+        return round(nu0 + direction * t * delta_nu, NU_DECIMALS)
+
+    if steps is None:
+        steps = 0
+        while True:
+            if steps >= MAX_STEPS:
+                raise ConfigError(f"{key}.delta_nu={delta_nu:g} gives over {MAX_STEPS} steps: "
+                                  f"use a larger delta_nu or set {key}.steps")
+            nxt = nu_of(steps + 1)
+            if nu_final is not None:
+                if direction * (nxt - nu_final) > 1e-9:
+                    break
+            elif not 0 < nxt < 1:
+                break
+            steps += 1
+    elif steps > MAX_STEPS:
+        raise ConfigError(f"{key}.steps={steps} exceeds {MAX_STEPS}")
+    if steps and not 0 <= nu_of(steps) < 1:
+        raise ConfigError(f"{key}.steps={steps} takes nu to {nu_of(steps):g}, outside [0, 1): "
+                          f"use at most {_max_steps(nu0, delta_nu, direction)} steps")
+
+    stages = [Stage(nu0, initial_epochs)] if initial_epochs > 0 else []
+    stages += [Stage(nu_of(t), K) for t in range(1, steps + 1)]
+    if not stages:
+        raise ConfigError(f"{key} has no epochs: set {key}.initial_epochs > 0 or {key}.steps > 0")
+    return stages
+
+
+def _max_steps(nu0: float, delta_nu: float, direction: int) -> int:
+    t = 0
+    while t < MAX_STEPS and 0 <= round(nu0 + direction * (t + 1) * delta_nu, NU_DECIMALS) < 1:
+        t += 1
+    return t
+
+
+def build_schedule(cfg: Mapping, max_epochs: int | None = None) -> NoiseSchedule:
+    """Make the schedule that ``cfg`` (the ``schedule`` config group) describes."""
+    name = cfg.get("name")
+    if name == "constant":
+        nu = check_nu("schedule.nu", cfg["nu"])
+        schedule = NoiseSchedule("constant", [Stage(nu, check_epochs("schedule.epochs", cfg["epochs"]))])
+    elif name in ("decreasing", "increasing"):
+        direction = -1 if name == "decreasing" else 1
+        stages = step_stages(direction, cfg["nu0"], cfg["delta_nu"], cfg["K"], cfg["initial_epochs"],
+                             cfg.get("steps"), cfg.get("nu_final"))
+        schedule = NoiseSchedule(name, stages)
+    elif name == "stages":
+        specs = list(cfg["stages"])
+        if not specs:
+            raise ConfigError("schedule.stages is empty: list at least one {nu: ..., epochs: ...}")
+        stages = [Stage(check_nu(f"schedule.stages[{i}].nu", s["nu"]),
+                        check_epochs(f"schedule.stages[{i}].epochs", s["epochs"]))
+                  for i, s in enumerate(specs)]
+        schedule = NoiseSchedule("stages", stages)
+    elif name == "random_uniform":
+        low, high = check_nu("schedule.low", cfg["low"]), check_nu("schedule.high", cfg["high"])
+        if low > high:
+            raise ConfigError(f"schedule.low={low:g} must be <= schedule.high={high:g}")
+        schedule = RandomUniformSchedule(low, high, check_epochs("schedule.epochs", cfg["epochs"]))
+    elif name == "random_discrete":
+        values = list(cfg["values"])
+        if not values:
+            raise ConfigError("schedule.values is empty: list at least one nu in [0, 1)")
+        values = [check_nu(f"schedule.values[{i}]", v) for i, v in enumerate(values)]
+        schedule = RandomDiscreteSchedule(values, check_epochs("schedule.epochs", cfg["epochs"]))
+    else:
+        raise ConfigError(
+            f"schedule.name={name!r} is unknown: use constant, decreasing, increasing, stages, "
+            f"random_uniform or random_discrete"
+        )
+    return schedule.with_max_epochs(max_epochs)

@@ -1,0 +1,128 @@
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from scheda.errors import ConfigError
+from scheda.schedule import build_schedule
+
+from conftest import compose_cfg
+
+
+def step(name="decreasing", **kw):
+    cfg = dict(name=name, nu0=0.7, delta_nu=0.1, K=2, initial_epochs=3, steps=None, nu_final=None)
+    cfg.update(kw)
+    return cfg
+
+
+def test_constant_schedule():
+    s = build_schedule(dict(name="constant", nu=0.3, epochs=4))
+    assert s.epoch_nus() == [0.3] * 4
+    assert [s.is_stage_end(e) for e in range(4)] == [False, False, False, True]
+
+
+def test_decreasing_exact_nu_per_epoch():
+    s = build_schedule(step(nu_final=0.4))
+    assert s.epoch_nus() == [0.7, 0.7, 0.7, 0.6, 0.6, 0.5, 0.5, 0.4, 0.4]
+    assert [e for e in range(s.total_epochs) if s.is_stage_end(e)] == [2, 4, 6, 8]
+
+
+def test_decreasing_by_steps_and_default_stop_above_zero():
+    assert build_schedule(step(steps=2, K=1, initial_epochs=1)).epoch_nus() == [0.7, 0.6, 0.5]
+    nus = build_schedule(step(K=1, initial_epochs=1)).epoch_nus()
+    assert nus == [0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
+
+
+def test_fine_decreasing_step_has_no_float_drift():
+    nus = build_schedule(step(delta_nu=0.05, K=1, initial_epochs=1, nu_final=0.1)).epoch_nus()
+    assert nus[-1] == 0.1 and len(nus) == 13 and nus[3] == 0.55
+
+
+def test_increasing_schedule():
+    s = build_schedule(step(name="increasing", nu0=0.1, K=1, initial_epochs=2, nu_final=0.4))
+    assert s.epoch_nus() == [0.1, 0.1, 0.2, 0.3, 0.4]
+
+
+def test_continuation_without_initial_epochs():
+    s = build_schedule(step(initial_epochs=0, K=2, steps=2))
+    assert s.epoch_nus() == [0.6, 0.6, 0.5, 0.5]
+
+
+def test_stages_schedule():
+    s = build_schedule(dict(name="stages", stages=[dict(nu=0.5, epochs=1), dict(nu=0.0, epochs=2)]))
+    assert s.epoch_nus() == [0.5, 0.0, 0.0]
+
+
+def test_max_epochs_cuts_or_extends_the_last_stage():
+    s = build_schedule(step(nu_final=0.5), max_epochs=4)
+    assert s.epoch_nus() == [0.7, 0.7, 0.7, 0.6]
+    s = build_schedule(step(nu_final=0.6), max_epochs=7)
+    assert s.epoch_nus() == [0.7, 0.7, 0.7, 0.6, 0.6, 0.6, 0.6]
+
+
+def test_random_schedules_draw_in_range():
+    g = torch.Generator().manual_seed(0)
+    u = build_schedule(dict(name="random_uniform", low=0.1, high=0.7, epochs=3))
+    draws = torch.stack([u.draw(g, torch.device("cpu")) for _ in range(2000)])
+    assert u.per_minibatch and u.epoch_nus() == [None] * 3
+    assert draws.min() >= 0.1 and draws.max() <= 0.7 and abs(draws.mean().item() - 0.4) < 0.02
+    d = build_schedule(dict(name="random_discrete", values=[0.1, 0.5], epochs=1))
+    draws = torch.stack([d.draw(g, torch.device("cpu")) for _ in range(1000)])
+    torch.testing.assert_close(draws.unique(), torch.tensor([0.1, 0.5]))
+
+
+@pytest.mark.parametrize("cfg, key", [
+    (step(nu0=1.0), "schedule.nu0"),
+    (step(nu0=-0.1), "schedule.nu0"),
+    (step(delta_nu=0.0), "schedule.delta_nu"),
+    (step(K=0), "schedule.K"),
+    (step(steps=9), "schedule.steps"),
+    (step(steps=1, nu_final=0.3), "schedule.steps"),
+    (step(nu_final=0.8), "schedule.nu_final"),
+    (step(initial_epochs=0, steps=0), "schedule"),
+    (dict(name="stages", stages=[]), "schedule.stages"),
+    (dict(name="stages", stages=[dict(nu=1.2, epochs=1)]), r"schedule.stages\[0\].nu"),
+    (dict(name="constant", nu=0.3, epochs=0), "schedule.epochs"),
+    (dict(name="random_uniform", low=0.5, high=0.2, epochs=1), "schedule.low"),
+    (dict(name="random_discrete", values=[], epochs=1), "schedule.values"),
+    (dict(name="cosine"), "schedule.name"),
+])
+def test_bad_schedule_values_name_the_key(cfg, key):
+    with pytest.raises(ConfigError, match=key):
+        build_schedule(cfg)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    name=st.sampled_from(["decreasing", "increasing"]),
+    nu0=st.one_of(st.floats(-0.5, 1.5), st.just(math.nan)),
+    delta_nu=st.one_of(st.floats(-0.2, 1.2), st.just(math.nan), st.just(1e-9)),
+    K=st.integers(-2, 5),
+    initial_epochs=st.integers(-2, 5),
+    steps=st.one_of(st.none(), st.integers(-2, 30)),
+    nu_final=st.one_of(st.none(), st.floats(-0.2, 1.2)),
+)
+def test_any_step_schedule_is_valid_or_a_clear_error(name, nu0, delta_nu, K, initial_epochs, steps, nu_final):
+    try:
+        s = build_schedule(dict(name=name, nu0=nu0, delta_nu=delta_nu, K=K, initial_epochs=initial_epochs,
+                                steps=steps, nu_final=nu_final))
+    except ConfigError as exc:
+        assert str(exc).startswith("schedule")
+        return
+    nus = s.epoch_nus()
+    assert nus and all(0 <= nu < 1 and math.isfinite(nu) for nu in nus)
+    assert nus == sorted(nus, reverse=(name == "decreasing"))
+
+
+def test_presets_compose_and_build():
+    for preset, first, last in [("decreasing_0.7", 0.7, 0.1), ("decreasing_0.7_fine", 0.7, 0.1),
+                                ("increasing", 0.1, 0.7), ("constant", 0.3, 0.3), ("stages", 0.7, 0.1)]:
+        cfg = compose_cfg([f"schedule={preset}"])
+        s = build_schedule(cfg.schedule)
+        assert (s.stages[0].nu, s.stages[-1].nu) == (first, last), preset
+    s = build_schedule(compose_cfg(["schedule=decreasing_0.7"]).schedule)
+    assert [st.nu for st in s.stages] == [0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
+    assert [st.epochs for st in s.stages[1:]] == [50] * 6
+    for preset in ["random_uniform", "random_discrete"]:
+        assert build_schedule(compose_cfg([f"schedule={preset}"]).schedule).per_minibatch

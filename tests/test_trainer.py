@@ -1,0 +1,159 @@
+import json
+
+import pytest
+import torch
+
+from scheda.callbacks import Callback
+from scheda.checkpoint import load_checkpoint
+from scheda.errors import ConfigError, DivergenceError
+from scheda.model import DenoisingAutoencoder
+from scheda.noise import masking
+from scheda.run import run
+from scheda.schedule import build_schedule
+from scheda.trainer import Trainer
+
+from conftest import STAGES, TINY, compose_cfg
+
+
+def _synthetic(n=256, d=64, seed=0):
+    """Binary-ish data with low-dimensional structure, so a small DA can learn it."""
+    g = torch.Generator().manual_seed(seed)
+    codes = (torch.rand(n, 4, generator=g) > 0.5).float()
+    basis = (torch.rand(4, d, generator=g) > 0.5).float()
+    return (codes @ basis).clamp(max=1.0)
+
+
+def _trainer(schedule_cfg, x, seed=0, callbacks=(), lr=0.1):
+    model = DenoisingAutoencoder(x.shape[1], 16, generator=torch.Generator().manual_seed(seed))
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    return Trainer(model, opt, masking, build_schedule(schedule_cfg), x, 32,
+                   torch.Generator().manual_seed(seed), callbacks)
+
+
+def _reconstruction_error(model, x):
+    with torch.no_grad():
+        return model.loss(x, x).item()
+
+
+def test_training_lowers_reconstruction_error():
+    x = _synthetic()
+    trainer = _trainer(dict(name="constant", nu=0.2, epochs=30), x)
+    before = _reconstruction_error(trainer.model, x)
+    history = trainer.fit()
+    after = _reconstruction_error(trainer.model, x)
+    assert after < 0.6 * before
+    assert history[-1]["loss"] < history[0]["loss"]
+
+
+def test_same_seed_same_weights_other_seed_differs():
+    x = _synthetic()
+    cfg = dict(name="random_uniform", low=0.1, high=0.5, epochs=3)
+    a, b, c = _trainer(cfg, x, 1), _trainer(cfg, x, 1), _trainer(cfg, x, 2)
+    for t in (a, b, c):
+        t.fit()
+    assert torch.equal(a.model.W, b.model.W)
+    assert not torch.equal(a.model.W, c.model.W)
+
+
+class Recorder(Callback):
+    def __init__(self):
+        self.events = []
+
+    def on_epoch_end(self, trainer, metrics):
+        self.events.append(("epoch", metrics["epoch"], metrics["nu"]))
+
+    def on_stage_end(self, trainer, metrics):
+        self.events.append(("stage_end", metrics["epoch"], metrics["nu"]))
+
+
+def test_schedule_callback_sets_nu_and_records_switches():
+    rec = Recorder()
+    trainer = _trainer(dict(name="decreasing", nu0=0.6, delta_nu=0.2, K=1, initial_epochs=2,
+                            steps=2, nu_final=None), _synthetic(), callbacks=[rec])
+    trainer.fit()
+    assert [e for e in rec.events if e[0] == "epoch"] == [
+        ("epoch", 1, 0.6), ("epoch", 2, 0.6), ("epoch", 3, 0.4), ("epoch", 4, 0.2)]
+    assert [e for e in rec.events if e[0] == "stage_end"] == [
+        ("stage_end", 2, 0.6), ("stage_end", 3, 0.4), ("stage_end", 4, 0.2)]
+    assert trainer.schedule_cb.switches == [{"epoch": 0, "nu": 0.6}, {"epoch": 2, "nu": 0.4},
+                                            {"epoch": 3, "nu": 0.2}]
+
+
+def test_random_schedule_logs_mean_nu():
+    trainer = _trainer(dict(name="random_discrete", values=[0.2, 0.4], epochs=2), _synthetic())
+    history = trainer.fit()
+    assert all(0.2 <= h["nu"] <= 0.4 for h in history)
+
+
+def test_divergence_stops_with_a_clear_error():
+    trainer = _trainer(dict(name="constant", nu=0.3, epochs=3), _synthetic() * 1e30, lr=1e30)
+    with pytest.raises(DivergenceError, match=r"epoch 1 \(nu=0.3\).*optim.lr"):
+        trainer.fit()
+
+
+def test_run_writes_checkpoints_results_and_tensorboard(cifar_arrays, tmp_path):
+    cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, "trainer.checkpoint_every=2"])
+    out = tmp_path / "run"
+    summary = run(cfg, out)
+    assert summary["epochs"] == 3
+    assert summary["switches"] == [{"epoch": 0, "nu": 0.5}, {"epoch": 2, "nu": 0.2}]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch_00002.pt", "epoch_00003.pt"]
+    results = json.loads((out / "results.json").read_text())
+    assert results["status"] == "completed" and len(results["history"]) == 3
+    state = load_checkpoint(out)
+    assert state["epoch"] == 3 and state["model"]["W"].shape == (8, 3072)
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(out / "tensorboard")).Reload()
+    tags = acc.Tags()
+    assert {"train/reconstruction_ce", "train/nu", "time/epoch_seconds"} <= set(tags["scalars"])
+    assert [e.value for e in acc.Scalars("train/nu")] == pytest.approx([0.5, 0.5, 0.2])
+    assert "filters" in tags["images"] and len(acc.Images("filters")) == 2  # one per stage end
+
+
+def _weights(out):
+    return load_checkpoint(out)["model"]
+
+
+@pytest.mark.parametrize("schedule", [
+    ["schedule=stages", "schedule.stages=[{nu:0.5,epochs:2},{nu:0.2,epochs:2}]"],
+    ["schedule=random_uniform", "schedule.epochs=4"],
+])
+def test_resume_gives_the_same_final_weights(cifar_arrays, tmp_path, schedule):
+    base = [f"dataset.root={cifar_arrays}", *TINY, *schedule, "trainer.checkpoint_every=1", "logger=none"]
+    run(compose_cfg(base), tmp_path / "golden")
+    # Interrupted: the same run stopped after 1 epoch, then resumed from its checkpoint.
+    run(compose_cfg(base + ["trainer.max_epochs=1"]), tmp_path / "part")
+    resumed = run(compose_cfg(base + [f"resume={tmp_path / 'part'}"]), tmp_path / "resumed")
+    golden, final = _weights(tmp_path / "golden"), _weights(tmp_path / "resumed")
+    for key in golden:
+        assert torch.equal(golden[key], final[key]), key
+    golden_summary = json.loads((tmp_path / "golden" / "results.json").read_text())
+    assert resumed["switches"] == golden_summary["switches"]
+    assert [h["loss"] for h in resumed["history"]] == [h["loss"] for h in golden_summary["history"]]
+
+
+def test_init_from_starts_a_new_run_from_weights(cifar_arrays, tmp_path):
+    base = [f"dataset.root={cifar_arrays}", *TINY, "logger=none"]
+    run(compose_cfg(base + STAGES), tmp_path / "da")
+    cont = run(compose_cfg(base + [f"init_from={tmp_path / 'da'}", "schedule=decreasing",
+                                   "schedule.nu0=0.5", "schedule.initial_epochs=0", "schedule.steps=2",
+                                   "schedule.K=1"]), tmp_path / "scheda")
+    assert cont["epochs"] == 2 and [s["nu"] for s in cont["switches"]] == [0.4, 0.3]
+    assert cont["history"][0]["loss"] < json.loads((tmp_path / "da" / "results.json").read_text())["history"][0]["loss"]
+
+
+@pytest.mark.parametrize("override, key", [
+    ("optim.lr=0", "optim.lr"),
+    ("optim.momentum=1.5", "optim.momentum"),
+    ("trainer.batch_size=0", "trainer.batch_size"),
+    ("trainer.batch_size=100000", "trainer.batch_size"),
+    ("model.hidden=0", "model.hidden"),
+    ("schedule.stages=[]", "schedule.stages"),
+    ("trainer.device=tpu", "trainer.device"),
+    ("dataset.val_size=100", "dataset.val_size"),
+])
+def test_bad_config_values_fail_with_the_key(cifar_arrays, tmp_path, override, key):
+    with pytest.raises(ConfigError, match=key):
+        run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, override]), tmp_path / "bad")
+    assert not (tmp_path / "bad" / "checkpoints").exists()
