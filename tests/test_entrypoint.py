@@ -1,0 +1,95 @@
+"""The users' command, ``python train.py ...``, end to end on tiny fixture data."""
+
+import json
+
+import pytest
+
+from conftest import STAGES, TINY, REPO, run_train
+
+
+def _common(out):
+    return [*TINY, *STAGES, f"hydra.run.dir={out}"]
+
+
+@pytest.mark.parametrize("layout", ["cifar_arrays", "cifar_batches"])
+def test_train_end_to_end(layout, request, tmp_path):
+    root = request.getfixturevalue(layout)
+    out = tmp_path / "run"
+    proc = run_train([f"dataset.root={root}", *_common(out)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / ".hydra" / "config.yaml").exists() and (out / "train.log").exists()
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch_00002.pt", "epoch_00003.pt"]
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    results = json.loads((out / "results.json").read_text())
+    assert results["epochs"] == 3 and results["config"]["dataset"]["root"] == str(root)
+    # Nothing is written outside the run directory.
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["run", root.relative_to(tmp_path).parts[0]])
+
+
+def test_scheda_data_sets_the_default_root(cifar_arrays, tmp_path):
+    out = tmp_path / "run"
+    proc = run_train(_common(out), cwd=tmp_path, env_extra={"SCHEDA_DATA": str(cifar_arrays.parent)})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "results.json").read_text())["config"]["dataset"]["root"] == str(cifar_arrays)
+
+
+def test_overrides_of_the_users_commands(cifar_arrays, tmp_path):
+    out = tmp_path / "run"
+    proc = run_train([f"dataset.root={cifar_arrays}", *TINY, f"hydra.run.dir={out}", "schedule=decreasing_0.7",
+                      "model.hidden=12", "optim.lr=0.05", "trainer.max_epochs=2"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert results["config"]["model"]["hidden"] == 12 and results["config"]["optim"]["lr"] == 0.05
+    assert results["schedule"] == "0.7x2" and results["switches"] == [{"epoch": 0, "nu": 0.7}]
+
+
+def test_multirun_writes_one_directory_per_job(cifar_arrays, tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_train(["-m", f"dataset.root={cifar_arrays}", *TINY, "schedule=decreasing", "schedule.K=1",
+                      "schedule.initial_epochs=1", "schedule.steps=1", "schedule.nu0=0.7,0.5",
+                      "optim.lr=0.01,0.05", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit())
+    assert len(jobs) == 4
+    seen = set()
+    for job in jobs:
+        cfg = json.loads((job / "results.json").read_text())["config"]
+        seen.add((cfg["schedule"]["nu0"], cfg["optim"]["lr"]))
+        assert (job / "checkpoints" / "epoch_00002.pt").exists()
+    assert seen == {(0.7, 0.01), (0.7, 0.05), (0.5, 0.01), (0.5, 0.05)}
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("schedule.nu0=1.5", "schedule.nu0=1.5 is outside the noise range"),
+    ("optim.lr=-1", "optim.lr=-1.0 must be > 0"),
+])
+def test_bad_values_fail_with_one_line(cifar_arrays, tmp_path, override, expected):
+    proc = run_train([f"dataset.root={cifar_arrays}", *TINY, "schedule=decreasing", override,
+                      f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [f"error: {proc.stderr.strip()[7:]}"]
+    assert expected in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_missing_data_fails_with_one_line(tmp_path):
+    proc = run_train([*_common(tmp_path / "run")], cwd=tmp_path)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "CIFAR-10 not found" in lines[0] and "SCHEDA_DATA" in lines[0]
+
+
+def test_typo_in_a_key_is_rejected_at_composition(tmp_path):
+    proc = run_train(["schedule.nu_0=0.5", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
+    assert proc.returncode == 1 and "nu_0" in proc.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_resume_through_the_entry_point(cifar_arrays, tmp_path):
+    first = run_train([f"dataset.root={cifar_arrays}", *_common(tmp_path / "a"), "trainer.max_epochs=2"], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    second = run_train([f"dataset.root={cifar_arrays}", *_common(tmp_path / "b"), f"resume={tmp_path / 'a'}"],
+                       cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    results = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert results["epochs"] == 3 and len(results["history"]) == 3
+    assert "resumed from" in (tmp_path / "b" / "train.log").read_text()
