@@ -8,7 +8,6 @@ experiment); their single stage has ``nu=None``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -17,6 +16,7 @@ import torch
 from scheda.errors import ConfigError
 
 MAX_STEPS = 10_000  # more noise levels than any schedule needs; guards against delta_nu ~ 0
+MIN_DELTA_NU = 1e-6  # well above the rounding below, so levels stay strictly monotonic
 NU_DECIMALS = 10  # nu0 - t*delta_nu is rounded so that 0.7 - 0.1*4 prints (and compares) as 0.3
 
 
@@ -161,8 +161,8 @@ def step_stages(
     """
     key = "schedule"
     nu0 = check_nu(f"{key}.nu0", nu0)
-    if not isinstance(delta_nu, (int, float)) or not math.isfinite(delta_nu) or not 0 < delta_nu < 1:
-        raise ConfigError(f"{key}.delta_nu={delta_nu!r} must be in (0, 1)")
+    if not isinstance(delta_nu, (int, float)) or not MIN_DELTA_NU <= delta_nu < 1:
+        raise ConfigError(f"{key}.delta_nu={delta_nu!r} must be in [{MIN_DELTA_NU:g}, 1)")
     check_epochs(f"{key}.K", K)
     check_epochs(f"{key}.initial_epochs", initial_epochs, minimum=0)
     if steps is not None and nu_final is not None:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import STAGES, TINY, REPO, run_train
+from conftest import STAGES, TINY, run_train
 
 
 def _common(out):
