@@ -16,7 +16,8 @@ register_configs()
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    """A user's error prints as one line; in a multirun it fails only its own job."""
+    """Returns the final validation error (for sweepers). A user's error prints as one line;
+    in a multirun it fails only its own job."""
     hydra_cfg = HydraConfig.get()
     try:
         summary = run(cfg, hydra_cfg.runtime.output_dir)
@@ -25,7 +26,8 @@ def main(cfg: DictConfig) -> float | None:
             raise
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
-    return summary["final_train_loss"]
+    evaluations = summary["evaluations"]
+    return evaluations[-1]["val_error"] if evaluations else summary["final_train_loss"]
 
 
 if __name__ == "__main__":

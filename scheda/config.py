@@ -38,6 +38,13 @@ class DAConfig:
     decoder_bias_init: float = 0.0
 
 
+@dataclass
+class RawConfig:
+    """No model: evaluate the raw inputs (the paper's baseline)."""
+
+    name: str = "raw"
+
+
 # --- noise -----------------------------------------------------------------------------
 @dataclass
 class NoiseConfig:
@@ -119,6 +126,34 @@ class LoggerConfig:
     n_filters: int = 100
 
 
+# --- evaluation ------------------------------------------------------------------------
+@dataclass
+class EvaluateConfig:
+    enabled: bool = True
+    every: int = 0
+    at_stage_ends: bool = True
+    at_end: bool = True
+    c_log2_min: float = -10.0
+    c_log2_max: float = 6.0
+    c_log2_step: float = 1.0
+    chunk_size: int = 8192
+
+
+@dataclass
+class LiblinearConfig:
+    name: str = "liblinear"
+    eps: float = 0.01
+
+
+@dataclass
+class TorchLRConfig:
+    name: str = "torch_lr"
+    eps: float = 0.001
+    max_newton: int = 100
+    max_cg: int = 200
+    dtype: str = "float32"
+
+
 # --- top level -------------------------------------------------------------------------
 @dataclass
 class TrainConfig:
@@ -129,6 +164,8 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    classifier: Any = MISSING
     seed: int = 0
     resume: Optional[str] = None
     init_from: Optional[str] = None
@@ -140,6 +177,7 @@ def register_configs() -> None:
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(group="dataset", name="base_cifar10", node=Cifar10Config)
     cs.store(group="model", name="base_da", node=DAConfig)
+    cs.store(group="model", name="base_raw", node=RawConfig)
     cs.store(group="noise", name="base_noise", node=NoiseConfig)
     cs.store(group="schedule", name="base_constant", node=ConstantScheduleConfig)
     cs.store(group="schedule", name="base_step", node=StepScheduleConfig)
@@ -149,3 +187,6 @@ def register_configs() -> None:
     cs.store(group="optim", name="base_sgd", node=OptimConfig)
     cs.store(group="trainer", name="base_trainer", node=TrainerConfig)
     cs.store(group="logger", name="base_logger", node=LoggerConfig)
+    cs.store(group="evaluate", name="base_evaluate", node=EvaluateConfig)
+    cs.store(group="classifier", name="base_liblinear", node=LiblinearConfig)
+    cs.store(group="classifier", name="base_torch_lr", node=TorchLRConfig)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 from torchvision.utils import make_grid
@@ -49,13 +49,15 @@ def hparams(cfg: Mapping, schedule: NoiseSchedule) -> dict[str, Any]:
 
 class TensorBoardLogger(Callback):
     def __init__(self, log_dir: str | Path, hparams: dict[str, Any],
-                 image_shape: tuple[int, int, int] | None, n_filters: int = 100):
+                 image_shape: tuple[int, int, int] | None, n_filters: int = 100,
+                 final_metrics: Callable[[], dict[str, float]] | None = None):
         self.log_dir = Path(log_dir)
         self.hparams = hparams
         self.image_shape = image_shape
         self.n_filters = n_filters
+        self.final_metrics = final_metrics
         self.writer = None
-        self.final: dict[str, float] = {}
+        self.last_loss = math.nan
 
     def on_fit_start(self, trainer):
         from torch.utils.tensorboard import SummaryWriter
@@ -67,7 +69,7 @@ class TensorBoardLogger(Callback):
         self.writer.add_scalar("train/reconstruction_ce", metrics["loss"], step)
         self.writer.add_scalar("train/nu", metrics["nu"], step)
         self.writer.add_scalar("time/epoch_seconds", metrics["seconds"], step)
-        self.final = {"hparam/train_reconstruction_ce": metrics["loss"]}
+        self.last_loss = metrics["loss"]
 
     def on_stage_end(self, trainer, metrics):
         if self.image_shape is not None and self.n_filters > 0:
@@ -75,8 +77,9 @@ class TensorBoardLogger(Callback):
             self.writer.add_image("filters", grid, metrics["epoch"])
 
     def on_fit_end(self, trainer):
-        if self.final:
-            self.writer.add_hparams(self.hparams, self.final, run_name=".")
+        metrics = self.final_metrics() if self.final_metrics else {}
+        metrics["hparam/train_reconstruction_ce"] = self.last_loss
+        self.writer.add_hparams(self.hparams, metrics, run_name=".")
 
     def close(self):
         if self.writer is not None:

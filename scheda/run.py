@@ -18,10 +18,11 @@ from scheda.callbacks import CheckpointCallback, ProgressBar
 from scheda.checkpoint import load_checkpoint, load_model_weights
 from scheda.data import dataset_spec, load_dataset
 from scheda.errors import CheckpointError, ConfigError
-from scheda.io import atomic_write_json
+from scheda.evaluate import EvaluationCallback, c_grid, check_evaluate_config, evaluate_features, labels_of, raw_features
 from scheda.loggers import TensorBoardLogger, hparams
 from scheda.model import build_model
 from scheda.noise import build_noise
+from scheda.results import RunResults
 from scheda.schedule import build_schedule
 from scheda.trainer import Trainer
 
@@ -63,8 +64,13 @@ def _check_trainer(cfg: DictConfig) -> None:
 
 
 def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
-    """Train the configured DA/ScheDA; returns the summary also written to results.json."""
+    """Train the configured DA/ScheDA (or evaluate raw inputs for ``model=raw``); returns
+    the run's results, also written to results.json."""
     output_dir = Path(output_dir)
+    if cfg.evaluate.enabled:
+        check_evaluate_config(cfg.evaluate)
+    if cfg.model.name == "raw":
+        return run_raw(cfg, output_dir)
     started = time.time()
 
     # Everything that only reads the config is checked before any data is loaded.
@@ -77,8 +83,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     spec = dataset_spec(cfg.dataset)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, spec.n_input, generator=torch.Generator().manual_seed(cfg.seed))
-    optimizer_params = list(model.parameters())
-    build_optimizer(cfg.optim, optimizer_params)  # validate before loading data
+    build_optimizer(cfg.optim, list(model.parameters()))  # validates optim.* before loading data
     if cfg.resume and cfg.init_from:
         raise ConfigError("resume and init_from are both set: resume continues a run, init_from starts a new one")
     resume_state = load_checkpoint(cfg.resume) if cfg.resume else None
@@ -99,13 +104,22 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     train_x = data.tensor("train", device)
     generator = torch.Generator(device=device).manual_seed(cfg.seed)
 
-    callbacks = [CheckpointCallback(output_dir / "checkpoints", cfg.trainer.checkpoint_every),
-                 ProgressBar(cfg.trainer.progress_bar)]
+    results = RunResults(output_dir / "results.json", schedule=schedule.describe(), device=str(device),
+                         config=OmegaConf.to_container(cfg, resolve=True))
+    tensorboard = None
     if cfg.logger.name == "tensorboard":
-        callbacks.append(TensorBoardLogger(output_dir / cfg.logger.log_dir, hparams(cfg, schedule),
-                                           data.image_shape, cfg.logger.n_filters))
+        tensorboard = TensorBoardLogger(output_dir / cfg.logger.log_dir, hparams(cfg, schedule),
+                                        data.image_shape, cfg.logger.n_filters, final_metrics=results.final_metrics)
     elif cfg.logger.name != "none":
         raise ConfigError(f"logger.name={cfg.logger.name!r} is unknown: use tensorboard or none")
+    # Order matters: evaluation runs before the epoch's checkpoint, which then carries it.
+    callbacks = []
+    if cfg.evaluate.enabled:
+        callbacks.append(EvaluationCallback(cfg.evaluate, cfg.classifier, data, results, tensorboard))
+    callbacks.append(CheckpointCallback(output_dir / "checkpoints", cfg.trainer.checkpoint_every))
+    callbacks.append(ProgressBar(cfg.trainer.progress_bar))
+    if tensorboard is not None:
+        callbacks.append(tensorboard)
     trainer = Trainer(model, optimizer, noise, schedule, train_x, cfg.trainer.batch_size, generator, callbacks)
 
     if resume_state is not None:
@@ -120,16 +134,29 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         log.info("resumed from %s at epoch %d", resume_state["path"], trainer.epoch)
 
     history = trainer.fit()
-    summary = {
-        "status": "completed",
-        "epochs": trainer.epoch,
-        "final_train_loss": history[-1]["loss"] if history else None,
-        "switches": trainer.schedule_cb.switches,
-        "schedule": schedule.describe(),
-        "device": str(device),
-        "seconds": time.time() - started,
-        "history": history,
-        "config": OmegaConf.to_container(cfg, resolve=True),
-    }
-    atomic_write_json(output_dir / "results.json", summary)
-    return summary
+    results.update(
+        status="completed",
+        epochs=trainer.epoch,
+        final_train_loss=history[-1]["loss"] if history else None,
+        switches=trainer.schedule_cb.switches,
+        seconds=time.time() - started,
+        history=history,
+    )
+    return results.data
+
+
+def run_raw(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+    """The raw-input baseline: no training, the same evaluation on the inputs themselves."""
+    if not cfg.evaluate.enabled:
+        raise ConfigError("model=raw only evaluates: set evaluate.enabled=true")
+    started = time.time()
+    device = resolve_device(cfg.trainer.device)
+    Cs = c_grid(cfg.evaluate)
+    data = load_dataset(cfg.dataset)
+    results = RunResults(output_dir / "results.json", device=str(device),
+                         config=OmegaConf.to_container(cfg, resolve=True))
+    result = evaluate_features(raw_features(data, device), labels_of(data), cfg.classifier, Cs, device)
+    results.add_evaluation({"epoch": 0, "nu": None, "reason": "raw", **result})
+    log.info("raw %s: C=%g val %.4f test %.4f", data.name, result["C"], result["val_error"], result["test_error"])
+    results.update(status="completed", epochs=0, seconds=time.time() - started)
+    return results.data

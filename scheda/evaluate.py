@@ -1,0 +1,154 @@
+"""The paper's measure of a representation: encode without noise, fit an L2-regularised
+logistic regression on the training split for each C of a grid, choose C by validation
+error, report the test error at that C.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from scheda.callbacks import Callback
+from scheda.classifiers import build_classifier
+from scheda.data import Splits
+from scheda.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def c_grid(cfg: Mapping) -> list[float]:
+    """C = 2^e for e from ``c_log2_min`` to ``c_log2_max`` in steps of ``c_log2_step``."""
+    lo, hi, step = cfg["c_log2_min"], cfg["c_log2_max"], cfg["c_log2_step"]
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+        raise ConfigError(f"evaluate.c_log2_min={lo} must be <= evaluate.c_log2_max={hi}")
+    if not step > 0:
+        raise ConfigError(f"evaluate.c_log2_step={step} must be > 0")
+    n = int(math.floor((hi - lo) / step + 1e-9)) + 1
+    return [float(2.0 ** (lo + i * step)) for i in range(n)]
+
+
+def select_c(Cs: Sequence[float], val_errors: Sequence[float]) -> int:
+    """Index of the lowest validation error; ties go to the smaller C (more regularised)."""
+    return int(np.argmin(np.asarray(val_errors)))
+
+
+def evaluate_features(
+    features: Mapping[str, Any],
+    labels: Mapping[str, np.ndarray],
+    classifier_cfg: Mapping,
+    Cs: Sequence[float],
+    device: torch.device | str = "cpu",
+) -> dict[str, Any]:
+    """C search on train/val features, test error at the chosen C, and the time it took."""
+    start = time.perf_counter()
+    solver = build_classifier(classifier_cfg, features["train"], labels["train"], device)
+    setup = time.perf_counter() - start
+    val_x, test_x = features["val"], features["test"]
+    if classifier_cfg["name"] == "liblinear":
+        val_x, test_x = (v.cpu().numpy() if isinstance(v, torch.Tensor) else v for v in (val_x, test_x))
+    grid = []
+    best_model, best_err = None, math.inf
+    for C in Cs:
+        t = time.perf_counter()
+        model = solver.fit(C)
+        err = model.error(val_x, labels["val"])
+        grid.append({"C": C, "val_error": err, "seconds": time.perf_counter() - t})
+        if err < best_err:
+            best_model, best_err = model, err
+    chosen = select_c(Cs, [g["val_error"] for g in grid])
+    at_edge = len(Cs) > 1 and chosen in (0, len(Cs) - 1)
+    if at_edge:
+        log.warning("chosen C=%g is at the edge of the grid [%g, %g]: widen evaluate.c_log2_min/max",
+                    Cs[chosen], Cs[0], Cs[-1])
+    return {
+        "classifier": classifier_cfg["name"],
+        "C_grid": grid,
+        "C": Cs[chosen],
+        "C_at_edge": at_edge,
+        "val_error": grid[chosen]["val_error"],
+        "test_error": best_model.error(test_x, labels["test"]),
+        "setup_seconds": setup,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def encode_splits(model, data: Splits, device: torch.device, chunk_size: int,
+                  cache: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """Features of train/val/test without noise, encoded in large chunks without gradients."""
+    model.eval()
+    out = {}
+    for split in ("train", "val", "test"):
+        x = cache[split] if cache and split in cache else data.tensor(split, device)
+        out[split] = model.encode_dataset(x, chunk_size)
+    model.train()
+    return out
+
+
+def raw_features(data: Splits, device: torch.device) -> dict[str, torch.Tensor]:
+    return {split: data.tensor(split, device) for split in ("train", "val", "test")}
+
+
+def labels_of(data: Splits) -> dict[str, np.ndarray]:
+    return {"train": data.train_y, "val": data.val_y, "test": data.test_y}
+
+
+class EvaluationCallback(Callback):
+    """Evaluates every ``every`` epochs, after the last epoch at each noise level, and at the
+    end. It runs before the epoch's checkpoint is written, so a checkpoint carries every
+    evaluation up to it and a resumed run's results.json is complete."""
+
+    def __init__(self, cfg: Mapping, classifier_cfg: Mapping, data: Splits, results, writer_cb=None):
+        self.cfg, self.classifier_cfg, self.data = cfg, classifier_cfg, data
+        self.Cs = c_grid(cfg)
+        self.results = results
+        self.writer_cb = writer_cb
+
+    def _due(self, trainer, metrics) -> str | None:
+        every = self.cfg["every"]
+        if metrics["stage_end"] and self.cfg["at_stage_ends"]:
+            return "stage_end"
+        if every > 0 and metrics["epoch"] % every == 0:
+            return "every"
+        if self.cfg["at_end"] and metrics["epoch"] == trainer.schedule.total_epochs:
+            return "end"
+        return None
+
+    def on_epoch_end(self, trainer, metrics):
+        reason = self._due(trainer, metrics)
+        if reason is None:
+            return
+        epoch = metrics["epoch"]
+        start = time.perf_counter()
+        features = encode_splits(trainer.model, self.data, trainer.device, self.cfg["chunk_size"],
+                                 cache={"train": trainer.train_x})
+        encode_seconds = time.perf_counter() - start
+        result = evaluate_features(features, labels_of(self.data), self.classifier_cfg, self.Cs, trainer.device)
+        self.results.add_evaluation({"epoch": epoch, "nu": metrics["nu"], "reason": reason, **result,
+                                     "encode_seconds": encode_seconds})
+        log.info("eval epoch %d nu=%.3g: C=%g val %.4f test %.4f (%.1fs)", epoch, metrics["nu"],
+                 result["C"], result["val_error"], result["test_error"], result["seconds"])
+        writer = getattr(self.writer_cb, "writer", None)
+        if writer is not None:
+            writer.add_scalar("eval/val_error", result["val_error"], epoch)
+            writer.add_scalar("eval/test_error", result["test_error"], epoch)
+            writer.add_scalar("eval/log2_C", math.log2(result["C"]), epoch)
+            writer.add_scalar("eval/nu", metrics["nu"], epoch)
+
+    def state_dict(self):
+        return {"evaluations": list(self.results.evaluations)}
+
+    def load_state_dict(self, state):
+        self.results.evaluations[:] = state.get("evaluations", [])
+
+
+def check_evaluate_config(cfg: Mapping) -> None:
+    c_grid(cfg)
+    if cfg["every"] < 0:
+        raise ConfigError(f"evaluate.every={cfg['every']} must be >= 0 (0: never periodically)")
+    if cfg["chunk_size"] < 1:
+        raise ConfigError(f"evaluate.chunk_size={cfg['chunk_size']} must be >= 1")

@@ -1,0 +1,41 @@
+"""results.json: one file per run with its status, training history and every evaluation,
+rewritten atomically whenever something is added, so a finished evaluation is never lost."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from scheda.io import atomic_write_json
+
+
+class RunResults:
+    def __init__(self, path: str | Path, **fields: Any):
+        self.path = Path(path)
+        self.data: dict[str, Any] = {"status": "running", **fields, "evaluations": []}
+
+    @property
+    def evaluations(self) -> list[dict[str, Any]]:
+        return self.data["evaluations"]
+
+    def add_evaluation(self, entry: dict[str, Any]) -> None:
+        self.evaluations.append(entry)
+        self.save()
+
+    def final_metrics(self) -> dict[str, float]:
+        """The last evaluation's errors and the last training loss (nan where absent)."""
+        last = self.evaluations[-1] if self.evaluations else {}
+        history = self.data.get("history") or []
+        return {
+            "hparam/val_error": last.get("val_error", math.nan),
+            "hparam/test_error": last.get("test_error", math.nan),
+            "hparam/train_reconstruction_ce": history[-1]["loss"] if history else math.nan,
+        }
+
+    def update(self, **fields: Any) -> None:
+        self.data.update(fields)
+        self.save()
+
+    def save(self) -> None:
+        atomic_write_json(self.path, self.data)

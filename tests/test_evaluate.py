@@ -1,0 +1,146 @@
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from scheda.classifiers import Liblinear, TorchLogReg, objective
+from scheda.errors import ConfigError
+from scheda.evaluate import c_grid, evaluate_features, select_c
+from scheda.run import run
+
+from conftest import STAGES, TINY, compose_cfg, run_train
+
+LIBLINEAR = {"name": "liblinear", "eps": 0.01}
+TORCH_LR = {"name": "torch_lr", "eps": 1e-4, "max_newton": 100, "max_cg": 200, "dtype": "float64"}
+
+
+def _blobs(n, d=20, k=3, spread=1.0, seed=0):
+    rng = np.random.default_rng(seed)
+    centers = np.random.default_rng(99).normal(0, 1, (k, d))
+    y = rng.integers(0, k, n)
+    return (centers[y] + rng.normal(0, spread, (n, d))).astype(np.float32), y
+
+
+def _splits(spread, seed=0):
+    parts = [_blobs(n, spread=spread, seed=seed + i) for i, n in enumerate((300, 100, 100))]
+    return ({s: x for s, (x, _) in zip(("train", "val", "test"), parts)},
+            {s: y for s, (_, y) in zip(("train", "val", "test"), parts)})
+
+
+@pytest.mark.parametrize("classifier", [LIBLINEAR, TORCH_LR])
+def test_separable_fixture_gives_zero_error(classifier):
+    features, labels = _splits(spread=0.05)
+    result = evaluate_features(features, labels, classifier, c_grid(dict(c_log2_min=-2, c_log2_max=4, c_log2_step=1)))
+    assert result["val_error"] == 0.0 and result["test_error"] == 0.0
+
+
+@pytest.mark.parametrize("n_classes", [2, 4])
+def test_torch_lr_matches_liblinear_objective(n_classes):
+    x, y = _blobs(600, d=30, k=n_classes, spread=2.0)
+    for C in (0.01, 1.0, 20.0):
+        lib = Liblinear(x, y, eps=1e-6).fit(C)
+        ours = TorchLogReg(x, y, eps=1e-6, dtype=torch.float64).fit(C)
+        f_lib, f_ours = objective(lib, x, y, C), objective(ours, x, y, C)
+        assert abs(f_ours - f_lib) <= 1e-6 * f_lib, (C, f_lib, f_ours)
+        assert np.mean(lib.predict(x) == ours.predict(x)) >= 0.99
+
+
+def test_torch_lr_float32_warm_start_along_the_grid():
+    x, y = _blobs(800, d=40, k=5, spread=3.0)
+    solver = TorchLogReg(x, y, eps=1e-3)
+    for C in (0.1, 1.0, 10.0):
+        ours = solver.fit(C)
+        lib = Liblinear(x, y, eps=1e-6).fit(C)
+        assert objective(ours, x, y, C) <= objective(lib, x, y, C) * (1 + 1e-3)
+
+
+def test_liblinear_warm_start_reaches_the_same_solution():
+    x, y = _blobs(500, d=25, k=3, spread=2.0)
+    warm = Liblinear(x, y, eps=1e-6)
+    warm.fit(0.1)
+    a = warm.fit(5.0)
+    b = Liblinear(x, y, eps=1e-6).fit(5.0)
+    assert abs(objective(a, x, y, 5.0) - objective(b, x, y, 5.0)) <= 1e-6 * objective(b, x, y, 5.0)
+
+
+def test_c_selection_picks_the_validation_minimum():
+    assert select_c([0.1, 1, 10, 100], [0.3, 0.2, 0.25, 0.2]) == 1  # ties go to the smaller C
+    features, labels = _splits(spread=3.0)
+    result = evaluate_features(features, labels, TORCH_LR, c_grid(dict(c_log2_min=-8, c_log2_max=4, c_log2_step=2)))
+    errors = [g["val_error"] for g in result["C_grid"]]
+    assert result["val_error"] == min(errors)
+    assert result["C"] == result["C_grid"][errors.index(min(errors))]["C"]
+
+
+def test_edge_of_grid_warning(caplog):
+    features, labels = _splits(spread=3.0)
+    with caplog.at_level(logging.WARNING, logger="scheda.evaluate"):
+        result = evaluate_features(features, labels, TORCH_LR, [2.0 ** -14])
+        assert not result["C_at_edge"] and not caplog.records  # a single C has no edge
+        result = evaluate_features(features, labels, TORCH_LR, [2.0 ** -14, 2.0 ** -13])
+    assert result["C_at_edge"]
+    assert "edge of the grid" in caplog.text and "evaluate.c_log2_min/max" in caplog.text
+
+
+def test_c_grid_and_bad_values():
+    assert c_grid(dict(c_log2_min=-2, c_log2_max=2, c_log2_step=1)) == [0.25, 0.5, 1.0, 2.0, 4.0]
+    assert c_grid(dict(c_log2_min=0, c_log2_max=1, c_log2_step=0.5)) == [1.0, 2 ** 0.5, 2.0]
+    with pytest.raises(ConfigError, match="evaluate.c_log2_min"):
+        c_grid(dict(c_log2_min=3, c_log2_max=2, c_log2_step=1))
+    with pytest.raises(ConfigError, match="evaluate.c_log2_step"):
+        c_grid(dict(c_log2_min=0, c_log2_max=2, c_log2_step=0))
+
+
+FIELDS = {"epoch", "nu", "reason", "classifier", "C_grid", "C", "C_at_edge", "val_error", "test_error",
+          "seconds", "setup_seconds", "encode_seconds"}
+
+
+@pytest.mark.parametrize("classifier", ["liblinear", "torch_lr"])
+def test_results_json_has_every_evaluation_point(cifar_arrays, tmp_path, classifier):
+    cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, f"classifier={classifier}",
+                       "evaluate.every=1", "evaluate.c_log2_min=-4", "evaluate.c_log2_max=0"])
+    summary = run(cfg, tmp_path / "run")
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results == json.loads(json.dumps(summary))
+    evals = results["evaluations"]
+    assert [(e["epoch"], e["nu"], e["reason"]) for e in evals] == [(1, 0.5, "every"), (2, 0.5, "stage_end"),
+                                                                   (3, 0.2, "stage_end")]
+    for e in evals:
+        assert FIELDS <= set(e), FIELDS - set(e)
+        assert [g["C"] for g in e["C_grid"]] == [2.0 ** k for k in range(-4, 1)]
+        assert all({"C", "val_error", "seconds"} <= set(g) for g in e["C_grid"])
+        assert 0 <= e["test_error"] <= 1 and e["classifier"] == classifier
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(tmp_path / "run" / "tensorboard")).Reload()
+    assert [s.step for s in acc.Scalars("eval/val_error")] == [1, 2, 3]
+    assert {"eval/test_error", "eval/nu", "eval/log2_C"} <= set(acc.Tags()["scalars"])
+
+
+def test_resumed_run_keeps_earlier_evaluations(cifar_arrays, tmp_path):
+    base = [f"dataset.root={cifar_arrays}", *TINY, *STAGES, "classifier=torch_lr", "logger=none",
+            "evaluate.c_log2_min=-2", "evaluate.c_log2_max=0"]
+    run(compose_cfg(base + ["trainer.max_epochs=2"]), tmp_path / "a")
+    resumed = run(compose_cfg(base + [f"resume={tmp_path / 'a'}"]), tmp_path / "b")
+    assert [e["epoch"] for e in resumed["evaluations"]] == [2, 3]
+
+
+def test_evaluation_can_be_disabled(cifar_arrays, tmp_path):
+    summary = run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, "evaluate.enabled=false"]),
+                  tmp_path / "run")
+    assert summary["evaluations"] == [] and summary["status"] == "completed"
+
+
+def test_raw_baseline_through_the_entry_point(cifar_arrays, tmp_path):
+    out = tmp_path / "raw"
+    proc = run_train([f"dataset.root={cifar_arrays}", f"dataset.val_size=20", "model=raw", "classifier=torch_lr",
+                      "trainer.device=cpu", f"hydra.run.dir={out}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    (e,) = results["evaluations"]
+    assert e["reason"] == "raw" and e["epoch"] == 0 and results["status"] == "completed"
+    assert not (out / "checkpoints").exists()
+    # The fixture's classes are well separated in pixel space.
+    assert e["test_error"] < 0.2
