@@ -63,6 +63,19 @@ def _check_trainer(cfg: DictConfig) -> None:
         raise ConfigError(f"trainer.num_threads={cfg.num_threads} must be >= 1 or null")
 
 
+def load_run_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[DictConfig, torch.nn.Module, dict]:
+    """The config and trained model of a finished run (a run directory or one of its checkpoints)."""
+    state = load_checkpoint(path)
+    run_dir = Path(state["path"]).parent.parent
+    config_file = run_dir / ".hydra" / "config.yaml"
+    if not config_file.exists():
+        raise CheckpointError(f"{config_file} is missing: pass a checkpoint inside a scheda run directory")
+    cfg = OmegaConf.load(config_file)
+    model = build_model(cfg.model, dataset_spec(cfg.dataset).n_input)
+    load_model_weights(model, state)
+    return cfg, model.to(device), state
+
+
 def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     """Train the configured DA/ScheDA (or evaluate raw inputs for ``model=raw``); returns
     the run's results, also written to results.json."""

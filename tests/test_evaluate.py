@@ -144,3 +144,40 @@ def test_raw_baseline_through_the_entry_point(cifar_arrays, tmp_path):
     assert not (out / "checkpoints").exists()
     # The fixture's classes are well separated in pixel space.
     assert e["test_error"] < 0.2
+
+
+def test_export_features_is_readable_by_liblinear(cifar_arrays, tmp_path):
+    import subprocess
+    import sys
+
+    from liblinear.liblinearutil import svm_read_problem
+
+    from conftest import REPO
+    from scheda.data import load_dataset
+    from scheda.run import load_run_model
+
+    run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, "evaluate.enabled=false"]), tmp_path / "run")
+    (tmp_path / "run" / ".hydra").mkdir()
+    (tmp_path / "run" / ".hydra" / "config.yaml").write_text(
+        json.dumps(json.loads((tmp_path / "run" / "results.json").read_text())["config"]))
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "export_features.py"), str(tmp_path / "run"),
+                           "--out", str(tmp_path / "feat")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    cfg, model, _ = load_run_model(tmp_path / "run")
+    data = load_dataset(cfg.dataset)
+    for split, n in (("train", 80), ("val", 20), ("test", 30)):
+        y, x = svm_read_problem(str(tmp_path / "feat" / f"{split}.libsvm"), return_scipy=True)
+        assert x.shape == (n, 8) and np.array_equal(y, getattr(data, f"{split}_y"))
+        expected = model.encode_dataset(data.tensor(split, "cpu")).numpy()
+        np.testing.assert_allclose(x.toarray(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_export_features_bad_path_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "export_features.py"), str(tmp_path / "nope")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "does not exist" in proc.stderr

@@ -1,0 +1,112 @@
+"""Benchmark the evaluation's C search: LIBLINEAR (the paper's) against torch_lr (the same
+objective by batched Newton-CG), in one run, on the features of a trained run.
+
+    SCHEDA_DATA=../shared/data python scripts/bench_eval.py outputs/runs/DATE/TIME
+    python scripts/bench_eval.py RUN --c-log2-min -8 --c-log2-max 4 --json bench_eval.json
+
+Prints for each solver: problem set-up (conversion) time, time per C, whole C-search time,
+chosen C, validation and test error; then the ratio of the two search times and, at the
+C LIBLINEAR chose, both objective values and test errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scheda.classifiers import objective  # noqa: E402
+from scheda.data import load_dataset  # noqa: E402
+from scheda.evaluate import c_grid, encode_splits, evaluate_features, labels_of, raw_features  # noqa: E402
+from scheda.run import load_run_model  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="a run directory or checkpoint; 'raw' for raw pixels (needs --data-root)")
+    parser.add_argument("--data-root", default=None, help="override the run's dataset.root")
+    parser.add_argument("--c-log2-min", type=float, default=-10)
+    parser.add_argument("--c-log2-max", type=float, default=6)
+    parser.add_argument("--c-log2-step", type=float, default=1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--liblinear-eps", type=float, default=0.01)
+    parser.add_argument("--torch-eps", type=float, default=1e-3)
+    parser.add_argument("--skip-liblinear", action="store_true")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    device = torch.device(args.device)
+    if args.run == "raw":
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.create({"dataset": {"name": "cifar10", "root": args.data_root, "download": False,
+                                            "val_size": 5000, "split_seed": 0, "train_limit": None}})
+        data = load_dataset(cfg.dataset)
+        features = raw_features(data, device)
+        source = "raw pixels"
+    else:
+        cfg, model, state = load_run_model(args.run, device)
+        if args.data_root:
+            cfg.dataset.root = args.data_root
+        data = load_dataset(cfg.dataset)
+        t = time.perf_counter()
+        features = encode_splits(model, data, device, 8192)
+        source = f"{state['path']} (epoch {state['epoch']}), encoded in {time.perf_counter() - t:.1f}s"
+    labels = labels_of(data)
+    Cs = c_grid({"c_log2_min": args.c_log2_min, "c_log2_max": args.c_log2_max, "c_log2_step": args.c_log2_step})
+    print(f"features: {source}; train {tuple(features['train'].shape)}, val {tuple(features['val'].shape)}, "
+          f"test {tuple(features['test'].shape)}; {len(Cs)} values of C; torch threads {torch.get_num_threads()}")
+
+    solvers = {"torch_lr": {"name": "torch_lr", "eps": args.torch_eps, "max_newton": 100, "max_cg": 200,
+                            "dtype": "float32"}}
+    if not args.skip_liblinear:
+        solvers = {"liblinear": {"name": "liblinear", "eps": args.liblinear_eps}, **solvers}
+    report = {"source": source, "Cs": Cs, "device": str(device)}
+    for name, solver_cfg in solvers.items():
+        result = evaluate_features(features, labels, solver_cfg, Cs, device)
+        report[name] = result
+        per_c = [g["seconds"] for g in result["C_grid"]]
+        print(f"\n{name}: set-up {result['setup_seconds']:.2f}s, C search {result['seconds']:.2f}s "
+              f"(per C: mean {np.mean(per_c):.2f}s, max {np.max(per_c):.2f}s)")
+        print(f"  chosen C = 2^{np.log2(result['C']):g}: val error {100 * result['val_error']:.2f} %, "
+              f"test error {100 * result['test_error']:.2f} %{'  (at the grid edge)' if result['C_at_edge'] else ''}")
+        print("  " + "  ".join(f"2^{np.log2(g['C']):g}:{100 * g['val_error']:.2f}%/{g['seconds']:.1f}s"
+                               for g in result["C_grid"]))
+    if "liblinear" in report:
+        lib, ours = report["liblinear"], report["torch_lr"]
+        ratio = lib["seconds"] / ours["seconds"]
+        report["ratio_liblinear_over_torch_lr"] = ratio
+        print(f"\nC search: liblinear {lib['seconds']:.1f}s / torch_lr {ours['seconds']:.1f}s = {ratio:.1f}x")
+        print(f"test error at each one's chosen C: liblinear {100 * lib['test_error']:.2f} %, "
+              f"torch_lr {100 * ours['test_error']:.2f} % (difference "
+              f"{100 * (ours['test_error'] - lib['test_error']):+.2f} points)")
+        # Same C, both solvers: how close are the solutions?
+        from scheda.classifiers import Liblinear, TorchLogReg
+
+        C = lib["C"]
+        x_train = features["train"].cpu().numpy()
+        m_lib = Liblinear(x_train, labels["train"], eps=args.liblinear_eps).fit(C)
+        m_ours = TorchLogReg(features["train"], labels["train"], eps=args.torch_eps, device=device).fit(C)
+        f_lib, f_ours = objective(m_lib, x_train, labels["train"], C), objective(m_ours, x_train, labels["train"], C)
+        test_x = features["test"].cpu().numpy()
+        agree = float(np.mean(m_lib.predict(test_x) == m_ours.predict(test_x)))
+        report["at_liblinear_C"] = {"C": C, "objective_liblinear": f_lib, "objective_torch_lr": f_ours,
+                                    "test_error_liblinear": m_lib.error(test_x, labels["test"]),
+                                    "test_error_torch_lr": m_ours.error(test_x, labels["test"]),
+                                    "test_prediction_agreement": agree}
+        print(f"at C = 2^{np.log2(C):g}: objective liblinear {f_lib:.6g}, torch_lr {f_ours:.6g} "
+              f"(relative {(f_ours - f_lib) / f_lib:+.2e}); test predictions agree {100 * agree:.2f} %")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

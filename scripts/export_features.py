@@ -1,0 +1,70 @@
+"""Write a trained run's encoded features in LIBSVM text format, so LIBLINEAR's own
+``svm_read_problem`` and command-line tools (``train -s 0 -B 1 ...``) can read them.
+
+    python scripts/export_features.py outputs/runs/DATE/TIME --out features/
+    python scripts/export_features.py RUN/checkpoints/epoch_00100.pt --splits test
+
+Writes ``<out>/{train,val,test}.libsvm``: one line per example, ``label 1:f1 2:f2 ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scheda.data import load_dataset  # noqa: E402
+from scheda.errors import SchedaError  # noqa: E402
+from scheda.evaluate import encode_splits, labels_of  # noqa: E402
+from scheda.io import atomic_write  # noqa: E402
+from scheda.run import load_run_model  # noqa: E402
+
+
+def write_libsvm(path: Path, x: np.ndarray, y: np.ndarray, precision: int = 6) -> Path:
+    """Dense rows as LIBSVM lines; one C-level format per row, written atomically."""
+    d = x.shape[1]
+    fmt = "%d " + " ".join(f"{j}:%.{precision}g" for j in range(1, d + 1))
+    rows = np.column_stack([y.astype(np.float64), x.astype(np.float64)])
+
+    def write(f):
+        np.savetxt(f, rows, fmt=fmt)
+
+    return atomic_write(path, write)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="a run directory or one of its checkpoints")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: RUN/features)")
+    parser.add_argument("--splits", nargs="+", default=["train", "val", "test"], choices=["train", "val", "test"])
+    parser.add_argument("--data-root", default=None, help="override the run's dataset.root")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--chunk-size", type=int, default=8192)
+    args = parser.parse_args(argv)
+    try:
+        cfg, model, state = load_run_model(args.run, args.device)
+        if args.data_root:
+            cfg.dataset.root = args.data_root
+        data = load_dataset(cfg.dataset)
+        out = args.out or Path(state["path"]).parent.parent / "features"
+        start = time.perf_counter()
+        features = encode_splits(model, data, torch.device(args.device), args.chunk_size)
+        labels = labels_of(data)
+        for split in args.splits:
+            path = write_libsvm(out / f"{split}.libsvm", features[split].cpu().numpy(), labels[split])
+            print(f"{path}: {features[split].shape[0]} x {features[split].shape[1]}")
+        print(f"epoch {state['epoch']} of {state['path']}; {time.perf_counter() - start:.1f}s")
+    except SchedaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
