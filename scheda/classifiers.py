@@ -102,7 +102,8 @@ class TorchLogReg:
     Encoded features are strongly correlated (all in [0, 1], mostly one sign), which makes
     plain CG crawl at large C. The CG is preconditioned with ``I + C * mean(D_k) * X^T X``, the
     Hessian with each class's curvature weights replaced by their mean; it is applied through
-    one eigendecomposition of ``X^T X`` per feature set, and cuts CG steps about tenfold.
+    one eigendecomposition of ``X^T X`` (an SVD of X when there are fewer examples than
+    features) per feature set, and cuts CG steps about tenfold.
     """
 
     name = "torch_lr"
@@ -120,8 +121,11 @@ class TorchLogReg:
         self.eps, self.max_newton, self.max_cg = eps, max_newton, max_cg
         pos = (self.Y > 0).sum(0).to(torch.float64)
         self._stop_scale = (torch.minimum(pos, n - pos) / n).to(dtype)
-        gram = (self.X.T @ self.X).to(torch.float64)
-        lam, Q = torch.linalg.eigh(gram)
+        if n >= self.X.shape[1]:
+            lam, Q = torch.linalg.eigh((self.X.T @ self.X).to(torch.float64))
+        else:  # fewer examples than features: the Gram matrix has rank n, take it from an SVD
+            _, sv, Vh = torch.linalg.svd(self.X.to(torch.float64), full_matrices=False)
+            lam, Q = sv ** 2, Vh.T
         self._lam, self._Q = lam.clamp_min(0.0), Q.to(dtype)
         self.W = torch.zeros(len(self.classes), self.X.shape[1], dtype=dtype, device=device)
         self.newton_iterations = self.cg_iterations = 0
@@ -157,8 +161,8 @@ class TorchLogReg:
         X, Q = self.X, self._Q
         inv = (1.0 / (1.0 + C * D.mean(0).to(torch.float64)[:, None] * self._lam[None, :])).to(X.dtype)
 
-        def precondition(R):
-            return ((R @ Q) * inv) @ Q.T
+        def precondition(R):  # Q spans X^T X's range; its complement has eigenvalue 0 (factor 1)
+            return R + ((R @ Q) * (inv - 1.0)) @ Q.T
 
         s = torch.zeros_like(G)
         r = torch.where(active[:, None], -G, torch.zeros_like(G))
@@ -200,19 +204,28 @@ class TorchLogReg:
         return W, Z, torch.where(keep, f_new, f)
 
 
-def build_classifier(cfg: Mapping, x, y, device: torch.device | str = "cpu"):
-    """The solver that ``cfg`` (the ``classifier`` group) names, set up on one feature set."""
-    name = cfg.get("name")
-    eps = cfg.get("eps")
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def check_classifier_config(cfg: Mapping) -> None:
+    name, eps = cfg.get("name"), cfg.get("eps")
+    if name not in ("liblinear", "torch_lr"):
+        raise ConfigError(f"classifier.name={name!r} is unknown: use liblinear or torch_lr")
     if not (isinstance(eps, (int, float)) and eps > 0):
         raise ConfigError(f"classifier.eps={eps!r} must be > 0")
-    if name == "liblinear":
-        x = x.cpu().numpy() if isinstance(x, torch.Tensor) else x
-        return Liblinear(x, y, eps=eps)
     if name == "torch_lr":
-        dtype = {"float32": torch.float32, "float64": torch.float64}.get(cfg.get("dtype"))
-        if dtype is None:
+        if cfg.get("dtype") not in DTYPES:
             raise ConfigError(f"classifier.dtype={cfg.get('dtype')!r} must be float32 or float64")
-        return TorchLogReg(x, y, eps=eps, max_newton=cfg["max_newton"], max_cg=cfg["max_cg"],
-                           device=device, dtype=dtype)
-    raise ConfigError(f"classifier.name={name!r} is unknown: use liblinear or torch_lr")
+        for key in ("max_newton", "max_cg"):
+            if not cfg[key] >= 1:
+                raise ConfigError(f"classifier.{key}={cfg[key]!r} must be >= 1")
+
+
+def build_classifier(cfg: Mapping, x, y, device: torch.device | str = "cpu"):
+    """The solver that ``cfg`` (the ``classifier`` group) names, set up on one feature set."""
+    check_classifier_config(cfg)
+    if cfg["name"] == "liblinear":
+        x = x.cpu().numpy() if isinstance(x, torch.Tensor) else x
+        return Liblinear(x, y, eps=cfg["eps"])
+    return TorchLogReg(x, y, eps=cfg["eps"], max_newton=cfg["max_newton"], max_cg=cfg["max_cg"],
+                       device=device, dtype=DTYPES[cfg["dtype"]])

@@ -20,7 +20,7 @@ class DataError(SchedaError):
 
 
 class CheckpointError(SchedaError):
-    """A checkpoint cannot be read or written, or does not fit the model."""
+    """A checkpoint (or another output file) cannot be read or written, or does not fit the model."""
 
 
 class DivergenceError(SchedaError):

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from scheda.callbacks import Callback
-from scheda.classifiers import build_classifier
+from scheda.classifiers import build_classifier, check_classifier_config
 from scheda.data import Splits
 from scheda.errors import ConfigError
 
@@ -146,7 +146,8 @@ class EvaluationCallback(Callback):
         self.results.evaluations[:] = state.get("evaluations", [])
 
 
-def check_evaluate_config(cfg: Mapping) -> None:
+def check_evaluate_config(cfg: Mapping, classifier_cfg: Mapping) -> None:
+    check_classifier_config(classifier_cfg)
     c_grid(cfg)
     if cfg["every"] < 0:
         raise ConfigError(f"evaluate.every={cfg['every']} must be >= 0 (0: never periodically)")

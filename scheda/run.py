@@ -78,18 +78,31 @@ def load_run_model(path: str | Path, device: str | torch.device = "cpu") -> tupl
 
 def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     """Train the configured DA/ScheDA (or evaluate raw inputs for ``model=raw``); returns
-    the run's results, also written to results.json."""
+    the run's results, also written to results.json. A run that fails still leaves a
+    results.json saying how (status failed / diverged / interrupted, and the error), so a
+    sweep's selection can skip it."""
     output_dir = Path(output_dir)
-    if cfg.evaluate.enabled:
-        check_evaluate_config(cfg.evaluate)
-    if cfg.model.name == "raw":
-        return run_raw(cfg, output_dir)
+    results = RunResults(output_dir / "results.json", config=OmegaConf.to_container(cfg, resolve=True))
+    try:
+        if cfg.evaluate.enabled:
+            check_evaluate_config(cfg.evaluate, cfg.classifier)
+        if cfg.model.name == "raw":
+            return run_raw(cfg, results)
+        return train(cfg, output_dir, results)
+    except BaseException as exc:
+        results.record_failure(exc)
+        raise
+
+
+def train(cfg: DictConfig, output_dir: Path, results: RunResults) -> dict[str, Any]:
     started = time.time()
 
     # Everything that only reads the config is checked before any data is loaded.
     schedule = build_schedule(cfg.schedule, cfg.trainer.max_epochs)
     noise = build_noise(cfg.noise)
     _check_trainer(cfg.trainer)
+    if cfg.logger.name not in ("tensorboard", "none"):
+        raise ConfigError(f"logger.name={cfg.logger.name!r} is unknown: use tensorboard or none")
     device = resolve_device(cfg.trainer.device)
     if cfg.trainer.num_threads:
         torch.set_num_threads(cfg.trainer.num_threads)
@@ -117,14 +130,11 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     train_x = data.tensor("train", device)
     generator = torch.Generator(device=device).manual_seed(cfg.seed)
 
-    results = RunResults(output_dir / "results.json", schedule=schedule.describe(), device=str(device),
-                         config=OmegaConf.to_container(cfg, resolve=True))
+    results.data.update(schedule=schedule.describe(), device=str(device))
     tensorboard = None
     if cfg.logger.name == "tensorboard":
         tensorboard = TensorBoardLogger(output_dir / cfg.logger.log_dir, hparams(cfg, schedule),
                                         data.image_shape, cfg.logger.n_filters, final_metrics=results.final_metrics)
-    elif cfg.logger.name != "none":
-        raise ConfigError(f"logger.name={cfg.logger.name!r} is unknown: use tensorboard or none")
     # Order matters: evaluation runs before the epoch's checkpoint, which then carries it.
     callbacks = []
     if cfg.evaluate.enabled:
@@ -146,19 +156,21 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
             log.warning("the schedule differs from the checkpoint's; continuing with the configured one")
         log.info("resumed from %s at epoch %d", resume_state["path"], trainer.epoch)
 
-    history = trainer.fit()
-    results.update(
-        status="completed",
-        epochs=trainer.epoch,
-        final_train_loss=history[-1]["loss"] if history else None,
-        switches=trainer.schedule_cb.switches,
-        seconds=time.time() - started,
-        history=history,
-    )
+    try:
+        trainer.fit()
+    finally:
+        results.data.update(
+            epochs=trainer.epoch,
+            final_train_loss=trainer.history[-1]["loss"] if trainer.history else None,
+            switches=trainer.schedule_cb.switches,
+            seconds=time.time() - started,
+            history=trainer.history,
+        )
+    results.update(status="completed")
     return results.data
 
 
-def run_raw(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+def run_raw(cfg: DictConfig, results: RunResults) -> dict[str, Any]:
     """The raw-input baseline: no training, the same evaluation on the inputs themselves."""
     if not cfg.evaluate.enabled:
         raise ConfigError("model=raw only evaluates: set evaluate.enabled=true")
@@ -166,8 +178,7 @@ def run_raw(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     device = resolve_device(cfg.trainer.device)
     Cs = c_grid(cfg.evaluate)
     data = load_dataset(cfg.dataset)
-    results = RunResults(output_dir / "results.json", device=str(device),
-                         config=OmegaConf.to_container(cfg, resolve=True))
+    results.data.update(device=str(device))
     result = evaluate_features(raw_features(data, device), labels_of(data), cfg.classifier, Cs, device)
     results.add_evaluation({"epoch": 0, "nu": None, "reason": "raw", **result})
     log.info("raw %s: C=%g val %.4f test %.4f", data.name, result["C"], result["val_error"], result["test_error"])

@@ -92,13 +92,17 @@ class Trainer:
             if random_nu:
                 nu_sum += batch_nu
             n_batches += 1
-        epoch_loss = (loss_sum / n).item()  # the epoch's one host-device sync
+        # The epoch's one host-device sync; non-finite weights count as divergence too, so a
+        # checkpoint never stores them even when the last update broke them.
+        finite = torch.stack([torch.isfinite(p).all() for p in self.model.parameters()]).all()
+        epoch_loss, finite = (loss_sum / n).item(), bool(finite)
         mean_nu = (nu_sum / n_batches).item() if random_nu else nu
         seconds = time.perf_counter() - start
-        if not math.isfinite(epoch_loss):
+        if not (finite and math.isfinite(epoch_loss)):
+            what = f"training loss became {epoch_loss}" if not math.isfinite(epoch_loss) else "weights became non-finite"
             raise DivergenceError(
-                f"training loss became {epoch_loss} in epoch {self.epoch + 1} (nu={mean_nu:g}): "
-                f"lower optim.lr; the last good checkpoint is kept in the run's checkpoints/"
+                f"{what} in epoch {self.epoch + 1} (nu={mean_nu:g}): lower optim.lr; "
+                f"the checkpoints written before it are kept"
             )
         self.epoch += 1
         self.step += n_batches

@@ -36,9 +36,9 @@ def test_separable_fixture_gives_zero_error(classifier):
     assert result["val_error"] == 0.0 and result["test_error"] == 0.0
 
 
-@pytest.mark.parametrize("n_classes", [2, 4])
-def test_torch_lr_matches_liblinear_objective(n_classes):
-    x, y = _blobs(600, d=30, k=n_classes, spread=2.0)
+@pytest.mark.parametrize("n_classes, n, d", [(2, 600, 30), (4, 600, 30), (3, 40, 100)])
+def test_torch_lr_matches_liblinear_objective(n_classes, n, d):
+    x, y = _blobs(n, d=d, k=n_classes, spread=2.0)
     for C in (0.01, 1.0, 20.0):
         lib = Liblinear(x, y, eps=1e-6).fit(C)
         ours = TorchLogReg(x, y, eps=1e-6, dtype=torch.float64).fit(C)
@@ -135,7 +135,7 @@ def test_evaluation_can_be_disabled(cifar_arrays, tmp_path):
 
 def test_raw_baseline_through_the_entry_point(cifar_arrays, tmp_path):
     out = tmp_path / "raw"
-    proc = run_train([f"dataset.root={cifar_arrays}", f"dataset.val_size=20", "model=raw", "classifier=torch_lr",
+    proc = run_train([f"dataset.root={cifar_arrays}", "dataset.val_size=20", "model=raw", "classifier=torch_lr",
                       "trainer.device=cpu", f"hydra.run.dir={out}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     results = json.loads((out / "results.json").read_text())

@@ -1,0 +1,50 @@
+"""``python train.py`` with faults injected, for the kill/resume tests.
+
+Environment:
+  SCHEDA_FAULT_EPOCH_SLEEP=S   sleep S seconds after every epoch (so a kill lands mid-run);
+  SCHEDA_FAULT_HANG_WRITE=NAME while writing the checkpoint file NAME, after its bytes are in
+                               the temporary file, create NAME.hanging beside it and hang.
+"""
+
+import os
+import runpy
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+import scheda.checkpoint  # noqa: E402
+import scheda.trainer  # noqa: E402
+
+sleep = float(os.environ.get("SCHEDA_FAULT_EPOCH_SLEEP", "0"))
+hang = os.environ.get("SCHEDA_FAULT_HANG_WRITE")
+
+if sleep:
+    train_epoch = scheda.trainer.Trainer.train_epoch
+
+    def slow_epoch(self):
+        metrics = train_epoch(self)
+        time.sleep(sleep)
+        return metrics
+
+    scheda.trainer.Trainer.train_epoch = slow_epoch
+
+if hang:
+    atomic_write = scheda.checkpoint.atomic_write
+
+    def hanging_write(path, write):
+        def write_then_hang(f):
+            write(f)
+            if Path(path).name == hang:
+                f.flush()
+                Path(str(path) + ".hanging").touch()
+                time.sleep(600)
+
+        return atomic_write(path, write_then_hang)
+
+    scheda.checkpoint.atomic_write = hanging_write
+
+sys.argv = [str(REPO / "train.py"), *sys.argv[1:]]
+runpy.run_path(str(REPO / "train.py"), run_name="__main__")

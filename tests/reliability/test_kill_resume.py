@@ -1,0 +1,102 @@
+"""SIGKILL a training run at random points, resume it, and get the uninterrupted run's weights."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from scheda.checkpoint import load_checkpoint
+
+from conftest import TINY, run_train
+
+HERE = Path(__file__).resolve().parent
+EPOCHS = 8
+SCHEDULE = ["schedule=decreasing", "schedule.nu0=0.6", "schedule.delta_nu=0.1", "schedule.K=2",
+            "schedule.initial_epochs=2", "schedule.steps=3", "trainer.checkpoint_every=1",
+            "evaluate.enabled=false", "logger=none"]
+
+
+def _args(root, out):
+    return [f"dataset.root={root}", *TINY, *SCHEDULE, f"hydra.run.dir={out}"]
+
+
+def _start_faulty(args, cwd, **faults):
+    env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
+    env["OMP_NUM_THREADS"] = "1"
+    env.update({f"SCHEDA_FAULT_{k.upper()}": str(v) for k, v in faults.items()})
+    return subprocess.Popen([sys.executable, str(HERE / "faulty_train.py"), *args], cwd=cwd, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(path: Path, proc, timeout=120):
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"run ended before {path.name} appeared: {proc.stderr.read()}"
+        assert time.time() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+def _kill(proc):
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory):
+    root = tmp_path_factory.mktemp("golden")
+    from conftest import write_cifar_arrays
+
+    data = write_cifar_arrays(root / "cifar10")
+    proc = run_train(_args(data, root / "run"), cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    return data, load_checkpoint(root / "run"), json.loads((root / "run" / "results.json").read_text())
+
+
+def _resume_and_compare(golden, killed_dir, tmp_path):
+    data, golden_state, golden_results = golden
+    out = tmp_path / "resumed"
+    proc = run_train([*_args(data, out), f"resume={killed_dir}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    final = load_checkpoint(out)
+    assert final["epoch"] == EPOCHS
+    for key, value in golden_state["model"].items():
+        assert torch.equal(final["model"][key], value), f"{key} differs after resume"
+    results = json.loads((out / "results.json").read_text())
+    assert results["switches"] == golden_results["switches"]
+    assert [h["nu"] for h in results["history"]] == [0.6, 0.6, 0.5, 0.5, 0.4, 0.4, 0.3, 0.3]
+    assert [h["loss"] for h in results["history"]] == [h["loss"] for h in golden_results["history"]]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kill_at_a_random_point_then_resume(golden, tmp_path, seed):
+    rng = random.Random(seed)
+    data = golden[0]
+    killed = tmp_path / "killed"
+    proc = _start_faulty(_args(data, killed), tmp_path, epoch_sleep=0.15)
+    _wait_for(killed / "checkpoints" / "epoch_00001.pt", proc)
+    time.sleep(rng.uniform(0.0, 0.15 * (EPOCHS - 2)))
+    _kill(proc)
+    done = load_checkpoint(killed)["epoch"]
+    assert 1 <= done < EPOCHS
+    _resume_and_compare(golden, killed, tmp_path)
+
+
+def test_kill_during_a_checkpoint_write_then_resume(golden, tmp_path):
+    data = golden[0]
+    killed = tmp_path / "killed"
+    target = killed / "checkpoints" / "epoch_00004.pt"
+    proc = _start_faulty(_args(data, killed), tmp_path, hang_write=target.name)
+    _wait_for(Path(str(target) + ".hanging"), proc)
+    _kill(proc)
+    assert not target.exists()  # the half-written file never took the checkpoint's name
+    assert list(target.parent.glob(".epoch_00004.pt.*.tmp"))
+    assert load_checkpoint(killed)["epoch"] == 3  # the previous checkpoint is intact and chosen
+    _resume_and_compare(golden, killed, tmp_path)
