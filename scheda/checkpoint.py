@@ -41,6 +41,18 @@ def find_checkpoint(path: str | Path) -> Path:
     raise CheckpointError(f"checkpoint {path} does not exist: pass a checkpoint file or a run directory")
 
 
+def find_checkpoint_dir(path: str | Path) -> Path:
+    """The checkpoints/ folder of a run directory, or the folder a checkpoint file is in."""
+    path = Path(path).expanduser()
+    if path.is_file():
+        return path.parent
+    if (path / "checkpoints").is_dir():
+        return path / "checkpoints"
+    if path.is_dir():
+        return path
+    raise CheckpointError(f"checkpoint {path} does not exist: pass a checkpoint file or a run directory")
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     file = find_checkpoint(path)
     try:

@@ -154,6 +154,19 @@ class TorchLRConfig:
     dtype: str = "float32"
 
 
+# --- fine-tuning -----------------------------------------------------------------------
+@dataclass
+class FinetuneConfig:
+    enabled: bool = False
+    standalone: bool = False
+    lrs: List[float] = field(default_factory=lambda: [0.00125 * 2.0 ** -k for k in range(5)])
+    max_epochs: int = 2000
+    patience: Optional[int] = None
+    batch_size: int = 20
+    momentum: float = 0.0
+    init_output: str = "classifier"
+
+
 # --- top level -------------------------------------------------------------------------
 @dataclass
 class TrainConfig:
@@ -166,6 +179,7 @@ class TrainConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     classifier: Any = MISSING
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     seed: int = 0
     resume: Optional[str] = None
     init_from: Optional[str] = None
@@ -190,3 +204,4 @@ def register_configs() -> None:
     cs.store(group="evaluate", name="base_evaluate", node=EvaluateConfig)
     cs.store(group="classifier", name="base_liblinear", node=LiblinearConfig)
     cs.store(group="classifier", name="base_torch_lr", node=TorchLRConfig)
+    cs.store(group="finetune", name="base_finetune", node=FinetuneConfig)

@@ -43,8 +43,10 @@ def evaluate_features(
     classifier_cfg: Mapping,
     Cs: Sequence[float],
     device: torch.device | str = "cpu",
+    keep_model: bool = False,
 ) -> dict[str, Any]:
-    """C search on train/val features, test error at the chosen C, and the time it took."""
+    """C search on train/val features, test error at the chosen C, and the time it took;
+    with ``keep_model`` the chosen classifier is returned under ``"model"`` too."""
     start = time.perf_counter()
     solver = build_classifier(classifier_cfg, features["train"], labels["train"], device)
     setup = time.perf_counter() - start
@@ -65,7 +67,7 @@ def evaluate_features(
     if at_edge:
         log.warning("chosen C=%g is at the edge of the grid [%g, %g]: widen evaluate.c_log2_min/max",
                     Cs[chosen], Cs[0], Cs[-1])
-    return {
+    result = {
         "classifier": classifier_cfg["name"],
         "C_grid": grid,
         "C": Cs[chosen],
@@ -75,6 +77,9 @@ def evaluate_features(
         "setup_seconds": setup,
         "seconds": time.perf_counter() - start,
     }
+    if keep_model:
+        result["model"] = best_model
+    return result
 
 
 def encode_splits(model, data: Splits, device: torch.device, chunk_size: int,
@@ -107,6 +112,7 @@ class EvaluationCallback(Callback):
         self.Cs = c_grid(cfg)
         self.results = results
         self.writer_cb = writer_cb
+        self.last_model = None
 
     def _due(self, trainer, metrics) -> str | None:
         every = self.cfg["every"]
@@ -120,24 +126,30 @@ class EvaluationCallback(Callback):
 
     def on_epoch_end(self, trainer, metrics):
         reason = self._due(trainer, metrics)
-        if reason is None:
-            return
-        epoch = metrics["epoch"]
+        if reason is not None:
+            self.evaluate(trainer.model, trainer.train_x, trainer.device, metrics["epoch"], metrics["nu"], reason)
+
+    def evaluate(self, model, train_x: torch.Tensor, device: torch.device, epoch: int, nu: float | None,
+                 reason: str) -> dict[str, Any]:
+        """Evaluate ``model`` now; the chosen classifier is kept as ``last_model``."""
         start = time.perf_counter()
-        features = encode_splits(trainer.model, self.data, trainer.device, self.cfg["chunk_size"],
-                                 cache={"train": trainer.train_x})
+        features = encode_splits(model, self.data, device, self.cfg["chunk_size"], cache={"train": train_x})
         encode_seconds = time.perf_counter() - start
-        result = evaluate_features(features, labels_of(self.data), self.classifier_cfg, self.Cs, trainer.device)
-        self.results.add_evaluation({"epoch": epoch, "nu": metrics["nu"], "reason": reason, **result,
-                                     "encode_seconds": encode_seconds})
-        log.info("eval epoch %d nu=%.3g: C=%g val %.4f test %.4f (%.1fs)", epoch, metrics["nu"],
-                 result["C"], result["val_error"], result["test_error"], result["seconds"])
+        result = evaluate_features(features, labels_of(self.data), self.classifier_cfg, self.Cs, device,
+                                   keep_model=True)
+        self.last_model = result.pop("model")
+        entry = {"epoch": epoch, "nu": nu, "reason": reason, **result, "encode_seconds": encode_seconds}
+        self.results.add_evaluation(entry)
+        log.info("eval epoch %d nu=%s: C=%g val %.4f test %.4f (%.1fs)", epoch, nu, result["C"],
+                 result["val_error"], result["test_error"], result["seconds"])
         writer = getattr(self.writer_cb, "writer", None)
         if writer is not None:
             writer.add_scalar("eval/val_error", result["val_error"], epoch)
             writer.add_scalar("eval/test_error", result["test_error"], epoch)
             writer.add_scalar("eval/log2_C", math.log2(result["C"]), epoch)
-            writer.add_scalar("eval/nu", metrics["nu"], epoch)
+            if nu is not None:
+                writer.add_scalar("eval/nu", nu, epoch)
+        return entry
 
     def state_dict(self):
         return {"evaluations": list(self.results.evaluations)}

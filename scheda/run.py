@@ -15,10 +15,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from scheda.callbacks import CheckpointCallback, ProgressBar
-from scheda.checkpoint import load_checkpoint, load_model_weights
+from scheda.checkpoint import find_checkpoint_dir, load_checkpoint, load_model_weights
 from scheda.data import dataset_spec, load_dataset
 from scheda.errors import CheckpointError, ConfigError
 from scheda.evaluate import EvaluationCallback, c_grid, check_evaluate_config, evaluate_features, labels_of, raw_features
+from scheda.finetune import FineTuner, check_finetune_config
 from scheda.loggers import TensorBoardLogger, hparams
 from scheda.model import build_model
 from scheda.noise import build_noise
@@ -110,9 +111,13 @@ def train(cfg: DictConfig, output_dir: Path, results: RunResults) -> dict[str, A
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, spec.n_input, generator=torch.Generator().manual_seed(cfg.seed))
     build_optimizer(cfg.optim, list(model.parameters()))  # validates optim.* before loading data
-    if cfg.resume and cfg.init_from:
+    standalone = cfg.finetune.enabled and cfg.finetune.standalone
+    if cfg.finetune.enabled:
+        check_finetune_config(cfg.finetune, has_init=bool(cfg.init_from))
+    if cfg.resume and cfg.init_from and not standalone:
         raise ConfigError("resume and init_from are both set: resume continues a run, init_from starts a new one")
-    resume_state = load_checkpoint(cfg.resume) if cfg.resume else None
+    resume_dir = Path(find_checkpoint_dir(cfg.resume)) if cfg.resume else None
+    resume_state = load_checkpoint(cfg.resume) if cfg.resume and not standalone else None
     init_state = load_checkpoint(cfg.init_from) if cfg.init_from else None
 
     data = load_dataset(cfg.dataset)
@@ -137,8 +142,10 @@ def train(cfg: DictConfig, output_dir: Path, results: RunResults) -> dict[str, A
                                         data.image_shape, cfg.logger.n_filters, final_metrics=results.final_metrics)
     # Order matters: evaluation runs before the epoch's checkpoint, which then carries it.
     callbacks = []
+    evaluation = None
     if cfg.evaluate.enabled:
-        callbacks.append(EvaluationCallback(cfg.evaluate, cfg.classifier, data, results, tensorboard))
+        evaluation = EvaluationCallback(cfg.evaluate, cfg.classifier, data, results, tensorboard)
+        callbacks.append(evaluation)
     callbacks.append(CheckpointCallback(output_dir / "checkpoints", cfg.trainer.checkpoint_every))
     callbacks.append(ProgressBar(cfg.trainer.progress_bar))
     if tensorboard is not None:
@@ -156,18 +163,55 @@ def train(cfg: DictConfig, output_dir: Path, results: RunResults) -> dict[str, A
             log.warning("the schedule differs from the checkpoint's; continuing with the configured one")
         log.info("resumed from %s at epoch %d", resume_state["path"], trainer.epoch)
 
-    try:
-        trainer.fit()
-    finally:
-        results.data.update(
-            epochs=trainer.epoch,
-            final_train_loss=trainer.history[-1]["loss"] if trainer.history else None,
-            switches=trainer.schedule_cb.switches,
-            seconds=time.time() - started,
-            history=trainer.history,
-        )
-    results.update(status="completed")
+    if not standalone:
+        try:
+            trainer.fit()
+        finally:
+            results.data.update(
+                epochs=trainer.epoch,
+                final_train_loss=trainer.history[-1]["loss"] if trainer.history else None,
+                switches=trainer.schedule_cb.switches,
+                seconds=time.time() - started,
+                history=trainer.history,
+            )
+    if cfg.finetune.enabled:
+        results.update(finetune=finetune(cfg, model, data, train_x, device, output_dir, evaluation, resume_dir,
+                                         tensorboard, epoch=trainer.epoch))
+    results.update(status="completed", seconds=time.time() - started)
     return results.data
+
+
+def finetune(cfg, model, data, train_x, device, output_dir, evaluation, resume_dir, tensorboard, epoch) -> dict:
+    """Fine-tune ``model``'s encoder; the frozen-feature evaluation (run now if training did
+    not end with one) gives the baseline and the output layer's starting weights."""
+    frozen = None
+    if evaluation is not None:
+        if evaluation.last_model is None or not evaluation.results.evaluations:
+            evaluation.evaluate(model, train_x, device, epoch=epoch, nu=None, reason="before_finetune")
+        last = evaluation.results.evaluations[-1]
+        frozen = {"epoch": last["epoch"], "C": last["C"], "val_error": last["val_error"],
+                  "test_error": last["test_error"]}
+    writer = None
+    if tensorboard is not None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(tensorboard.log_dir))
+    try:
+        tuner = FineTuner(cfg.finetune, model, data, device, output_dir, cfg.seed,
+                          init=evaluation.last_model if evaluation is not None else None, writer=writer,
+                          train_x=train_x)
+        if resume_dir is not None:
+            tuner.load(resume_dir)
+        result = tuner.run()
+    finally:
+        if writer is not None:
+            writer.close()
+    result["frozen"] = frozen
+    chosen = result["chosen"]
+    log.info("fine-tuned: lr=%g epoch %d val %.4f test %.4f (frozen features: %s)", chosen["lr"],
+             chosen["best_epoch"], chosen["val_error"], chosen["test_error"],
+             f"test {frozen['test_error']:.4f}" if frozen else "not evaluated")
+    return result
 
 
 def run_raw(cfg: DictConfig, results: RunResults) -> dict[str, Any]:

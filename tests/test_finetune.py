@@ -1,0 +1,104 @@
+import json
+
+import pytest
+import torch
+
+import scheda.finetune
+from scheda.errors import ConfigError
+from scheda.run import run
+
+from conftest import STAGES, TINY, compose_cfg
+
+FT = ["finetune.enabled=true", "finetune.lrs=[0.5,0.05]", "finetune.max_epochs=12", "finetune.batch_size=16",
+      "classifier=torch_lr", "evaluate.c_log2_min=-6", "evaluate.c_log2_max=2", "model.hidden=16"]
+
+
+def _cfg(root, *extra):
+    return compose_cfg([f"dataset.root={root}", *TINY, *STAGES, *FT, *extra])
+
+
+def test_finetuning_beats_frozen_features_and_selects_the_minimum(cifar_arrays, tmp_path):
+    summary = run(_cfg(cifar_arrays), tmp_path / "run")
+    ft = summary["finetune"]
+    assert ft["frozen"]["val_error"] == summary["evaluations"][-1]["val_error"]
+    assert ft["chosen"]["val_error"] < ft["frozen"]["val_error"]
+    best = min(ft["per_lr"], key=lambda r: r["val_error"])
+    assert ft["chosen"]["lr"] == best["lr"] and ft["chosen"]["test_error"] == best["test_error"]
+    for r in ft["per_lr"]:
+        vals = [h["val_error"] for h in r["history"]]
+        assert r["epochs_run"] == 12 and r["val_error"] == min(vals)
+        assert r["history"][r["best_epoch"] - 1]["test_error"] == r["test_error"]
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["finetune"]["chosen"] == ft["chosen"]
+    assert (tmp_path / "run" / "checkpoints" / "finetune_best_lr0.pt").exists()
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(tmp_path / "run" / "tensorboard")).Reload()
+    assert len(acc.Scalars("finetune/lr_0.5/val_error")) == 12
+
+
+def test_patience_stops_early(cifar_arrays, tmp_path):
+    summary = run(_cfg(cifar_arrays, "finetune.patience=1", "finetune.max_epochs=50"), tmp_path / "run")
+    for r in summary["finetune"]["per_lr"]:
+        assert r["epochs_run"] < 50 and r["epochs_run"] - r["best_epoch"] <= 1
+
+
+def test_resume_mid_finetuning_matches_an_uninterrupted_run(cifar_arrays, tmp_path, monkeypatch):
+    golden = run(_cfg(cifar_arrays, "logger=none"), tmp_path / "golden")["finetune"]
+    original = scheda.finetune.FineTuner._save
+
+    def crash_after_some_epochs(self, current):
+        original(self, current)
+        if len(self.per_lr) == 1 and current is not None and len(current["history"]) == 5:
+            raise KeyboardInterrupt  # killed in the middle of the second learning rate
+
+    monkeypatch.setattr(scheda.finetune.FineTuner, "_save", crash_after_some_epochs)
+    with pytest.raises(KeyboardInterrupt):
+        run(_cfg(cifar_arrays, "logger=none"), tmp_path / "killed")
+    assert json.loads((tmp_path / "killed" / "results.json").read_text())["status"] == "interrupted"
+    monkeypatch.undo()
+    resumed = run(_cfg(cifar_arrays, "logger=none", f"resume={tmp_path / 'killed'}"), tmp_path / "resumed")["finetune"]
+
+    def strip(r):
+        return [(x["lr"], x["best_epoch"], x["val_error"], x["test_error"],
+                 [(h["train_loss"], h["val_error"]) for h in x["history"]]) for x in r["per_lr"]]
+
+    assert strip(resumed) == strip(golden) and resumed["chosen"] == golden["chosen"]
+
+
+def test_standalone_finetuning_from_a_checkpoint(cifar_arrays, tmp_path):
+    run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, "model.hidden=16", "evaluate.enabled=false"]),
+        tmp_path / "da")
+    summary = run(_cfg(cifar_arrays, "finetune.standalone=true", f"init_from={tmp_path / 'da'}",
+                       "finetune.lrs=[0.5]", "finetune.max_epochs=3"), tmp_path / "ft")
+    assert summary.get("history") is None and not list((tmp_path / "ft" / "checkpoints").glob("epoch_*.pt"))
+    assert summary["evaluations"][0]["reason"] == "before_finetune"
+    assert summary["finetune"]["per_lr"][0]["epochs_run"] == 3
+
+
+def test_output_layer_starts_from_the_frozen_classifier(cifar_arrays):
+    from scheda.data import load_dataset
+    from scheda.evaluate import encode_splits, evaluate_features, labels_of
+    from scheda.model import DenoisingAutoencoder
+
+    cfg = _cfg(cifar_arrays)
+    data = load_dataset(cfg.dataset)
+    da = DenoisingAutoencoder(3072, 16, generator=torch.Generator().manual_seed(0))
+    features = encode_splits(da, data, torch.device("cpu"), 4096)
+    result = evaluate_features(features, labels_of(data), cfg.classifier, [0.25, 1.0], keep_model=True)
+    net = scheda.finetune.FineTuneNet(da, 10, init=result["model"])
+    val_x, val_y = data.tensor("val", "cpu"), torch.as_tensor(data.val_y)
+    assert net.error(val_x, val_y) == result["val_error"]
+    assert scheda.finetune.FineTuneNet(da, 10).V.abs().sum() == 0
+
+
+@pytest.mark.parametrize("override, key", [
+    ("finetune.lrs=[]", "finetune.lrs"),
+    ("finetune.lrs=[-0.1]", "finetune.lrs"),
+    ("finetune.max_epochs=0", "finetune.max_epochs"),
+    ("finetune.patience=0", "finetune.patience"),
+    ("finetune.init_output=random", "finetune.init_output"),
+    ("finetune.standalone=true", "init_from"),
+])
+def test_bad_finetune_config(cifar_arrays, tmp_path, override, key):
+    with pytest.raises(ConfigError, match=key):
+        run(_cfg(cifar_arrays, override), tmp_path / "bad")
