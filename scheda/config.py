@@ -26,6 +26,21 @@ class Cifar10Config:
     train_limit: Optional[int] = None
 
 
+@dataclass
+class AmazonConfig:
+    name: str = "amazon"
+    root: str = MISSING
+    release: str = "auto"
+    domains: Optional[List[str]] = None
+    use_unlabeled: bool = True
+    vocab_size: int = 3000
+    train_size: Any = 0.6
+    val_size: Any = 0.2
+    test_size: Any = 0.2
+    unlabeled_size: Optional[int] = None
+    split_seed: int = 0
+
+
 # --- model -----------------------------------------------------------------------------
 @dataclass
 class DAConfig:
@@ -190,6 +205,7 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(group="dataset", name="base_cifar10", node=Cifar10Config)
+    cs.store(group="dataset", name="base_amazon", node=AmazonConfig)
     cs.store(group="model", name="base_da", node=DAConfig)
     cs.store(group="model", name="base_raw", node=RawConfig)
     cs.store(group="noise", name="base_noise", node=NoiseConfig)

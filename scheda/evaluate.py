@@ -105,10 +105,12 @@ def labels_of(data: Splits) -> dict[str, np.ndarray]:
 class EvaluationCallback(Callback):
     """Evaluates every ``every`` epochs, after the last epoch at each noise level, and at the
     end. It runs before the epoch's checkpoint is written, so a checkpoint carries every
-    evaluation up to it and a resumed run's results.json is complete."""
+    evaluation up to it and a resumed run's results.json is complete. ``inputs`` are the
+    labelled splits, already on the device."""
 
-    def __init__(self, cfg: Mapping, classifier_cfg: Mapping, data: Splits, results, writer_cb=None):
-        self.cfg, self.classifier_cfg, self.data = cfg, classifier_cfg, data
+    def __init__(self, cfg: Mapping, classifier_cfg: Mapping, data: Splits, inputs: dict[str, torch.Tensor],
+                 results, writer_cb=None):
+        self.cfg, self.classifier_cfg, self.data, self.inputs = cfg, classifier_cfg, data, inputs
         self.Cs = c_grid(cfg)
         self.results = results
         self.writer_cb = writer_cb
@@ -127,13 +129,12 @@ class EvaluationCallback(Callback):
     def on_epoch_end(self, trainer, metrics):
         reason = self._due(trainer, metrics)
         if reason is not None:
-            self.evaluate(trainer.model, trainer.train_x, trainer.device, metrics["epoch"], metrics["nu"], reason)
+            self.evaluate(trainer.model, trainer.device, metrics["epoch"], metrics["nu"], reason)
 
-    def evaluate(self, model, train_x: torch.Tensor, device: torch.device, epoch: int, nu: float | None,
-                 reason: str) -> dict[str, Any]:
+    def evaluate(self, model, device: torch.device, epoch: int, nu: float | None, reason: str) -> dict[str, Any]:
         """Evaluate ``model`` now; the chosen classifier is kept as ``last_model``."""
         start = time.perf_counter()
-        features = encode_splits(model, self.data, device, self.cfg["chunk_size"], cache={"train": train_x})
+        features = encode_splits(model, self.data, device, self.cfg["chunk_size"], cache=self.inputs)
         encode_seconds = time.perf_counter() - start
         result = evaluate_features(features, labels_of(self.data), self.classifier_cfg, self.Cs, device,
                                    keep_model=True)

@@ -81,16 +81,14 @@ class FineTuner:
     """Runs the learning-rate grid in one job on data already on the device; resumable from
     ``checkpoints/finetune_last.pt`` (written atomically every epoch)."""
 
-    def __init__(self, cfg: Mapping, da: DenoisingAutoencoder, data: Splits, device: torch.device,
-                 output_dir: Path, seed: int, init: LinearModel | None = None, writer=None,
-                 train_x: torch.Tensor | None = None):
+    def __init__(self, cfg: Mapping, da: DenoisingAutoencoder, data: Splits, inputs: dict[str, torch.Tensor],
+                 device: torch.device, output_dir: Path, seed: int, init: LinearModel | None = None, writer=None):
         self.cfg, self.da, self.device, self.seed = cfg, da, device, seed
         self.lrs = learning_rates(cfg)
         self.init = init if cfg["init_output"] == "classifier" else None
         self.writer = writer
         self.dir = output_dir / "checkpoints"
-        self.x = {"train": train_x if train_x is not None else data.tensor("train", device),
-                  "val": data.tensor("val", device), "test": data.tensor("test", device)}
+        self.x = inputs
         self.y = {s: torch.as_tensor(getattr(data, f"{s}_y"), device=device) for s in ("train", "val", "test")}
         self.n_classes = int(max(int(y.max()) for y in self.y.values())) + 1
         self.per_lr: list[dict[str, Any]] = []

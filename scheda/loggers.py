@@ -25,6 +25,15 @@ def filter_grid(filters: torch.Tensor, image_shape: tuple[int, int, int], n: int
     return make_grid(images, nrow=int(math.ceil(math.sqrt(images.shape[0]))), padding=1, pad_value=1.0)
 
 
+def top_words(filters: torch.Tensor, vocabulary: list[str], n_units: int = 100, k: int = 10) -> str:
+    """A markdown table: for each of the first ``n_units`` hidden units, the ``k`` input words
+    with the largest weights (what a text filter responds to)."""
+    w = filters[:n_units].detach().float().cpu()
+    top = torch.topk(w, min(k, w.shape[1]), dim=1).indices
+    rows = [f"| {i} | {', '.join(vocabulary[j] for j in row.tolist())} |" for i, row in enumerate(top)]
+    return "| unit | top words |\n|---|---|\n" + "\n".join(rows)
+
+
 def hparams(cfg: Mapping, schedule: NoiseSchedule) -> dict[str, Any]:
     """A fixed set of keys, meaningful for every schedule (nan where a run has no value)."""
     fixed = [s.nu for s in schedule.stages if s.nu is not None]
@@ -50,12 +59,14 @@ def hparams(cfg: Mapping, schedule: NoiseSchedule) -> dict[str, Any]:
 class TensorBoardLogger(Callback):
     def __init__(self, log_dir: str | Path, hparams: dict[str, Any],
                  image_shape: tuple[int, int, int] | None, n_filters: int = 100,
-                 final_metrics: Callable[[], dict[str, float]] | None = None):
+                 final_metrics: Callable[[], dict[str, float]] | None = None,
+                 vocabulary: list[str] | None = None):
         self.log_dir = Path(log_dir)
         self.hparams = hparams
         self.image_shape = image_shape
         self.n_filters = n_filters
         self.final_metrics = final_metrics
+        self.vocabulary = vocabulary
         self.writer = None
         self.last_loss = math.nan
 
@@ -75,6 +86,9 @@ class TensorBoardLogger(Callback):
         if self.image_shape is not None and self.n_filters > 0:
             grid = filter_grid(trainer.model.filters(), self.image_shape, self.n_filters)
             self.writer.add_image("filters", grid, metrics["epoch"])
+        if self.vocabulary is not None and self.n_filters > 0:
+            text = top_words(trainer.model.filters(), self.vocabulary, self.n_filters)
+            self.writer.add_text("filters/top_words", text, metrics["epoch"])
 
     def on_fit_end(self, trainer):
         metrics = self.final_metrics() if self.final_metrics else {}

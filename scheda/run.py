@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from scheda.callbacks import CheckpointCallback, ProgressBar
 from scheda.checkpoint import find_checkpoint_dir, load_checkpoint, load_model_weights
-from scheda.data import dataset_spec, load_dataset
+from scheda.data import input_size, load_dataset
 from scheda.errors import CheckpointError, ConfigError
 from scheda.evaluate import EvaluationCallback, c_grid, check_evaluate_config, evaluate_features, labels_of, raw_features
 from scheda.finetune import FineTuner, check_finetune_config
@@ -72,7 +72,7 @@ def load_run_model(path: str | Path, device: str | torch.device = "cpu") -> tupl
     if not config_file.exists():
         raise CheckpointError(f"{config_file} is missing: pass a checkpoint inside a scheda run directory")
     cfg = OmegaConf.load(config_file)
-    model = build_model(cfg.model, dataset_spec(cfg.dataset).n_input)
+    model = build_model(cfg.model, input_size(cfg.dataset))
     load_model_weights(model, state)
     return cfg, model.to(device), state
 
@@ -107,9 +107,9 @@ def train(cfg: DictConfig, output_dir: Path, results: RunResults) -> dict[str, A
     device = resolve_device(cfg.trainer.device)
     if cfg.trainer.num_threads:
         torch.set_num_threads(cfg.trainer.num_threads)
-    spec = dataset_spec(cfg.dataset)
+    n_input = input_size(cfg.dataset)
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model, spec.n_input, generator=torch.Generator().manual_seed(cfg.seed))
+    model = build_model(cfg.model, n_input, generator=torch.Generator().manual_seed(cfg.seed))
     build_optimizer(cfg.optim, list(model.parameters()))  # validates optim.* before loading data
     standalone = cfg.finetune.enabled and cfg.finetune.standalone
     if cfg.finetune.enabled:
@@ -121,8 +121,9 @@ def train(cfg: DictConfig, output_dir: Path, results: RunResults) -> dict[str, A
     init_state = load_checkpoint(cfg.init_from) if cfg.init_from else None
 
     data = load_dataset(cfg.dataset)
-    if cfg.trainer.batch_size > data.train_x.shape[0]:
-        raise ConfigError(f"trainer.batch_size={cfg.trainer.batch_size} exceeds the {data.train_x.shape[0]} "
+    n_train = data.train_x.shape[0] + (0 if data.unlabeled_x is None else data.unlabeled_x.shape[0])
+    if cfg.trainer.batch_size > n_train:
+        raise ConfigError(f"trainer.batch_size={cfg.trainer.batch_size} exceeds the {n_train} "
                           f"training examples: lower it")
     log.info("data %s: train %s, val %s, test %s", data.name, data.train_x.shape, data.val_x.shape, data.test_x.shape)
     log.info("schedule %s: %s (%d epochs), device %s", schedule.name, schedule.describe(), schedule.total_epochs, device)
@@ -132,19 +133,23 @@ def train(cfg: DictConfig, output_dir: Path, results: RunResults) -> dict[str, A
         log.info("initialised from %s (epoch %d)", init_state["path"], init_state["epoch"])
     model.to(device)
     optimizer = build_optimizer(cfg.optim, model.parameters())
-    train_x = data.tensor("train", device)
+    train_x = data.autoencoder_tensor(device)
+    # The labelled splits on the device, shared by evaluation and fine-tuning.
+    labelled = {"train": train_x if data.unlabeled_x is None else data.tensor("train", device),
+                "val": data.tensor("val", device), "test": data.tensor("test", device)}
     generator = torch.Generator(device=device).manual_seed(cfg.seed)
 
     results.data.update(schedule=schedule.describe(), device=str(device))
     tensorboard = None
     if cfg.logger.name == "tensorboard":
         tensorboard = TensorBoardLogger(output_dir / cfg.logger.log_dir, hparams(cfg, schedule),
-                                        data.image_shape, cfg.logger.n_filters, final_metrics=results.final_metrics)
+                                        data.image_shape, cfg.logger.n_filters, final_metrics=results.final_metrics,
+                                        vocabulary=data.vocabulary)
     # Order matters: evaluation runs before the epoch's checkpoint, which then carries it.
     callbacks = []
     evaluation = None
     if cfg.evaluate.enabled:
-        evaluation = EvaluationCallback(cfg.evaluate, cfg.classifier, data, results, tensorboard)
+        evaluation = EvaluationCallback(cfg.evaluate, cfg.classifier, data, labelled, results, tensorboard)
         callbacks.append(evaluation)
     callbacks.append(CheckpointCallback(output_dir / "checkpoints", cfg.trainer.checkpoint_every))
     callbacks.append(ProgressBar(cfg.trainer.progress_bar))
@@ -175,19 +180,19 @@ def train(cfg: DictConfig, output_dir: Path, results: RunResults) -> dict[str, A
                 history=trainer.history,
             )
     if cfg.finetune.enabled:
-        results.update(finetune=finetune(cfg, model, data, train_x, device, output_dir, evaluation, resume_dir,
+        results.update(finetune=finetune(cfg, model, data, labelled, device, output_dir, evaluation, resume_dir,
                                          tensorboard, epoch=trainer.epoch))
     results.update(status="completed", seconds=time.time() - started)
     return results.data
 
 
-def finetune(cfg, model, data, train_x, device, output_dir, evaluation, resume_dir, tensorboard, epoch) -> dict:
+def finetune(cfg, model, data, labelled, device, output_dir, evaluation, resume_dir, tensorboard, epoch) -> dict:
     """Fine-tune ``model``'s encoder; the frozen-feature evaluation (run now if training did
     not end with one) gives the baseline and the output layer's starting weights."""
     frozen = None
     if evaluation is not None:
         if evaluation.last_model is None or not evaluation.results.evaluations:
-            evaluation.evaluate(model, train_x, device, epoch=epoch, nu=None, reason="before_finetune")
+            evaluation.evaluate(model, device, epoch=epoch, nu=None, reason="before_finetune")
         last = evaluation.results.evaluations[-1]
         frozen = {"epoch": last["epoch"], "C": last["C"], "val_error": last["val_error"],
                   "test_error": last["test_error"]}
@@ -197,9 +202,8 @@ def finetune(cfg, model, data, train_x, device, output_dir, evaluation, resume_d
 
         writer = SummaryWriter(str(tensorboard.log_dir))
     try:
-        tuner = FineTuner(cfg.finetune, model, data, device, output_dir, cfg.seed,
-                          init=evaluation.last_model if evaluation is not None else None, writer=writer,
-                          train_x=train_x)
+        tuner = FineTuner(cfg.finetune, model, data, labelled, device, output_dir, cfg.seed,
+                          init=evaluation.last_model if evaluation is not None else None, writer=writer)
         if resume_dir is not None:
             tuner.load(resume_dir)
         result = tuner.run()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -27,29 +27,52 @@ class Splits:
     test_y: np.ndarray
     max_value: float = 1.0
     image_shape: tuple[int, int, int] | None = None
+    unlabeled_x: Any = None  # extra inputs for the autoencoder only (no labels)
+    vocabulary: list[str] | None = None  # names of the input dimensions, for text
 
     @property
     def n_input(self) -> int:
         return self.train_x.shape[1]
 
     def tensor(self, split: str, device: torch.device | str) -> torch.Tensor:
-        """One split's inputs as a single float32 tensor in [0, 1] on ``device``."""
-        x = torch.from_numpy(np.ascontiguousarray(getattr(self, f"{split}_x"))).to(device)
-        x = x.to(torch.float32)
+        """One split's inputs as a single dense float32 tensor in [0, 1] on ``device``."""
+        return self._dense(getattr(self, f"{split}_x"), device)
+
+    def autoencoder_tensor(self, device: torch.device | str) -> torch.Tensor:
+        """What the autoencoder trains on: the training split plus any unlabelled inputs."""
+        if self.unlabeled_x is None or self.unlabeled_x.shape[0] == 0:
+            return self.tensor("train", device)
+        return torch.cat([self.tensor("train", device), self._dense(self.unlabeled_x, device)])
+
+    def _dense(self, x, device) -> torch.Tensor:
+        if hasattr(x, "tocsr"):  # scipy sparse: scatter the non-zeros into a dense tensor on the device
+            x = x.tocsr()
+            rows = np.repeat(np.arange(x.shape[0]), np.diff(x.indptr))
+            out = torch.zeros(x.shape, dtype=torch.float32, device=device)
+            out[torch.from_numpy(rows).to(device), torch.from_numpy(x.indices.astype(np.int64)).to(device)] = \
+                torch.from_numpy(x.data.astype(np.float32)).to(device)
+        else:
+            out = torch.from_numpy(np.ascontiguousarray(x)).to(device).to(torch.float32)
         if self.max_value != 1.0:
-            x.div_(self.max_value)
-        return x
+            out.div_(self.max_value)
+        return out
 
 
 def dataset_spec(cfg: Mapping):
-    """The module that serves ``dataset.name``; it knows its input size before loading."""
-    from scheda.data import cifar10
+    """The module that serves ``dataset.name``."""
+    from scheda.data import amazon, cifar10
 
-    modules = {"cifar10": cifar10}
+    modules = {"cifar10": cifar10, "amazon": amazon}
     name = cfg.get("name")
     if name not in modules:
         raise ConfigError(f"dataset.name={name!r} is unknown: use one of {', '.join(modules)}")
     return modules[name]
+
+
+def input_size(cfg: Mapping) -> int:
+    """The input dimension a config implies, known before the data are loaded."""
+    module = dataset_spec(cfg)
+    return module.n_input_of(cfg) if hasattr(module, "n_input_of") else module.n_input
 
 
 def load_dataset(cfg: Mapping) -> Splits:
