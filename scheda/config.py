@@ -131,6 +131,8 @@ class TrainerConfig:
     checkpoint_every: int = 50
     num_threads: Optional[int] = None
     progress_bar: bool = True
+    fused: bool = True
+    precision: str = "fp32"
 
 
 # --- logger ----------------------------------------------------------------------------

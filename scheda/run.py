@@ -62,6 +62,14 @@ def _check_trainer(cfg: DictConfig) -> None:
         raise ConfigError(f"trainer.checkpoint_every={cfg.checkpoint_every} must be >= 0 (0: only at stage ends)")
     if cfg.num_threads is not None and cfg.num_threads < 1:
         raise ConfigError(f"trainer.num_threads={cfg.num_threads} must be >= 1 or null")
+    if cfg.precision not in ("fp32", "tf32", "bf16"):
+        raise ConfigError(f"trainer.precision={cfg.precision!r} must be fp32, tf32 or bf16")
+
+
+def set_precision(precision: str) -> None:
+    """TF32 matmuls on CUDA only when asked for (off by default, for exactness)."""
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
 
 
 def load_run_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[DictConfig, torch.nn.Module, dict]:
@@ -107,6 +115,7 @@ def train(cfg: DictConfig, output_dir: Path, results: RunResults) -> dict[str, A
     device = resolve_device(cfg.trainer.device)
     if cfg.trainer.num_threads:
         torch.set_num_threads(cfg.trainer.num_threads)
+    set_precision(cfg.trainer.precision)
     n_input = input_size(cfg.dataset)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, n_input, generator=torch.Generator().manual_seed(cfg.seed))
@@ -155,7 +164,8 @@ def train(cfg: DictConfig, output_dir: Path, results: RunResults) -> dict[str, A
     callbacks.append(ProgressBar(cfg.trainer.progress_bar))
     if tensorboard is not None:
         callbacks.append(tensorboard)
-    trainer = Trainer(model, optimizer, noise, schedule, train_x, cfg.trainer.batch_size, generator, callbacks)
+    trainer = Trainer(model, optimizer, noise, schedule, train_x, cfg.trainer.batch_size, generator, callbacks,
+                      fused=cfg.trainer.fused, precision=cfg.trainer.precision)
 
     if resume_state is not None:
         load_model_weights(model, resume_state)

@@ -19,6 +19,7 @@ from scheda.errors import DivergenceError
 from scheda.model import DenoisingAutoencoder
 from scheda.noise import NoiseFn
 from scheda.schedule import NoiseSchedule
+from scheda.step import make_step
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,8 @@ class Trainer:
         batch_size: int,
         generator: torch.Generator,
         callbacks: Sequence[Callback] = (),
+        fused: bool = True,
+        precision: str = "fp32",
     ):
         self.model = model
         self.optimizer = optimizer
@@ -42,6 +45,7 @@ class Trainer:
         self.train_x = train_x
         self.batch_size = batch_size
         self.generator = generator
+        self.step_fn = make_step(model, optimizer, noise, batch_size, train_x.device, fused, precision)
         self.schedule_cb = ScheduleCallback(schedule)
         self.callbacks: list[Callback] = [self.schedule_cb, *callbacks]
         self.epoch = 0  # completed epochs
@@ -82,13 +86,9 @@ class Trainer:
         nu_sum = torch.zeros((), device=self.device)
         n_batches = 0
         for first in range(0, n, bs):
-            x = x_all.index_select(0, perm[first:first + bs])
+            idx = perm[first:first + bs]
             batch_nu = self.schedule_cb.batch_nu(gen, self.device) if random_nu else nu
-            loss = self.model.loss(self.noise(x, batch_nu, gen), x)
-            self.optimizer.zero_grad(set_to_none=False)
-            loss.backward()
-            self.optimizer.step()
-            loss_sum += loss.detach() * x.shape[0]
+            loss_sum += self.step_fn(x_all, idx, batch_nu, gen) * idx.shape[0]
             if random_nu:
                 nu_sum += batch_nu
             n_batches += 1

@@ -1,0 +1,81 @@
+import pytest
+import torch
+
+from scheda.model import DenoisingAutoencoder
+from scheda.noise import gaussian, masking
+from scheda.step import AutogradStep, FusedStep, make_step
+
+
+def _pair(activation="sigmoid", momentum=0.0, weight_decay=0.0, noise=masking, d=40, H=12, bs=16):
+    steps = []
+    for _ in range(2):
+        model = DenoisingAutoencoder(d, H, activation=activation, generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            model.b.uniform_(-0.1, 0.1, generator=torch.Generator().manual_seed(1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=momentum, weight_decay=weight_decay)
+        steps.append((model, opt))
+    fused = FusedStep(steps[0][0], steps[0][1], noise, bs, torch.device("cpu"))
+    auto = AutogradStep(steps[1][0], steps[1][1], noise)
+    return fused, auto
+
+
+@pytest.mark.parametrize("activation", ["sigmoid", "relu"])
+@pytest.mark.parametrize("momentum, weight_decay", [(0.0, 0.0), (0.9, 1e-3)])
+@pytest.mark.parametrize("nu", [0.3, 0.0, "random"])
+def test_fused_step_matches_autograd(activation, momentum, weight_decay, nu):
+    fused, auto = _pair(activation, momentum, weight_decay)
+    x_all = (torch.rand(100, 40, generator=torch.Generator().manual_seed(2)) > 0.5).float()
+    g_fused, g_auto = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    for i in range(8):
+        idx = torch.randperm(100, generator=torch.Generator().manual_seed(i))[: 16 if i < 7 else 9]  # last partial
+        level = torch.tensor(0.1 + 0.05 * i) if nu == "random" else nu
+        loss_f = fused(x_all, idx, level, g_fused)
+        loss_a = auto(x_all, idx, level, g_auto)
+        torch.testing.assert_close(loss_f, loss_a, rtol=1e-5, atol=1e-4)
+    for pf, pa in zip(fused.model.parameters(), auto.model.parameters()):
+        torch.testing.assert_close(pf, pa, rtol=1e-4, atol=1e-6)
+
+
+def test_fused_step_with_another_noise():
+    fused, auto = _pair(noise=gaussian)
+    x_all = torch.rand(50, 40)
+    g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    for _ in range(3):
+        idx = torch.arange(16)
+        torch.testing.assert_close(fused(x_all, idx, 0.2, g1), auto(x_all, idx, 0.2, g2), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(fused.model.W, auto.model.W, rtol=1e-4, atol=1e-6)
+
+
+def test_make_step_falls_back_to_autograd():
+    m = DenoisingAutoencoder(10, 4)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    cpu = torch.device("cpu")
+    assert isinstance(make_step(m, opt, masking, 8, cpu), FusedStep)
+    assert isinstance(make_step(m, opt, masking, 8, cpu, fused=False), AutogradStep)
+    assert isinstance(make_step(m, opt, masking, 8, cpu, precision="bf16"), AutogradStep)
+    se = DenoisingAutoencoder(10, 4, loss="squared_error")
+    assert isinstance(make_step(se, torch.optim.SGD(se.parameters(), lr=0.1), masking, 8, cpu), AutogradStep)
+
+
+def test_masking_into_buffers_equals_plain_masking():
+    x = torch.rand(7, 9)
+    words, mask, out = torch.empty(100, dtype=torch.int64), torch.empty(200, dtype=torch.bool), torch.empty(7, 9)
+    a = masking(x, 0.4, torch.Generator().manual_seed(5), out=out, words=words, mask=mask)
+    b = masking(x, 0.4, torch.Generator().manual_seed(5))
+    assert a.data_ptr() == out.data_ptr() and torch.equal(a, b)
+
+
+def test_bench_train_runs_the_real_trainer(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_train.py"), "--hidden", "16",
+                           "--batch-sizes", "32", "--batches", "3", "--n", "400", "--json", str(tmp_path / "b.json")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads((tmp_path / "b.json").read_text())["rows"]
+    assert row["scheda_s"] > 0 and row["bound_s"] > 0 and row["naive_s"] > 0
+    assert row["scheda_over_bound"] == pytest.approx(row["scheda_s"] / row["bound_s"])
