@@ -26,8 +26,10 @@ def main(cfg: DictConfig) -> float | None:
             raise
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
+    if "best_val_error" in summary:  # a fused sweep (trainer.parallel)
+        return summary["best_val_error"]
     evaluations = summary["evaluations"]
-    return evaluations[-1]["val_error"] if evaluations else summary["final_train_loss"]
+    return evaluations[-1]["val_error"] if evaluations else summary.get("final_train_loss")
 
 
 if __name__ == "__main__":

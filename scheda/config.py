@@ -124,6 +124,15 @@ class OptimConfig:
 
 
 @dataclass
+class ParallelConfig:
+    """Train the product of these variations of the run in one process (batched matmuls)."""
+
+    nu: List[float] = field(default_factory=list)
+    lr: List[float] = field(default_factory=list)
+    seed: List[int] = field(default_factory=list)
+
+
+@dataclass
 class TrainerConfig:
     device: str = "auto"
     batch_size: int = 20
@@ -133,6 +142,7 @@ class TrainerConfig:
     progress_bar: bool = True
     fused: bool = True
     precision: str = "fp32"
+    parallel: "ParallelConfig" = field(default_factory=lambda: ParallelConfig())
 
 
 # --- logger ----------------------------------------------------------------------------

@@ -6,6 +6,7 @@ scripts may call :func:`run` directly with a config and an output directory.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ from scheda.model import build_model
 from scheda.noise import build_noise
 from scheda.results import RunResults
 from scheda.schedule import build_schedule
-from scheda.trainer import Trainer
+from scheda.trainer import FusedTrainer, Trainer
 
 log = logging.getLogger(__name__)
 
@@ -103,96 +104,199 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         raise
 
 
-def train(cfg: DictConfig, output_dir: Path, results: RunResults) -> dict[str, Any]:
-    started = time.time()
+class Job:
+    """One DA to train: its config, output directory and results, and what is built for it."""
 
-    # Everything that only reads the config is checked before any data is loaded.
-    schedule = build_schedule(cfg.schedule, cfg.trainer.max_epochs)
-    noise = build_noise(cfg.noise)
-    _check_trainer(cfg.trainer)
-    if cfg.logger.name not in ("tensorboard", "none"):
-        raise ConfigError(f"logger.name={cfg.logger.name!r} is unknown: use tensorboard or none")
-    device = resolve_device(cfg.trainer.device)
-    if cfg.trainer.num_threads:
-        torch.set_num_threads(cfg.trainer.num_threads)
-    set_precision(cfg.trainer.precision)
-    n_input = input_size(cfg.dataset)
-    torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model, n_input, generator=torch.Generator().manual_seed(cfg.seed))
-    build_optimizer(cfg.optim, list(model.parameters()))  # validates optim.* before loading data
-    standalone = cfg.finetune.enabled and cfg.finetune.standalone
-    if cfg.finetune.enabled:
-        check_finetune_config(cfg.finetune, has_init=bool(cfg.init_from))
-    if cfg.resume and cfg.init_from and not standalone:
-        raise ConfigError("resume and init_from are both set: resume continues a run, init_from starts a new one")
-    resume_dir = Path(find_checkpoint_dir(cfg.resume)) if cfg.resume else None
-    resume_state = load_checkpoint(cfg.resume) if cfg.resume and not standalone else None
-    init_state = load_checkpoint(cfg.init_from) if cfg.init_from else None
+    def __init__(self, cfg: DictConfig, output_dir: Path, results: RunResults):
+        self.cfg, self.output_dir, self.results = cfg, output_dir, results
+        self.trainer: Trainer | None = None
+        self.evaluation: EvaluationCallback | None = None
+        self.tensorboard: TensorBoardLogger | None = None
+        self.started = time.time()
 
+    def check(self) -> None:
+        """Everything that only reads the config, before any data is loaded."""
+        cfg = self.cfg
+        self.schedule = build_schedule(cfg.schedule, cfg.trainer.max_epochs)
+        self.noise = build_noise(cfg.noise)
+        _check_trainer(cfg.trainer)
+        if cfg.logger.name not in ("tensorboard", "none"):
+            raise ConfigError(f"logger.name={cfg.logger.name!r} is unknown: use tensorboard or none")
+        self.device = resolve_device(cfg.trainer.device)
+        torch.manual_seed(cfg.seed)
+        self.model = build_model(cfg.model, input_size(cfg.dataset), generator=torch.Generator().manual_seed(cfg.seed))
+        build_optimizer(cfg.optim, list(self.model.parameters()))  # validates optim.*
+        self.standalone = cfg.finetune.enabled and cfg.finetune.standalone
+        if cfg.finetune.enabled:
+            check_finetune_config(cfg.finetune, has_init=bool(cfg.init_from))
+        if cfg.resume and cfg.init_from and not self.standalone:
+            raise ConfigError("resume and init_from are both set: resume continues a run, init_from starts a new one")
+        self.resume_dir = Path(find_checkpoint_dir(cfg.resume)) if cfg.resume else None
+        self.resume_state = load_checkpoint(cfg.resume) if cfg.resume and not self.standalone else None
+        self.init_state = load_checkpoint(cfg.init_from) if cfg.init_from else None
+
+    def build(self, data, train_x: torch.Tensor, labelled: dict[str, torch.Tensor]) -> Trainer:
+        cfg, model, device = self.cfg, self.model, self.device
+        if self.init_state is not None:
+            load_model_weights(model, self.init_state)
+            log.info("initialised from %s (epoch %d)", self.init_state["path"], self.init_state["epoch"])
+        model.to(device)
+        optimizer = build_optimizer(cfg.optim, model.parameters())
+        generator = torch.Generator(device=device).manual_seed(cfg.seed)
+        self.results.data.update(schedule=self.schedule.describe(), device=str(device))
+        if cfg.logger.name == "tensorboard":
+            self.tensorboard = TensorBoardLogger(self.output_dir / cfg.logger.log_dir, hparams(cfg, self.schedule),
+                                                 data.image_shape, cfg.logger.n_filters,
+                                                 final_metrics=self.results.final_metrics, vocabulary=data.vocabulary)
+        # Order matters: evaluation runs before the epoch's checkpoint, which then carries it.
+        callbacks = []
+        if cfg.evaluate.enabled:
+            self.evaluation = EvaluationCallback(cfg.evaluate, cfg.classifier, data, labelled, self.results,
+                                                 self.tensorboard)
+            callbacks.append(self.evaluation)
+        callbacks.append(CheckpointCallback(self.output_dir / "checkpoints", cfg.trainer.checkpoint_every))
+        callbacks.append(ProgressBar(cfg.trainer.progress_bar))
+        if self.tensorboard is not None:
+            callbacks.append(self.tensorboard)
+        self.trainer = Trainer(model, optimizer, self.noise, self.schedule, train_x, cfg.trainer.batch_size,
+                               generator, callbacks, fused=cfg.trainer.fused, precision=cfg.trainer.precision)
+        if self.resume_state is not None:
+            self._resume()
+        return self.trainer
+
+    def _resume(self) -> None:
+        state, trainer = self.resume_state, self.trainer
+        load_model_weights(self.model, state)
+        try:
+            trainer.load_state_dict(state)
+        except (KeyError, ValueError, RuntimeError) as exc:
+            raise CheckpointError(f"{state['path']} cannot resume this run ({exc}); "
+                                  f"check the config matches the checkpoint's run") from None
+        if state["schedule"] != [[s.nu, s.epochs] for s in self.schedule.stages]:
+            log.warning("the schedule differs from the checkpoint's; continuing with the configured one")
+        log.info("resumed from %s at epoch %d", state["path"], trainer.epoch)
+
+    def record_training(self) -> None:
+        t = self.trainer
+        self.results.data.update(epochs=t.epoch, final_train_loss=t.history[-1]["loss"] if t.history else None,
+                                 switches=t.schedule_cb.switches, seconds=time.time() - self.started,
+                                 history=t.history)
+
+    def finish(self, data, labelled) -> dict[str, Any]:
+        if self.cfg.finetune.enabled:
+            self.results.update(finetune=finetune(self.cfg, self.model, data, labelled, self.device, self.output_dir,
+                                                  self.evaluation, self.resume_dir, self.tensorboard,
+                                                  epoch=self.trainer.epoch))
+        self.results.update(status="completed", seconds=time.time() - self.started)
+        return self.results.data
+
+
+def load_training_data(cfg: DictConfig, device: torch.device):
+    """The data set, the autoencoder's training tensor and the labelled splits, on the device."""
     data = load_dataset(cfg.dataset)
     n_train = data.train_x.shape[0] + (0 if data.unlabeled_x is None else data.unlabeled_x.shape[0])
     if cfg.trainer.batch_size > n_train:
         raise ConfigError(f"trainer.batch_size={cfg.trainer.batch_size} exceeds the {n_train} "
                           f"training examples: lower it")
     log.info("data %s: train %s, val %s, test %s", data.name, data.train_x.shape, data.val_x.shape, data.test_x.shape)
-    log.info("schedule %s: %s (%d epochs), device %s", schedule.name, schedule.describe(), schedule.total_epochs, device)
-
-    if init_state is not None:
-        load_model_weights(model, init_state)
-        log.info("initialised from %s (epoch %d)", init_state["path"], init_state["epoch"])
-    model.to(device)
-    optimizer = build_optimizer(cfg.optim, model.parameters())
     train_x = data.autoencoder_tensor(device)
-    # The labelled splits on the device, shared by evaluation and fine-tuning.
+    # Shared by every evaluation and fine-tuning of the run.
     labelled = {"train": train_x if data.unlabeled_x is None else data.tensor("train", device),
                 "val": data.tensor("val", device), "test": data.tensor("test", device)}
-    generator = torch.Generator(device=device).manual_seed(cfg.seed)
+    return data, train_x, labelled
 
-    results.data.update(schedule=schedule.describe(), device=str(device))
-    tensorboard = None
-    if cfg.logger.name == "tensorboard":
-        tensorboard = TensorBoardLogger(output_dir / cfg.logger.log_dir, hparams(cfg, schedule),
-                                        data.image_shape, cfg.logger.n_filters, final_metrics=results.final_metrics,
-                                        vocabulary=data.vocabulary)
-    # Order matters: evaluation runs before the epoch's checkpoint, which then carries it.
-    callbacks = []
-    evaluation = None
-    if cfg.evaluate.enabled:
-        evaluation = EvaluationCallback(cfg.evaluate, cfg.classifier, data, labelled, results, tensorboard)
-        callbacks.append(evaluation)
-    callbacks.append(CheckpointCallback(output_dir / "checkpoints", cfg.trainer.checkpoint_every))
-    callbacks.append(ProgressBar(cfg.trainer.progress_bar))
-    if tensorboard is not None:
-        callbacks.append(tensorboard)
-    trainer = Trainer(model, optimizer, noise, schedule, train_x, cfg.trainer.batch_size, generator, callbacks,
-                      fused=cfg.trainer.fused, precision=cfg.trainer.precision)
 
-    if resume_state is not None:
-        load_model_weights(model, resume_state)
-        try:
-            trainer.load_state_dict(resume_state)
-        except (KeyError, ValueError, RuntimeError) as exc:
-            raise CheckpointError(f"{resume_state['path']} cannot resume this run ({exc}); "
-                                  f"check the config matches the checkpoint's run") from None
-        if resume_state["schedule"] != [[s.nu, s.epochs] for s in schedule.stages]:
-            log.warning("the schedule differs from the checkpoint's; continuing with the configured one")
-        log.info("resumed from %s at epoch %d", resume_state["path"], trainer.epoch)
+def _setup_process(cfg: DictConfig) -> None:
+    if cfg.trainer.num_threads:
+        torch.set_num_threads(cfg.trainer.num_threads)
+    set_precision(cfg.trainer.precision)
 
-    if not standalone:
+
+def train(cfg: DictConfig, output_dir: Path, results: RunResults) -> dict[str, Any]:
+    if parallel_variants(cfg):
+        return train_parallel(cfg, output_dir, results)
+    job = Job(cfg, output_dir, results)
+    job.check()
+    _setup_process(cfg)
+    data, train_x, labelled = load_training_data(cfg, job.device)
+    log.info("schedule %s: %s (%d epochs), device %s", job.schedule.name, job.schedule.describe(),
+             job.schedule.total_epochs, job.device)
+    trainer = job.build(data, train_x, labelled)
+    if not job.standalone:
         try:
             trainer.fit()
         finally:
-            results.data.update(
-                epochs=trainer.epoch,
-                final_train_loss=trainer.history[-1]["loss"] if trainer.history else None,
-                switches=trainer.schedule_cb.switches,
-                seconds=time.time() - started,
-                history=trainer.history,
-            )
-    if cfg.finetune.enabled:
-        results.update(finetune=finetune(cfg, model, data, labelled, device, output_dir, evaluation, resume_dir,
-                                         tensorboard, epoch=trainer.epoch))
-    results.update(status="completed", seconds=time.time() - started)
+            job.record_training()
+    return job.finish(data, labelled)
+
+
+def parallel_variants(cfg: DictConfig) -> list[dict[str, Any]]:
+    """The overrides of each model of a fused sweep (``trainer.parallel``); [] for one model."""
+    par = cfg.trainer.parallel
+    axes = []
+    if par.nu:
+        if cfg.schedule.name == "constant":
+            key = "schedule.nu"
+        elif cfg.schedule.name in ("decreasing", "increasing"):
+            key = "schedule.nu0"
+        else:
+            raise ConfigError(f"trainer.parallel.nu needs schedule constant, decreasing or increasing, "
+                              f"not {cfg.schedule.name}")
+        axes.append([(key, float(v)) for v in par.nu])
+    if par.lr:
+        axes.append([("optim.lr", float(v)) for v in par.lr])
+    if par.seed:
+        axes.append([("seed", int(v)) for v in par.seed])
+    return [dict(combo) for combo in itertools.product(*axes)] if axes else []
+
+
+def train_parallel(cfg: DictConfig, output_dir: Path, results: RunResults) -> dict[str, Any]:
+    """A fused sweep: every variant of ``trainer.parallel`` trained in one process with batched
+    matmuls, each in ``models/<k>/`` with its own results.json, checkpoints and TensorBoard.
+    A failing model (divergence, say) stops the sweep; every model's results.json says where
+    it got to."""
+    variants = parallel_variants(cfg)
+    if cfg.finetune.enabled and cfg.finetune.standalone:
+        raise ConfigError("trainer.parallel trains models: it cannot be combined with finetune.standalone")
+    jobs = []
+    for k, overrides in enumerate(variants):
+        cfg_k = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{key}={v}" for key, v in overrides.items()]))
+        for axis in ("nu", "lr", "seed"):
+            cfg_k.trainer.parallel[axis] = []
+        if cfg.resume:
+            model_dir = Path(cfg.resume) / "models" / str(k)
+            if not model_dir.is_dir():
+                raise CheckpointError(f"{model_dir} not found: resume a fused sweep with its run directory")
+            cfg_k.resume = str(model_dir)
+        out = output_dir / "models" / str(k)
+        job = Job(cfg_k, out, RunResults(out / "results.json", overrides=overrides,
+                                         config=OmegaConf.to_container(cfg_k, resolve=True)))
+        job.check()
+        jobs.append(job)
+    if len({j.device for j in jobs}) != 1:
+        raise ConfigError("trainer.parallel models must share trainer.device")
+    _setup_process(cfg)
+    data, train_x, labelled = load_training_data(cfg, jobs[0].device)
+    log.info("fused sweep of %d models: %s", len(jobs), variants)
+    trainers = [job.build(data, train_x, labelled) for job in jobs]
+    results.update(models=[{"dir": f"models/{k}", "overrides": v} for k, v in enumerate(variants)])
+    try:
+        FusedTrainer(trainers).fit()
+    except BaseException as exc:
+        for job in jobs:
+            job.record_training()
+            job.results.record_failure(exc)
+        raise
+    for job in jobs:
+        job.record_training()
+    summaries = [job.finish(data, labelled) for job in jobs]
+    for entry, summary in zip(results.data["models"], summaries):
+        last = summary["evaluations"][-1] if summary["evaluations"] else {}
+        entry.update(status=summary["status"], val_error=last.get("val_error"), test_error=last.get("test_error"),
+                     final_train_loss=summary.get("final_train_loss"))
+    results.data.update(evaluations=[])
+    vals = [e["val_error"] for e in results.data["models"] if e["val_error"] is not None]
+    results.update(status="completed", best_val_error=min(vals) if vals else None)
     return results.data
 
 

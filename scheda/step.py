@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from scheda.errors import ConfigError
 from scheda.model import DenoisingAutoencoder
 from scheda.noise import NoiseFn, masking
 
@@ -134,3 +135,80 @@ def make_step(model: DenoisingAutoencoder, optimizer: torch.optim.Optimizer, noi
     if fused and precision != "bf16" and FusedStep.supports(model, optimizer):
         return FusedStep(model, optimizer, noise, batch_size, device)
     return AutogradStep(model, optimizer, noise, torch.bfloat16 if precision == "bf16" else None)
+
+
+class BatchedStep:
+    """The fused step for K independent DAs at once (a fused sweep): their weights are
+    stacked into one [K, H, d] tensor, which each model's parameters then view, and every
+    product is a batched one (``bmm``). Each model draws its own minibatch and corruption
+    from its own generator and keeps its own learning rate, so model k follows exactly the
+    trajectory it would follow alone (up to summation order)."""
+
+    def __init__(self, models: list[DenoisingAutoencoder], optimizers: list[torch.optim.Optimizer],
+                 noises: list[NoiseFn], batch_size: int, device: torch.device):
+        for m, opt in zip(models, optimizers):
+            group = opt.param_groups[0]
+            if not FusedStep.supports(m, opt) or group["momentum"] or group["weight_decay"]:
+                raise ConfigError("trainer.parallel needs the plain fused step: model.loss=cross_entropy and "
+                                  "optim.momentum=0, optim.weight_decay=0")
+        if len({(m.n_input, m.n_hidden, m.activation) for m in models}) != 1:
+            raise ConfigError("trainer.parallel models must share model.hidden, model.activation and the data")
+        self.models, self.optimizers, self.noises = models, optimizers, noises
+        K, d, H, n = len(models), models[0].n_input, models[0].n_hidden, batch_size
+        self.activation = models[0].activation
+        f32 = dict(dtype=models[0].W.dtype, device=device)
+        self.W = torch.stack([m.W.detach() for m in models])
+        self.b = torch.stack([m.b.detach() for m in models])
+        self.b_prime = torch.stack([m.b_prime.detach() for m in models])
+        for k, m in enumerate(models):  # the models now view the stacks
+            m.W.data, m.b.data, m.b_prime.data = self.W[k], self.b[k], self.b_prime[k]
+        self.x = torch.empty(K, n, d, **f32)
+        self.A = torch.empty(K, 2 * n, H, **f32)
+        self.B = torch.empty(K, 2 * n, d, **f32)
+        self.logits = torch.empty(K, n, d, **f32)
+        self.tmp_d = torch.empty(K, n, d, **f32)
+        self.tmp_h = torch.empty(K, n, H, **f32)
+        self.zero = torch.zeros((), **f32)
+        self.mask_words = torch.empty((n * d + 3) // 4, dtype=torch.int64, device=device)
+        self.mask = torch.empty(n, d, dtype=torch.bool, device=device)
+
+    @torch.no_grad()
+    def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> torch.Tensor:
+        """``idx``: [K, n] rows of ``x_all`` per model; returns the K minibatch losses."""
+        K, n = idx.shape
+        W, b, b_prime = self.W, self.b, self.b_prime
+        x = self.x[:, :n]
+        torch.index_select(x_all, 0, idx.reshape(-1), out=x.reshape(K * n, -1))
+        A, B = self.A[:, : 2 * n], self.B[:, : 2 * n]
+        dh, h = A[:, :n], A[:, n:]
+        x_tilde, dz = B[:, :n], B[:, n:]
+        logits, tmp_d, tmp_h = self.logits[:, :n], self.tmp_d[:, :n], self.tmp_h[:, :n]
+        for k in range(K):  # each model's corruption from its own generator
+            if self.noises[k] is masking:
+                masking(x[k], nus[k], generators[k], out=x_tilde[k], words=self.mask_words, mask=self.mask)
+            else:
+                x_tilde[k].copy_(self.noises[k](x[k], nus[k], generators[k]))
+        torch.baddbmm(b.unsqueeze(1), x_tilde, W.transpose(1, 2), out=h)
+        if self.activation == "sigmoid":
+            h.sigmoid_()
+        else:
+            h.relu_()
+        torch.baddbmm(b_prime.unsqueeze(1), h, W, out=logits)
+        torch.logaddexp(logits, self.zero, out=tmp_d)
+        dot = torch.bmm(x.reshape(K, 1, -1), logits.reshape(K, -1, 1)).reshape(K)
+        loss = (tmp_d.sum(dim=(1, 2)) - dot) / n
+        torch.sigmoid(logits, out=dz)
+        dz.sub_(x)
+        torch.bmm(dz, W.transpose(1, 2), out=dh)
+        if self.activation == "sigmoid":
+            torch.mul(h, h, out=tmp_h)
+            dh.mul_(torch.sub(h, tmp_h, out=tmp_h))
+        else:
+            dh.mul_(h > 0)
+        scale = torch.tensor([-opt.param_groups[0]["lr"] / n for opt in self.optimizers],
+                             dtype=W.dtype, device=W.device)
+        b.add_(dh.sum(1) * scale[:, None])
+        b_prime.add_(dz.sum(1) * scale[:, None])
+        A.mul_(scale[:, None, None])  # -lr_k/n folded into [dh; h]: W += [dh; h]^T [x~; dz]
+        W.baddbmm_(A.transpose(1, 2), B)
+        return loss

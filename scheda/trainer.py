@@ -19,9 +19,26 @@ from scheda.errors import DivergenceError
 from scheda.model import DenoisingAutoencoder
 from scheda.noise import NoiseFn
 from scheda.schedule import NoiseSchedule
-from scheda.step import make_step
+from scheda.step import BatchedStep, make_step
 
 log = logging.getLogger(__name__)
+
+
+class EpochState:
+    """Sums over one epoch's minibatches, kept on the device until the epoch ends."""
+
+    def __init__(self, nu, random_nu: bool, perm: torch.Tensor, start: float, device: torch.device):
+        self.nu, self.random_nu, self.perm, self.start = nu, random_nu, perm, start
+        self.loss_sum = torch.zeros((), device=device)
+        self.nu_sum = torch.zeros((), device=device)
+        self.n_batches = self.n_examples = 0
+
+    def add(self, loss: torch.Tensor, n: int, nu) -> None:
+        self.loss_sum += loss * n
+        if self.random_nu:
+            self.nu_sum += nu
+        self.n_batches += 1
+        self.n_examples += n
 
 
 class Trainer:
@@ -45,7 +62,8 @@ class Trainer:
         self.train_x = train_x
         self.batch_size = batch_size
         self.generator = generator
-        self.step_fn = make_step(model, optimizer, noise, batch_size, train_x.device, fused, precision)
+        self.fused, self.precision = fused, precision
+        self._step_fn = None
         self.schedule_cb = ScheduleCallback(schedule)
         self.callbacks: list[Callback] = [self.schedule_cb, *callbacks]
         self.epoch = 0  # completed epochs
@@ -56,18 +74,21 @@ class Trainer:
     def device(self) -> torch.device:
         return self.train_x.device
 
+    @property
+    def step_fn(self):
+        """The minibatch update (built on first use: a fused sweep never needs its own)."""
+        if self._step_fn is None:
+            self._step_fn = make_step(self.model, self.optimizer, self.noise, self.batch_size, self.device,
+                                      self.fused, self.precision)
+        return self._step_fn
+
     def fit(self) -> list[dict[str, Any]]:
         """Train until the schedule ends; returns the per-epoch metrics."""
         try:
             for cb in self.callbacks:
                 cb.on_fit_start(self)
             while self.epoch < self.schedule.total_epochs:
-                metrics = self.train_epoch()
-                for cb in self.callbacks:
-                    cb.on_epoch_end(self, metrics)
-                if metrics["stage_end"]:
-                    for cb in self.callbacks:
-                        cb.on_stage_end(self, metrics)
+                self.run_epoch_callbacks(self.train_epoch())
             for cb in self.callbacks:
                 cb.on_fit_end(self)
         finally:
@@ -76,28 +97,30 @@ class Trainer:
         return self.history
 
     def train_epoch(self) -> dict[str, Any]:
-        nu = self.schedule_cb.on_epoch_start(self)
-        random_nu = self.schedule_cb.per_minibatch
+        epoch = self.begin_epoch()
         x_all, n, bs, gen = self.train_x, self.train_x.shape[0], self.batch_size, self.generator
+        for first in range(0, n, bs):
+            idx = epoch.perm[first:first + bs]
+            batch_nu = self.schedule_cb.batch_nu(gen, self.device) if epoch.random_nu else epoch.nu
+            epoch.add(self.step_fn(x_all, idx, batch_nu, gen), idx.shape[0], batch_nu)
+        return self.end_epoch(epoch)
+
+    def begin_epoch(self) -> "EpochState":
+        """Set nu and draw the epoch's permutation (the generator's first draw of the epoch)."""
         self.model.train()
         start = time.perf_counter()
-        perm = torch.randperm(n, generator=gen, device=self.device)
-        loss_sum = torch.zeros((), device=self.device)
-        nu_sum = torch.zeros((), device=self.device)
-        n_batches = 0
-        for first in range(0, n, bs):
-            idx = perm[first:first + bs]
-            batch_nu = self.schedule_cb.batch_nu(gen, self.device) if random_nu else nu
-            loss_sum += self.step_fn(x_all, idx, batch_nu, gen) * idx.shape[0]
-            if random_nu:
-                nu_sum += batch_nu
-            n_batches += 1
+        nu = self.schedule_cb.on_epoch_start(self)
+        perm = torch.randperm(self.train_x.shape[0], generator=self.generator, device=self.device)
+        return EpochState(nu, self.schedule_cb.per_minibatch, perm, start, self.device)
+
+    def end_epoch(self, epoch: "EpochState") -> dict[str, Any]:
+        """Close an epoch: divergence check, metrics, history (callbacks are the caller's)."""
         # The epoch's one host-device sync; non-finite weights count as divergence too, so a
         # checkpoint never stores them even when the last update broke them.
         finite = torch.stack([torch.isfinite(p).all() for p in self.model.parameters()]).all()
-        epoch_loss, finite = (loss_sum / n).item(), bool(finite)
-        mean_nu = (nu_sum / n_batches).item() if random_nu else nu
-        seconds = time.perf_counter() - start
+        epoch_loss, finite = (epoch.loss_sum / epoch.n_examples).item(), bool(finite)
+        mean_nu = (epoch.nu_sum / epoch.n_batches).item() if epoch.random_nu else epoch.nu
+        seconds = time.perf_counter() - epoch.start
         if not (finite and math.isfinite(epoch_loss)):
             what = f"training loss became {epoch_loss}" if not math.isfinite(epoch_loss) else "weights became non-finite"
             raise DivergenceError(
@@ -105,7 +128,7 @@ class Trainer:
                 f"the checkpoints written before it are kept"
             )
         self.epoch += 1
-        self.step += n_batches
+        self.step += epoch.n_batches
         metrics = {
             "epoch": self.epoch,
             "nu": mean_nu,
@@ -118,9 +141,18 @@ class Trainer:
         log.info("epoch %d nu=%.4g loss=%.4f (%.2fs)", self.epoch, mean_nu, epoch_loss, seconds)
         return metrics
 
+    def run_epoch_callbacks(self, metrics: dict[str, Any]) -> None:
+        for cb in self.callbacks:
+            cb.on_epoch_end(self, metrics)
+        if metrics["stage_end"]:
+            for cb in self.callbacks:
+                cb.on_stage_end(self, metrics)
+
     def state_dict(self) -> dict[str, Any]:
         return {
-            "model": self.model.state_dict(),
+            # Cloned: in a fused sweep the weights are views of a stacked tensor, and saving a
+            # view would write the whole stack.
+            "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
             "optimizer": self.optimizer.state_dict(),
             "epoch": self.epoch,
             "step": self.step,
@@ -139,3 +171,53 @@ class Trainer:
         self.generator.set_state(state["generator"].cpu())
         for cb in self.callbacks:
             cb.load_state_dict(state["callbacks"].get(type(cb).__name__, {}))
+
+
+class FusedTrainer:
+    """Trains several :class:`Trainer` s in lockstep, one batched step for all of their models
+    (``trainer.parallel``): each keeps its own schedule, generator, callbacks (checkpoints,
+    evaluation, TensorBoard) and history, as if it ran alone. A model whose schedule ends
+    drops out; the rest go on. ``seconds`` per epoch is the time of the whole batched epoch."""
+
+    def __init__(self, trainers: Sequence[Trainer]):
+        self.trainers = list(trainers)
+        first = self.trainers[0]
+        if any(t.train_x is not first.train_x or t.batch_size != first.batch_size for t in self.trainers):
+            raise ValueError("fused trainers must share the training tensor and the batch size")
+        self.x_all, self.batch_size = first.train_x, first.batch_size
+
+    def fit(self) -> None:
+        try:
+            for t in self.trainers:
+                for cb in t.callbacks:
+                    cb.on_fit_start(t)
+            step, stacked = None, None
+            while True:
+                active = [t for t in self.trainers if t.epoch < t.schedule.total_epochs]
+                if not active:
+                    break
+                if stacked != [id(t) for t in active]:
+                    step = BatchedStep([t.model for t in active], [t.optimizer for t in active],
+                                       [t.noise for t in active], self.batch_size, self.x_all.device)
+                    stacked = [id(t) for t in active]
+                self._epoch(active, step)
+            for t in self.trainers:
+                for cb in t.callbacks:
+                    cb.on_fit_end(t)
+        finally:
+            for t in self.trainers:
+                for cb in t.callbacks:
+                    cb.close()
+
+    def _epoch(self, active: list[Trainer], step: BatchedStep) -> None:
+        epochs = [t.begin_epoch() for t in active]
+        generators = [t.generator for t in active]
+        n, bs, device = self.x_all.shape[0], self.batch_size, self.x_all.device
+        for first in range(0, n, bs):
+            idx = torch.stack([e.perm[first:first + bs] for e in epochs])
+            nus = [t.schedule_cb.batch_nu(t.generator, device) if e.random_nu else e.nu for t, e in zip(active, epochs)]
+            losses = step(self.x_all, idx, nus, generators)
+            for k, e in enumerate(epochs):
+                e.add(losses[k], idx.shape[1], nus[k])
+        for t, e in zip(active, epochs):
+            t.run_epoch_callbacks(t.end_epoch(e))

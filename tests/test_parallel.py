@@ -1,0 +1,85 @@
+"""Fused sweeps (trainer.parallel): K models in one process equal the same models trained alone."""
+
+import json
+
+import pytest
+import torch
+
+from scheda.checkpoint import load_checkpoint
+from scheda.errors import ConfigError
+from scheda.run import run
+
+from conftest import TINY, compose_cfg, run_train
+
+BASE = [*TINY, "logger=none", "evaluate.c_log2_min=-2", "evaluate.c_log2_max=0", "classifier=torch_lr"]
+
+
+def _alone(root, tmp_path, name, overrides):
+    return run(compose_cfg([f"dataset.root={root}", *BASE, *overrides]), tmp_path / name)
+
+
+def _assert_same_weights(a, b):
+    for key in a["model"]:
+        torch.testing.assert_close(a["model"][key], b["model"][key], rtol=1e-4, atol=1e-6)
+
+
+def test_each_fused_model_equals_the_model_trained_alone(cifar_arrays, tmp_path):
+    schedule = ["schedule=constant", "schedule.epochs=3"]
+    fused = run(compose_cfg([f"dataset.root={cifar_arrays}", *BASE, *schedule, "trainer.parallel.nu=[0.2,0.5]",
+                             "trainer.parallel.lr=[0.01,0.05]"]), tmp_path / "fused")
+    assert [m["overrides"] for m in fused["models"]] == [
+        {"schedule.nu": 0.2, "optim.lr": 0.01}, {"schedule.nu": 0.2, "optim.lr": 0.05},
+        {"schedule.nu": 0.5, "optim.lr": 0.01}, {"schedule.nu": 0.5, "optim.lr": 0.05}]
+    assert fused["best_val_error"] == min(m["val_error"] for m in fused["models"])
+    for k, model in enumerate(fused["models"]):
+        nu, lr = model["overrides"]["schedule.nu"], model["overrides"]["optim.lr"]
+        alone = _alone(cifar_arrays, tmp_path, f"alone{k}", [*schedule, f"schedule.nu={nu}", f"optim.lr={lr}"])
+        mine = json.loads((tmp_path / "fused" / "models" / str(k) / "results.json").read_text())
+        assert mine["status"] == "completed" and mine["config"]["schedule"]["nu"] == nu
+        assert [h["loss"] for h in mine["history"]] == pytest.approx([h["loss"] for h in alone["history"]], rel=1e-5)
+        _assert_same_weights(load_checkpoint(tmp_path / "fused" / "models" / str(k)),
+                             load_checkpoint(tmp_path / f"alone{k}"))
+        assert len(mine["evaluations"]) == 1
+
+
+def test_models_of_different_lengths_and_random_schedules(cifar_arrays, tmp_path):
+    # Decreasing to the last level above 0: nu0=0.3 runs 3 epochs, nu0=0.2 runs 2.
+    schedule = ["schedule=decreasing", "schedule.K=1", "schedule.initial_epochs=1", "schedule.delta_nu=0.1"]
+    fused = run(compose_cfg([f"dataset.root={cifar_arrays}", *BASE, *schedule, "trainer.parallel.nu=[0.3,0.2]"]),
+                tmp_path / "fused")
+    for k, nu in enumerate([0.3, 0.2]):
+        alone = _alone(cifar_arrays, tmp_path, f"alone{k}", [*schedule, f"schedule.nu0={nu}"])
+        mine = json.loads((tmp_path / "fused" / "models" / str(k) / "results.json").read_text())
+        assert mine["switches"] == alone["switches"] and mine["epochs"] == alone["epochs"]
+        _assert_same_weights(load_checkpoint(tmp_path / "fused" / "models" / str(k)), load_checkpoint(tmp_path / f"alone{k}"))
+    random = ["schedule=random_uniform", "schedule.epochs=2"]
+    run(compose_cfg([f"dataset.root={cifar_arrays}", *BASE, *random, "trainer.parallel.seed=[3,4]"]), tmp_path / "rnd")
+    alone = _alone(cifar_arrays, tmp_path, "rnd_alone", [*random, "seed=4"])
+    _assert_same_weights(load_checkpoint(tmp_path / "rnd" / "models" / "1"), load_checkpoint(tmp_path / "rnd_alone"))
+    assert fused["models"][0]["status"] == "completed"
+
+
+def test_parallel_through_the_entry_point_and_resume(cifar_arrays, tmp_path):
+    args = [f"dataset.root={cifar_arrays}", *BASE, "schedule=constant", "schedule.epochs=3",
+            "trainer.parallel.lr=[0.01,0.03]", "trainer.checkpoint_every=1"]
+    first = run_train([*args, "trainer.max_epochs=2", f"hydra.run.dir={tmp_path / 'a'}"], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    second = run_train([*args, f"resume={tmp_path / 'a'}", f"hydra.run.dir={tmp_path / 'b'}"], cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    golden = run_train([*args, f"hydra.run.dir={tmp_path / 'g'}"], cwd=tmp_path)
+    assert golden.returncode == 0, golden.stderr
+    for k in range(2):
+        a = load_checkpoint(tmp_path / "b" / "models" / str(k))
+        assert a["epoch"] == 3
+        for key, value in load_checkpoint(tmp_path / "g" / "models" / str(k))["model"].items():
+            assert torch.equal(a["model"][key], value)
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["trainer.parallel.lr=[0.01,0.02]", "optim.momentum=0.9"], "optim.momentum=0"),
+    (["trainer.parallel.nu=[0.1,0.2]", "schedule=stages"], "trainer.parallel.nu needs schedule"),
+    (["trainer.parallel.lr=[0.01,-1]"], "optim.lr=-1.0 must be > 0"),
+])
+def test_bad_parallel_configs(cifar_arrays, tmp_path, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        run(compose_cfg([f"dataset.root={cifar_arrays}", *BASE, *overrides]), tmp_path / "bad")
