@@ -24,6 +24,8 @@ from scheda.finetune import FineTuner, check_finetune_config
 from scheda.loggers import TensorBoardLogger, hparams
 from scheda.model import build_model
 from scheda.noise import build_noise
+from scheda.optim import build_optimizer
+from scheda.io import atomic_write
 from scheda.results import RunResults
 from scheda.schedule import build_schedule
 from scheda.trainer import FusedTrainer, Trainer
@@ -42,18 +44,6 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"trainer.device={name} but CUDA is not available here: use trainer.device=auto or cpu")
     return device
-
-
-def build_optimizer(cfg: DictConfig, params) -> torch.optim.Optimizer:
-    if cfg.name != "sgd":
-        raise ConfigError(f"optim.name={cfg.name!r} is unknown: use sgd")
-    if not cfg.lr > 0:
-        raise ConfigError(f"optim.lr={cfg.lr} must be > 0")
-    if not 0 <= cfg.momentum < 1:
-        raise ConfigError(f"optim.momentum={cfg.momentum} must be in [0, 1)")
-    if cfg.weight_decay < 0:
-        raise ConfigError(f"optim.weight_decay={cfg.weight_decay} must be >= 0")
-    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 
 def _check_trainer(cfg: DictConfig) -> None:
@@ -78,8 +68,10 @@ def load_run_model(path: str | Path, device: str | torch.device = "cpu") -> tupl
     state = load_checkpoint(path)
     run_dir = Path(state["path"]).parent.parent
     config_file = run_dir / ".hydra" / "config.yaml"
+    if not config_file.exists():  # a model of a fused sweep keeps its own config.yaml
+        config_file = run_dir / "config.yaml"
     if not config_file.exists():
-        raise CheckpointError(f"{config_file} is missing: pass a checkpoint inside a scheda run directory")
+        raise CheckpointError(f"{run_dir}/.hydra/config.yaml is missing: pass a checkpoint inside a scheda run directory")
     cfg = OmegaConf.load(config_file)
     model = build_model(cfg.model, input_size(cfg.dataset))
     load_model_weights(model, state)
@@ -272,6 +264,7 @@ def train_parallel(cfg: DictConfig, output_dir: Path, results: RunResults) -> di
         job = Job(cfg_k, out, RunResults(out / "results.json", overrides=overrides,
                                          config=OmegaConf.to_container(cfg_k, resolve=True)))
         job.check()
+        atomic_write(out / "config.yaml", lambda f, c=cfg_k: f.write(OmegaConf.to_yaml(c).encode()))
         jobs.append(job)
     if len({j.device for j in jobs}) != 1:
         raise ConfigError("trainer.parallel models must share trainer.device")

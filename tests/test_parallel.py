@@ -83,3 +83,12 @@ def test_parallel_through_the_entry_point_and_resume(cifar_arrays, tmp_path):
 def test_bad_parallel_configs(cifar_arrays, tmp_path, overrides, match):
     with pytest.raises(ConfigError, match=match):
         run(compose_cfg([f"dataset.root={cifar_arrays}", *BASE, *overrides]), tmp_path / "bad")
+
+
+def test_a_fused_model_can_be_loaded_like_a_run(cifar_arrays, tmp_path):
+    from scheda.run import load_run_model
+
+    run(compose_cfg([f"dataset.root={cifar_arrays}", *BASE, "schedule=constant", "schedule.epochs=1",
+                     "trainer.parallel.seed=[1,2]", "evaluate.enabled=false"]), tmp_path / "fused")
+    cfg, model, state = load_run_model(tmp_path / "fused" / "models" / "1")
+    assert cfg.seed == 2 and state["epoch"] == 1 and model.n_hidden == 8
