@@ -79,3 +79,16 @@ def test_bench_train_runs_the_real_trainer(tmp_path):
     (row,) = json.loads((tmp_path / "b.json").read_text())["rows"]
     assert row["scheda_s"] > 0 and row["bound_s"] > 0 and row["naive_s"] > 0
     assert row["scheda_over_bound"] == pytest.approx(row["scheda_s"] / row["bound_s"])
+
+
+def test_summed_cross_entropy_is_exact_and_stable():
+    from scheda.step import summed_cross_entropy
+
+    logits = torch.tensor([[-200.0, -30.0, -1.0, 0.0, 2.0, 40.0, 300.0]])
+    x = torch.tensor([[0.0, 1.0, 0.3, 1.0, 0.0, 0.5, 1.0]])
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(logits.double(), x.double(), reduction="sum")
+    got = summed_cross_entropy(logits, x, torch.empty_like(logits))
+    torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=1e-5)
+    batched = summed_cross_entropy(torch.stack([logits, -logits]), torch.stack([x, x]),
+                                   torch.empty(2, 1, 7), batched=True)
+    torch.testing.assert_close(batched[0], got)
