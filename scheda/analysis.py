@@ -1,0 +1,66 @@
+"""Analysis of learnt features (Geras & Sutton 2015, Sections 4.1.2-4.1.3): run labels,
+filter images, and the feature-similarity count of Table 2.
+
+Feature similarity: each hidden unit's activation vector over a data set is compared by
+cosine similarity with every unit of several other models; C_nu counts the reference units
+whose most similar unit belongs to DA(nu). Similarities are accumulated as chunked matrix
+products over the data points (H_ref x H_other at a time), never a Python loop over units.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import torch
+
+
+def run_label(run_dir: str | Path) -> str:
+    """DA(nu) for a single noise level, ScheDA(nu0 -> ... -> nuT) for a schedule."""
+    results = Path(run_dir) / "results.json"
+    if not results.exists():
+        return Path(run_dir).name
+    data = json.loads(results.read_text())
+    levels = [s["nu"] for s in data.get("switches", [])]
+    if not levels or levels[0] is None:
+        return f"DA({data.get('schedule', '?')})"
+    if len(levels) == 1:
+        return f"DA({levels[0]:g})"
+    return "ScheDA(" + "->".join(f"{nu:g}" for nu in levels) + ")"
+
+
+def normalised_filters(W: torch.Tensor, image_shape: tuple[int, int, int]) -> np.ndarray:
+    """Rows of W as [n, H, W, C] images in [0, 1], each normalised to its own range."""
+    w = W.detach().float().cpu()
+    lo, hi = w.min(1, keepdim=True).values, w.max(1, keepdim=True).values
+    w = (w - lo) / (hi - lo).clamp_min(1e-12)
+    return w.reshape(-1, *image_shape).permute(0, 2, 3, 1).numpy()
+
+
+@torch.no_grad()
+def column_norms(x: torch.Tensor, chunk_size: int = 8192) -> torch.Tensor:
+    return torch.sqrt(sum((x[i:i + chunk_size].double() ** 2).sum(0) for i in range(0, x.shape[0], chunk_size)))
+
+
+@torch.no_grad()
+def max_cosine_similarity(reference: torch.Tensor, other: torch.Tensor, chunk_size: int = 8192) -> torch.Tensor:
+    """For every column (feature) of ``reference`` [N, Hr], its largest cosine similarity with
+    a column of ``other`` [N, Ho]; both hold activations over the same N data points."""
+    if reference.shape[0] != other.shape[0]:
+        raise ValueError("activations must be over the same data points")
+    dots = torch.zeros(reference.shape[1], other.shape[1], dtype=torch.float64, device=reference.device)
+    for i in range(0, reference.shape[0], chunk_size):
+        dots += reference[i:i + chunk_size].double().T @ other[i:i + chunk_size].double()
+    norms = column_norms(reference, chunk_size)[:, None] * column_norms(other, chunk_size)[None, :]
+    return (dots / norms.clamp_min(1e-300)).max(dim=1).values
+
+
+def closest_counts(reference: torch.Tensor, candidates: Mapping[str, torch.Tensor],
+                   chunk_size: int = 8192) -> dict[str, int]:
+    """C_label: how many reference features have their most similar feature in ``candidates[label]``."""
+    labels = list(candidates)
+    best = torch.stack([max_cosine_similarity(reference, candidates[k], chunk_size) for k in labels])
+    winner = best.argmax(dim=0).cpu().numpy()
+    return {label: int(np.sum(winner == i)) for i, label in enumerate(labels)}

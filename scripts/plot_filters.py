@@ -1,0 +1,77 @@
+"""Filters of one or more runs side by side (the paper's Figures 3-4): a sample of rows of W
+as 32x32 colour images, each normalised to its own range, labelled DA(nu) / ScheDA(nu0->...).
+
+    python scripts/plot_filters.py RUN_DA RUN_SCHEDA --n 64 --out filters.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scheda.analysis import normalised_filters, run_label  # noqa: E402
+from scheda.checkpoint import find_checkpoint  # noqa: E402
+from scheda.data import dataset_spec  # noqa: E402
+from scheda.errors import SchedaError  # noqa: E402
+from scheda.io import atomic_write  # noqa: E402
+from scheda.run import load_run_model  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", help="run directories (or checkpoints)")
+    parser.add_argument("--n", type=int, default=100, help="filters per run")
+    parser.add_argument("--seed", type=int, default=None, help="sample filters at random (default: the first n)")
+    parser.add_argument("--out", type=Path, default=Path("filters.png"))
+    args = parser.parse_args(argv)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    try:
+        panels = []
+        for run in args.runs:
+            cfg, model, state = load_run_model(run)
+            shape = getattr(dataset_spec(cfg.dataset), "image_shape", None)
+            if shape is None:
+                raise SchedaError(f"{run}: dataset {cfg.dataset.name} has no image shape to draw filters in")
+            rows = torch.arange(model.n_hidden)
+            if args.seed is not None:
+                rows = torch.randperm(model.n_hidden, generator=torch.Generator().manual_seed(args.seed))
+            images = normalised_filters(model.W[rows[: args.n]], tuple(shape))
+            run_dir = Path(find_checkpoint(run)).parent.parent
+            panels.append((f"{run_label(run_dir)}, epoch {state['epoch']}", images))
+    except SchedaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    side = int(math.ceil(math.sqrt(args.n)))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4.4), squeeze=False)
+    for ax, (title, images) in zip(axes[0], panels):
+        h, w, c = images.shape[1:]
+        grid = np.ones((side * (h + 1) - 1, side * (w + 1) - 1, c))
+        for i, img in enumerate(images):
+            r, q = divmod(i, side)
+            grid[r * (h + 1):r * (h + 1) + h, q * (w + 1):q * (w + 1) + w] = img
+        ax.imshow(grid, interpolation="nearest")
+        ax.set_title(title, fontsize=10)
+        ax.axis("off")
+    fig.tight_layout()
+
+    def save(f):
+        fig.savefig(f, format="png", dpi=100)
+
+    atomic_write(args.out, save)
+    print(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

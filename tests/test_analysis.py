@@ -1,0 +1,58 @@
+import subprocess
+import sys
+
+import torch
+
+from scheda.analysis import closest_counts, max_cosine_similarity, run_label
+
+from conftest import REPO, STAGES, TINY, compose_cfg
+
+
+def test_every_feature_is_closest_to_itself():
+    g = torch.Generator().manual_seed(0)
+    a = torch.rand(500, 12, generator=g)
+    b = torch.rand(500, 9, generator=g)
+    assert closest_counts(a, {"self": a, "other": b}, chunk_size=64) == {"self": 12, "other": 0}
+    assert closest_counts(a, {"other": b, "self": a.clone()}) == {"other": 0, "self": 12}
+
+
+def test_chunked_cosine_similarity_matches_direct():
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.rand(300, 7, generator=g), torch.rand(300, 5, generator=g)
+    direct = torch.nn.functional.normalize(a.double(), dim=0).T @ torch.nn.functional.normalize(b.double(), dim=0)
+    torch.testing.assert_close(max_cosine_similarity(a, b, chunk_size=37), direct.max(1).values)
+
+
+def _runs(cifar_arrays, tmp_path):
+    from omegaconf import OmegaConf
+
+    from scheda.run import run
+
+    dirs = {}
+    for name, overrides in {"da": ["schedule=constant", "schedule.nu=0.3", "schedule.epochs=2"],
+                            "scheda": STAGES, "da_seed": ["schedule=constant", "schedule.epochs=1", "seed=7"]}.items():
+        cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *overrides, "evaluate.enabled=false", "logger=none"])
+        run(cfg, tmp_path / name)
+        (tmp_path / name / ".hydra").mkdir()
+        OmegaConf.save(cfg, tmp_path / name / ".hydra" / "config.yaml")
+        dirs[name] = tmp_path / name
+    return dirs
+
+
+def test_run_labels_and_scripts(cifar_arrays, tmp_path):
+    runs = _runs(cifar_arrays, tmp_path)
+    assert run_label(runs["da"]) == "DA(0.3)" and run_label(runs["scheda"]) == "ScheDA(0.5->0.2)"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "plot_filters.py"), str(runs["da"]),
+                           str(runs["scheda"]), "--n", "8", "--out", str(tmp_path / "f.png")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "feature_similarity.py"),
+                           "--reference", str(runs["scheda"]), "--baseline", str(runs["da_seed"]),
+                           "--da", f"0.3={runs['da']}", f"0.5={runs['scheda']}", "--out", str(tmp_path / "t2.md")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    table = (tmp_path / "t2.md").read_text().splitlines()
+    assert table[0] == "| nu | C_nu for ScheDA(0.5->0.2) | C_nu for DA(0.3)* |"
+    assert table[2].startswith("| 0.3 | 0 |") and table[3].startswith("| 0.5 | 8 |")  # itself: all 8 units
+    assert sum(int(row.split("|")[3]) for row in table[2:]) == 8
