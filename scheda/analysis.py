@@ -64,3 +64,45 @@ def closest_counts(reference: torch.Tensor, candidates: Mapping[str, torch.Tenso
     best = torch.stack([max_cosine_similarity(reference, candidates[k], chunk_size) for k in labels])
     winner = best.argmax(dim=0).cpu().numpy()
     return {label: int(np.sum(winner == i)) for i, label in enumerate(labels)}
+
+
+def sweep_models(sweep_dir: str | Path) -> list[tuple[dict, Path]]:
+    """(overrides, directory) of every model of a fused sweep (``trainer.parallel``)."""
+    sweep_dir = Path(sweep_dir)
+    results = json.loads((sweep_dir / "results.json").read_text())
+    return [(m["overrides"], sweep_dir / m["dir"]) for m in results.get("models", [])]
+
+
+def concat_grid(models: list[tuple[dict, Path]], axis_a: tuple[str, object], axis_b: tuple[str, object],
+                vary: str) -> tuple[list, list, dict]:
+    """The pairs of a nu x nu grid: rows are the models with ``axis_a`` (e.g. seed 1), columns
+    those with ``axis_b`` (seed 2), each indexed by its value of ``vary`` (e.g. schedule.nu)."""
+    rows = {o[vary]: d for o, d in models if o.get(axis_a[0]) == axis_a[1] and vary in o}
+    cols = {o[vary]: d for o, d in models if o.get(axis_b[0]) == axis_b[1] and vary in o}
+    return sorted(rows), sorted(cols), {(a, b): (rows[a], cols[b]) for a in rows for b in cols}
+
+
+def heat_map(values, row_labels, col_labels, title: str, path: str | Path, xlabel: str, ylabel: str) -> None:
+    """A PNG heat map with each cell's value written in it (errors in %)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from scheda.io import atomic_write
+
+    values = np.asarray(values, dtype=float)
+    fig, ax = plt.subplots(figsize=(1.2 * len(col_labels) + 2, 1.0 * len(row_labels) + 1.5))
+    im = ax.imshow(values, cmap="viridis_r")
+    ax.set_xticks(range(len(col_labels)), [f"{c:g}" for c in col_labels])
+    ax.set_yticks(range(len(row_labels)), [f"{r:g}" for r in row_labels])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", color="w", fontsize=9)
+    fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    plt.close(fig)

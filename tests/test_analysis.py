@@ -56,3 +56,33 @@ def test_run_labels_and_scripts(cifar_arrays, tmp_path):
     assert table[0] == "| nu | C_nu for ScheDA(0.5->0.2) | C_nu for DA(0.3)* |"
     assert table[2].startswith("| 0.3 | 0 |") and table[3].startswith("| 0.5 | 8 |")  # itself: all 8 units
     assert sum(int(row.split("|")[3]) for row in table[2:]) == 8
+
+
+def test_concatenation_grid_from_a_fused_sweep(cifar_arrays, tmp_path):
+    import json
+
+    from omegaconf import OmegaConf
+
+    from scheda.run import run
+
+    cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1",
+                       "trainer.parallel.nu=[0.2,0.5]", "trainer.parallel.seed=[1,2]", "evaluate.enabled=false",
+                       "logger=none"])
+    run(cfg, tmp_path / "sweep")
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "concat_eval.py"), "--sweep", str(tmp_path / "sweep"),
+                           "--classifier", "torch_lr", "--c-log2-min", "-3", "--c-log2-max", "0",
+                           "--out", str(tmp_path / "grid.png")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "grid.json").read_text())
+    assert report["rows"] == [0.2, 0.5] and report["cols"] == [0.2, 0.5]
+    assert sorted((p["a"], p["b"]) for p in report["pairs"]) == [(0.2, 0.2), (0.2, 0.5), (0.5, 0.2), (0.5, 0.5)]
+    assert all(p["features"] == 16 for p in report["pairs"])
+    assert (tmp_path / "grid.png").read_bytes()[:4] == b"\x89PNG"
+    # Two runs given directly: their concatenation and each alone.
+    a, b = tmp_path / "sweep" / "models" / "0", tmp_path / "sweep" / "models" / "3"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "concat_eval.py"), str(a), str(b),
+                           "--classifier", "torch_lr", "--c-log2-min", "-3", "--c-log2-max", "0"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "DA(0.2) + DA(0.5): 16 features" in proc.stdout and proc.stdout.count("alone") == 2
+    assert OmegaConf.load(a / "config.yaml").seed == 1

@@ -1,0 +1,114 @@
+"""Concatenated representations (the paper's Section 4.1.2, Figure 6): the encoders of two
+or more runs side by side (e.g. DA(nu1) of seed 1 with DA(nu2) of seed 2, 2000 + 2000 units),
+evaluated like any representation (logistic regression, C chosen on validation).
+
+    python scripts/concat_eval.py RUN_A RUN_B [...]                 # one concatenation
+    python scripts/concat_eval.py --sweep SWEEP_RUN --out grid.png   # the nu x nu grid
+
+The grid reads a fused sweep trained with the preset ``+experiment=concat_grid`` (every nu,
+seeds 1 and 2): rows are seed-1 models, columns seed-2 models; it writes the heat map of test
+errors and a JSON of every pair (diagonal cells pair the same nu from two seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scheda.analysis import concat_grid, heat_map, run_label, sweep_models  # noqa: E402
+from scheda.config import LiblinearConfig, TorchLRConfig  # noqa: E402
+from scheda.data import load_dataset  # noqa: E402
+from scheda.errors import SchedaError  # noqa: E402
+from scheda.evaluate import c_grid, encode_splits, evaluate_features, labels_of  # noqa: E402
+from scheda.io import atomic_write_json  # noqa: E402
+from scheda.run import load_run_model  # noqa: E402
+
+
+class Evaluator:
+    """Loads the data once, encodes each run once, evaluates concatenations."""
+
+    def __init__(self, args):
+        self.args, self.data, self.features = args, None, {}
+        self.Cs = c_grid({"c_log2_min": args.c_log2_min, "c_log2_max": args.c_log2_max, "c_log2_step": 1})
+
+    def encode(self, run: Path) -> dict[str, torch.Tensor]:
+        if run not in self.features:
+            cfg, model, _ = load_run_model(run, self.args.device)
+            if self.data is None:
+                if self.args.data_root:
+                    cfg.dataset.root = self.args.data_root
+                self.data = load_dataset(cfg.dataset)
+                self.inputs = {s: self.data.tensor(s, self.args.device) for s in ("train", "val", "test")}
+            self.features[run] = encode_splits(model, self.data, torch.device(self.args.device), 8192, self.inputs)
+        return self.features[run]
+
+    def evaluate(self, runs: list[Path]) -> dict:
+        parts = [self.encode(r) for r in runs]
+        features = {s: torch.cat([p[s] for p in parts], dim=1) for s in ("train", "val", "test")}
+        schema = LiblinearConfig if self.args.classifier == "liblinear" else TorchLRConfig
+        classifier = OmegaConf.structured(schema)
+        result = evaluate_features(features, labels_of(self.data), classifier, self.Cs, self.args.device)
+        result["runs"] = [str(r) for r in runs]
+        result["features"] = int(features["train"].shape[1])
+        return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="*", type=Path, help="runs whose encoders are concatenated")
+    parser.add_argument("--sweep", type=Path, default=None, help="a fused sweep: evaluate the nu x nu grid")
+    parser.add_argument("--vary", default="schedule.nu", help="the sweep axis of the grid")
+    parser.add_argument("--seeds", type=int, nargs=2, default=[1, 2], help="seeds of the rows and of the columns")
+    parser.add_argument("--classifier", default="liblinear", choices=["liblinear", "torch_lr"])
+    parser.add_argument("--c-log2-min", type=float, default=-10)
+    parser.add_argument("--c-log2-max", type=float, default=6)
+    parser.add_argument("--data-root", default=None)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", type=Path, default=Path("concat.png"), help="heat map (with --sweep)")
+    args = parser.parse_args(argv)
+    if bool(args.runs) == bool(args.sweep):
+        parser.error("give either two or more runs, or --sweep")
+    ev = Evaluator(args)
+    start = time.perf_counter()
+    try:
+        if args.runs:
+            result = ev.evaluate(args.runs)
+            names = " + ".join(run_label(r) for r in args.runs)
+            print(f"{names}: {result['features']} features, C={result['C']:g}, val {100 * result['val_error']:.2f} %, "
+                  f"test {100 * result['test_error']:.2f} %")
+            for r in args.runs:  # each encoder alone, for comparison
+                alone = ev.evaluate([r])
+                print(f"  {run_label(r)} alone: val {100 * alone['val_error']:.2f} %, test {100 * alone['test_error']:.2f} %")
+            return 0
+        rows, cols, pairs = concat_grid(sweep_models(args.sweep), ("seed", args.seeds[0]), ("seed", args.seeds[1]),
+                                        args.vary)
+        if not pairs:
+            raise SchedaError(f"{args.sweep} has no models with seeds {args.seeds} varying {args.vary}: "
+                              f"train it with +experiment=concat_grid")
+        grid = [[None] * len(cols) for _ in rows]
+        report = []
+        for (a, b), (run_a, run_b) in sorted(pairs.items()):
+            result = ev.evaluate([run_a, run_b])
+            grid[rows.index(a)][cols.index(b)] = 100 * result["test_error"]
+            report.append({"a": a, "b": b, **{k: result[k] for k in ("C", "val_error", "test_error", "features")}})
+            print(f"{args.vary}={a:g} (seed {args.seeds[0]}) + {b:g} (seed {args.seeds[1]}): "
+                  f"test {100 * result['test_error']:.2f} %", flush=True)
+    except SchedaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    heat_map(grid, rows, cols, "test error (%) of concatenated DAs", args.out,
+             f"{args.vary}, seed {args.seeds[1]}", f"{args.vary}, seed {args.seeds[0]}")
+    atomic_write_json(args.out.with_suffix(".json"), {"rows": rows, "cols": cols, "pairs": report})
+    print(f"{args.out} ({time.perf_counter() - start:.0f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
