@@ -54,6 +54,13 @@ class DAConfig:
 
 
 @dataclass
+class CompositeConfig(DAConfig):
+    name: str = "composite"
+    group_nus: List[Optional[float]] = field(default_factory=lambda: [0.7, 0.1])
+    update: str = "alternating"
+
+
+@dataclass
 class RawConfig:
     """No model: evaluate the raw inputs (the paper's baseline)."""
 
@@ -220,6 +227,7 @@ def register_configs() -> None:
     cs.store(group="dataset", name="base_amazon", node=AmazonConfig)
     cs.store(group="model", name="base_da", node=DAConfig)
     cs.store(group="model", name="base_raw", node=RawConfig)
+    cs.store(group="model", name="base_composite", node=CompositeConfig)
     cs.store(group="noise", name="base_noise", node=NoiseConfig)
     cs.store(group="schedule", name="base_constant", node=ConstantScheduleConfig)
     cs.store(group="schedule", name="base_step", node=StepScheduleConfig)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from scheda.errors import ConfigError
-from scheda.model import DenoisingAutoencoder
+from scheda.model import CompositeDA, DenoisingAutoencoder
 from scheda.noise import NoiseFn, masking
 
 
@@ -55,14 +55,16 @@ class AutogradStep:
 
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nu, generator: torch.Generator) -> torch.Tensor:
         x = x_all.index_select(0, idx)
-        x_tilde = self.noise(x, nu, generator)
-        if self.autocast_dtype is not None:
-            with torch.autocast(x.device.type, dtype=self.autocast_dtype):
-                loss = self.model.loss(x_tilde, x)
-        else:
-            loss = self.model.loss(x_tilde, x)
+        with torch.autocast(x.device.type, dtype=self.autocast_dtype or torch.float32,
+                            enabled=self.autocast_dtype is not None):
+            if isinstance(self.model, CompositeDA):  # each group corrupts the input at its own level
+                loss = self.model.composite_loss(x, self.noise, nu, generator)
+            else:
+                loss = self.model.loss(self.noise(x, nu, generator), x)
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
+        if isinstance(self.model, CompositeDA):
+            self.model.mask_gradients()
         self.optimizer.step()
         return loss.detach()
 
@@ -95,7 +97,8 @@ class FusedStep:
 
     @staticmethod
     def supports(model: DenoisingAutoencoder, optimizer: torch.optim.Optimizer) -> bool:
-        return (model.loss_name == "cross_entropy" and isinstance(optimizer, torch.optim.SGD)
+        return (type(model) is DenoisingAutoencoder and model.loss_name == "cross_entropy"
+                and isinstance(optimizer, torch.optim.SGD)
                 and len(optimizer.param_groups) == 1)
 
     def _corrupt(self, x: torch.Tensor, nu, generator, out: torch.Tensor) -> None:
@@ -167,7 +170,7 @@ class BatchedStep:
         for m, opt in zip(models, optimizers):
             group = opt.param_groups[0]
             if not FusedStep.supports(m, opt) or group["momentum"] or group["weight_decay"]:
-                raise ConfigError("trainer.parallel needs the plain fused step: model.loss=cross_entropy and "
+                raise ConfigError("trainer.parallel needs the plain fused step: model.name=da, model.loss=cross_entropy, "
                                   "optim.momentum=0, optim.weight_decay=0")
         if len({(m.n_input, m.n_hidden, m.activation) for m in models}) != 1:
             raise ConfigError("trainer.parallel models must share model.hidden, model.activation and the data")

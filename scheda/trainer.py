@@ -109,6 +109,8 @@ class Trainer:
         """Set nu and draw the epoch's permutation (the generator's first draw of the epoch)."""
         self.model.train()
         start = time.perf_counter()
+        if hasattr(self.model, "set_epoch"):  # the composite DA alternates groups by epoch
+            self.model.set_epoch(self.epoch)
         nu = self.schedule_cb.on_epoch_start(self)
         perm = torch.randperm(self.train_x.shape[0], generator=self.generator, device=self.device)
         return EpochState(nu, self.schedule_cb.per_minibatch, perm, start, self.device)
