@@ -75,7 +75,7 @@ def _resume_and_compare(golden, killed_dir, tmp_path):
     assert [h["loss"] for h in results["history"]] == [h["loss"] for h in golden_results["history"]]
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1])
 def test_kill_at_a_random_point_then_resume(golden, tmp_path, seed):
     rng = random.Random(seed)
     data = golden[0]
