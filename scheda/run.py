@@ -118,6 +118,9 @@ class Job:
         torch.manual_seed(cfg.seed)
         self.model = build_model(cfg.model, input_size(cfg.dataset), generator=torch.Generator().manual_seed(cfg.seed))
         build_optimizer(cfg.optim, list(self.model.parameters()))  # validates optim.*
+        if cfg.model.name == "composite" and None not in cfg.model.group_nus:
+            log.warning("model.group_nus fixes every group's noise level: the schedule sets only the epochs, "
+                        "and the nu it logs is not used")
         self.standalone = cfg.finetune.enabled and cfg.finetune.standalone
         if cfg.finetune.enabled:
             check_finetune_config(cfg.finetune, has_init=bool(cfg.init_from))
