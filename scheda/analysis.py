@@ -99,9 +99,11 @@ def heat_map(values, row_labels, col_labels, title: str, path: str | Path, xlabe
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
+    middle = (np.nanmin(values) + np.nanmax(values)) / 2
     for i in range(values.shape[0]):
-        for j in range(values.shape[1]):
-            ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", color="w", fontsize=9)
+        for j in range(values.shape[1]):  # dark text on the light (low-error) cells
+            ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=9,
+                    color="k" if values[i, j] < middle else "w")
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
