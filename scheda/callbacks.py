@@ -86,6 +86,17 @@ class CheckpointCallback(Callback):
             log.info("checkpoint %s", self.last_path)
 
 
+class TqdmLoggingHandler(logging.StreamHandler):
+    """A console log handler that prints above the progress bar instead of through it
+    (configs/hydra/default.yaml installs it as Hydra's console handler)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # noqa: BLE001 - logging must never raise
+            self.handleError(record)
+
+
 class ProgressBar(Callback):
     """One tqdm bar per run: epoch, nu, loss."""
 
