@@ -219,6 +219,77 @@ class TrainConfig:
     init_from: Optional[str] = None
 
 
+# --- the paper's protocol (scripts/reproduce.py) ----------------------------------------
+@dataclass
+class DAGridConfig:
+    """Stage 1: one DA per (nu, lr), each evaluated every ``eval_every`` epochs (checkpointed
+    there too, so a ScheDA can continue from the selected epoch)."""
+
+    nu: List[float] = field(default_factory=list)
+    lr: List[float] = field(default_factory=list)
+    epochs: int = 2000
+    eval_every: int = 100
+
+
+@dataclass
+class StepGridConfig:
+    """Stage 3: decreasing (ScheDA) or increasing schedules continued from the best DA(nu0)."""
+
+    nu0: List[float] = field(default_factory=list)
+    delta_nu: List[float] = field(default_factory=list)
+    K: List[int] = field(default_factory=list)
+    nu_final: float = 0.05
+    lr: float = 0.01
+
+
+@dataclass
+class RandomNuConfig:
+    """Stage 3 of table=random_nu: nu drawn per minibatch, trained from scratch."""
+
+    hidden: Optional[int] = None
+    epochs: int = 2000
+    lr: float = 0.01
+    low: float = 0.1
+    high: float = 0.7
+    values: List[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
+
+
+@dataclass
+class ScaleConfig:
+    name: str = MISSING
+    description: str = MISSING
+    hidden: List[int] = field(default_factory=list)
+    da: DAGridConfig = field(default_factory=DAGridConfig)
+    scheda: StepGridConfig = field(default_factory=StepGridConfig)
+    increasing: StepGridConfig = field(default_factory=StepGridConfig)
+    random_nu: RandomNuConfig = field(default_factory=RandomNuConfig)
+    control: bool = False
+    finetune: Optional[str] = None
+    train: List[str] = field(default_factory=list)
+
+
+@dataclass
+class TableConfig:
+    name: str = MISSING
+    title: str = MISSING
+    continuations: List[str] = field(default_factory=list)
+    raw: bool = True
+    paper: Any = field(default_factory=dict)
+
+
+@dataclass
+class ReproduceConfig:
+    table: TableConfig = MISSING
+    scale: ScaleConfig = MISSING
+    out_dir: str = MISSING
+    report_dir: str = "outputs/reports"
+    overrides: List[str] = field(default_factory=list)
+    launcher: str = "basic"
+    n_jobs: int = 1
+    launcher_overrides: List[str] = field(default_factory=list)
+    stages: List[str] = field(default_factory=lambda: ["da", "select", "continue", "report"])
+
+
 def register_configs() -> None:
     """Put the schemas in the ConfigStore; the YAML files in ``configs/`` extend them."""
     cs = ConfigStore.instance()
@@ -241,3 +312,6 @@ def register_configs() -> None:
     cs.store(group="classifier", name="base_liblinear", node=LiblinearConfig)
     cs.store(group="classifier", name="base_torch_lr", node=TorchLRConfig)
     cs.store(group="finetune", name="base_finetune", node=FinetuneConfig)
+    cs.store(name="reproduce_schema", node=ReproduceConfig)
+    cs.store(group="scale", name="base_scale", node=ScaleConfig)
+    cs.store(group="table", name="base_table", node=TableConfig)

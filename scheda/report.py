@@ -1,0 +1,203 @@
+"""The protocol's report: a markdown table of our errors beside the paper's, the selected
+hyper-parameters and every job's status, plus figures in the style of the paper's Figure 2
+(test error and training reconstruction error against epoch; dashed lines at noise
+switches) and Figure 5 (test error of each schedule against the best DA's)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from scheda.io import atomic_write
+from scheda.protocol import fmt
+
+KIND_LABEL = {"scheda": "ScheDA", "increasing": "Increasing schedule", "random_uniform": "Random nu, uniform",
+              "random_discrete": "Random nu, discrete", "control": "DA continued at its own nu (control)"}
+
+
+def pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.2f}"
+
+
+def paper_value(paper: DictConfig, row: str, hidden: int | None = None) -> str:
+    value = paper.get(row) if paper else None
+    if value is not None and hidden is not None:
+        value = value.get(str(hidden))
+        if value is None:
+            known = "/".join(f"{h}: {v}" for h, v in paper[row].items())
+            return f"— (paper, by hidden units: {known})"
+    return "—" if value is None else f"{value}"
+
+
+def _schedule_text(e: dict[str, Any]) -> str:
+    if e["kind"] in ("scheda", "increasing"):
+        return (f"nu0={fmt(e['nu0'])}, dnu={fmt(e['delta_nu'])}, K={e['K']}, T={e['T']} (last nu {fmt(e['nu'])}), "
+                f"from the DA's epoch {e['start_epoch']}, {e['epoch']} epochs more")
+    if e["kind"] == "control":
+        return f"nu={fmt(e['nu'])}, from the DA's epoch {e['start_epoch']}, {e['epoch']} epochs more"
+    return f"{e['epoch']} epochs"
+
+
+def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str, Any], statuses: list[dict],
+                 info: dict[str, Any], path: Path) -> Path:
+    """``path`` (markdown) and its figures beside it; returns the report's path."""
+    table, scale, paper = cfg.table, cfg.scale, cfg.table.paper
+    lines = [f"# {table.title} — scale={scale.name}", "",
+             f"- Device: {info['device']}; launcher: {cfg.launcher}"
+             f"{f' ({cfg.n_jobs} jobs at once)' if cfg.launcher == 'joblib' else ''}",
+             f"- Wall time of this invocation: {info['wall_seconds'] / 60:.1f} min; training and evaluation time "
+             f"summed over all jobs: {info['job_seconds'] / 60:.1f} min",
+             f"- Runs: `{info['out_dir']}`; written {info['date']}; commit {info['commit']}",
+             f"- Scale: {scale.description.strip()}", "",
+             "## Results", "",
+             "| Model | Hidden units | Selected hyper-parameters | Val error % | Test error % | Paper test error % |",
+             "|---|---|---|---|---|---|"]
+    raw = selection.get("raw")
+    if table.raw:
+        lines.append(f"| Raw pixels | — | C={raw['C']:g} | {pct(raw['val_error'])} | {pct(raw['test_error'])} | "
+                     f"{paper_value(paper, 'raw')} |" if raw else
+                     f"| Raw pixels | — | not completed | — | — | {paper_value(paper, 'raw')} |")
+    verdicts = []
+    for hidden, sel in selection["hidden"].items():
+        da = sel["best"]
+        lines.append(f"| DA | {hidden} | nu={fmt(da['nu'])}, lr={fmt(da['lr'])}, {da['epoch']} epochs, C={da['C']:g} "
+                     f"| {pct(da['val_error'])} | {pct(da['test_error'])} | {paper_value(paper, 'da', int(hidden))} |")
+        for kind, found in continued.get(hidden, {}).items():
+            if kind == "finetune":
+                continue
+            best = found["best"]
+            row = "scheda" if kind == "scheda" else kind
+            lines.append(f"| {KIND_LABEL[kind]} | {hidden} | {_schedule_text(best)}, C={best['C']:g} | "
+                         f"{pct(best['val_error'])} | {pct(best['test_error'])} | "
+                         f"{paper_value(paper, row, int(hidden))} |")
+            if kind != "control":
+                verdicts.append(_verdict(KIND_LABEL[kind], hidden, best, da))
+        ft = continued.get(hidden, {}).get("finetune")
+        if ft:
+            lines.append(f"| Fine-tuned best ScheDA | {hidden} | lr={fmt(ft['lr'])}, epoch {ft['best_epoch']} | "
+                         f"{pct(ft['val_error'])} | {pct(ft['test_error'])} | "
+                         f"{paper_value(paper, 'finetuned', int(hidden))} |")
+        elif scale.finetune is None:
+            lines.append(f"| Fine-tuned best ScheDA | {hidden} | not run at this scale | — | — | "
+                         f"{paper_value(paper, 'finetuned', int(hidden))} |")
+    lines += [""] + [f"- {v}" for v in verdicts]
+    for hidden, sel in selection["hidden"].items():
+        lines += _detail_tables(hidden, sel, continued.get(hidden, {}))
+        for name, draw in (("figure2", figure2), ("figure5", figure5)):
+            png = path.with_name(f"{path.stem}_{name}_h{hidden}.png")
+            if draw(sel, continued.get(hidden, {}), png, int(hidden)):
+                lines += ["", f"![{name}, {hidden} hidden units]({png.name})"]
+    lines += ["", "## Jobs", "", "| Job | Stage | Status | Minutes | Error |", "|---|---|---|---|---|"]
+    for row in statuses:
+        minutes = f"{row['seconds'] / 60:.1f}" if row["seconds"] else "—"
+        lines.append(f"| {row['name']} | {row['stage']} | {row['status']} | {minutes} | {row['error'] or ''} |")
+    lines += ["", "## Configuration", "", "```yaml", OmegaConf.to_yaml(cfg.scale).strip(), "```", ""]
+    atomic_write(path, lambda f: f.write("\n".join(lines).encode()))
+    return path
+
+
+def _verdict(label: str, hidden: str, best: dict, da: dict) -> str:
+    diff_test, diff_val = 100 * (da["test_error"] - best["test_error"]), 100 * (da["val_error"] - best["val_error"])
+    word = "beat" if diff_test > 0 else "did not beat"
+    return (f"{label} ({hidden} hidden units) {word} the best DA: test {pct(best['test_error'])} % vs "
+            f"{pct(da['test_error'])} % ({diff_test:+.2f} points in its favour), validation {diff_val:+.2f} points.")
+
+
+def _detail_tables(hidden: str, sel: dict, continued: dict) -> list[str]:
+    lines = ["", f"## {hidden} hidden units: the best DA per noise level (over lr and epochs)", "",
+             "| nu | lr | epochs | C | Val error % | Test error % |", "|---|---|---|---|---|---|"]
+    for nu, e in sorted(sel["by_nu"].items(), key=lambda kv: -float(kv[0])):
+        lines.append(f"| {nu} | {fmt(e['lr'])} | {e['epoch']} | {e['C']:g} | {pct(e['val_error'])} | "
+                     f"{pct(e['test_error'])} |")
+    for kind, found in continued.items():
+        if kind == "finetune":
+            continue
+        lines += ["", f"### {hidden} hidden units: {KIND_LABEL[kind]} runs (each at its best level on validation)", "",
+                  "| Run | Selected | Val error % | Test error % |", "|---|---|---|---|"]
+        for e in sorted(found["runs"], key=lambda e: e["val_error"]):
+            lines.append(f"| {Path(e['run']).name} | {_schedule_text(e)} | {pct(e['val_error'])} | "
+                         f"{pct(e['test_error'])} |")
+    return lines
+
+
+def _load(run: str) -> dict:
+    return json.loads((Path(run) / "results.json").read_text())
+
+
+def figure2(sel: dict, continued: dict, png: Path, hidden: int) -> bool:
+    """Test error (left) and training reconstruction error (right) against epoch for the best
+    DA and the best run of each schedule kind, continuations drawn from their start epoch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = [(f"DA({fmt(sel['best']['nu'])})", sel["best"]["run"], 0)]
+    for kind, found in continued.items():
+        if kind != "finetune":
+            b = found["best"]
+            label = _schedule_label(b)
+            curves.append((label, b["run"], b.get("start_epoch", 0)))
+    fig, (ax_err, ax_ce) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, (label, run, offset) in enumerate(curves):
+        res, color = _load(run), f"C{i}"
+        evals = res.get("evaluations", [])
+        ax_err.plot([offset + e["epoch"] for e in evals], [100 * e["test_error"] for e in evals], "o-", ms=3,
+                    color=color, label=label)
+        hist = res.get("history", [])
+        ax_ce.plot([offset + h["epoch"] for h in hist], [h["loss"] for h in hist], color=color, label=label)
+        for s in res.get("switches", [])[1:] if offset == 0 else res.get("switches", []):
+            for ax in (ax_err, ax_ce):
+                ax.axvline(offset + s["epoch"], color=color, ls="--", lw=0.7, alpha=0.6)
+    ax_err.set(xlabel="epoch", ylabel="test error (%)", title=f"Test error, {hidden} hidden units")
+    ax_ce.set(xlabel="epoch", ylabel="training reconstruction cross-entropy",
+              title="Training reconstruction error")
+    ax_err.legend(fontsize=7)
+    fig.tight_layout()
+    atomic_write(png, lambda f: fig.savefig(f, format="png", dpi=110))
+    plt.close(fig)
+    return True
+
+
+def _schedule_label(e: dict) -> str:
+    if e["kind"] in ("scheda", "increasing"):
+        name = "ScheDA" if e["kind"] == "scheda" else "Increasing"
+        return f"{name}({fmt(e['nu0'])}, dnu {fmt(e['delta_nu'])}, K {e['K']})"
+    return KIND_LABEL[e["kind"]]
+
+
+def figure5(sel: dict, continued: dict, png: Path, hidden: int) -> bool:
+    """Every schedule's test error (at its best level) by starting level, against the best DA
+    per nu and the best DA overall."""
+    runs = [e for kind in ("scheda", "increasing") for e in continued.get(kind, {}).get("runs", [])]
+    if not runs:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    das = sorted((float(nu), 100 * e["test_error"]) for nu, e in sel["by_nu"].items())
+    ax.plot([d[0] for d in das], [d[1] for d in das], "k.-", label="DA(nu)")
+    ax.axhline(100 * sel["best"]["test_error"], color="k", ls="--", lw=0.8,
+               label=f"best DA ({fmt(sel['best']['nu'])})")
+    markers = {}
+    for e in runs:
+        key = (e["kind"], e["delta_nu"], e["K"])
+        markers.setdefault(key, len(markers))
+        m = markers[key]
+        ax.plot(e["nu0"] + 0.006 * (m - 1), 100 * e["test_error"], "os^vD<>"[m % 7], color=f"C{m}",
+                label=f"{'ScheDA' if e['kind'] == 'scheda' else 'increasing'} dnu={fmt(e['delta_nu'])}, K={e['K']}")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    ax.legend(unique.values(), unique.keys(), fontsize=7)
+    ax.set(xlabel="nu (DA) / starting nu0 (schedules)", ylabel="test error (%)",
+           title=f"Schedules vs DA, {hidden} hidden units")
+    fig.tight_layout()
+    atomic_write(png, lambda f: fig.savefig(f, format="png", dpi=110))
+    plt.close(fig)
+    return True

@@ -1,0 +1,99 @@
+"""The paper's protocol in one command: DA grid -> best DA per nu -> ScheDA continuations ->
+report beside the paper's numbers.
+
+    SCHEDA_DATA=../shared/data python scripts/reproduce.py table=table1 scale=cpu
+    python scripts/reproduce.py table=table1 scale=paper launcher=submitit_slurm \\
+        'launcher_overrides=[hydra.launcher.partition=gpu,hydra.launcher.gpus_per_node=1]'
+
+Rerunning the same command resumes: finished jobs are read, killed ones continue from their
+checkpoints. ``stages=[report]`` rewrites the report from the runs on disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import DictConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scheda import protocol  # noqa: E402
+from scheda.config import register_configs  # noqa: E402
+from scheda.errors import ConfigError, SchedaError  # noqa: E402
+from scheda.io import atomic_write_json  # noqa: E402
+from scheda.report import write_report  # noqa: E402
+
+log = logging.getLogger("reproduce")
+STAGES = ("da", "select", "continue", "finetune", "report")
+
+register_configs()
+
+
+def reproduce(cfg: DictConfig, out_dir: Path) -> Path:
+    started = time.time()
+    unknown = set(cfg.stages) - set(STAGES)
+    if unknown:
+        raise ConfigError(f"stages has {sorted(unknown)}: use any of {', '.join(STAGES)}")
+    da_jobs = protocol.da_jobs(cfg.scale, cfg.table.raw)
+    if "da" in cfg.stages:
+        protocol.run_stage(cfg, out_dir, "da", da_jobs)
+    selection = protocol.select_das(da_jobs, out_dir)
+    protocol.require_selection(selection)
+    protocol.save_selection(out_dir, selection)
+    cont_jobs = protocol.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
+    if "continue" in cfg.stages and cont_jobs:
+        protocol.run_stage(cfg, out_dir, "continue", cont_jobs)
+    continued = protocol.select_continuations(cont_jobs, out_dir)
+    ft_jobs = []
+    if cfg.scale.finetune is not None:
+        ft_jobs = [protocol.finetune_job(cfg.scale.finetune, int(h), found["scheda"]["best"])
+                   for h, found in continued.items() if found.get("scheda", {}).get("best", {}).get("checkpoint")]
+        if "finetune" in cfg.stages and ft_jobs:
+            protocol.run_stage(cfg, out_dir, "finetune", ft_jobs)
+        for h, found in protocol.select_continuations(ft_jobs, out_dir).items():
+            continued.setdefault(h, {}).update(found)
+    atomic_write_json(out_dir / "continuations.json", continued)
+    statuses = protocol.job_statuses(da_jobs + cont_jobs + ft_jobs, out_dir)
+    info = {"device": describe_device(cfg), "wall_seconds": time.time() - started,
+            "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": str(out_dir),
+            "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
+    path = Path(cfg.report_dir) / f"{cfg.table.name}_{cfg.scale.name}.md"
+    write_report(cfg, selection, continued, statuses, info, path)
+    log.info("report: %s", path)
+    return path
+
+
+def describe_device(cfg: DictConfig) -> str:
+    wanted = next((o.split("=", 1)[1] for o in [*cfg.scale.train, *cfg.overrides] if o.startswith("trainer.device=")),
+                  "auto")
+    if wanted != "cpu" and torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return f"CPU ({torch.get_num_threads()} threads)"
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=protocol.REPO, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="reproduce")
+def main(cfg: DictConfig) -> None:
+    try:
+        reproduce(cfg, Path(cfg.out_dir))
+    except SchedaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
