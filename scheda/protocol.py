@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -61,6 +62,19 @@ class JobSpec:
 
 def fmt(x: float) -> str:
     return f"{x:g}"
+
+
+def check(cfg: DictConfig) -> None:
+    """Every protocol value that can be checked before any training."""
+    da_jobs(cfg.scale, cfg.table.raw)
+    launcher_overrides(cfg)
+    for kind in cfg.table.continuations:
+        if kind not in CONTINUATIONS:
+            raise ConfigError(f"table.continuations has {kind!r}: use any of {', '.join(CONTINUATIONS)}")
+    for kind in ("scheda", "increasing"):
+        grid = cfg.scale[kind]
+        if kind in cfg.table.continuations and not (grid.nu0 and grid.delta_nu and grid.K):
+            raise ConfigError(f"scale.{kind}.nu0, delta_nu and K must each list at least one value")
 
 
 # --- stage 1 -----------------------------------------------------------------------------
@@ -141,18 +155,18 @@ def continuation_jobs(scale: DictConfig, kinds: Iterable[str], selection: dict[s
     """ScheDA / increasing schedules from the selected DA(nu0) checkpoints (the paper's
     protocol), the constant-noise control and the random-nu DAs."""
     jobs: list[JobSpec] = []
-    for kind in kinds:
-        if kind not in CONTINUATIONS:
-            raise ConfigError(f"table.continuations has {kind!r}: use any of {', '.join(CONTINUATIONS)}")
     for hidden_key, sel in selection["hidden"].items():
         hidden = int(hidden_key)
+        schedas = []
         for kind in kinds:
             if kind in ("scheda", "increasing"):
-                jobs += _step_jobs(kind, scale[kind], hidden, sel["by_nu"])
+                step_jobs = _step_jobs(kind, scale[kind], hidden, sel["by_nu"])
+                schedas += step_jobs if kind == "scheda" else []
+                jobs += step_jobs
             elif scale.random_nu.hidden in (None, hidden):
                 jobs.append(_random_job(kind, scale.random_nu, hidden))
-        if scale.control and "scheda" in kinds:
-            jobs.append(_control_job(scale.scheda, hidden, sel["best"]))
+        if scale.control and schedas:
+            jobs.append(_control_job(scale.scheda, hidden, sel["best"], schedas))
     return jobs
 
 
@@ -176,13 +190,13 @@ def _step_jobs(kind: str, grid: DictConfig, hidden: int, by_nu: dict[str, Any]) 
     return jobs
 
 
-def _control_job(grid: DictConfig, hidden: int, best: dict[str, Any]) -> JobSpec:
-    """The best DA trained on at its own noise level for as long as the longest ScheDA, evaluated
-    every min(K) epochs: separates the schedule's effect from that of more training."""
-    levels = max(round((nu0 - grid.nu_final) / d + 1e-9) for nu0 in grid.nu0 for d in grid.delta_nu)
-    epochs = max(1, levels) * max(grid.K)
+def _control_job(grid: DictConfig, hidden: int, best: dict[str, Any], schedas: list[JobSpec]) -> JobSpec:
+    """The best DA trained on at its own noise level for as long as the longest ScheDA run,
+    evaluated every min(K) epochs: separates the schedule's effect from that of more training."""
+    epochs = max((math.floor((j.meta["nu0"] - grid.nu_final) / j.meta["delta_nu"] + 1e-9) * j.meta["K"]
+                  for j in schedas), default=0)
     return JobSpec(f"control_h{hidden}", "continue", groups={"schedule": "constant"},
-                   values={"model.hidden": hidden, "schedule.nu": best["nu"], "schedule.epochs": epochs,
+                   values={"model.hidden": hidden, "schedule.nu": best["nu"], "schedule.epochs": max(1, epochs),
                            "optim.lr": grid.lr, "init_from": best["checkpoint"], "evaluate.every": min(grid.K),
                            "trainer.checkpoint_every": 0},
                    meta={"kind": "control", "hidden": hidden, "nu": best["nu"], "start_epoch": best["epoch"]})
@@ -190,7 +204,7 @@ def _control_job(grid: DictConfig, hidden: int, best: dict[str, Any]) -> JobSpec
 
 def _random_job(kind: str, cfg: DictConfig, hidden: int) -> JobSpec:
     schedule = {"schedule.low": cfg.low, "schedule.high": cfg.high} if kind == "random_uniform" \
-        else {"schedule.values": list(cfg.values)}
+        else {"schedule.values": list(cfg["values"])}
     every = max(1, cfg.epochs // 20)
     return JobSpec(f"{kind}_h{hidden}", "continue", groups={"schedule": kind},
                    values={"model.hidden": hidden, "schedule.epochs": cfg.epochs, "optim.lr": cfg.lr, **schedule,

@@ -3,7 +3,7 @@ report beside the paper's numbers.
 
     SCHEDA_DATA=../shared/data python scripts/reproduce.py table=table1 scale=cpu
     python scripts/reproduce.py table=table1 scale=paper launcher=submitit_slurm \\
-        'launcher_overrides=[hydra.launcher.partition=gpu,hydra.launcher.gpus_per_node=1]'
+        "launcher_overrides=['hydra.launcher.partition=gpu','hydra.launcher.gpus_per_node=1']"
 
 Rerunning the same command resumes: finished jobs are read, killed ones continue from their
 checkpoints. ``stages=[report]`` rewrites the report from the runs on disk.
@@ -41,6 +41,7 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path:
     unknown = set(cfg.stages) - set(STAGES)
     if unknown:
         raise ConfigError(f"stages has {sorted(unknown)}: use any of {', '.join(STAGES)}")
+    protocol.check(cfg)
     da_jobs = protocol.da_jobs(cfg.scale, cfg.table.raw)
     if "da" in cfg.stages:
         protocol.run_stage(cfg, out_dir, "da", da_jobs)

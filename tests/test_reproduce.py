@@ -1,0 +1,216 @@
+"""The protocol script: scale=smoke end to end (every stage, the report's rows), resuming,
+selection, launchers and the experiment presets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from scheda import protocol
+from scheda.errors import ConfigError
+from tests.conftest import N_VAL, REPO
+
+SCRIPT = REPO / "scripts" / "reproduce.py"
+
+
+def reproduce(tmp_path: Path, data_root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "scale=smoke", f"out_dir={tmp_path / 'runs'}",
+         f"report_dir={tmp_path / 'reports'}", f"overrides=['dataset.root={data_root}','dataset.val_size={N_VAL}',"
+         "'trainer.device=cpu']", *args],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def table_rows(report: str) -> list[str]:
+    results = report.split("## Results")[1].split("\n- ")[0]
+    return [line.split("|")[1].strip() for line in results.splitlines() if line.startswith("| ")][1:]
+
+
+def test_smoke_runs_every_stage_and_reports_every_row(tmp_path, cifar_arrays):
+    proc = reproduce(tmp_path, cifar_arrays)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report_path = tmp_path / "reports" / "table1_smoke.md"
+    report = report_path.read_text()
+    assert table_rows(report) == ["Raw pixels", "DA", "ScheDA", "DA continued at its own nu (control)",
+                                  "Fine-tuned best ScheDA"]
+    assert "ScheDA (16 hidden units) " in report and "the best DA: test" in report
+    for figure in ("figure2", "figure5"):
+        png = tmp_path / "reports" / f"table1_smoke_{figure}_h16.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert png.name in report
+    selection = json.loads((tmp_path / "runs" / "selection.json").read_text())
+    best = selection["hidden"]["16"]["best"]
+    assert Path(best["checkpoint"]).exists() and best["nu"] in (0.5, 0.3)
+    # The ScheDA continues the selected DA(0.5) checkpoint, from its run directory.
+    scheda = json.loads((tmp_path / "runs" / "continue" / "scheda_h16_nu0.5_dnu0.1_K1" / "results.json").read_text())
+    assert scheda["status"] == "completed"
+    assert scheda["config"]["init_from"] == selection["hidden"]["16"]["by_nu"]["0.5"]["checkpoint"]
+    assert [s["nu"] for s in scheda["switches"]] == [0.4, 0.3]
+    assert "| completed |" in report and "not run" not in report
+
+    # Rerunning reads every finished job instead of training again, and writes the same table.
+    mtimes = {p: p.stat().st_mtime for p in (tmp_path / "runs").glob("*/*/results.json")}
+    again = reproduce(tmp_path, cifar_arrays)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "0 to run" in again.stdout and "Launching" not in again.stdout
+    assert {p: p.stat().st_mtime for p in mtimes} == mtimes
+    assert report_path.read_text().split("## Results")[1].split("## Jobs")[0] == \
+        report.split("## Results")[1].split("## Jobs")[0]
+
+    # A scale edited under the same out_dir is refused instead of mixing settings.
+    changed = reproduce(tmp_path, cifar_arrays, "scale.da.epochs=3")
+    assert changed.returncode == 1
+    assert changed.stderr.strip().splitlines()[-1].startswith("error: ") and "schedule.epochs=2" in changed.stderr
+
+
+def test_local_parallel_launcher_runs_the_jobs(tmp_path, cifar_arrays):
+    proc = reproduce(tmp_path, cifar_arrays, "launcher=joblib", "n_jobs=2", "stages=[da,select,report]")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Joblib.Parallel" in proc.stdout
+    for name in ("raw", "da_h16_nu0.5_lr0.1", "da_h16_nu0.3_lr0.1"):
+        results = json.loads((tmp_path / "runs" / "da" / name / "results.json").read_text())
+        assert results["status"] == "completed"
+        if name != "raw":
+            assert results["config"]["trainer"]["num_threads"] == max(1, (os.cpu_count() or 1) // 2)
+    assert table_rows((tmp_path / "reports" / "table1_smoke.md").read_text())[:2] == ["Raw pixels", "DA"]
+
+
+def smoke_cfg(*overrides: str):
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        return compose(config_name="reproduce", overrides=["scale=smoke", *overrides])
+
+
+def fake_run(run_dir: Path, evaluations: list[dict], status: str = "completed", checkpoints=(), **config) -> None:
+    (run_dir / "checkpoints").mkdir(parents=True)
+    for epoch in checkpoints:
+        (run_dir / "checkpoints" / f"epoch_{epoch:05d}.pt").write_bytes(b"x")
+    (run_dir / "results.json").write_text(json.dumps({"status": status, "evaluations": evaluations,
+                                                      "config": config}))
+
+
+def ev(epoch, val, test=0.5, reason="every", nu=None):
+    return {"epoch": epoch, "val_error": val, "test_error": test, "C": 1.0, "reason": reason, "nu": nu}
+
+
+def test_selection_takes_the_lowest_validation_error_over_lr_and_epochs(tmp_path):
+    cfg = smoke_cfg("scale.da.lr=[0.1,0.01]")
+    jobs = protocol.da_jobs(cfg.scale, raw=False)
+    runs = tmp_path / "da"
+    fake_run(runs / "da_h16_nu0.5_lr0.1", [ev(1, 0.40), ev(2, 0.30)], checkpoints=(1, 2))
+    fake_run(runs / "da_h16_nu0.5_lr0.01", [ev(1, 0.30, 0.2), ev(2, 0.35)], checkpoints=(1, 2))  # tie: earlier
+    fake_run(runs / "da_h16_nu0.3_lr0.1", [ev(1, 0.10)], status="diverged", checkpoints=(1,))  # not a candidate
+    fake_run(runs / "da_h16_nu0.3_lr0.01", [ev(1, 0.20), ev(2, 0.25)], checkpoints=(2,))  # epoch 1 has no checkpoint
+    selection = protocol.select_das(jobs, tmp_path)
+    by_nu = selection["hidden"]["16"]["by_nu"]
+    assert (by_nu["0.5"]["lr"], by_nu["0.5"]["epoch"], by_nu["0.5"]["test_error"]) == (0.01, 1, 0.2)
+    assert "0.3" not in by_nu  # its only selectable evaluation lacks a checkpoint
+    assert selection["hidden"]["16"]["best"]["nu"] == 0.5
+
+
+def test_continuations_start_from_the_selected_checkpoints_and_choose_T(tmp_path):
+    cfg = smoke_cfg("scale.scheda.nu0=[0.5,0.7]", "scale.scheda.K=[1,2]")
+    selection = {"hidden": {"16": {"by_nu": {"0.5": {"checkpoint": "/ck/5.pt", "epoch": 2, "nu": 0.5}},
+                                   "best": {"checkpoint": "/ck/5.pt", "epoch": 2, "nu": 0.5, "run": "r"}}}}
+    jobs = protocol.continuation_jobs(cfg.scale, ["scheda"], selection)
+    names = [j.name for j in jobs]
+    # No DA(0.7) was selected: its continuations are skipped, not failed.
+    assert names == ["scheda_h16_nu0.5_dnu0.1_K1", "scheda_h16_nu0.5_dnu0.1_K2", "control_h16"]
+    assert all(j.values["init_from"] == "/ck/5.pt" for j in jobs)
+    assert jobs[0].values["schedule.initial_epochs"] == 0 and jobs[0].groups == {"schedule": "decreasing"}
+    # The control trains as long as the longest ScheDA: (0.5 - 0.3) / 0.1 levels of K=2 epochs.
+    assert jobs[2].values["schedule.epochs"] == 4 and jobs[2].values["schedule.nu"] == 0.5
+    out = tmp_path / "continue"
+    fake_run(out / names[0], [ev(1, 0.3, reason="stage_end", nu=0.4), ev(2, 0.2, reason="stage_end", nu=0.3)],
+             checkpoints=(1, 2))
+    fake_run(out / names[1], [ev(2, 0.25, reason="stage_end", nu=0.4), ev(4, 0.26, reason="stage_end", nu=0.3)],
+             checkpoints=(2, 4))
+    continued = protocol.select_continuations(jobs, tmp_path)["16"]
+    best = continued["scheda"]["best"]
+    assert (best["K"], best["T"], best["nu"], best["val_error"]) == (1, 2, 0.3, 0.2)
+    assert best["checkpoint"].endswith("epoch_00002.pt")
+    assert "control" not in continued  # not run
+
+
+def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch):
+    cfg = smoke_cfg()
+    jobs = {j.name: j for j in protocol.da_jobs(cfg.scale, raw=False)}
+    done, killed = jobs["da_h16_nu0.5_lr0.1"], jobs["da_h16_nu0.3_lr0.1"]
+    config = {"schedule": {"nu": 0.5, "epochs": 2}, "model": {"hidden": 16}, "optim": {"lr": 0.1},
+              "evaluate": {"every": 1}, "trainer": {"checkpoint_every": 1}}
+    fake_run(tmp_path / "da" / done.name, [ev(2, 0.3)], checkpoints=(2,), **config)
+    fake_run(tmp_path / "da" / killed.name, [ev(1, 0.3)], status="running", checkpoints=(1,),
+             **{**config, "schedule": {"nu": 0.3, "epochs": 2}})
+    assert protocol.job_state(tmp_path / "da" / done.name, done) == "done"
+    assert protocol.job_state(tmp_path / "da" / killed.name, killed) == "resume"
+    launched = []
+    monkeypatch.setattr(protocol.subprocess, "call", lambda command, cwd: launched.append(command) or 0)
+    counts = protocol.run_stage(cfg, tmp_path, "da", list(jobs.values()))
+    assert counts == {"skipped": 1, "run": 1}
+    assert f"+protocol_job={killed.name}" in launched[0]
+    job_file = OmegaConf.load(tmp_path / "jobs" / "protocol_job" / f"{killed.name}.yaml")
+    assert job_file.resume == str((tmp_path / "da" / killed.name).resolve())
+    assert job_file.schedule.nu == 0.3 and job_file.defaults[0] == {"override /schedule": "constant"}
+
+
+def test_launchers(monkeypatch):
+    monkeypatch.setattr(protocol.os, "cpu_count", lambda: 8)
+    assert protocol.launcher_overrides(smoke_cfg("launcher=joblib", "n_jobs=4")) == [
+        "hydra/launcher=joblib", "hydra.launcher.n_jobs=4", "trainer.num_threads=2"]
+    assert protocol.launcher_overrides(smoke_cfg("launcher=submitit_slurm",
+                                                 "launcher_overrides=['hydra.launcher.partition=gpu']")) == [
+        "hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu"]
+    with pytest.raises(ConfigError, match="launcher='slurm' is unknown"):
+        protocol.launcher_overrides(smoke_cfg("launcher=slurm"))
+
+
+@pytest.mark.parametrize("launcher", ["submitit_slurm", "submitit_local", "joblib"])
+def test_launcher_configs_compose_with_the_training_config(launcher):
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=[f"hydra/launcher={launcher}", "+experiment=table1_da"],
+                      return_hydra_config=True)
+    assert launcher.split("_")[-1].lower() in cfg.hydra.launcher._target_.lower()
+    assert cfg.hydra.sweeper.params["schedule.nu"] == "0.7,0.6,0.5,0.4,0.3,0.2,0.1,0.05"
+
+
+@pytest.mark.parametrize("experiment", sorted(p.stem for p in (REPO / "configs" / "experiment").glob("*.yaml")))
+def test_every_experiment_preset_composes(experiment):
+    overrides = [f"+experiment={experiment}"]
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
+    if OmegaConf.is_missing(cfg, "init_from"):  # the continuation presets ask for the DA to continue
+        assert cfg.schedule.initial_epochs == 0
+    params = cfg.hydra.sweeper.params or {}
+    assert all(isinstance(v, str) for v in params.values())
+
+
+@pytest.mark.parametrize("table", ["table1", "increasing", "random_nu"])
+@pytest.mark.parametrize("scale", ["paper", "cpu", "smoke"])
+def test_every_table_and_scale_plans_its_jobs(table, scale):
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose(config_name="reproduce", overrides=[f"table={table}", f"scale={scale}"])
+    da = protocol.da_jobs(cfg.scale, cfg.table.raw)
+    selection = {"hidden": {str(h): {"by_nu": {protocol.fmt(nu): {"checkpoint": "c", "epoch": 1, "nu": nu}
+                                               for nu in cfg.scale.da.nu},
+                                     "best": {"checkpoint": "c", "epoch": 1, "nu": 0.3, "run": "r"}}
+                            for h in cfg.scale.hidden}}
+    cont = protocol.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
+    assert len({j.name for j in da + cont}) == len(da + cont) and cont
+    if (table, scale) == ("table1", "paper"):
+        assert len(da) == 1 + 3 * 8 * 3 and len([j for j in cont if j.meta["kind"] == "scheda"]) == 3 * 7 * 2 * 2
+
+
+def test_bad_protocol_values_fail_with_one_line(tmp_path, cifar_arrays):
+    proc = reproduce(tmp_path, cifar_arrays, "scale.da.eval_every=0")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == ["error: scale.da.epochs=2 and scale.da.eval_every=0 must be >= 1"]
+    proc = reproduce(tmp_path, cifar_arrays, "table.continuations=[sheda]")
+    assert proc.returncode == 1 and "table.continuations has 'sheda'" in proc.stderr.strip().splitlines()[-1]
