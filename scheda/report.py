@@ -129,32 +129,38 @@ def _load(run: str) -> dict:
 
 def figure2(sel: dict, continued: dict, png: Path, hidden: int) -> bool:
     """Test error (left) and training reconstruction error (right) against epoch for the best
-    DA and the best run of each schedule kind, continuations drawn from their start epoch."""
+    DA, the best run of each schedule kind and the DA each of those continued, a continuation
+    drawn from its start epoch and joined to its DA's selected evaluation."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curves = [(f"DA({fmt(sel['best']['nu'])})", sel["best"]["run"], 0)]
+    curves = [(f"DA({fmt(sel['best']['nu'])})", sel["best"]["run"], 0, None)]
     for kind, found in continued.items():
-        if kind != "finetune":
-            b = found["best"]
-            label = _schedule_label(b)
-            curves.append((label, b["run"], b.get("start_epoch", 0)))
+        if kind == "finetune":
+            continue
+        best = found["best"]
+        parent = sel["by_nu"].get(fmt(best["nu0"])) if "nu0" in best else sel["best"] if kind == "control" else None
+        if parent is not None and parent["run"] not in [c[1] for c in curves]:
+            curves.append((f"DA({fmt(parent['nu'])})", parent["run"], 0, None))
+        curves.append((_schedule_label(best), best["run"], best.get("start_epoch", 0), parent))
     fig, (ax_err, ax_ce) = plt.subplots(1, 2, figsize=(11, 4))
-    for i, (label, run, offset) in enumerate(curves):
+    for i, (label, run, offset, parent) in enumerate(curves):
         res, color = _load(run), f"C{i}"
-        evals = res.get("evaluations", [])
-        ax_err.plot([offset + e["epoch"] for e in evals], [100 * e["test_error"] for e in evals], "o-", ms=3,
-                    color=color, label=label)
+        points = [(offset + e["epoch"], 100 * e["test_error"]) for e in res.get("evaluations", [])]
+        if parent is not None:
+            points.insert(0, (parent["epoch"], 100 * parent["test_error"]))
+        ax_err.plot([p[0] for p in points], [p[1] for p in points], "o-", ms=3, color=color, label=label)
         hist = res.get("history", [])
         ax_ce.plot([offset + h["epoch"] for h in hist], [h["loss"] for h in hist], color=color, label=label)
-        for s in res.get("switches", [])[1:] if offset == 0 else res.get("switches", []):
+        switches = res.get("switches", [])
+        for s in switches if offset else switches[1:]:
             for ax in (ax_err, ax_ce):
                 ax.axvline(offset + s["epoch"], color=color, ls="--", lw=0.7, alpha=0.6)
     ax_err.set(xlabel="epoch", ylabel="test error (%)", title=f"Test error, {hidden} hidden units")
     ax_ce.set(xlabel="epoch", ylabel="training reconstruction cross-entropy",
-              title="Training reconstruction error")
+              title="Training reconstruction error (at the current nu)")
     ax_err.legend(fontsize=7)
     fig.tight_layout()
     atomic_write(png, lambda f: fig.savefig(f, format="png", dpi=110))

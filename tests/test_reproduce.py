@@ -71,6 +71,18 @@ def test_smoke_runs_every_stage_and_reports_every_row(tmp_path, cifar_arrays):
     assert changed.returncode == 1
     assert changed.stderr.strip().splitlines()[-1].startswith("error: ") and "schedule.epochs=2" in changed.stderr
 
+    # A job killed after its first epoch's checkpoint resumes from it on the next invocation.
+    killed = tmp_path / "runs" / "da" / "da_h16_nu0.3_lr0.1"
+    results = json.loads((killed / "results.json").read_text())
+    (killed / "results.json").write_text(json.dumps({**results, "status": "interrupted"}))
+    (killed / "checkpoints" / "epoch_00002.pt").unlink()
+    resumed = reproduce(tmp_path, cifar_arrays, "stages=[da,select,report]")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "1 to run" in resumed.stdout
+    assert "resumed from" in (killed / "train.log").read_text()
+    results = json.loads((killed / "results.json").read_text())
+    assert results["status"] == "completed" and [e["epoch"] for e in results["evaluations"]] == [1, 2]
+
 
 def test_local_parallel_launcher_runs_the_jobs(tmp_path, cifar_arrays):
     proc = reproduce(tmp_path, cifar_arrays, "launcher=joblib", "n_jobs=2", "stages=[da,select,report]")
