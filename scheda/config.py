@@ -229,6 +229,7 @@ class DAGridConfig:
     lr: List[float] = field(default_factory=list)
     epochs: int = 2000
     eval_every: int = 100
+    fused: bool = False
 
 
 @dataclass

@@ -86,6 +86,15 @@ def da_jobs(scale: DictConfig, raw: bool) -> list[JobSpec]:
         raise ConfigError("scale.hidden, scale.da.nu and scale.da.lr must each list at least one value")
     jobs = [JobSpec("raw", "da", groups={"model": "raw"}, meta={"kind": "raw"})] if raw else []
     for hidden in scale.hidden:
+        if grid.fused:  # every nu of one (hidden, lr) in one process: batched matmuls (GPU)
+            for lr in grid.lr:
+                jobs.append(JobSpec(
+                    f"da_h{hidden}_lr{fmt(lr)}_fused", "da", groups={"schedule": "constant"},
+                    values={"model.hidden": hidden, "schedule.nu": grid.nu[0], "schedule.epochs": grid.epochs,
+                            "trainer.parallel.nu": list(grid.nu), "optim.lr": lr,
+                            "evaluate.every": grid.eval_every, "trainer.checkpoint_every": grid.eval_every},
+                    meta={"kind": "da_fused", "hidden": hidden, "nus": list(grid.nu), "lr": lr}))
+            continue
         for nu in grid.nu:
             for lr in grid.lr:
                 jobs.append(JobSpec(
@@ -120,12 +129,11 @@ def select_das(jobs: list[JobSpec], out_dir: Path) -> dict[str, Any]:
     nu. A candidate needs a completed run and the checkpoint of its selected epoch."""
     per_hidden: dict[int, dict[str, Any]] = {}
     raw = None
-    for job in jobs:
-        run_dir = out_dir / job.stage / job.name
+    for run_dir, meta in _da_runs(jobs, out_dir):
         results = read_results(run_dir)
         if results is None or results.get("status") != "completed":
             continue
-        if job.meta["kind"] == "raw":
+        if meta["kind"] == "raw":
             raw = {"run": str(run_dir), **_errors(results["evaluations"][-1])}
             continue
         best = best_evaluation(results)
@@ -135,15 +143,26 @@ def select_das(jobs: list[JobSpec], out_dir: Path) -> dict[str, Any]:
         if not ckpt.exists():
             log.warning("%s: no checkpoint at the selected epoch %d; skipped", run_dir, best["epoch"])
             continue
-        entry = {"run": str(run_dir), "checkpoint": str(ckpt), "nu": job.meta["nu"], "lr": job.meta["lr"],
+        entry = {"run": str(run_dir), "checkpoint": str(ckpt), "nu": meta["nu"], "lr": meta["lr"],
                  "epoch": best["epoch"], **_errors(best)}
-        by_nu = per_hidden.setdefault(job.meta["hidden"], {"by_nu": {}})["by_nu"]
-        key = fmt(job.meta["nu"])
+        by_nu = per_hidden.setdefault(meta["hidden"], {"by_nu": {}})["by_nu"]
+        key = fmt(meta["nu"])
         if key not in by_nu or (entry["val_error"], entry["epoch"]) < (by_nu[key]["val_error"], by_nu[key]["epoch"]):
             by_nu[key] = entry
     for sel in per_hidden.values():
         sel["best"] = min(sel["by_nu"].values(), key=lambda e: e["val_error"])
     return {"raw": raw, "hidden": {str(h): sel for h, sel in sorted(per_hidden.items())}}
+
+
+def _da_runs(jobs: list[JobSpec], out_dir: Path) -> Iterable[tuple[Path, dict[str, Any]]]:
+    """Every DA's run directory with its (hidden, nu, lr); a fused job holds one per nu."""
+    for job in jobs:
+        run_dir = out_dir / job.stage / job.name
+        if job.meta["kind"] == "da_fused":
+            for k, nu in enumerate(job.meta["nus"]):
+                yield run_dir / "models" / str(k), {**job.meta, "kind": "da", "nu": nu}
+        else:
+            yield run_dir, job.meta
 
 
 def _errors(evaluation: dict[str, Any]) -> dict[str, Any]:

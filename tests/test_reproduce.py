@@ -96,6 +96,18 @@ def test_local_parallel_launcher_runs_the_jobs(tmp_path, cifar_arrays):
     assert table_rows((tmp_path / "reports" / "table1_smoke.md").read_text())[:2] == ["Raw pixels", "DA"]
 
 
+def test_fused_grid_selects_among_the_models_of_each_job(tmp_path, cifar_arrays):
+    proc = reproduce(tmp_path, cifar_arrays, "scale.da.fused=true", "scale.finetune=null", "table.raw=false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "runs" / "da").iterdir() if p.is_dir()) == ["da_h16_lr0.1_fused"]
+    selection = json.loads((tmp_path / "runs" / "selection.json").read_text())
+    by_nu = selection["hidden"]["16"]["by_nu"]
+    assert sorted(by_nu) == ["0.3", "0.5"]
+    assert by_nu["0.5"]["checkpoint"].startswith(str(tmp_path / "runs" / "da" / "da_h16_lr0.1_fused" / "models" / "0"))
+    assert by_nu["0.3"]["run"].endswith("models/1")
+    assert table_rows((tmp_path / "reports" / "table1_smoke.md").read_text())[:2] == ["DA", "ScheDA"]
+
+
 def smoke_cfg(*overrides: str):
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         return compose(config_name="reproduce", overrides=["scale=smoke", *overrides])
@@ -217,7 +229,7 @@ def test_every_table_and_scale_plans_its_jobs(table, scale):
     cont = protocol.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
     assert len({j.name for j in da + cont}) == len(da + cont) and cont
     if (table, scale) == ("table1", "paper"):
-        assert len(da) == 1 + 3 * 8 * 3 and len([j for j in cont if j.meta["kind"] == "scheda"]) == 3 * 7 * 2 * 2
+        assert len(da) == 1 + 3 * 3 and all(len(j.meta["nus"]) == 8 for j in da[1:]) and len([j for j in cont if j.meta["kind"] == "scheda"]) == 3 * 7 * 2 * 2
 
 
 def test_bad_protocol_values_fail_with_one_line(tmp_path, cifar_arrays):
