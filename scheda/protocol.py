@@ -354,7 +354,11 @@ def save_selection(out_dir: Path, selection: dict[str, Any]) -> None:
     atomic_write_json(out_dir / "selection.json", selection)
 
 
-def require_selection(selection: dict[str, Any]) -> None:
-    if not selection["hidden"]:
-        raise SchedaError("no DA of stage 1 completed with an evaluation: see the jobs' train.log under "
-                          "<out_dir>/da/ (and the report's job list)")
+def require_selection(selection: dict[str, Any], jobs: list[JobSpec], out_dir: Path) -> None:
+    """Stop with the first DA job's own error when stage 1 left nothing to select from."""
+    if selection["hidden"]:
+        return
+    errors = [row for row in job_statuses(jobs, out_dir) if row["error"]]
+    cause = f"{errors[0]['name']} failed with {errors[0]['error']}" if errors else "no DA job has run"
+    raise SchedaError(f"no DA of stage 1 completed with an evaluation ({cause}); "
+                      f"the jobs' logs are in {out_dir / 'da'}")

@@ -46,7 +46,7 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path:
     if "da" in cfg.stages:
         protocol.run_stage(cfg, out_dir, "da", da_jobs)
     selection = protocol.select_das(da_jobs, out_dir)
-    protocol.require_selection(selection)
+    protocol.require_selection(selection, da_jobs, out_dir)
     protocol.save_selection(out_dir, selection)
     cont_jobs = protocol.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
     if "continue" in cfg.stages and cont_jobs:

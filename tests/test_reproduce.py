@@ -236,5 +236,9 @@ def test_bad_protocol_values_fail_with_one_line(tmp_path, cifar_arrays):
     proc = reproduce(tmp_path, cifar_arrays, "scale.da.eval_every=0")
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == ["error: scale.da.epochs=2 and scale.da.eval_every=0 must be >= 1"]
+    proc = reproduce(tmp_path, tmp_path / "nowhere", "stages=[da,select]")
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: no DA of stage 1 completed") and "DataError" in last and "nowhere" in last
     proc = reproduce(tmp_path, cifar_arrays, "table.continuations=[sheda]")
     assert proc.returncode == 1 and "table.continuations has 'sheda'" in proc.stderr.strip().splitlines()[-1]
