@@ -129,6 +129,7 @@ class TorchLogReg:
         self._lam, self._Q = lam.clamp_min(0.0), Q.to(dtype)
         self.W = torch.zeros(len(self.classes), self.X.shape[1], dtype=dtype, device=device)
         self.newton_iterations = self.cg_iterations = 0
+        self.stalled_classes = 0
 
     def _loss(self, C: float, W: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
         data = torch.nn.functional.softplus(-self.Y * Z).to(torch.float64).sum(0)
@@ -141,17 +142,23 @@ class TorchLogReg:
         tol = self.eps * self._stop_scale * g0
         Z = X @ W.T
         f = self._loss(C, W, Z)
+        # A class whose line search cannot lower the objective (at the dtype's precision) is
+        # as converged as it will get: iterating on would repeat the same step (as LIBLINEAR,
+        # which stops when its line search fails).
+        stalled = torch.zeros(W.shape[0], dtype=torch.bool, device=W.device)
         for _ in range(self.max_newton):
             S = torch.sigmoid(-Y * Z)
             G = W + C * ((-Y * S).T @ X)
             gnorm = G.norm(dim=1)
-            active = gnorm > tol
+            active = (gnorm > tol) & ~stalled
             if not bool(active.any()):
                 break
             self.newton_iterations += 1
             D = S * (1 - S)
             step = self._newton_step(C, G, D, gnorm, active)
-            W, Z, f = self._line_search(C, W, Z, f, G, step, X @ step.T)
+            W, Z, f, progressed = self._line_search(C, W, Z, f, G, step, X @ step.T)
+            stalled |= active & ~progressed
+        self.stalled_classes = int(stalled.sum())
         self.W = W
         Wn = W.cpu().numpy()
         return LinearModel(Wn[:, :-1].copy(), Wn[:, -1].copy(), self.classes)
@@ -201,7 +208,7 @@ class TorchLogReg:
         keep = ok | (f_new < f)
         W = torch.where(keep[:, None], W_new, W)
         Z = torch.where(keep[None, :], Z_new, Z)
-        return W, Z, torch.where(keep, f_new, f)
+        return W, Z, torch.where(keep, f_new, f), keep & (f_new < f)
 
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}

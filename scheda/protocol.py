@@ -335,7 +335,7 @@ def run_stage(cfg: DictConfig, out_dir: Path, stage: str, jobs: list[JobSpec]) -
     if todo:
         command = stage_command(cfg, jobs_dir, stage_dir, todo)
         log.info("running: %s", " ".join(command))
-        code = subprocess.call(command, cwd=REPO)
+        code = subprocess.call(command)  # in the user's directory: relative overrides keep their meaning
         if code != 0:
             log.warning("stage %s: some jobs failed (exit %d); the report lists them", stage, code)
     return {"skipped": len(jobs) - len(todo), "run": len(todo)}

@@ -90,7 +90,7 @@ def git_commit() -> str:
 @hydra.main(version_base="1.3", config_path="../configs", config_name="reproduce")
 def main(cfg: DictConfig) -> None:
     try:
-        reproduce(cfg, Path(cfg.out_dir))
+        reproduce(cfg, Path(cfg.out_dir).resolve())  # the jobs' init_from paths must not depend on a cwd
     except SchedaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)

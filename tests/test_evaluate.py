@@ -181,3 +181,14 @@ def test_export_features_bad_path_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "export_features.py"), str(tmp_path / "nope")],
                           capture_output=True, text=True)
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "does not exist" in proc.stderr
+
+
+def test_torch_lr_stops_iterating_a_class_its_line_search_cannot_improve():
+    """float32 cannot meet eps=1e-12: each class stops once a Newton step no longer lowers the
+    objective, instead of repeating that step up to max_newton times."""
+    x, y = _blobs(2000, d=40, k=4, spread=3.0)
+    solver = TorchLogReg(x, y, eps=1e-12, max_newton=100)
+    ours = solver.fit(10.0)
+    assert solver.stalled_classes == 4 and solver.newton_iterations < 50
+    best = TorchLogReg(x, y, eps=1e-10, dtype=torch.float64).fit(10.0)
+    assert objective(ours, x, y, 10.0) <= objective(best, x, y, 10.0) * (1 + 1e-5)

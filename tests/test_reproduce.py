@@ -24,7 +24,7 @@ def reproduce(tmp_path: Path, data_root: Path, *args: str) -> subprocess.Complet
     env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
     env.setdefault("OMP_NUM_THREADS", "1")
     return subprocess.run(
-        [sys.executable, str(SCRIPT), "scale=smoke", f"out_dir={tmp_path / 'runs'}",
+        [sys.executable, str(SCRIPT), "scale=smoke", "out_dir=runs",  # relative to the user's directory
          f"report_dir={tmp_path / 'reports'}", f"overrides=['dataset.root={data_root}','dataset.val_size={N_VAL}',"
          "'trainer.device=cpu']", *args],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -176,7 +176,7 @@ def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch
     assert protocol.job_state(tmp_path / "da" / done.name, done) == "done"
     assert protocol.job_state(tmp_path / "da" / killed.name, killed) == "resume"
     launched = []
-    monkeypatch.setattr(protocol.subprocess, "call", lambda command, cwd: launched.append(command) or 0)
+    monkeypatch.setattr(protocol.subprocess, "call", lambda command, **kw: launched.append(command) or 0)
     counts = protocol.run_stage(cfg, tmp_path, "da", list(jobs.values()))
     assert counts == {"skipped": 1, "run": 1}
     assert f"+protocol_job={killed.name}" in launched[0]
