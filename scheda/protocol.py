@@ -22,7 +22,9 @@ import math
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -348,6 +350,17 @@ def job_statuses(jobs: list[JobSpec], out_dir: Path) -> list[dict[str, Any]]:
         rows.append({"name": job.name, "stage": job.stage, "status": results.get("status", "not run"),
                      "error": results.get("error"), "seconds": results.get("seconds")})
     return rows
+
+
+def record_invocation(out_dir: Path, started: float, ran_jobs: bool) -> list[dict[str, Any]]:
+    """Append this invocation to ``<out_dir>/invocations.json`` (the protocol's wall time is
+    the sum over the invocations that ran jobs, however often it was resumed)."""
+    path = out_dir / "invocations.json"
+    history = json.loads(path.read_text()) if path.exists() else []
+    history.append({"started": datetime.fromtimestamp(started).isoformat(timespec="seconds"),
+                    "seconds": time.time() - started, "ran_jobs": ran_jobs})
+    atomic_write_json(path, history)
+    return history
 
 
 def save_selection(out_dir: Path, selection: dict[str, Any]) -> None:

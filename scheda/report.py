@@ -48,8 +48,8 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
     lines = [f"# {table.title} — scale={scale.name}", "",
              f"- Device: {info['device']}; launcher: {cfg.launcher}"
              f"{f' ({cfg.n_jobs} jobs at once)' if cfg.launcher == 'joblib' else ''}",
-             f"- Wall time of this invocation: {info['wall_seconds'] / 60:.1f} min; training and evaluation time "
-             f"summed over all jobs: {info['job_seconds'] / 60:.1f} min",
+             f"- Wall time: {_wall_time(info['invocations'])}; training and evaluation time summed over all "
+             f"jobs: {info['job_seconds'] / 60:.1f} min",
              f"- Runs: `{info['out_dir']}`; written {info['date']}; commit {info['commit']}",
              f"- Scale: {scale.description.strip()}", "",
              "## Results", "",
@@ -75,6 +75,16 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
                          f"{paper_value(paper, row, int(hidden))} |")
             if kind != "control":
                 verdicts.append(_verdict(KIND_LABEL[kind], hidden, best, da))
+        control = continued.get(hidden, {}).get("control", {}).get("best")
+        scheda = continued.get(hidden, {}).get("scheda", {}).get("best")
+        if control and scheda:
+            verdicts.append(
+                f"Control: the best DA trained {control['epoch']} epochs more at nu={fmt(control['nu'])} reached "
+                f"{pct(control['test_error'])} % test ({pct(control['val_error'])} % val), so more epochs alone "
+                f"gain {100 * (da['test_error'] - control['test_error']):+.2f} points; the best ScheDA "
+                f"({scheda['epoch']} epochs more) is {100 * (control['test_error'] - scheda['test_error']):+.2f} "
+                f"points better than the control on test, {100 * (control['val_error'] - scheda['val_error']):+.2f} "
+                f"on validation.")
         ft = continued.get(hidden, {}).get("finetune")
         if ft:
             lines.append(f"| Fine-tuned best ScheDA | {hidden} | lr={fmt(ft['lr'])}, epoch {ft['best_epoch']} | "
@@ -99,6 +109,13 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
     return path
 
 
+def _wall_time(invocations: list[dict]) -> str:
+    working = [i for i in invocations if i["ran_jobs"]]
+    total = sum(i["seconds"] for i in working) / 60
+    return (f"{total:.1f} min over {len(working)} invocation{'s' if len(working) != 1 else ''} that ran jobs "
+            f"(the first started {working[0]['started']})" if working else "no invocation ran jobs")
+
+
 def _verdict(label: str, hidden: str, best: dict, da: dict) -> str:
     diff_test, diff_val = 100 * (da["test_error"] - best["test_error"]), 100 * (da["val_error"] - best["val_error"])
     word = "beat" if diff_test > 0 else "did not beat"
@@ -115,7 +132,7 @@ def _detail_tables(hidden: str, sel: dict, continued: dict) -> list[str]:
     for kind, found in continued.items():
         if kind == "finetune":
             continue
-        lines += ["", f"### {hidden} hidden units: {KIND_LABEL[kind]} runs (each at its best level on validation)", "",
+        lines += ["", f"### {hidden} hidden units: {KIND_LABEL[kind]} runs (each at its best evaluation on validation)", "",
                   "| Run | Selected | Val error % | Test error % |", "|---|---|---|---|"]
         for e in sorted(found["runs"], key=lambda e: e["val_error"]):
             lines.append(f"| {Path(e['run']).name} | {_schedule_text(e)} | {pct(e['val_error'])} | "

@@ -43,26 +43,28 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path:
         raise ConfigError(f"stages has {sorted(unknown)}: use any of {', '.join(STAGES)}")
     protocol.check(cfg)
     da_jobs = protocol.da_jobs(cfg.scale, cfg.table.raw)
+    counts = []  # per stage launched: jobs skipped / run
     if "da" in cfg.stages:
-        protocol.run_stage(cfg, out_dir, "da", da_jobs)
+        counts.append(protocol.run_stage(cfg, out_dir, "da", da_jobs))
     selection = protocol.select_das(da_jobs, out_dir)
     protocol.require_selection(selection, da_jobs, out_dir)
     protocol.save_selection(out_dir, selection)
     cont_jobs = protocol.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
     if "continue" in cfg.stages and cont_jobs:
-        protocol.run_stage(cfg, out_dir, "continue", cont_jobs)
+        counts.append(protocol.run_stage(cfg, out_dir, "continue", cont_jobs))
     continued = protocol.select_continuations(cont_jobs, out_dir)
     ft_jobs = []
     if cfg.scale.finetune is not None:
         ft_jobs = [protocol.finetune_job(cfg.scale.finetune, int(h), found["scheda"]["best"])
                    for h, found in continued.items() if found.get("scheda", {}).get("best", {}).get("checkpoint")]
         if "finetune" in cfg.stages and ft_jobs:
-            protocol.run_stage(cfg, out_dir, "finetune", ft_jobs)
+            counts.append(protocol.run_stage(cfg, out_dir, "finetune", ft_jobs))
         for h, found in protocol.select_continuations(ft_jobs, out_dir).items():
             continued.setdefault(h, {}).update(found)
     atomic_write_json(out_dir / "continuations.json", continued)
     statuses = protocol.job_statuses(da_jobs + cont_jobs + ft_jobs, out_dir)
-    info = {"device": describe_device(cfg), "wall_seconds": time.time() - started,
+    invocations = protocol.record_invocation(out_dir, started, ran_jobs=any(c["run"] for c in counts))
+    info = {"device": describe_device(cfg), "invocations": invocations,
             "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": str(out_dir),
             "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
     path = Path(cfg.report_dir) / f"{cfg.table.name}_{cfg.scale.name}.md"

@@ -43,6 +43,7 @@ def test_smoke_runs_every_stage_and_reports_every_row(tmp_path, cifar_arrays):
     assert table_rows(report) == ["Raw pixels", "DA", "ScheDA", "DA continued at its own nu (control)",
                                   "Fine-tuned best ScheDA"]
     assert "ScheDA (16 hidden units) " in report and "the best DA: test" in report
+    assert "Control: the best DA trained 2 epochs more at nu=" in report
     for figure in ("figure2", "figure5"):
         png = tmp_path / "reports" / f"table1_smoke_{figure}_h16.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -56,6 +57,7 @@ def test_smoke_runs_every_stage_and_reports_every_row(tmp_path, cifar_arrays):
     assert scheda["config"]["init_from"] == selection["hidden"]["16"]["by_nu"]["0.5"]["checkpoint"]
     assert [s["nu"] for s in scheda["switches"]] == [0.4, 0.3]
     assert "| completed |" in report and "not run" not in report
+    assert "min over 1 invocation that ran jobs" in report
 
     # Rerunning reads every finished job instead of training again, and writes the same table.
     mtimes = {p: p.stat().st_mtime for p in (tmp_path / "runs").glob("*/*/results.json")}
@@ -65,6 +67,7 @@ def test_smoke_runs_every_stage_and_reports_every_row(tmp_path, cifar_arrays):
     assert {p: p.stat().st_mtime for p in mtimes} == mtimes
     assert report_path.read_text().split("## Results")[1].split("## Jobs")[0] == \
         report.split("## Results")[1].split("## Jobs")[0]
+    assert "min over 1 invocation that ran jobs" in report_path.read_text()  # reading is not working
 
     # A scale edited under the same out_dir is refused instead of mixing settings.
     changed = reproduce(tmp_path, cifar_arrays, "scale.da.epochs=3")
@@ -82,6 +85,7 @@ def test_smoke_runs_every_stage_and_reports_every_row(tmp_path, cifar_arrays):
     assert "resumed from" in (killed / "train.log").read_text()
     results = json.loads((killed / "results.json").read_text())
     assert results["status"] == "completed" and [e["epoch"] for e in results["evaluations"]] == [1, 2]
+    assert "min over 2 invocations that ran jobs" in report_path.read_text()
 
 
 def test_local_parallel_launcher_runs_the_jobs(tmp_path, cifar_arrays):
