@@ -79,8 +79,9 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
         scheda = continued.get(hidden, {}).get("scheda", {}).get("best")
         if control and scheda:
             verdicts.append(
-                f"Control: the best DA trained {control['epoch']} epochs more at nu={fmt(control['nu'])} reached "
-                f"{pct(control['test_error'])} % test ({pct(control['val_error'])} % val), so more epochs alone "
+                f"Control: the best DA trained on at nu={fmt(control['nu'])} reached {pct(control['test_error'])} % "
+                f"test ({pct(control['val_error'])} % val) after {control['epoch']} more epochs (its best on "
+                f"validation), so more epochs alone "
                 f"gain {100 * (da['test_error'] - control['test_error']):+.2f} points; the best ScheDA "
                 f"({scheda['epoch']} epochs more) is {100 * (control['test_error'] - scheda['test_error']):+.2f} "
                 f"points better than the control on test, {100 * (control['val_error'] - scheda['val_error']):+.2f} "
