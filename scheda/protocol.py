@@ -6,6 +6,10 @@ validation error over lr and epochs; stage 3 continues the selected checkpoints 
 schedules (ScheDA: decreasing; the control experiments: increasing, constant) or trains
 random-nu DAs from scratch; the report (scheda.report) reads every run's results.json.
 
+One out_dir per scale holds the runs of every table: the DA grid is the same for all, and a
+continuation (named by its kind and settings) is shared by the tables that use it, so
+``table=increasing`` after ``table=table1`` trains only the increasing schedules.
+
 Each stage is ONE ``python train.py -m`` multirun, so the user's Hydra launcher (basic,
 joblib, submitit) runs its jobs. Every job is a generated config in the ``protocol_job``
 group (``<out_dir>/jobs/protocol_job/<name>.yaml``), and its run directory is
@@ -352,13 +356,13 @@ def job_statuses(jobs: list[JobSpec], out_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def record_invocation(out_dir: Path, started: float, ran_jobs: bool) -> list[dict[str, Any]]:
+def record_invocation(out_dir: Path, started: float, table: str, ran_jobs: bool) -> list[dict[str, Any]]:
     """Append this invocation to ``<out_dir>/invocations.json`` (the protocol's wall time is
     the sum over the invocations that ran jobs, however often it was resumed)."""
     path = out_dir / "invocations.json"
     history = json.loads(path.read_text()) if path.exists() else []
     history.append({"started": datetime.fromtimestamp(started).isoformat(timespec="seconds"),
-                    "seconds": time.time() - started, "ran_jobs": ran_jobs})
+                    "seconds": time.time() - started, "table": table, "ran_jobs": ran_jobs})
     atomic_write_json(path, history)
     return history
 

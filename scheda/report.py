@@ -91,7 +91,7 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
             lines.append(f"| Fine-tuned best ScheDA | {hidden} | lr={fmt(ft['lr'])}, epoch {ft['best_epoch']} | "
                          f"{pct(ft['val_error'])} | {pct(ft['test_error'])} | "
                          f"{paper_value(paper, 'finetuned', int(hidden))} |")
-        elif scale.finetune is None:
+        elif scale.finetune is None and paper and paper.get("finetuned"):
             lines.append(f"| Fine-tuned best ScheDA | {hidden} | not run at this scale | — | — | "
                          f"{paper_value(paper, 'finetuned', int(hidden))} |")
     lines += [""] + [f"- {v}" for v in verdicts]
@@ -111,10 +111,17 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
 
 
 def _wall_time(invocations: list[dict]) -> str:
+    """The sum over the invocations that trained anything; runs shared with other tables of the
+    scale (the DA grid, say) count where they ran."""
     working = [i for i in invocations if i["ran_jobs"]]
-    total = sum(i["seconds"] for i in working) / 60
-    return (f"{total:.1f} min over {len(working)} invocation{'s' if len(working) != 1 else ''} that ran jobs "
-            f"(the first started {working[0]['started']})" if working else "no invocation ran jobs")
+    if not working:
+        return "no invocation ran jobs"
+    by_table: dict[str, float] = {}
+    for i in working:
+        by_table[i.get("table", "?")] = by_table.get(i.get("table", "?"), 0.0) + i["seconds"] / 60
+    parts = ", ".join(f"{t} {m:.1f} min" for t, m in by_table.items())
+    return (f"{sum(by_table.values()):.1f} min over {len(working)} invocation{'s' if len(working) != 1 else ''} "
+            f"that ran jobs in this scale's directory ({parts}; the first started {working[0]['started']})")
 
 
 def _verdict(label: str, hidden: str, best: dict, da: dict) -> str:

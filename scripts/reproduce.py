@@ -61,9 +61,10 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path:
             counts.append(protocol.run_stage(cfg, out_dir, "finetune", ft_jobs))
         for h, found in protocol.select_continuations(ft_jobs, out_dir).items():
             continued.setdefault(h, {}).update(found)
-    atomic_write_json(out_dir / "continuations.json", continued)
+    atomic_write_json(out_dir / f"continuations_{cfg.table.name}.json", continued)
     statuses = protocol.job_statuses(da_jobs + cont_jobs + ft_jobs, out_dir)
-    invocations = protocol.record_invocation(out_dir, started, ran_jobs=any(c["run"] for c in counts))
+    invocations = protocol.record_invocation(out_dir, started, cfg.table.name,
+                                             ran_jobs=any(c["run"] for c in counts))
     info = {"device": describe_device(cfg), "invocations": invocations,
             "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": str(out_dir),
             "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}

@@ -112,6 +112,20 @@ def test_fused_grid_selects_among_the_models_of_each_job(tmp_path, cifar_arrays)
     assert table_rows((tmp_path / "reports" / "table1_smoke.md").read_text())[:2] == ["DA", "ScheDA"]
 
 
+def test_tables_of_a_scale_share_their_runs(tmp_path, cifar_arrays):
+    first = reproduce(tmp_path, cifar_arrays, "scale.finetune=null")
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = reproduce(tmp_path, cifar_arrays, "table=increasing", "scale.finetune=null")
+    assert second.returncode == 0, second.stderr[-3000:]
+    # The DA grid, the ScheDA and the control are read; only the increasing schedule trains.
+    assert "stage da: 2 jobs, 2 already done, 0 to run" in second.stdout
+    assert "stage continue: 3 jobs, 2 already done, 1 to run" in second.stdout
+    assert "+protocol_job=increasing_h16_nu0.3_dnu0.1_K1 " in second.stdout
+    report = (tmp_path / "reports" / "increasing_smoke.md").read_text()
+    assert table_rows(report) == ["DA", "Increasing schedule", "ScheDA", "DA continued at its own nu (control)"]
+    assert "over 2 invocations that ran jobs in this scale's directory (table1 " in report
+
+
 def smoke_cfg(*overrides: str):
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         return compose(config_name="reproduce", overrides=["scale=smoke", *overrides])
