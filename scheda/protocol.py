@@ -286,9 +286,12 @@ def job_state(run_dir: Path, job: JobSpec) -> str:
     if results is not None and "config" in results:
         config = OmegaConf.create(results["config"])
         for key, value in job.values.items():
-            if key == "init_from":
-                continue
             found = OmegaConf.select(config, key)
+            if key == "init_from":
+                if not _same_start(found, value, run_dir.parent.parent) and not config.get("resume"):
+                    raise ConfigError(f"{run_dir} continued {found}, the selection now says {value}: "
+                                      f"delete that run (or choose another out_dir)")
+                continue
             if found != value and not (isinstance(found, list) and list(found) == list(value)):
                 raise ConfigError(f"{run_dir} was run with {key}={found}, this scale says {value}: "
                                   f"delete that run or choose another out_dir")
@@ -298,6 +301,18 @@ def job_state(run_dir: Path, job: JobSpec) -> str:
     if ckpts.is_dir() and any(CHECKPOINT_RE.match(p.name) for p in ckpts.iterdir()):
         return "resume"
     return "new"
+
+
+def _same_start(found: str | None, wanted: str, out_dir: Path) -> bool:
+    """Whether a run continued the checkpoint the selection names now, comparing the part of
+    the path inside out_dir (the directory may have been moved since)."""
+    if found is None:
+        return False
+    try:
+        inside = Path(wanted).relative_to(out_dir).parts
+    except ValueError:
+        return Path(found) == Path(wanted)
+    return Path(found).parts[-len(inside):] == inside
 
 
 def launcher_overrides(cfg: DictConfig) -> list[str]:

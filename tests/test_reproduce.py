@@ -203,6 +203,25 @@ def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch
     assert job_file.schedule.nu == 0.3 and job_file.defaults[0] == {"override /schedule": "constant"}
 
 
+def test_a_continuation_of_another_checkpoint_is_refused(tmp_path):
+    cfg = smoke_cfg()
+    selection = {"hidden": {"16": {"by_nu": {"0.5": {"checkpoint": str(tmp_path / "da" / "a" / "epoch_00002.pt"),
+                                                     "epoch": 2, "nu": 0.5}},
+                                   "best": {"checkpoint": "c", "epoch": 2, "nu": 0.5, "run": "r"}}}}
+    job = protocol.continuation_jobs(cfg.scale, ["scheda"], selection)[0]
+    config = {"model": {"hidden": 16}, "schedule": {"nu0": 0.5, "delta_nu": 0.1, "K": 1, "initial_epochs": 0,
+                                                    "nu_final": 0.3}, "optim": {"lr": 0.1},
+              "trainer": {"checkpoint_every": 0}}
+    moved = "/old/place/da/a/epoch_00002.pt"  # the same run, its out_dir since moved: still the same start
+    fake_run(tmp_path / "continue" / job.name, [ev(1, 0.3)], checkpoints=(1,), init_from=moved, **config)
+    assert protocol.job_state(tmp_path / "continue" / job.name, job) == "done"
+    other = tmp_path / "other"
+    fake_run(other / "continue" / job.name, [ev(1, 0.3)], checkpoints=(1,), init_from="/x/da/b/epoch_00001.pt",
+             **config)
+    with pytest.raises(ConfigError, match="continued /x/da/b/epoch_00001.pt, the selection now says"):
+        protocol.job_state(other / "continue" / job.name, job)
+
+
 def test_launchers(monkeypatch):
     monkeypatch.setattr(protocol.os, "cpu_count", lambda: 8)
     assert protocol.launcher_overrides(smoke_cfg("launcher=joblib", "n_jobs=4")) == [
