@@ -288,7 +288,7 @@ class ReproduceConfig:
     launcher: str = "basic"
     n_jobs: int = 1
     launcher_overrides: List[str] = field(default_factory=list)
-    stages: List[str] = field(default_factory=lambda: ["da", "select", "continue", "report"])
+    stages: List[str] = field(default_factory=lambda: ["da", "select", "continue", "finetune", "report"])
 
 
 def register_configs() -> None:

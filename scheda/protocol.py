@@ -367,7 +367,8 @@ def job_statuses(jobs: list[JobSpec], out_dir: Path) -> list[dict[str, Any]]:
     for job in jobs:
         results = read_results(out_dir / job.stage / job.name) or {}
         rows.append({"name": job.name, "stage": job.stage, "status": results.get("status", "not run"),
-                     "error": results.get("error"), "seconds": results.get("seconds")})
+                     "error": results.get("error"), "seconds": results.get("seconds"),
+                     "device": results.get("device")})
     return rows
 
 

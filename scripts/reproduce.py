@@ -65,21 +65,22 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path:
     statuses = protocol.job_statuses(da_jobs + cont_jobs + ft_jobs, out_dir)
     invocations = protocol.record_invocation(out_dir, started, cfg.table.name,
                                              ran_jobs=any(c["run"] for c in counts))
-    info = {"device": describe_device(cfg), "invocations": invocations,
+    info = {"device": describe_device(statuses), "invocations": invocations,
             "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": str(out_dir),
             "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
     path = Path(cfg.report_dir) / f"{cfg.table.name}_{cfg.scale.name}.md"
-    write_report(cfg, selection, continued, statuses, info, path)
-    log.info("report: %s", path)
+    if "report" in cfg.stages:
+        write_report(cfg, selection, continued, statuses, info, path)
+        log.info("report: %s", path)
     return path
 
 
-def describe_device(cfg: DictConfig) -> str:
-    wanted = next((o.split("=", 1)[1] for o in [*cfg.scale.train, *cfg.overrides] if o.startswith("trainer.device=")),
-                  "auto")
-    if wanted != "cpu" and torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    return f"CPU ({torch.get_num_threads()} threads)"
+def describe_device(statuses: list[dict]) -> str:
+    """The devices the jobs recorded, with this machine's GPU or thread count (a cluster's
+    jobs ran elsewhere: their results.json says where)."""
+    used = sorted({s["device"] for s in statuses if s.get("device")}) or ["no job has run"]
+    here = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU, {torch.get_num_threads()} threads"
+    return f"jobs ran on {', '.join(used)} (this machine: {here})"
 
 
 def git_commit() -> str:

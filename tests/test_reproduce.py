@@ -57,6 +57,7 @@ def test_smoke_runs_every_stage_and_reports_every_row(tmp_path, cifar_arrays):
     assert scheda["config"]["init_from"] == selection["hidden"]["16"]["by_nu"]["0.5"]["checkpoint"]
     assert [s["nu"] for s in scheda["switches"]] == [0.4, 0.3]
     assert "| completed |" in report and "not run" not in report
+    assert "- Device: jobs ran on cpu (this machine: " in report
     assert "min over 1 invocation that ran jobs" in report
 
     # Rerunning reads every finished job instead of training again, and writes the same table.
