@@ -82,15 +82,27 @@ def concat_grid(models: list[tuple[dict, Path]], axis_a: tuple[str, object], axi
     return sorted(rows), sorted(cols), {(a, b): (rows[a], cols[b]) for a in rows for b in cols}
 
 
-def heat_map(values, row_labels, col_labels, title: str, path: str | Path, xlabel: str, ylabel: str) -> None:
-    """A PNG heat map with each cell's value written in it (errors in %)."""
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (no display on a cluster node)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def save_png(fig, path: str | Path, dpi: int = 100) -> None:
+    """Write ``fig`` atomically (temp file, then rename) and free it."""
     from scheda.io import atomic_write
 
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=dpi))
+    pyplot().close(fig)
+
+
+def heat_map(values, row_labels, col_labels, title: str, path: str | Path, xlabel: str, ylabel: str) -> None:
+    """A PNG heat map with each cell's value written in it (errors in %)."""
+    plt = pyplot()
     values = np.asarray(values, dtype=float)
     fig, ax = plt.subplots(figsize=(1.2 * len(col_labels) + 2, 1.0 * len(row_labels) + 1.5))
     im = ax.imshow(values, cmap="viridis_r")
@@ -106,5 +118,4 @@ def heat_map(values, row_labels, col_labels, title: str, path: str | Path, xlabe
                     color="k" if values[i, j] < middle else "w")
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
-    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
-    plt.close(fig)
+    save_png(fig, path)

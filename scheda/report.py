@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from scheda.analysis import pyplot, save_png
 from scheda.io import atomic_write
 from scheda.protocol import fmt
 
@@ -156,11 +157,7 @@ def figure2(sel: dict, continued: dict, png: Path, hidden: int) -> bool:
     """Test error (left) and training reconstruction error (right) against epoch for the best
     DA, the best run of each schedule kind and the DA each of those continued, a continuation
     drawn from its start epoch and joined to its DA's selected evaluation."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     curves = [(f"DA({fmt(sel['best']['nu'])})", sel["best"]["run"], 0, None)]
     for kind, found in continued.items():
         if kind == "finetune":
@@ -188,8 +185,7 @@ def figure2(sel: dict, continued: dict, png: Path, hidden: int) -> bool:
               title="Training reconstruction error (at the current nu)")
     ax_err.legend(fontsize=7)
     fig.tight_layout()
-    atomic_write(png, lambda f: fig.savefig(f, format="png", dpi=110))
-    plt.close(fig)
+    save_png(fig, png, dpi=110)
     return True
 
 
@@ -206,11 +202,7 @@ def figure5(sel: dict, continued: dict, png: Path, hidden: int) -> bool:
     runs = [e for kind in ("scheda", "increasing") for e in continued.get(kind, {}).get("runs", [])]
     if not runs:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     das = sorted((float(nu), 100 * e["test_error"]) for nu, e in sel["by_nu"].items())
     ax.plot([d[0] for d in das], [d[1] for d in das], "k.-", label="DA(nu)")
@@ -229,6 +221,5 @@ def figure5(sel: dict, continued: dict, png: Path, hidden: int) -> bool:
     ax.set(xlabel="nu (DA) / starting nu0 (schedules)", ylabel="test error (%)",
            title=f"Schedules vs DA, {hidden} hidden units")
     fig.tight_layout()
-    atomic_write(png, lambda f: fig.savefig(f, format="png", dpi=110))
-    plt.close(fig)
+    save_png(fig, png, dpi=110)
     return True

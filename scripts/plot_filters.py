@@ -16,11 +16,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheda.analysis import normalised_filters, run_label  # noqa: E402
+from scheda.analysis import normalised_filters, pyplot, run_label, save_png  # noqa: E402
 from scheda.checkpoint import find_checkpoint  # noqa: E402
 from scheda.data import dataset_spec  # noqa: E402
 from scheda.errors import SchedaError  # noqa: E402
-from scheda.io import atomic_write  # noqa: E402
 from scheda.run import load_run_model  # noqa: E402
 
 
@@ -31,11 +30,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="sample filters at random (default: the first n)")
     parser.add_argument("--out", type=Path, default=Path("filters.png"))
     args = parser.parse_args(argv)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     try:
         panels = []
         for run in args.runs:
@@ -64,11 +59,7 @@ def main(argv=None) -> int:
         ax.set_title(title, fontsize=10)
         ax.axis("off")
     fig.tight_layout()
-
-    def save(f):
-        fig.savefig(f, format="png", dpi=100)
-
-    atomic_write(args.out, save)
+    save_png(fig, args.out)
     print(args.out)
     return 0
 
