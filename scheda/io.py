@@ -17,6 +17,15 @@ from typing import Any, Callable, IO
 from scheda.errors import CheckpointError
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
     """Call ``write(f)`` on a temporary file beside ``path`` and rename it into place."""
     path = Path(path)
@@ -24,6 +33,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide results from a shared group
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()

@@ -73,3 +73,11 @@ def test_disk_full_names_the_file_and_keeps_the_previous_one(tmp_path):
     with pytest.raises(CheckpointError, match="disk full while writing .*epoch_00001.pt.*free space"):
         atomic_write(path, full)
     assert load_checkpoint(path)["epoch"] == 1
+
+
+def test_written_files_get_the_usual_permissions(tmp_path):
+    """Not mkstemp's 0600: results and checkpoints stay readable as the umask allows."""
+    import stat
+
+    path = atomic_write_json(tmp_path / "results.json", {"a": 1})
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~scheda.io._UMASK
