@@ -197,8 +197,10 @@ class BatchedStep:
         """``idx``: [K, n] rows of ``x_all`` per model; returns the K minibatch losses."""
         K, n = idx.shape
         W, b, b_prime = self.W, self.b, self.b_prime
-        x = self.x[:, :n]
-        torch.index_select(x_all, 0, idx.reshape(-1), out=x.reshape(K * n, -1))
+        # The first K*n rows of the buffer, contiguous: ``self.x[:, :n]`` is not when n < batch_size
+        # (a partial last minibatch), and index_select into its reshape would fill a copy.
+        x = self.x.view(-1)[: K * n * self.x.shape[2]].view(K, n, -1)
+        torch.index_select(x_all, 0, idx.reshape(-1), out=x.view(K * n, -1))
         A, B = self.A[:, : 2 * n], self.B[:, : 2 * n]
         dh, h = A[:, :n], A[:, n:]
         x_tilde, dz = B[:, :n], B[:, n:]

@@ -42,6 +42,18 @@ def test_each_fused_model_equals_the_model_trained_alone(cifar_arrays, tmp_path)
         assert len(mine["evaluations"]) == 1
 
 
+@pytest.mark.parametrize("sizes", [["trainer.batch_size=15"], ["dataset.train_limit=77", "trainer.batch_size=15"]])
+def test_fused_models_equal_alone_when_the_minibatch_does_not_divide_the_data(cifar_arrays, tmp_path, sizes):
+    # 80 (or 77) training images in minibatches of 15: every epoch ends with a partial one.
+    schedule = ["schedule=constant", "schedule.epochs=2", "evaluate.enabled=false", *sizes]
+    run(compose_cfg([f"dataset.root={cifar_arrays}", *BASE, *schedule, "trainer.parallel.nu=[0.2,0.5]"]),
+        tmp_path / "fused")
+    for k, nu in enumerate([0.2, 0.5]):
+        _alone(cifar_arrays, tmp_path, f"alone{k}", [*schedule, f"schedule.nu={nu}"])
+        _assert_same_weights(load_checkpoint(tmp_path / "fused" / "models" / str(k)),
+                             load_checkpoint(tmp_path / f"alone{k}"))
+
+
 def test_models_of_different_lengths_and_random_schedules(cifar_arrays, tmp_path):
     # Decreasing to the last level above 0: nu0=0.3 runs 3 epochs, nu0=0.2 runs 2.
     schedule = ["schedule=decreasing", "schedule.K=1", "schedule.initial_epochs=1", "schedule.delta_nu=0.1"]
