@@ -7,8 +7,10 @@ Both solvers minimise, for each class k against the rest (one-vs-rest),
 with the bias as an extra feature of value 1 that is regularised (LIBLINEAR's ``-s 0 -B 1``).
 ``liblinear`` is the paper's tool; ``torch_lr`` solves the same objective with a batched
 Newton-CG on the run's device, all classes at once, much faster on large feature sets.
-A solver is built once per feature set and then fitted along a grid of C, each fit warm
-started from the previous solution.
+A solver is built once per feature set and then fitted along a grid of C; with
+``warm_start`` each fit starts from the previous C's solution, else from w = 0. Both stop
+relative to the gradient at w = 0, so a warm start needs a tolerance tight enough not to stop
+before it moves (see configs/classifier/).
 """
 
 from __future__ import annotations
@@ -65,15 +67,15 @@ def dense_csr(x: np.ndarray):
 
 
 class Liblinear:
-    """LIBLINEAR ``-s 0 -B 1``: the problem is built once and reused across C (warm started)."""
+    """LIBLINEAR ``-s 0 -B 1``: the problem is built once and reused across C."""
 
     name = "liblinear"
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, eps: float = 0.01):
+    def __init__(self, x: np.ndarray, y: np.ndarray, eps: float = 0.01, warm_start: bool = False):
         from liblinear.liblinearutil import problem
 
         self.n_features = x.shape[1]
-        self.eps = eps
+        self.eps, self.warm_start = eps, warm_start
         self.problem = problem(np.asarray(y, dtype=np.float64), dense_csr(x))
         self._warm: np.ndarray | None = None
 
@@ -81,7 +83,7 @@ class Liblinear:
         from liblinear.liblinearutil import parameter, train
 
         param = parameter(f"-s 0 -c {C!r} -B 1 -e {self.eps!r} -q")
-        if self._warm is not None:
+        if self.warm_start and self._warm is not None:
             param.init_sol = self._warm.ctypes.data_as(POINTER(c_double))
         model = train(self.problem, param)
         n_w = 1 if model.get_nr_class() == 2 else model.get_nr_class()
@@ -110,7 +112,7 @@ class TorchLogReg:
 
     def __init__(self, x: np.ndarray | torch.Tensor, y: np.ndarray, eps: float = 1e-3,
                  max_newton: int = 100, max_cg: int = 200, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, warm_start: bool = False):
         x = torch.as_tensor(x).to(device=device, dtype=dtype)
         n = x.shape[0]
         self.X = torch.cat([x, torch.ones(n, 1, dtype=dtype, device=device)], dim=1)
@@ -118,7 +120,7 @@ class TorchLogReg:
         labels = torch.as_tensor(np.asarray(y), device=device)
         classes = torch.as_tensor(self.classes, device=device)
         self.Y = torch.where(labels[:, None] == classes[None, :], 1.0, -1.0).to(dtype)
-        self.eps, self.max_newton, self.max_cg = eps, max_newton, max_cg
+        self.eps, self.max_newton, self.max_cg, self.warm_start = eps, max_newton, max_cg, warm_start
         pos = (self.Y > 0).sum(0).to(torch.float64)
         self._stop_scale = (torch.minimum(pos, n - pos) / n).to(dtype)
         if n >= self.X.shape[1]:
@@ -137,7 +139,7 @@ class TorchLogReg:
 
     def fit(self, C: float) -> LinearModel:
         X, Y = self.X, self.Y
-        W = self.W.clone()
+        W = self.W.clone() if self.warm_start else torch.zeros_like(self.W)
         g0 = (C * 0.5 * (-Y).T @ X).norm(dim=1)  # gradient norm at w = 0
         tol = self.eps * self._stop_scale * g0
         Z = X @ W.T
@@ -233,6 +235,6 @@ def build_classifier(cfg: Mapping, x, y, device: torch.device | str = "cpu"):
     check_classifier_config(cfg)
     if cfg["name"] == "liblinear":
         x = x.cpu().numpy() if isinstance(x, torch.Tensor) else x
-        return Liblinear(x, y, eps=cfg["eps"])
+        return Liblinear(x, y, eps=cfg["eps"], warm_start=cfg.get("warm_start", False))
     return TorchLogReg(x, y, eps=cfg["eps"], max_newton=cfg["max_newton"], max_cg=cfg["max_cg"],
-                       device=device, dtype=DTYPES[cfg["dtype"]])
+                       device=device, dtype=DTYPES[cfg["dtype"]], warm_start=cfg.get("warm_start", False))

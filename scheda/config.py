@@ -176,16 +176,18 @@ class EvaluateConfig:
 @dataclass
 class LiblinearConfig:
     name: str = "liblinear"
-    eps: float = 0.01
+    eps: float = 0.0001
+    warm_start: bool = True
 
 
 @dataclass
 class TorchLRConfig:
     name: str = "torch_lr"
-    eps: float = 0.001
+    eps: float = 0.0001
     max_newton: int = 100
     max_cg: int = 200
     dtype: str = "float32"
+    warm_start: bool = True
 
 
 # --- fine-tuning -----------------------------------------------------------------------
@@ -215,6 +217,7 @@ class TrainConfig:
     classifier: Any = MISSING
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     seed: int = 0
+    train_seed: Optional[int] = None
     resume: Optional[str] = None
     init_from: Optional[str] = None
 
@@ -245,11 +248,11 @@ class StepGridConfig:
 
 @dataclass
 class RandomNuConfig:
-    """Stage 3 of table=random_nu: nu drawn per minibatch, trained from scratch."""
+    """Stage 3 of table=random_nu: nu drawn per minibatch, trained from scratch at every lr of
+    the DA grid (``da.lr``), the best chosen on validation like the DA's."""
 
     hidden: Optional[int] = None
     epochs: int = 2000
-    lr: float = 0.01
     low: float = 0.1
     high: float = 0.7
     values: List[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
@@ -288,7 +291,7 @@ class ReproduceConfig:
     launcher: str = "basic"
     n_jobs: int = 1
     launcher_overrides: List[str] = field(default_factory=list)
-    stages: List[str] = field(default_factory=lambda: ["da", "select", "continue", "finetune", "report"])
+    stages: List[str] = field(default_factory=lambda: ["da", "select", "continue", "control", "finetune", "report"])
 
 
 def register_configs() -> None:

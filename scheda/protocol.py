@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from scheda.checkpoint import CHECKPOINT_RE, checkpoint_name
 from scheda.errors import ConfigError, SchedaError
 from scheda.io import atomic_write, atomic_write_json
+from scheda.schedule import level_count
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 FINAL_STATUSES = ("completed", "diverged")
 LAUNCHERS = ("basic", "joblib", "submitit_slurm", "submitit_local")
 CONTINUATIONS = ("scheda", "increasing", "random_uniform", "random_discrete")
+STEP_KINDS = {"scheda": -1, "increasing": 1}  # the direction of each kind's noise steps
 
 
 @dataclass
@@ -99,7 +101,8 @@ def da_jobs(scale: DictConfig, raw: bool) -> list[JobSpec]:
                     values={"model.hidden": hidden, "schedule.nu": grid.nu[0], "schedule.epochs": grid.epochs,
                             "trainer.parallel.nu": list(grid.nu), "optim.lr": lr,
                             "evaluate.every": grid.eval_every, "trainer.checkpoint_every": grid.eval_every},
-                    meta={"kind": "da_fused", "hidden": hidden, "nus": list(grid.nu), "lr": lr}))
+                    meta={"kind": "da_fused", "hidden": hidden, "nus": list(grid.nu), "lr": lr,
+                          "epochs": grid.epochs}))
             continue
         for nu in grid.nu:
             for lr in grid.lr:
@@ -108,7 +111,7 @@ def da_jobs(scale: DictConfig, raw: bool) -> list[JobSpec]:
                     values={"model.hidden": hidden, "schedule.nu": nu, "schedule.epochs": grid.epochs,
                             "optim.lr": lr, "evaluate.every": grid.eval_every,
                             "trainer.checkpoint_every": grid.eval_every},
-                    meta={"kind": "da", "hidden": hidden, "nu": nu, "lr": lr}))
+                    meta={"kind": "da", "hidden": hidden, "nu": nu, "lr": lr, "epochs": grid.epochs}))
     return jobs
 
 
@@ -137,10 +140,11 @@ def select_das(jobs: list[JobSpec], out_dir: Path) -> dict[str, Any]:
     raw = None
     for run_dir, meta in _da_runs(jobs, out_dir):
         results = read_results(run_dir)
-        if results is None or results.get("status") != "completed":
-            continue
+        if results is None or results.get("status") not in FINAL_STATUSES:
+            continue  # a DA that diverged keeps the evaluations (and checkpoints) from before it
         if meta["kind"] == "raw":
-            raw = {"run": str(run_dir), **_errors(results["evaluations"][-1])}
+            if results.get("evaluations"):
+                raw = {"run": str(run_dir), **_errors(results["evaluations"][-1])}
             continue
         best = best_evaluation(results)
         if best is None:
@@ -150,7 +154,8 @@ def select_das(jobs: list[JobSpec], out_dir: Path) -> dict[str, Any]:
             log.warning("%s: no checkpoint at the selected epoch %d; skipped", run_dir, best["epoch"])
             continue
         entry = {"run": str(run_dir), "checkpoint": str(ckpt), "nu": meta["nu"], "lr": meta["lr"],
-                 "epoch": best["epoch"], **_errors(best)}
+                 "epoch": best["epoch"], "status": results["status"],
+                 "last_of_grid": best["epoch"] >= meta.get("epochs", math.inf), **_errors(best)}
         by_nu = per_hidden.setdefault(meta["hidden"], {"by_nu": {}})["by_nu"]
         key = fmt(meta["nu"])
         if key not in by_nu or (entry["val_error"], entry["epoch"]) < (by_nu[key]["val_error"], by_nu[key]["epoch"]):
@@ -178,24 +183,21 @@ def _errors(evaluation: dict[str, Any]) -> dict[str, Any]:
 # --- stage 3 -----------------------------------------------------------------------------
 def continuation_jobs(scale: DictConfig, kinds: Iterable[str], selection: dict[str, Any]) -> list[JobSpec]:
     """ScheDA / increasing schedules from the selected DA(nu0) checkpoints (the paper's
-    protocol), the constant-noise control and the random-nu DAs."""
+    protocol) and the random-nu DAs, one per lr of the DA grid (selected on validation)."""
     jobs: list[JobSpec] = []
     for hidden_key, sel in selection["hidden"].items():
         hidden = int(hidden_key)
-        schedas = []
         for kind in kinds:
-            if kind in ("scheda", "increasing"):
-                step_jobs = _step_jobs(kind, scale[kind], hidden, sel["by_nu"])
-                schedas += step_jobs if kind == "scheda" else []
-                jobs += step_jobs
+            if kind in STEP_KINDS:
+                jobs += _step_jobs(kind, scale[kind], hidden, sel["by_nu"])
             elif scale.random_nu.hidden in (None, hidden):
-                jobs.append(_random_job(kind, scale.random_nu, hidden))
-        if scale.control and schedas:
-            jobs.append(_control_job(scale.scheda, hidden, sel["best"], schedas))
+                jobs += [_random_job(kind, scale.random_nu, hidden, lr) for lr in scale.da.lr]
     return jobs
 
 
 def _step_jobs(kind: str, grid: DictConfig, hidden: int, by_nu: dict[str, Any]) -> list[JobSpec]:
+    """One continuation per (nu0, delta_nu, K) that has at least one level between nu0 and
+    nu_final (ScheDA from 0.1 with delta_nu 0.1 down to 0.05 has none: it is not planned)."""
     direction = "decreasing" if kind == "scheda" else "increasing"
     jobs = []
     for nu0 in grid.nu0:
@@ -204,6 +206,11 @@ def _step_jobs(kind: str, grid: DictConfig, hidden: int, by_nu: dict[str, Any]) 
             log.warning("%s from nu0=%g (%d hidden): no selected DA(%g) to continue; skipped", kind, nu0, hidden, nu0)
             continue
         for delta_nu in grid.delta_nu:
+            levels = level_count(STEP_KINDS[kind], nu0, delta_nu, grid.nu_final)
+            if levels == 0:
+                log.info("%s from nu0=%g with delta_nu=%g has no level up to nu_final=%g: not planned",
+                         kind, nu0, delta_nu, grid.nu_final)
+                continue
             for K in grid.K:
                 jobs.append(JobSpec(
                     f"{kind}_h{hidden}_nu{fmt(nu0)}_dnu{fmt(delta_nu)}_K{K}", "continue", groups={"schedule": direction},
@@ -211,53 +218,107 @@ def _step_jobs(kind: str, grid: DictConfig, hidden: int, by_nu: dict[str, Any]) 
                             "schedule.K": K, "schedule.initial_epochs": 0, "schedule.nu_final": grid.nu_final,
                             "optim.lr": grid.lr, "init_from": start["checkpoint"], "trainer.checkpoint_every": 0},
                     meta={"kind": kind, "hidden": hidden, "nu0": nu0, "delta_nu": delta_nu, "K": K,
-                          "start_epoch": start["epoch"]}))
+                          "levels": levels, "epochs": levels * K, "start_epoch": start["epoch"],
+                          "start_checkpoint": start["checkpoint"]}))
     return jobs
 
 
-def _control_job(grid: DictConfig, hidden: int, best: dict[str, Any], schedas: list[JobSpec]) -> JobSpec:
-    """The best DA trained on at its own noise level for as long as the longest ScheDA run,
-    evaluated every min(K) epochs: separates the schedule's effect from that of more training."""
-    epochs = max((math.floor((j.meta["nu0"] - grid.nu_final) / j.meta["delta_nu"] + 1e-9) * j.meta["K"]
-                  for j in schedas), default=0)
-    return JobSpec(f"control_h{hidden}", "continue", groups={"schedule": "constant"},
-                   values={"model.hidden": hidden, "schedule.nu": best["nu"], "schedule.epochs": max(1, epochs),
-                           "optim.lr": grid.lr, "init_from": best["checkpoint"], "evaluate.every": min(grid.K),
-                           "trainer.checkpoint_every": 0},
-                   meta={"kind": "control", "hidden": hidden, "nu": best["nu"], "start_epoch": best["epoch"]})
-
-
-def _random_job(kind: str, cfg: DictConfig, hidden: int) -> JobSpec:
+def _random_job(kind: str, cfg: DictConfig, hidden: int, lr: float) -> JobSpec:
     schedule = {"schedule.low": cfg.low, "schedule.high": cfg.high} if kind == "random_uniform" \
         else {"schedule.values": list(cfg["values"])}
     every = max(1, cfg.epochs // 20)
-    return JobSpec(f"{kind}_h{hidden}", "continue", groups={"schedule": kind},
-                   values={"model.hidden": hidden, "schedule.epochs": cfg.epochs, "optim.lr": cfg.lr, **schedule,
+    return JobSpec(f"{kind}_h{hidden}_lr{fmt(lr)}", "continue", groups={"schedule": kind},
+                   values={"model.hidden": hidden, "schedule.epochs": cfg.epochs, "optim.lr": lr, **schedule,
                            "evaluate.every": every, "trainer.checkpoint_every": every},
-                   meta={"kind": kind, "hidden": hidden})
+                   meta={"kind": kind, "hidden": hidden, "lr": lr})
 
 
-def finetune_job(preset: str, hidden: int, best: dict[str, Any]) -> JobSpec:
-    """Supervised fine-tuning of the best ScheDA's encoder (the paper: 36.77 -> 35.7 %)."""
-    return JobSpec(f"finetune_h{hidden}", "finetune", groups={"finetune": preset},
-                   values={"model.hidden": hidden, "finetune.enabled": True, "finetune.standalone": True,
-                           "init_from": best["checkpoint"]},
-                   meta={"kind": "finetune", "hidden": hidden, "from": best["run"]})
+# --- stage 4: controls of the best schedule -----------------------------------------------
+def control_jobs(scale: DictConfig, kinds: Iterable[str], continued: dict[str, Any]) -> list[JobSpec]:
+    """For the best run of each step-schedule kind per hidden size, two controls from the same
+    checkpoint (and, through the seed, the same training stream: common random numbers):
+
+    * ``control``: the DA trained on at its own nu0 for as long as that run's whole
+      continuation, evaluated where the schedule switched (every K epochs): tells the
+      schedule's effect from that of more epochs;
+    * ``jump``: straight to the run's selected final nu for as many epochs as it took to reach
+      it, evaluated every K: tells a gradual schedule from a single switch.
+    """
+    if not scale.control:
+        return []
+    jobs: dict[str, JobSpec] = {}
+    for hidden, by_kind in continued.items():
+        for kind in kinds:
+            best = by_kind.get(kind, {}).get("best")
+            if kind in STEP_KINDS and best is not None:
+                for job in _controls_of(scale[kind], int(hidden), best):
+                    jobs.setdefault(job.name, job)
+    return list(jobs.values())
+
+
+def _controls_of(grid: DictConfig, hidden: int, best: dict[str, Any]) -> list[JobSpec]:
+    common = {"model.hidden": hidden, "optim.lr": grid.lr, "init_from": best["start_checkpoint"],
+              "evaluate.every": best["K"], "trainer.checkpoint_every": 0}
+    meta = {"hidden": hidden, "nu0": best["nu0"], "K": best["K"], "start_epoch": best["start_epoch"],
+            "start_checkpoint": best["start_checkpoint"]}
+    same = JobSpec(f"control_h{hidden}_nu{fmt(best['nu0'])}_{best['epochs']}ep", "control",
+                   groups={"schedule": "constant"},
+                   values={**common, "schedule.nu": best["nu0"], "schedule.epochs": best["epochs"]},
+                   meta={"kind": "control", **meta, "nu": best["nu0"], "epochs": best["epochs"]})
+    jump = JobSpec(f"jump_h{hidden}_nu{fmt(best['nu0'])}_to{fmt(best['nu'])}_{best['epoch']}ep", "control",
+                   groups={"schedule": "constant"},
+                   values={**common, "schedule.nu": best["nu"], "schedule.epochs": best["epoch"]},
+                   meta={"kind": "jump", **meta, "nu": best["nu"], "epochs": best["epoch"]})
+    return [same, jump]
+
+
+def attach_controls(scale: DictConfig, kinds: Iterable[str], continued: dict[str, Any],
+                    controls: dict[str, Any]) -> None:
+    """Put each finished control beside the run it controls: ``continued[h][kind]["controls"]``."""
+    if not scale.control:
+        return
+    for hidden, by_kind in continued.items():
+        runs = {Path(e["run"]).name: e for kind in ("control", "jump")
+                for e in controls.get(hidden, {}).get(kind, {}).get("runs", [])}
+        for kind in kinds:
+            best = by_kind.get(kind, {}).get("best")
+            if kind in STEP_KINDS and best is not None:
+                found = {job.meta["kind"]: runs[job.name] for job in _controls_of(scale[kind], int(hidden), best)
+                         if job.name in runs}
+                by_kind[kind]["controls"] = found
+
+
+# --- stage 5: fine-tuning -----------------------------------------------------------------
+def finetune_jobs(preset: str, selection: dict[str, Any], continued: dict[str, Any]) -> list[JobSpec]:
+    """Supervised fine-tuning of the best DA's and the best ScheDA's encoder of each hidden size
+    (the paper's Table 3 has both; 36.77 -> 35.7 % for the 5000-unit ScheDA)."""
+    jobs = []
+    for hidden, sel in selection["hidden"].items():
+        sources = {"da": sel["best"], "scheda": continued.get(hidden, {}).get("scheda", {}).get("best")}
+        for of, best in sources.items():
+            if best and best.get("checkpoint"):
+                jobs.append(JobSpec(
+                    f"finetune_{of}_h{hidden}", "finetune", groups={"finetune": preset},
+                    values={"model.hidden": int(hidden), "finetune.enabled": True, "finetune.standalone": True,
+                            "init_from": best["checkpoint"]},
+                    meta={"kind": f"finetune_{of}", "hidden": int(hidden), "from": best["run"]}))
+    return jobs
 
 
 def select_continuations(jobs: list[JobSpec], out_dir: Path) -> dict[str, Any]:
-    """Per hidden size and kind: every run's best level (the paper chooses T on validation
-    among the evaluations after each level), and the best run."""
+    """Per hidden size and kind: every run's best evaluation on validation (for a schedule,
+    the paper's choice of T among the evaluations after each level; a run that diverged
+    keeps those before it), and the best run; a fine-tuning job's chosen result."""
     out: dict[str, dict[str, Any]] = {}
     for job in jobs:
         run_dir = out_dir / job.stage / job.name
         results = read_results(run_dir)
-        if results is None or results.get("status") != "completed":
+        if results is None or results.get("status") not in FINAL_STATUSES:
             continue
-        if job.meta["kind"] == "finetune":
+        if job.meta["kind"].startswith("finetune"):
             chosen = results.get("finetune", {}).get("chosen")
             if chosen:
-                out.setdefault(str(job.meta["hidden"]), {})["finetune"] = {
+                out.setdefault(str(job.meta["hidden"]), {})[job.meta["kind"]] = {
                     "run": str(run_dir), "from": job.meta["from"], **chosen,
                     "frozen": results["finetune"].get("frozen")}
             continue
@@ -268,13 +329,13 @@ def select_continuations(jobs: list[JobSpec], out_dir: Path) -> dict[str, Any]:
         T = next((i + 1 for i, e in enumerate(levels) if e["epoch"] >= best["epoch"]), None)
         ckpt = run_dir / "checkpoints" / checkpoint_name(best["epoch"])
         entry = {"run": str(run_dir), **job.meta, "epoch": best["epoch"], "nu": best.get("nu"), "T": T,
-                 "checkpoint": str(ckpt) if ckpt.exists() else None, **_errors(best)}
+                 "status": results["status"], "checkpoint": str(ckpt) if ckpt.exists() else None, **_errors(best)}
         runs = out.setdefault(str(job.meta["hidden"]), {}).setdefault(job.meta["kind"], {"runs": []})
         runs["runs"].append(entry)
     for by_kind in out.values():
         for kind, sel in by_kind.items():
-            if kind != "finetune":
-                sel["best"] = min(sel["runs"], key=lambda e: e["val_error"])
+            if not kind.startswith("finetune"):
+                sel["best"] = min(sel["runs"], key=lambda e: (e["val_error"], e["epoch"]))
     return out
 
 

@@ -16,7 +16,10 @@ from scheda.io import atomic_write
 from scheda.protocol import fmt
 
 KIND_LABEL = {"scheda": "ScheDA", "increasing": "Increasing schedule", "random_uniform": "Random nu, uniform",
-              "random_discrete": "Random nu, discrete", "control": "DA continued at its own nu (control)"}
+              "random_discrete": "Random nu, discrete", "control": "Control: same start, constant nu",
+              "jump": "Control: same start, one jump to the final nu"}
+FINETUNED = {"finetune_da": ("Fine-tuned best DA", "finetuned_da"),
+             "finetune_scheda": ("Fine-tuned best ScheDA", "finetuned")}
 
 
 def pct(x: float | None) -> str:
@@ -37,9 +40,10 @@ def _schedule_text(e: dict[str, Any]) -> str:
     if e["kind"] in ("scheda", "increasing"):
         return (f"nu0={fmt(e['nu0'])}, dnu={fmt(e['delta_nu'])}, K={e['K']}, T={e['T']} (last nu {fmt(e['nu'])}), "
                 f"from the DA's epoch {e['start_epoch']}, {e['epoch']} epochs more")
-    if e["kind"] == "control":
-        return f"nu={fmt(e['nu'])}, from the DA's epoch {e['start_epoch']}, {e['epoch']} epochs more"
-    return f"{e['epoch']} epochs"
+    if e["kind"] in ("control", "jump"):
+        return (f"nu={fmt(e['nu'])} for {e['epochs']} epochs from the DA({fmt(e['nu0'])})'s epoch {e['start_epoch']}, "
+                f"best at {e['epoch']} epochs more")
+    return f"lr={fmt(e['lr'])}, {e['epoch']} epochs" if "lr" in e else f"{e['epoch']} epochs"
 
 
 def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str, Any], statuses: list[dict],
@@ -66,35 +70,33 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
         da = sel["best"]
         lines.append(f"| DA | {hidden} | nu={fmt(da['nu'])}, lr={fmt(da['lr'])}, {da['epoch']} epochs, C={da['C']:g} "
                      f"| {pct(da['val_error'])} | {pct(da['test_error'])} | {paper_value(paper, 'da', int(hidden))} |")
+        if da.get("last_of_grid"):
+            verdicts.append(f"The best DA ({hidden} hidden units, nu={fmt(da['nu'])}) was selected at epoch {da['epoch']}, "
+                            f"the last of the grid (scale.da.epochs): it may be under-trained, and a longer grid "
+                            f"could lower its error.")
         for kind, found in continued.get(hidden, {}).items():
-            if kind == "finetune":
+            if kind in FINETUNED:
                 continue
             best = found["best"]
-            row = "scheda" if kind == "scheda" else kind
             lines.append(f"| {KIND_LABEL[kind]} | {hidden} | {_schedule_text(best)}, C={best['C']:g} | "
                          f"{pct(best['val_error'])} | {pct(best['test_error'])} | "
-                         f"{paper_value(paper, row, int(hidden))} |")
-            if kind != "control":
-                verdicts.append(_verdict(KIND_LABEL[kind], hidden, best, da))
-        control = continued.get(hidden, {}).get("control", {}).get("best")
-        scheda = continued.get(hidden, {}).get("scheda", {}).get("best")
-        if control and scheda:
-            verdicts.append(
-                f"Control: the best DA trained on at nu={fmt(control['nu'])} reached {pct(control['test_error'])} % "
-                f"test ({pct(control['val_error'])} % val) after {control['epoch']} more epochs (its best on "
-                f"validation), so more epochs alone "
-                f"gain {100 * (da['test_error'] - control['test_error']):+.2f} points; the best ScheDA "
-                f"({scheda['epoch']} epochs more) is {100 * (control['test_error'] - scheda['test_error']):+.2f} "
-                f"points better than the control on test, {100 * (control['val_error'] - scheda['val_error']):+.2f} "
-                f"on validation.")
-        ft = continued.get(hidden, {}).get("finetune")
-        if ft:
-            lines.append(f"| Fine-tuned best ScheDA | {hidden} | lr={fmt(ft['lr'])}, epoch {ft['best_epoch']} | "
-                         f"{pct(ft['val_error'])} | {pct(ft['test_error'])} | "
-                         f"{paper_value(paper, 'finetuned', int(hidden))} |")
-        elif scale.finetune is None and paper and paper.get("finetuned"):
-            lines.append(f"| Fine-tuned best ScheDA | {hidden} | not run at this scale | — | — | "
-                         f"{paper_value(paper, 'finetuned', int(hidden))} |")
+                         f"{paper_value(paper, kind, int(hidden))} |")
+            verdicts.append(_verdict(KIND_LABEL[kind], hidden, best, da))
+            for control_kind, control in found.get("controls", {}).items():
+                lines.append(f"| {KIND_LABEL[control_kind]} | {hidden} | {_schedule_text(control)}, C={control['C']:g} | "
+                             f"{pct(control['val_error'])} | {pct(control['test_error'])} | — |")
+            if found.get("controls"):
+                verdicts.append(_control_verdict(KIND_LABEL[kind], best, found["controls"]))
+        for key, (label, paper_row) in FINETUNED.items():
+            ft = continued.get(hidden, {}).get(key)
+            if ft:
+                frozen = f" (frozen features: {pct(ft['frozen']['test_error'])} % test)" if ft.get("frozen") else ""
+                lines.append(f"| {label} | {hidden} | lr={fmt(ft['lr'])}, epoch {ft['best_epoch']}{frozen} | "
+                             f"{pct(ft['val_error'])} | {pct(ft['test_error'])} | "
+                             f"{paper_value(paper, paper_row, int(hidden))} |")
+            elif scale.finetune is None and paper and paper.get(paper_row):
+                lines.append(f"| {label} | {hidden} | not run at this scale | — | — | "
+                             f"{paper_value(paper, paper_row, int(hidden))} |")
     lines += [""] + [f"- {v}" for v in verdicts]
     for hidden, sel in selection["hidden"].items():
         lines += _detail_tables(hidden, sel, continued.get(hidden, {}))
@@ -132,14 +134,37 @@ def _verdict(label: str, hidden: str, best: dict, da: dict) -> str:
             f"{pct(da['test_error'])} % ({diff_test:+.2f} points in its favour), validation {diff_val:+.2f} points.")
 
 
+def _control_verdict(label: str, best: dict, controls: dict) -> str:
+    """What the controls of one schedule show, in words."""
+    parts = [f"Controls of the best {label} (nu0={fmt(best['nu0'])} -> {fmt(best['nu'])}, {best['epoch']} epochs "
+             f"from the DA's epoch {best['start_epoch']}; same checkpoint and training stream):"]
+    same, jump = controls.get("control"), controls.get("jump")
+    if same:
+        gain = 100 * (same["test_error"] - best["test_error"])
+        parts.append(f"the DA trained on at nu={fmt(same['nu'])} for the schedule's {same['epochs']} epochs reached "
+                     f"{pct(same['test_error'])} % test at its best epoch on validation ({same['epoch']}), so the "
+                     f"schedule is {gain:+.2f} points better on test than more epochs alone "
+                     f"({100 * (same['val_error'] - best['val_error']):+.2f} on validation);")
+    if jump:
+        gain = 100 * (jump["test_error"] - best["test_error"])
+        word = "better than" if gain > 0 else "no better than"
+        parts.append(f"one jump straight to nu={fmt(jump['nu'])} for {jump['epochs']} epochs reached "
+                     f"{pct(jump['test_error'])} % test (best on validation at epoch {jump['epoch']}): the gradual "
+                     f"schedule is {word} a single switch ({gain:+.2f} points on test, "
+                     f"{100 * (jump['val_error'] - best['val_error']):+.2f} on validation).")
+    return " ".join(parts)
+
+
 def _detail_tables(hidden: str, sel: dict, continued: dict) -> list[str]:
     lines = ["", f"## {hidden} hidden units: the best DA per noise level (over lr and epochs)", "",
              "| nu | lr | epochs | C | Val error % | Test error % |", "|---|---|---|---|---|---|"]
     for nu, e in sorted(sel["by_nu"].items(), key=lambda kv: -float(kv[0])):
-        lines.append(f"| {nu} | {fmt(e['lr'])} | {e['epoch']} | {e['C']:g} | {pct(e['val_error'])} | "
+        epoch = f"{e['epoch']}{' (last of the grid)' if e.get('last_of_grid') else ''}" \
+                f"{' (diverged later)' if e.get('status') == 'diverged' else ''}"
+        lines.append(f"| {nu} | {fmt(e['lr'])} | {epoch} | {e['C']:g} | {pct(e['val_error'])} | "
                      f"{pct(e['test_error'])} |")
     for kind, found in continued.items():
-        if kind == "finetune":
+        if kind in FINETUNED:
             continue
         lines += ["", f"### {hidden} hidden units: {KIND_LABEL[kind]} runs (each at its best evaluation on validation)", "",
                   "| Run | Selected | Val error % | Test error % |", "|---|---|---|---|"]
@@ -160,13 +185,14 @@ def figure2(sel: dict, continued: dict, png: Path, hidden: int) -> bool:
     plt = pyplot()
     curves = [(f"DA({fmt(sel['best']['nu'])})", sel["best"]["run"], 0, None)]
     for kind, found in continued.items():
-        if kind == "finetune":
+        if kind in FINETUNED:
             continue
         best = found["best"]
-        parent = sel["by_nu"].get(fmt(best["nu0"])) if "nu0" in best else sel["best"] if kind == "control" else None
+        parent = sel["by_nu"].get(fmt(best["nu0"])) if "nu0" in best else None
         if parent is not None and parent["run"] not in [c[1] for c in curves]:
             curves.append((f"DA({fmt(parent['nu'])})", parent["run"], 0, None))
-        curves.append((_schedule_label(best), best["run"], best.get("start_epoch", 0), parent))
+        for e in [best, *found.get("controls", {}).values()]:
+            curves.append((_schedule_label(e), e["run"], e.get("start_epoch", 0), parent))
     fig, (ax_err, ax_ce) = plt.subplots(1, 2, figsize=(11, 4))
     for i, (label, run, offset, parent) in enumerate(curves):
         res, color = _load(run), f"C{i}"
@@ -193,6 +219,10 @@ def _schedule_label(e: dict) -> str:
     if e["kind"] in ("scheda", "increasing"):
         name = "ScheDA" if e["kind"] == "scheda" else "Increasing"
         return f"{name}({fmt(e['nu0'])}, dnu {fmt(e['delta_nu'])}, K {e['K']})"
+    if e["kind"] == "control":
+        return f"control: DA({fmt(e['nu0'])}) +{e['epochs']} epochs"
+    if e["kind"] == "jump":
+        return f"control: DA({fmt(e['nu0'])}) -> {fmt(e['nu'])} at once"
     return KIND_LABEL[e["kind"]]
 
 

@@ -28,6 +28,7 @@ from scheda.optim import build_optimizer
 from scheda.io import atomic_write
 from scheda.results import RunResults
 from scheda.schedule import build_schedule
+from scheda.seeding import derive_seed, train_seed
 from scheda.trainer import FusedTrainer, Trainer
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,8 @@ class Job:
             raise ConfigError(f"logger.name={cfg.logger.name!r} is unknown: use tensorboard or none")
         self.device = resolve_device(cfg.trainer.device)
         torch.manual_seed(cfg.seed)
-        self.model = build_model(cfg.model, input_size(cfg.dataset), generator=torch.Generator().manual_seed(cfg.seed))
+        init_generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "init"))
+        self.model = build_model(cfg.model, input_size(cfg.dataset), generator=init_generator)
         build_optimizer(cfg.optim, list(self.model.parameters()))  # validates optim.*
         if cfg.model.name == "composite" and None not in cfg.model.group_nus:
             log.warning("model.group_nus fixes every group's noise level: the schedule sets only the epochs, "
@@ -137,7 +139,8 @@ class Job:
             log.info("initialised from %s (epoch %d)", self.init_state["path"], self.init_state["epoch"])
         model.to(device)
         optimizer = build_optimizer(cfg.optim, model.parameters())
-        generator = torch.Generator(device=device).manual_seed(cfg.seed)
+        start_epoch = int(self.init_state["epoch"]) if self.init_state is not None else 0
+        generator = torch.Generator(device=device).manual_seed(train_seed(cfg.seed, start_epoch, cfg.train_seed))
         self.results.data.update(schedule=self.schedule.describe(), device=str(device))
         if cfg.logger.name == "tensorboard":
             self.tensorboard = TensorBoardLogger(self.output_dir / cfg.logger.log_dir, hparams(cfg, self.schedule),

@@ -179,18 +179,7 @@ def step_stages(
         return round(nu0 + direction * t * delta_nu, NU_DECIMALS)
 
     if steps is None:
-        steps = 0
-        while True:
-            if steps >= MAX_STEPS:
-                raise ConfigError(f"{key}.delta_nu={delta_nu:g} gives over {MAX_STEPS} steps: "
-                                  f"use a larger delta_nu or set {key}.steps")
-            nxt = nu_of(steps + 1)
-            if nu_final is not None:
-                if direction * (nxt - nu_final) > 1e-9:
-                    break
-            elif not 0 < nxt < 1:
-                break
-            steps += 1
+        steps = level_count(direction, nu0, delta_nu, nu_final)
     elif steps > MAX_STEPS:
         raise ConfigError(f"{key}.steps={steps} exceeds {MAX_STEPS}")
     if steps and not 0 <= nu_of(steps) < 1:
@@ -202,6 +191,24 @@ def step_stages(
     if not stages:
         raise ConfigError(f"{key} has no epochs: set {key}.initial_epochs > 0 or {key}.steps > 0")
     return stages
+
+
+def level_count(direction: int, nu0: float, delta_nu: float, nu_final: float | None) -> int:
+    """How many levels after ``nu0`` a decreasing (-1) or increasing (+1) schedule visits: those on
+    the near side of ``nu_final`` (inclusive), or inside (0, 1) when it is None. The protocol
+    plans a continuation only where this is at least 1."""
+    steps = 0
+    while True:
+        if steps >= MAX_STEPS:
+            raise ConfigError(f"schedule.delta_nu={delta_nu:g} gives over {MAX_STEPS} steps: "
+                              f"use a larger delta_nu or set schedule.steps")
+        nxt = round(nu0 + direction * (steps + 1) * delta_nu, NU_DECIMALS)
+        if nu_final is not None:
+            if direction * (nxt - nu_final) > 1e-9:
+                return steps
+        elif not 0 < nxt < 1:
+            return steps
+        steps += 1
 
 
 def _max_steps(nu0: float, delta_nu: float, direction: int) -> int:

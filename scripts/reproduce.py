@@ -12,6 +12,7 @@ checkpoints. ``stages=[report]`` rewrites the report from the runs on disk.
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -31,7 +32,7 @@ from scheda.io import atomic_write_json  # noqa: E402
 from scheda.report import write_report  # noqa: E402
 
 log = logging.getLogger("reproduce")
-STAGES = ("da", "select", "continue", "finetune", "report")
+STAGES = ("da", "select", "continue", "control", "finetune", "report")
 
 register_configs()
 
@@ -53,26 +54,35 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path:
     if "continue" in cfg.stages and cont_jobs:
         counts.append(protocol.run_stage(cfg, out_dir, "continue", cont_jobs))
     continued = protocol.select_continuations(cont_jobs, out_dir)
+    ctl_jobs = protocol.control_jobs(cfg.scale, cfg.table.continuations, continued)
+    if "control" in cfg.stages and ctl_jobs:
+        counts.append(protocol.run_stage(cfg, out_dir, "control", ctl_jobs))
+    protocol.attach_controls(cfg.scale, cfg.table.continuations, continued,
+                             protocol.select_continuations(ctl_jobs, out_dir))
     ft_jobs = []
     if cfg.scale.finetune is not None:
-        ft_jobs = [protocol.finetune_job(cfg.scale.finetune, int(h), found["scheda"]["best"])
-                   for h, found in continued.items() if found.get("scheda", {}).get("best", {}).get("checkpoint")]
+        ft_jobs = protocol.finetune_jobs(cfg.scale.finetune, selection, continued)
         if "finetune" in cfg.stages and ft_jobs:
             counts.append(protocol.run_stage(cfg, out_dir, "finetune", ft_jobs))
         for h, found in protocol.select_continuations(ft_jobs, out_dir).items():
             continued.setdefault(h, {}).update(found)
     atomic_write_json(out_dir / f"continuations_{cfg.table.name}.json", continued)
-    statuses = protocol.job_statuses(da_jobs + cont_jobs + ft_jobs, out_dir)
+    statuses = protocol.job_statuses(da_jobs + cont_jobs + ctl_jobs + ft_jobs, out_dir)
     invocations = protocol.record_invocation(out_dir, started, cfg.table.name,
                                              ran_jobs=any(c["run"] for c in counts))
     info = {"device": describe_device(statuses), "invocations": invocations,
-            "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": str(out_dir),
+            "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": relative_to_cwd(out_dir),
             "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
     path = Path(cfg.report_dir) / f"{cfg.table.name}_{cfg.scale.name}.md"
     if "report" in cfg.stages:
         write_report(cfg, selection, continued, statuses, info, path)
         log.info("report: %s", path)
     return path
+
+
+def relative_to_cwd(path: Path) -> str:
+    """A report names paths as the user would type them where they ran the command."""
+    return os.path.relpath(path, Path.cwd())
 
 
 def describe_device(statuses: list[dict]) -> str:

@@ -7,6 +7,7 @@ from scheda.checkpoint import load_checkpoint
 from scheda.errors import ConfigError
 from scheda.model import CompositeDA
 from scheda.run import run
+from scheda.seeding import derive_seed
 
 from conftest import TINY, compose_cfg
 
@@ -26,7 +27,7 @@ def test_composite_with_one_group_equals_a_plain_da(cifar_arrays, tmp_path):
 def test_alternating_updates_train_one_group_per_epoch(cifar_arrays, tmp_path):
     cfg = compose_cfg([f"dataset.root={cifar_arrays}", *BASE, "model=composite", "model.hidden=8",
                        "model.group_nus=[0.7,null]", "schedule.epochs=1"])
-    init = CompositeDA(3072, 8, [0.7, None], generator=torch.Generator().manual_seed(cfg.seed))
+    init = CompositeDA(3072, 8, [0.7, None], generator=torch.Generator().manual_seed(derive_seed(cfg.seed, "init")))
     run(cfg, tmp_path / "one_epoch")
     after = load_checkpoint(tmp_path / "one_epoch")["model"]
     assert not torch.equal(after["W"][:4], init.W[:4])  # group 0 trained in epoch 0

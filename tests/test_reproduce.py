@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from scheda import protocol
 from scheda.errors import ConfigError
+from scheda.schedule import build_schedule
 from tests.conftest import N_VAL, REPO
 
 SCRIPT = REPO / "scripts" / "reproduce.py"
@@ -40,10 +41,14 @@ def test_smoke_runs_every_stage_and_reports_every_row(tmp_path, cifar_arrays):
     assert proc.returncode == 0, proc.stderr[-3000:]
     report_path = tmp_path / "reports" / "table1_smoke.md"
     report = report_path.read_text()
-    assert table_rows(report) == ["Raw pixels", "DA", "ScheDA", "DA continued at its own nu (control)",
+    assert table_rows(report) == ["Raw pixels", "DA", "ScheDA", "Control: same start, constant nu",
+                                  "Control: same start, one jump to the final nu", "Fine-tuned best DA",
                                   "Fine-tuned best ScheDA"]
     assert "ScheDA (16 hidden units) " in report and "the best DA: test" in report
-    assert "Control: the best DA trained on at nu=" in report and "better than the control on test" in report
+    assert "Controls of the best ScheDA (nu0=0.5 -> " in report and "than more epochs alone" in report
+    assert "a single switch" in report
+    # Paths are named as the user would type them where they ran the command.
+    assert str(tmp_path) not in report and "- Runs: `runs`;" in report
     for figure in ("figure2", "figure5"):
         png = tmp_path / "reports" / f"table1_smoke_{figure}_h16.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -56,6 +61,19 @@ def test_smoke_runs_every_stage_and_reports_every_row(tmp_path, cifar_arrays):
     assert scheda["status"] == "completed"
     assert scheda["config"]["init_from"] == selection["hidden"]["16"]["by_nu"]["0.5"]["checkpoint"]
     assert [s["nu"] for s in scheda["switches"]] == [0.4, 0.3]
+    # Both controls continue the best ScheDA's own starting checkpoint, on its training stream.
+    continued = json.loads((tmp_path / "runs" / "continuations_table1.json").read_text())["16"]
+    controls = continued["scheda"]["controls"]
+    assert sorted(controls) == ["control", "jump"]
+    best = continued["scheda"]["best"]
+    for kind, control in controls.items():
+        results = json.loads((Path(control["run"]) / "results.json").read_text())
+        assert results["config"]["init_from"] == scheda["config"]["init_from"]
+        assert results["config"]["seed"] == scheda["config"]["seed"]
+    assert controls["control"]["nu"] == 0.5 and controls["control"]["epochs"] == best["epochs"] == 2
+    assert controls["jump"]["nu"] == best["nu"] and controls["jump"]["epochs"] == best["epoch"]
+    assert continued["finetune_da"]["from"] == selection["hidden"]["16"]["best"]["run"]
+    assert continued["finetune_scheda"]["from"] == best["run"]
     assert "| completed |" in report and "not run" not in report
     assert "- Device: jobs ran on cpu (this machine: " in report
     assert "min over 1 invocation that ran jobs" in report
@@ -120,10 +138,13 @@ def test_tables_of_a_scale_share_their_runs(tmp_path, cifar_arrays):
     assert second.returncode == 0, second.stderr[-3000:]
     # The DA grid, the ScheDA and the control are read; only the increasing schedule trains.
     assert "stage da: 2 jobs, 2 already done, 0 to run" in second.stdout
-    assert "stage continue: 3 jobs, 2 already done, 1 to run" in second.stdout
+    assert "stage continue: 2 jobs, 1 already done, 1 to run" in second.stdout
     assert "+protocol_job=increasing_h16_nu0.3_dnu0.1_K1 " in second.stdout
+    assert "stage control: 4 jobs, 2 already done, 2 to run" in second.stdout  # the ScheDA's were read
     report = (tmp_path / "reports" / "increasing_smoke.md").read_text()
-    assert table_rows(report) == ["DA", "Increasing schedule", "ScheDA", "DA continued at its own nu (control)"]
+    assert table_rows(report) == ["DA", "Increasing schedule", "Control: same start, constant nu",
+                                  "Control: same start, one jump to the final nu", "ScheDA",
+                                  "Control: same start, constant nu", "Control: same start, one jump to the final nu"]
     assert "over 2 invocations that ran jobs in this scale's directory (table1 " in report
 
 
@@ -150,13 +171,23 @@ def test_selection_takes_the_lowest_validation_error_over_lr_and_epochs(tmp_path
     runs = tmp_path / "da"
     fake_run(runs / "da_h16_nu0.5_lr0.1", [ev(1, 0.40), ev(2, 0.30)], checkpoints=(1, 2))
     fake_run(runs / "da_h16_nu0.5_lr0.01", [ev(1, 0.30, 0.2), ev(2, 0.35)], checkpoints=(1, 2))  # tie: earlier
-    fake_run(runs / "da_h16_nu0.3_lr0.1", [ev(1, 0.10)], status="diverged", checkpoints=(1,))  # not a candidate
+    fake_run(runs / "da_h16_nu0.3_lr0.1", [ev(1, 0.20)], status="failed", checkpoints=(1,))  # not a candidate
     fake_run(runs / "da_h16_nu0.3_lr0.01", [ev(1, 0.20), ev(2, 0.25)], checkpoints=(2,))  # epoch 1 has no checkpoint
     selection = protocol.select_das(jobs, tmp_path)
     by_nu = selection["hidden"]["16"]["by_nu"]
     assert (by_nu["0.5"]["lr"], by_nu["0.5"]["epoch"], by_nu["0.5"]["test_error"]) == (0.01, 1, 0.2)
     assert "0.3" not in by_nu  # its only selectable evaluation lacks a checkpoint
-    assert selection["hidden"]["16"]["best"]["nu"] == 0.5
+    assert selection["hidden"]["16"]["best"]["nu"] == 0.5 and not by_nu["0.5"]["last_of_grid"]
+
+
+def test_a_da_that_diverged_late_keeps_its_earlier_evaluations(tmp_path):
+    jobs = protocol.da_jobs(smoke_cfg("scale.da.nu=[0.5]", "scale.da.epochs=3").scale, raw=False)
+    fake_run(tmp_path / "da" / "da_h16_nu0.5_lr0.1", [ev(1, 0.30), ev(2, 0.2)], status="diverged", checkpoints=(1, 2))
+    best = protocol.select_das(jobs, tmp_path)["hidden"]["16"]["best"]
+    assert (best["epoch"], best["val_error"], best["status"]) == (2, 0.2, "diverged")
+    assert not best["last_of_grid"]  # epoch 2 of 3
+    jobs = protocol.da_jobs(smoke_cfg("scale.da.nu=[0.5]").scale, raw=False)
+    assert protocol.select_das(jobs, tmp_path)["hidden"]["16"]["best"]["last_of_grid"]  # epoch 2 of 2
 
 
 def test_continuations_start_from_the_selected_checkpoints_and_choose_T(tmp_path):
@@ -166,11 +197,10 @@ def test_continuations_start_from_the_selected_checkpoints_and_choose_T(tmp_path
     jobs = protocol.continuation_jobs(cfg.scale, ["scheda"], selection)
     names = [j.name for j in jobs]
     # No DA(0.7) was selected: its continuations are skipped, not failed.
-    assert names == ["scheda_h16_nu0.5_dnu0.1_K1", "scheda_h16_nu0.5_dnu0.1_K2", "control_h16"]
+    assert names == ["scheda_h16_nu0.5_dnu0.1_K1", "scheda_h16_nu0.5_dnu0.1_K2"]
     assert all(j.values["init_from"] == "/ck/5.pt" for j in jobs)
     assert jobs[0].values["schedule.initial_epochs"] == 0 and jobs[0].groups == {"schedule": "decreasing"}
-    # The control trains as long as the longest ScheDA: (0.5 - 0.3) / 0.1 levels of K=2 epochs.
-    assert jobs[2].values["schedule.epochs"] == 4 and jobs[2].values["schedule.nu"] == 0.5
+    assert [j.meta["epochs"] for j in jobs] == [2, 4]  # (0.5 - 0.3) / 0.1 levels of K epochs
     out = tmp_path / "continue"
     fake_run(out / names[0], [ev(1, 0.3, reason="stage_end", nu=0.4), ev(2, 0.2, reason="stage_end", nu=0.3)],
              checkpoints=(1, 2))
@@ -180,7 +210,16 @@ def test_continuations_start_from_the_selected_checkpoints_and_choose_T(tmp_path
     best = continued["scheda"]["best"]
     assert (best["K"], best["T"], best["nu"], best["val_error"]) == (1, 2, 0.3, 0.2)
     assert best["checkpoint"].endswith("epoch_00002.pt")
-    assert "control" not in continued  # not run
+    # The controls of the best ScheDA: its checkpoint, its whole length at nu0; one jump to its last nu.
+    controls = protocol.control_jobs(cfg.scale, ["scheda"], {"16": continued})
+    assert [(j.name, j.values["schedule.nu"], j.values["schedule.epochs"], j.values["evaluate.every"])
+            for j in controls] == [("control_h16_nu0.5_2ep", 0.5, 2, 1), ("jump_h16_nu0.5_to0.3_2ep", 0.3, 2, 1)]
+    assert all(j.values["init_from"] == "/ck/5.pt" and j.stage == "control" for j in controls)
+    fake_run(tmp_path / "control" / controls[1].name, [ev(1, 0.4), ev(2, 0.1)], checkpoints=())
+    protocol.attach_controls(cfg.scale, ["scheda"], {"16": continued},
+                             protocol.select_continuations(controls, tmp_path))
+    assert list(continued["scheda"]["controls"]) == ["jump"]  # the other control has not run
+    assert continued["scheda"]["controls"]["jump"]["val_error"] == 0.1
 
 
 def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch):
@@ -266,8 +305,21 @@ def test_every_table_and_scale_plans_its_jobs(table, scale):
                             for h in cfg.scale.hidden}}
     cont = protocol.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
     assert len({j.name for j in da + cont}) == len(da + cont) and cont
+    for job in cont:  # every planned continuation has a schedule with at least one level
+        values = {k.split(".", 1)[1]: v for k, v in job.values.items() if k.startswith("schedule.")}
+        base = OmegaConf.load(REPO / "configs" / "schedule" / f"{job.groups['schedule']}.yaml")
+        schedule = build_schedule({**OmegaConf.to_container(base), "steps": None, **values})
+        assert schedule.total_epochs >= 1
+        if job.meta["kind"] in protocol.STEP_KINDS:
+            assert schedule.total_epochs == job.meta["epochs"]
+    if scale == "paper" and "scheda" in cfg.table.continuations:
+        assert "scheda_h1000_nu0.1_dnu0.05_K50" in {j.name for j in cont}
+        assert "scheda_h1000_nu0.1_dnu0.1_K50" not in {j.name for j in cont}  # no level from 0.1 to 0.05
+    if "random_uniform" in cfg.table.continuations:  # one per lr of the DA grid
+        assert {j.values["optim.lr"] for j in cont if j.meta["kind"] == "random_uniform"} == set(cfg.scale.da.lr)
     if (table, scale) == ("table1", "paper"):
-        assert len(da) == 1 + 3 * 3 and all(len(j.meta["nus"]) == 8 for j in da[1:]) and len([j for j in cont if j.meta["kind"] == "scheda"]) == 3 * 7 * 2 * 2
+        assert len(da) == 1 + 3 * 3 and all(len(j.meta["nus"]) == 8 for j in da[1:])
+        assert len([j for j in cont if j.meta["kind"] == "scheda"]) == 3 * (7 * 2 - 1) * 2
 
 
 def test_bad_protocol_values_fail_with_one_line(tmp_path, cifar_arrays):

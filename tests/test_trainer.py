@@ -157,3 +157,39 @@ def test_bad_config_values_fail_with_the_key(cifar_arrays, tmp_path, override, k
     with pytest.raises(ConfigError, match=key):
         run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, override]), tmp_path / "bad")
     assert not (tmp_path / "bad" / "checkpoints").exists()
+
+
+def test_streams_are_derived_from_the_seed():
+    from scheda.seeding import derive_seed, train_seed
+
+    seeds = {derive_seed(0, "init"), derive_seed(0, "train", 0), derive_seed(0, "train", 40), derive_seed(1, "train", 0)}
+    assert len(seeds) == 4 and derive_seed(0, "train", 40) == derive_seed(0, "train", 40)
+    assert train_seed(0, 40) == derive_seed(0, "train", 40) and train_seed(0, 40, override=7) == 7
+
+
+def test_initialisation_has_its_own_stream(cifar_arrays, tmp_path):
+    from scheda.model import build_model
+    from scheda.results import RunResults
+    from scheda.run import Job
+    from scheda.seeding import derive_seed
+
+    cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, "seed=3"])
+    job = Job(cfg, tmp_path, RunResults(tmp_path / "results.json"))
+    job.check()
+    expected = build_model(cfg.model, 3072, generator=torch.Generator().manual_seed(derive_seed(3, "init")))
+    same_as_seed = build_model(cfg.model, 3072, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(job.model.W, expected.W) and not torch.equal(job.model.W, same_as_seed.W)
+
+
+def test_a_continuation_does_not_replay_the_da_stream_and_shares_its_own(cifar_arrays, tmp_path):
+    """A continuation's first epoch must not repeat the DA's first permutation and masks; a
+    ScheDA and its control from one checkpoint draw the same numbers (common random numbers)."""
+    base = [f"dataset.root={cifar_arrays}", *TINY, "logger=none", "evaluate.enabled=false", "schedule=constant",
+            "schedule.epochs=1"]
+    run(compose_cfg(base + ["schedule.nu=0.5"]), tmp_path / "da")
+    for name, nu in (("a", 0.3), ("b", 0.5)):
+        run(compose_cfg(base + [f"schedule.nu={nu}", f"init_from={tmp_path / 'da'}"]), tmp_path / name)
+    run(compose_cfg(base + ["schedule.nu=0.3", f"init_from={tmp_path / 'da'}", "train_seed=11"]), tmp_path / "own")
+    state = {name: load_checkpoint(tmp_path / name)["generator"] for name in ("da", "a", "b", "own")}
+    assert torch.equal(state["a"], state["b"])
+    assert not torch.equal(state["a"], state["da"]) and not torch.equal(state["own"], state["a"])
