@@ -235,6 +235,6 @@ def build_classifier(cfg: Mapping, x, y, device: torch.device | str = "cpu"):
     check_classifier_config(cfg)
     if cfg["name"] == "liblinear":
         x = x.cpu().numpy() if isinstance(x, torch.Tensor) else x
-        return Liblinear(x, y, eps=cfg["eps"], warm_start=cfg.get("warm_start", False))
+        return Liblinear(x, y, eps=cfg["eps"], warm_start=cfg.get("warm_start", True))
     return TorchLogReg(x, y, eps=cfg["eps"], max_newton=cfg["max_newton"], max_cg=cfg["max_cg"],
-                       device=device, dtype=DTYPES[cfg["dtype"]], warm_start=cfg.get("warm_start", False))
+                       device=device, dtype=DTYPES[cfg["dtype"]], warm_start=cfg.get("warm_start", True))
