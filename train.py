@@ -1,6 +1,12 @@
-"""Train a denoising / scheduled denoising autoencoder: ``python train.py [overrides]``."""
+"""Train a denoising / scheduled denoising autoencoder: ``python train.py [overrides]``.
 
+Torch and the training code are imported only when a job runs, so ``--help``, ``--cfg`` and
+shell completion answer at once.
+"""
+
+import shutil
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -8,22 +14,32 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from scheda.config import register_configs
-from scheda.errors import SchedaError
-from scheda.run import run
+from scheda.errors import ConfigError, SchedaError
+from scheda.resume import resume_argv
 
 register_configs()
+FRESH_RUN_FILES = {".hydra", "train.log", "results.json"}  # all a run that failed its checks wrote
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     """Returns the final validation error (for sweepers). A user's error prints as one line;
-    in a multirun it fails only its own job."""
+    in a multirun it fails only its own job. An interrupt exits with 128 + the signal."""
+    from scheda.interrupt import Interrupted
+    from scheda.run import run
+
     hydra_cfg = HydraConfig.get()
+    output_dir = Path(hydra_cfg.runtime.output_dir)
     try:
-        summary = run(cfg, hydra_cfg.runtime.output_dir)
+        summary = run(cfg, output_dir)
+    except Interrupted as exc:
+        print(exc.message, file=sys.stderr)
+        sys.exit(exc.exit_code)
     except SchedaError as exc:
         if hydra_cfg.mode == RunMode.MULTIRUN:
             raise
+        if isinstance(exc, ConfigError) and not cfg.resume:
+            _remove_failed_run_dir(output_dir)
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
     if "best_val_error" in summary:  # a fused sweep (trainer.parallel)
@@ -32,5 +48,17 @@ def main(cfg: DictConfig) -> float | None:
     return evaluations[-1]["val_error"] if evaluations else summary.get("final_train_loss")
 
 
+def _remove_failed_run_dir(output_dir: Path) -> None:
+    """A run refused by its config checks leaves no directory behind (nothing was trained)."""
+    import logging
+
+    if output_dir.is_dir() and {p.name for p in output_dir.iterdir()} <= FRESH_RUN_FILES:
+        logging.shutdown()  # close train.log before it is removed
+        shutil.rmtree(output_dir, ignore_errors=True)
+        if output_dir.parent.is_dir() and not any(output_dir.parent.iterdir()):
+            output_dir.parent.rmdir()
+
+
 if __name__ == "__main__":
+    sys.argv = resume_argv(sys.argv)  # resume=RUN: the run's own overrides, then these, into RUN
     main()

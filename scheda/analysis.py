@@ -39,6 +39,21 @@ def normalised_filters(W: torch.Tensor, image_shape: tuple[int, int, int]) -> np
     return w.reshape(-1, *image_shape).permute(0, 2, 3, 1).numpy()
 
 
+def filter_grid(W: torch.Tensor, image_shape: tuple[int, int, int], n: int | None = None,
+                padding: int = 1) -> np.ndarray:
+    """The first ``n`` rows of W tiled as one [H, W, C] image in [0, 1] (a square grid, white
+    between filters), for TensorBoard and the figures alike."""
+    images = normalised_filters(W[:n] if n else W, image_shape)
+    h, w, c = images.shape[1:]
+    side = int(np.ceil(np.sqrt(images.shape[0])))
+    rows = int(np.ceil(images.shape[0] / side))
+    grid = np.ones((rows * (h + padding) - padding, side * (w + padding) - padding, c), dtype=np.float32)
+    for i, img in enumerate(images):
+        r, q = divmod(i, side)
+        grid[r * (h + padding):r * (h + padding) + h, q * (w + padding):q * (w + padding) + w] = img
+    return grid
+
+
 @torch.no_grad()
 def column_norms(x: torch.Tensor, chunk_size: int = 8192) -> torch.Tensor:
     return torch.sqrt(sum((x[i:i + chunk_size].double() ** 2).sum(0) for i in range(0, x.shape[0], chunk_size)))

@@ -34,6 +34,9 @@ class Callback:
 
     def on_fit_end(self, trainer: "Trainer") -> None: ...
 
+    def on_interrupt(self, trainer: "Trainer") -> None:
+        """A signal stopped training mid-epoch (``trainer.partial`` says where)."""
+
     def close(self) -> None:
         """Release resources; called even when training fails."""
 
@@ -84,6 +87,11 @@ class CheckpointCallback(Callback):
         if metrics["stage_end"] or (self.every > 0 and epoch % self.every == 0):
             self.last_path = save_checkpoint(self.directory / checkpoint_name(epoch), trainer.state_dict())
             log.info("checkpoint %s", self.last_path)
+
+    def on_interrupt(self, trainer):
+        name = checkpoint_name(trainer.epoch, trainer.partial.n_batches)
+        self.last_path = save_checkpoint(self.directory / name, trainer.state_dict())
+        log.info("checkpoint %s (interrupted)", self.last_path)
 
 
 class TqdmLoggingHandler(logging.StreamHandler):

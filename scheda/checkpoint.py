@@ -14,12 +14,17 @@ from scheda.errors import CheckpointError
 from scheda.io import atomic_write
 
 FORMAT_VERSION = 1
-CHECKPOINT_RE = re.compile(r"^epoch_(\d+)\.pt$")
+CHECKPOINT_RE = re.compile(r"^epoch_(\d+)(?:_batch_(\d+))?\.pt$")
 
 
-def checkpoint_name(epoch: int) -> str:
-    """File name of the checkpoint taken after ``epoch`` completed epochs."""
-    return f"epoch_{epoch:05d}.pt"
+def checkpoint_name(epoch: int, batch: int | None = None) -> str:
+    """File name of the checkpoint taken after ``epoch`` completed epochs (and ``batch``
+    minibatches of the next one, when an interrupt stopped it there)."""
+    return f"epoch_{epoch:05d}.pt" if batch is None else f"epoch_{epoch:05d}_batch_{batch:06d}.pt"
+
+
+def _position(match: re.Match) -> tuple[int, int]:
+    return int(match.group(1)), int(match.group(2) or 0)
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
@@ -34,7 +39,7 @@ def find_checkpoint(path: str | Path) -> Path:
         return path
     if path.is_dir():
         folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-        found = sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := CHECKPOINT_RE.match(p.name)))
+        found = sorted((_position(m), p) for p in folder.iterdir() if (m := CHECKPOINT_RE.match(p.name)))
         if found:
             return found[-1][1]
         raise CheckpointError(f"no checkpoint (epoch_*.pt) in {folder}: pass a checkpoint file or a run directory")

@@ -219,7 +219,11 @@ class TrainConfig:
     seed: int = 0
     train_seed: Optional[int] = None
     resume: Optional[str] = None
+    force_resume: bool = False
     init_from: Optional[str] = None
+    # Keys that must be set (not null) for this composition: a preset that continues a
+    # checkpoint lists init_from. (A preset's ``???`` cannot do it: merged over a default, it is dropped.)
+    requires: List[str] = field(default_factory=list)
 
 
 # --- the paper's protocol (scripts/reproduce.py) ----------------------------------------
@@ -319,3 +323,42 @@ def register_configs() -> None:
     cs.store(name="reproduce_schema", node=ReproduceConfig)
     cs.store(group="scale", name="base_scale", node=ScaleConfig)
     cs.store(group="table", name="base_table", node=TableConfig)
+
+
+# --- checks that Hydra's composition lets through --------------------------------------
+MISSING_HINTS = {"init_from": "init_from=<the DA's run directory or checkpoint to continue>"}
+
+
+def check_composed(cfg: Any) -> None:
+    """Refuse keys no schema knows (Hydra's ``+key=value`` adds them even to typed nodes, and
+    the run would silently ignore them), naming the nearest known key; and values a preset
+    marks as required (``???``) but nobody gave."""
+    import difflib
+    import dataclasses
+
+    from omegaconf import DictConfig, OmegaConf
+
+    from scheda.errors import ConfigError
+
+    def walk(node: DictConfig, prefix: str) -> None:
+        schema = OmegaConf.get_type(node)
+        known = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
+        for key in node.keys():
+            path = f"{prefix}{key}"
+            if known is not None and key not in known:
+                near = difflib.get_close_matches(str(key), known, n=1)
+                hint = f"did you mean {prefix}{near[0]}?" if near else f"known keys: {', '.join(known)}"
+                raise ConfigError(f"{path} is not a setting of {prefix.rstrip('.') or 'the run'} "
+                                  f"({schema.__name__}): {hint}")
+            if OmegaConf.is_missing(node, key):
+                raise ConfigError(f"{path} is required here and was not given: add "
+                                  f"{MISSING_HINTS.get(path, path + '=...')}")
+            child = node._get_node(key)
+            if isinstance(child, DictConfig) and not child._is_none():
+                walk(child, f"{path}.")
+
+    walk(cfg, "")
+    for key in cfg.get("requires") or []:
+        if OmegaConf.select(cfg, key, default=None) is None:
+            raise ConfigError(f"{key} is required by this preset and was not given: add "
+                              f"{MISSING_HINTS.get(key, key + '=...')}")

@@ -9,20 +9,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import torch
-from torchvision.utils import make_grid
 
+from scheda.analysis import filter_grid
 from scheda.callbacks import Callback
 from scheda.schedule import NoiseSchedule
-
-
-def filter_grid(filters: torch.Tensor, image_shape: tuple[int, int, int], n: int = 100) -> torch.Tensor:
-    """The first ``n`` filters as a [C, H, W] grid image, each normalised to its own range."""
-    w = filters[:n].detach().float().cpu()
-    lo = w.min(dim=1, keepdim=True).values
-    hi = w.max(dim=1, keepdim=True).values
-    w = (w - lo) / (hi - lo).clamp_min(1e-12)
-    images = w.reshape(-1, *image_shape)
-    return make_grid(images, nrow=int(math.ceil(math.sqrt(images.shape[0]))), padding=1, pad_value=1.0)
 
 
 def top_words(filters: torch.Tensor, vocabulary: list[str], n_units: int = 100, k: int = 10) -> str:
@@ -60,8 +50,9 @@ class TensorBoardLogger(Callback):
     def __init__(self, log_dir: str | Path, hparams: dict[str, Any],
                  image_shape: tuple[int, int, int] | None, n_filters: int = 100,
                  final_metrics: Callable[[], dict[str, float]] | None = None,
-                 vocabulary: list[str] | None = None):
+                 vocabulary: list[str] | None = None, purge_step: int | None = None):
         self.log_dir = Path(log_dir)
+        self.purge_step = purge_step  # a resumed run drops what it logged after its checkpoint
         self.hparams = hparams
         self.image_shape = image_shape
         self.n_filters = n_filters
@@ -73,7 +64,7 @@ class TensorBoardLogger(Callback):
     def on_fit_start(self, trainer):
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(str(self.log_dir))
+        self.writer = SummaryWriter(str(self.log_dir), purge_step=self.purge_step)
 
     def on_epoch_end(self, trainer, metrics):
         step = metrics["epoch"]
@@ -85,7 +76,7 @@ class TensorBoardLogger(Callback):
     def on_stage_end(self, trainer, metrics):
         if self.image_shape is not None and self.n_filters > 0:
             grid = filter_grid(trainer.model.filters(), self.image_shape, self.n_filters)
-            self.writer.add_image("filters", grid, metrics["epoch"])
+            self.writer.add_image("filters", grid, metrics["epoch"], dataformats="HWC")
         if self.vocabulary is not None and self.n_filters > 0:
             text = top_words(trainer.model.filters(), self.vocabulary, self.n_filters)
             self.writer.add_text("filters/top_words", text, metrics["epoch"])

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from scheda.callbacks import CheckpointCallback, ProgressBar
 from scheda.checkpoint import find_checkpoint_dir, load_checkpoint, load_model_weights
+from scheda.config import check_composed
 from scheda.data import input_size, load_dataset
 from scheda.errors import CheckpointError, ConfigError
 from scheda.evaluate import EvaluationCallback, c_grid, check_evaluate_config, evaluate_features, labels_of, raw_features
@@ -25,9 +26,11 @@ from scheda.loggers import TensorBoardLogger, hparams
 from scheda.model import build_model
 from scheda.noise import build_noise
 from scheda.optim import build_optimizer
+from scheda.interrupt import Interrupted, stop_on_signals
 from scheda.io import atomic_write
 from scheda.results import RunResults
-from scheda.schedule import build_schedule
+from scheda.resume import check_resume_config
+from scheda.schedule import build_schedule, check_nu
 from scheda.seeding import derive_seed, train_seed
 from scheda.trainer import FusedTrainer, Trainer
 
@@ -85,6 +88,11 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     results.json saying how (status failed / diverged / interrupted, and the error), so a
     sweep's selection can skip it."""
     output_dir = Path(output_dir)
+    check_composed(cfg)
+    if cfg.resume:
+        changed = check_resume_config(cfg, cfg.resume)
+        if changed:
+            log.warning("resuming with changed settings: %s", ", ".join(changed))
     results = RunResults(output_dir / "results.json", config=OmegaConf.to_container(cfg, resolve=True))
     try:
         if cfg.evaluate.enabled:
@@ -92,9 +100,22 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         if cfg.model.name == "raw":
             return run_raw(cfg, results)
         return train(cfg, output_dir, results)
+    except Interrupted as exc:
+        exc.message = (f"interrupted by {exc.message}; checkpoint and results.json written: "
+                       f"continue with python train.py resume={_shown(output_dir)}")
+        results.record_failure(exc)
+        raise
     except BaseException as exc:
         results.record_failure(exc)
         raise
+
+
+def _shown(path: Path) -> str:
+    """``path`` as the user would type it here: relative to the working directory if inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 class Job:
@@ -145,7 +166,8 @@ class Job:
         if cfg.logger.name == "tensorboard":
             self.tensorboard = TensorBoardLogger(self.output_dir / cfg.logger.log_dir, hparams(cfg, self.schedule),
                                                  data.image_shape, cfg.logger.n_filters,
-                                                 final_metrics=self.results.final_metrics, vocabulary=data.vocabulary)
+                                                 final_metrics=self.results.final_metrics, vocabulary=data.vocabulary,
+                                                 purge_step=self.resume_state["epoch"] + 1 if self.resume_state else None)
         # Order matters: evaluation runs before the epoch's checkpoint, which then carries it.
         callbacks = []
         if cfg.evaluate.enabled:
@@ -222,7 +244,8 @@ def train(cfg: DictConfig, output_dir: Path, results: RunResults) -> dict[str, A
     trainer = job.build(data, train_x, labelled)
     if not job.standalone:
         try:
-            trainer.fit()
+            with stop_on_signals() as trainer.stop:
+                trainer.fit()
         finally:
             job.record_training()
     return job.finish(data, labelled)
@@ -240,7 +263,7 @@ def parallel_variants(cfg: DictConfig) -> list[dict[str, Any]]:
         else:
             raise ConfigError(f"trainer.parallel.nu needs schedule constant, decreasing or increasing, "
                               f"not {cfg.schedule.name}")
-        axes.append([(key, float(v)) for v in par.nu])
+        axes.append([(key, check_nu("trainer.parallel.nu", v)) for v in par.nu])
     if par.lr:
         axes.append([("optim.lr", float(v)) for v in par.lr])
     if par.seed:
@@ -280,7 +303,10 @@ def train_parallel(cfg: DictConfig, output_dir: Path, results: RunResults) -> di
     trainers = [job.build(data, train_x, labelled) for job in jobs]
     results.update(models=[{"dir": f"models/{k}", "overrides": v} for k, v in enumerate(variants)])
     try:
-        FusedTrainer(trainers).fit()
+        with stop_on_signals() as stop:
+            for trainer in trainers:
+                trainer.stop = stop
+            FusedTrainer(trainers).fit()
     except BaseException as exc:
         for job in jobs:
             job.record_training()

@@ -27,9 +27,11 @@ class Stage:
 
 
 def check_nu(key: str, value: float) -> float:
+    """``value`` as a noise level, rounded to the schedules' precision: a sweep's
+    ``range(0.1,0.4,0.1)`` gives 0.30000000000000004, which logs and compares as 0.3."""
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
         raise ConfigError(f"{key}={value!r} is outside the noise range: nu must be in [0, 1)")
-    return float(value)
+    return round(float(value), NU_DECIMALS)
 
 
 def check_epochs(key: str, value: int, minimum: int = 1) -> int:

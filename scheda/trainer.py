@@ -16,6 +16,7 @@ import torch
 
 from scheda.callbacks import Callback, ScheduleCallback
 from scheda.errors import DivergenceError
+from scheda.interrupt import NEVER, Interrupted
 from scheda.model import DenoisingAutoencoder
 from scheda.noise import NoiseFn
 from scheda.schedule import NoiseSchedule
@@ -25,13 +26,16 @@ log = logging.getLogger(__name__)
 
 
 class EpochState:
-    """Sums over one epoch's minibatches, kept on the device until the epoch ends."""
+    """Sums over one epoch's minibatches, kept on the device until the epoch ends, and where
+    the epoch stands (``next_first``: the first row of the next minibatch in ``perm``), so an
+    interrupted epoch can be checkpointed and finished exactly."""
 
     def __init__(self, nu, random_nu: bool, perm: torch.Tensor, start: float, device: torch.device):
         self.nu, self.random_nu, self.perm, self.start = nu, random_nu, perm, start
         self.loss_sum = torch.zeros((), device=device)
         self.nu_sum = torch.zeros((), device=device)
-        self.n_batches = self.n_examples = 0
+        self.n_batches = self.n_examples = self.next_first = 0
+        self.seconds_before = 0.0  # spent on this epoch before an interrupt
 
     def add(self, loss: torch.Tensor, n: int, nu) -> None:
         self.loss_sum += loss * n
@@ -39,6 +43,19 @@ class EpochState:
             self.nu_sum += nu
         self.n_batches += 1
         self.n_examples += n
+        self.next_first += n
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"perm": self.perm.cpu(), "loss_sum": self.loss_sum.cpu(), "nu_sum": self.nu_sum.cpu(),
+                "n_batches": self.n_batches, "n_examples": self.n_examples, "next_first": self.next_first,
+                "seconds": self.seconds_before + time.perf_counter() - self.start}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        device = self.loss_sum.device
+        self.perm = state["perm"].to(device)
+        self.loss_sum, self.nu_sum = state["loss_sum"].to(device), state["nu_sum"].to(device)
+        self.n_batches, self.n_examples = int(state["n_batches"]), int(state["n_examples"])
+        self.next_first, self.seconds_before = int(state["next_first"]), float(state["seconds"])
 
 
 class Trainer:
@@ -69,6 +86,9 @@ class Trainer:
         self.epoch = 0  # completed epochs
         self.step = 0  # completed minibatch updates
         self.history: list[dict[str, Any]] = []
+        self.stop = NEVER  # a run sets its StopRequest (signals)
+        self.partial: EpochState | None = None  # the epoch an interrupt stopped, or one to finish
+        self._partial_state: dict[str, Any] | None = None
 
     @property
     def device(self) -> torch.device:
@@ -99,21 +119,37 @@ class Trainer:
     def train_epoch(self) -> dict[str, Any]:
         epoch = self.begin_epoch()
         x_all, n, bs, gen = self.train_x, self.train_x.shape[0], self.batch_size, self.generator
-        for first in range(0, n, bs):
+        for first in range(epoch.next_first, n, bs):
             idx = epoch.perm[first:first + bs]
             batch_nu = self.schedule_cb.batch_nu(gen, self.device) if epoch.random_nu else epoch.nu
             epoch.add(self.step_fn(x_all, idx, batch_nu, gen), idx.shape[0], batch_nu)
+            if self.stop.requested and epoch.next_first < n:
+                self.interrupt(epoch)
         return self.end_epoch(epoch)
 
     def begin_epoch(self) -> "EpochState":
-        """Set nu and draw the epoch's permutation (the generator's first draw of the epoch)."""
+        """Set nu and draw the epoch's permutation (the generator's first draw of the epoch),
+        or take up the epoch an interrupt stopped."""
         self.model.train()
         start = time.perf_counter()
         if hasattr(self.model, "set_epoch"):  # the composite DA alternates groups by epoch
             self.model.set_epoch(self.epoch)
         nu = self.schedule_cb.on_epoch_start(self)
+        if self._partial_state is not None:
+            epoch = EpochState(nu, self.schedule_cb.per_minibatch, torch.empty(0), start, self.device)
+            epoch.load_state_dict(self._partial_state)
+            self._partial_state = None
+            return epoch
         perm = torch.randperm(self.train_x.shape[0], generator=self.generator, device=self.device)
         return EpochState(nu, self.schedule_cb.per_minibatch, perm, start, self.device)
+
+    def interrupt(self, epoch: "EpochState") -> None:
+        """Checkpoint the run where it stands (the callbacks write it) and stop."""
+        self.partial = epoch
+        for cb in self.callbacks:
+            cb.on_interrupt(self)
+        where = f"epoch {self.epoch + 1}, minibatch {epoch.n_batches} of {math.ceil(self.train_x.shape[0] / self.batch_size)}"
+        raise Interrupted(self.stop.signum, f"{self.stop.name} in {where}")
 
     def end_epoch(self, epoch: "EpochState") -> dict[str, Any]:
         """Close an epoch: divergence check, metrics, history (callbacks are the caller's)."""
@@ -122,7 +158,7 @@ class Trainer:
         finite = torch.stack([torch.isfinite(p).all() for p in self.model.parameters()]).all()
         epoch_loss, finite = (epoch.loss_sum / epoch.n_examples).item(), bool(finite)
         mean_nu = (epoch.nu_sum / epoch.n_batches).item() if epoch.random_nu else epoch.nu
-        seconds = time.perf_counter() - epoch.start
+        seconds = epoch.seconds_before + time.perf_counter() - epoch.start
         if not (finite and math.isfinite(epoch_loss)):
             what = f"training loss became {epoch_loss}" if not math.isfinite(epoch_loss) else "weights became non-finite"
             raise DivergenceError(
@@ -151,7 +187,9 @@ class Trainer:
                 cb.on_stage_end(self, metrics)
 
     def state_dict(self) -> dict[str, Any]:
+        partial = {"partial_epoch": self.partial.state_dict()} if self.partial is not None else {}
         return {
+            **partial,
             # Cloned: in a fused sweep the weights are views of a stacked tensor, and saving a
             # view would write the whole stack.
             "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
@@ -171,6 +209,7 @@ class Trainer:
         self.epoch, self.step = int(state["epoch"]), int(state["step"])
         self.history = list(state["history"])
         self.generator.set_state(state["generator"].cpu())
+        self._partial_state = state.get("partial_epoch")
         for cb in self.callbacks:
             cb.load_state_dict(state["callbacks"].get(type(cb).__name__, {}))
 
@@ -215,11 +254,19 @@ class FusedTrainer:
         epochs = [t.begin_epoch() for t in active]
         generators = [t.generator for t in active]
         n, bs, device = self.x_all.shape[0], self.batch_size, self.x_all.device
-        for first in range(0, n, bs):
+        if len({e.next_first for e in epochs}) != 1:
+            raise ValueError("the models of a fused sweep stopped at different minibatches: resume them alone")
+        for first in range(epochs[0].next_first, n, bs):
             idx = torch.stack([e.perm[first:first + bs] for e in epochs])
             nus = [t.schedule_cb.batch_nu(t.generator, device) if e.random_nu else e.nu for t, e in zip(active, epochs)]
             losses = step(self.x_all, idx, nus, generators)
             for k, e in enumerate(epochs):
                 e.add(losses[k], idx.shape[1], nus[k])
+            if active[0].stop.requested and epochs[0].next_first < n:
+                for t, e in zip(active[1:], epochs[1:]):
+                    t.partial = e
+                    for cb in t.callbacks:
+                        cb.on_interrupt(t)
+                active[0].interrupt(epochs[0])
         for t, e in zip(active, epochs):
             t.run_epoch_callbacks(t.end_epoch(e))

@@ -7,16 +7,14 @@ as 32x32 colour images, each normalised to its own range, labelled DA(nu) / Sche
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheda.analysis import normalised_filters, pyplot, run_label, save_png  # noqa: E402
+from scheda.analysis import filter_grid, pyplot, run_label, save_png  # noqa: E402
 from scheda.checkpoint import find_checkpoint  # noqa: E402
 from scheda.data import dataset_spec  # noqa: E402
 from scheda.errors import SchedaError  # noqa: E402
@@ -41,20 +39,14 @@ def main(argv=None) -> int:
             rows = torch.arange(model.n_hidden)
             if args.seed is not None:
                 rows = torch.randperm(model.n_hidden, generator=torch.Generator().manual_seed(args.seed))
-            images = normalised_filters(model.W[rows[: args.n]], tuple(shape))
+            grid = filter_grid(model.W[rows[: args.n]], tuple(shape))
             run_dir = Path(find_checkpoint(run)).parent.parent
-            panels.append((f"{run_label(run_dir)}, epoch {state['epoch']}", images))
+            panels.append((f"{run_label(run_dir)}, epoch {state['epoch']}", grid))
     except SchedaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    side = int(math.ceil(math.sqrt(args.n)))
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4.4), squeeze=False)
-    for ax, (title, images) in zip(axes[0], panels):
-        h, w, c = images.shape[1:]
-        grid = np.ones((side * (h + 1) - 1, side * (w + 1) - 1, c))
-        for i, img in enumerate(images):
-            r, q = divmod(i, side)
-            grid[r * (h + 1):r * (h + 1) + h, q * (w + 1):q * (w + 1) + w] = img
+    for ax, (title, grid) in zip(axes[0], panels):
         ax.imshow(grid, interpolation="nearest")
         ax.set_title(title, fontsize=10)
         ax.axis("off")

@@ -87,9 +87,35 @@ def test_typo_in_a_key_is_rejected_at_composition(tmp_path):
 def test_resume_through_the_entry_point(cifar_arrays, tmp_path):
     first = run_train([f"dataset.root={cifar_arrays}", *_common(tmp_path / "a"), "trainer.max_epochs=2"], cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    second = run_train([f"dataset.root={cifar_arrays}", *_common(tmp_path / "b"), f"resume={tmp_path / 'a'}"],
-                       cwd=tmp_path)
+    # The run's own trainer.max_epochs=2 would be kept: lift it to train the rest of the schedule.
+    second = run_train([f"dataset.root={cifar_arrays}", *_common(tmp_path / "b"), f"resume={tmp_path / 'a'}",
+                        "trainer.max_epochs=null"], cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     results = json.loads((tmp_path / "b" / "results.json").read_text())
     assert results["epochs"] == 3 and len(results["history"]) == 3
     assert "resumed from" in (tmp_path / "b" / "train.log").read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["+experiment=table1_scheda"], "init_from is required by this preset and was not given: add "
+                                    "init_from=<the DA's run directory or checkpoint to continue>"),
+    (["+model.hiden=5"], "model.hiden is not a setting of model (DAConfig): did you mean model.hidden?"),
+    (["+schedule.nu=0.3"], "schedule.nu is not a setting of schedule (StepScheduleConfig): did you mean schedule.nu0?"),
+    (["optim.lr=-1"], "optim.lr=-1.0 must be > 0"),
+])
+def test_refused_configs_fail_with_one_line_and_leave_no_run_directory(cifar_arrays, tmp_path, args, message):
+    out = tmp_path / "outputs" / "runs" / "day" / "time"
+    proc = run_train([f"dataset.root={cifar_arrays}", *TINY, *args, f"hydra.run.dir={out}"], cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [f"error: {message}"]
+    assert not out.exists() and not out.parent.exists()
+
+
+def test_a_swept_nu_is_rounded_where_it_is_read(cifar_arrays, tmp_path):
+    from scheda.run import run
+    from conftest import compose_cfg
+
+    cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1",
+                       "schedule.nu=0.30000000000000004", "evaluate.enabled=false", "logger=none"])
+    results = run(cfg, tmp_path / "run")
+    assert results["history"][0]["nu"] == 0.3 and results["switches"] == [{"epoch": 0, "nu": 0.3}]

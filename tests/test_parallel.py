@@ -76,7 +76,8 @@ def test_parallel_through_the_entry_point_and_resume(cifar_arrays, tmp_path):
             "trainer.parallel.lr=[0.01,0.03]", "trainer.checkpoint_every=1"]
     first = run_train([*args, "trainer.max_epochs=2", f"hydra.run.dir={tmp_path / 'a'}"], cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    second = run_train([*args, f"resume={tmp_path / 'a'}", f"hydra.run.dir={tmp_path / 'b'}"], cwd=tmp_path)
+    second = run_train([*args, f"resume={tmp_path / 'a'}", "trainer.max_epochs=null", f"hydra.run.dir={tmp_path / 'b'}"],
+                       cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     golden = run_train([*args, f"hydra.run.dir={tmp_path / 'g'}"], cwd=tmp_path)
     assert golden.returncode == 0, golden.stderr

@@ -1,0 +1,73 @@
+"""Stopping cleanly on SIGINT (Ctrl-C), SIGTERM (how Slurm and most schedulers stop a job)
+and SIGUSR1 (Slurm's usual warning before a time limit, ``--signal=USR1@60``).
+
+The handler only records the request; the trainer checks it after every minibatch, writes a
+checkpoint of where it stands (mid-epoch included) and results.json, and raises
+:class:`Interrupted`, whose exit status is the conventional 128 + the signal's number. A
+second Ctrl-C while the checkpoint is written stops at once.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGUSR1", None)) if s is not None)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by a signal after saving its state (a BaseException, like Ctrl-C's, so a
+    sweep stops too instead of going on to its next job)."""
+
+    def __init__(self, signum: int, message: str):
+        super().__init__(message)
+        self.signum, self.message = signum, message
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class StopRequest:
+    """Set by the signal handler; read by the trainer between minibatches."""
+
+    def __init__(self):
+        self.signum: int | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum is not None else ""
+
+
+NEVER = StopRequest()  # for trainers built outside a run (tests, scripts)
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[StopRequest]:
+    """Install the handlers for the duration of a run (main thread only; elsewhere, as under
+    some launchers' worker threads, signals keep their default behaviour)."""
+    stop = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handler(signum, frame):
+        if stop.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now
+        stop.signum = signum
+
+    previous = {s: signal.signal(s, handler) for s in SIGNALS}
+    try:
+        yield stop
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

@@ -1,0 +1,104 @@
+"""Ctrl-C and SIGTERM on a real run: it finishes its minibatch, writes a checkpoint and
+results.json, says how to resume, exits 128 + the signal; ``resume=RUN`` then continues the
+same run, in its own directory, to the uninterrupted result."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from scheda.checkpoint import load_checkpoint
+
+from conftest import REPO, TINY, run_train
+
+# 80 training images one at a time: 80 minibatches an epoch, long enough to be interrupted.
+ARGS = [*TINY, "trainer.batch_size=1", "schedule=decreasing", "schedule.nu0=0.5", "schedule.delta_nu=0.1",
+        "schedule.K=60", "schedule.initial_epochs=60", "schedule.steps=2", "evaluate.enabled=false",
+        "logger=none"]
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory):
+    from conftest import write_cifar_arrays
+
+    root = tmp_path_factory.mktemp("golden")
+    data = write_cifar_arrays(root / "cifar10")
+    proc = run_train([f"dataset.root={data}", *ARGS, f"hydra.run.dir={root / 'run'}"], cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    return data, load_checkpoint(root / "run"), json.loads((root / "run" / "results.json").read_text())
+
+
+def _start(args, cwd):
+    env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
+    env["OMP_NUM_THREADS"] = "1"
+    return subprocess.Popen([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_epoch(log, proc, epoch, timeout=120):
+    deadline = time.time() + timeout
+    while not (log.exists() and f"epoch {epoch} nu=" in log.read_text()):
+        assert proc.poll() is None, f"run ended early: {proc.stderr.read()}"
+        assert time.time() < deadline, "the run never got there"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_checkpoints_and_resume_gives_the_uninterrupted_run(golden, tmp_path, sig):
+    data, golden_state, golden_results = golden
+    run_dir = tmp_path / "run"
+    proc = _start([f"dataset.root={data}", *ARGS, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    _wait_for_epoch(run_dir / "train.log", proc, 3)
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"interrupted by {sig.name} in epoch ")
+    assert lines[0].endswith("continue with python train.py resume=run")  # as typed where it ran
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "interrupted" and results["epochs"] < 180
+    checkpoint = load_checkpoint(run_dir)
+    assert "_batch_" in checkpoint["path"] and "partial_epoch" in checkpoint  # mid-epoch, where it stopped
+
+    resumed = run_train([f"resume={run_dir}"], cwd=tmp_path)  # nothing else: the run's own config
+    assert resumed.returncode == 0, resumed.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no new run directory
+    final = load_checkpoint(run_dir)
+    assert final["epoch"] == 180
+    for key, value in golden_state["model"].items():
+        assert torch.equal(final["model"][key], value), key
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "completed" and results["switches"] == golden_results["switches"]
+    assert [h["loss"] for h in results["history"]] == [h["loss"] for h in golden_results["history"]]
+    assert "resumed from" in (run_dir / "train.log").read_text()
+
+
+def test_resume_reuses_the_runs_config_and_refuses_changes(cifar_arrays, tmp_path):
+    base = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.nu=0.3", "schedule.epochs=3",
+            "trainer.checkpoint_every=1", "evaluate.enabled=false"]
+    first = run_train([*base, "trainer.max_epochs=1", f"hydra.run.dir={tmp_path / 'a'}"], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    # A left-out override is taken from the run itself: nu stays 0.3, in the same directory.
+    again = run_train([f"resume={tmp_path / 'a'}", "trainer.max_epochs=3"], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    results = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert [h["nu"] for h in results["history"]] == [0.3, 0.3, 0.3] and results["epochs"] == 3
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    curves = EventAccumulator(str(tmp_path / "a" / "tensorboard")).Reload()
+    assert [e.step for e in curves.Scalars("train/nu")] == [1, 2, 3]  # one run's curve, read by TensorBoard
+    assert not (tmp_path / "outputs").exists()
+    # A change to what the run trains is refused with one line, unless forced.
+    changed = run_train([f"resume={tmp_path / 'a'}", "schedule.nu=0.5"], cwd=tmp_path)
+    assert changed.returncode == 1
+    assert changed.stderr.strip().splitlines() == [
+        "error: resume would change what the run trains (schedule.nu: 0.3 -> 0.5): drop those overrides, "
+        "or add force_resume=true"]
+    assert (tmp_path / "a" / "checkpoints").is_dir()  # the run's directory is never removed
+    forced = run_train([f"resume={tmp_path / 'a'}", "schedule.nu=0.5", "force_resume=true"], cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
