@@ -85,6 +85,29 @@ def check(cfg: DictConfig) -> None:
             raise ConfigError(f"scale.{kind}.nu0, delta_nu and K must each list at least one value")
 
 
+def check_scale_unchanged(scale: DictConfig, out_dir: Path) -> None:
+    """An out_dir belongs to one scale: its values are kept in ``scale.yaml`` at the first
+    invocation, and a later one that differs (``scale.hidden=[32]``, say) is refused before it
+    could mix runs or overwrite the report. The description is text, not a setting."""
+    path = out_dir / "scale.yaml"
+    now = {k: v for k, v in OmegaConf.to_container(scale, resolve=True).items() if k != "description"}
+    if not path.exists():
+        atomic_write(path, lambda f: f.write(OmegaConf.to_yaml(OmegaConf.create(now)).encode()))
+        return
+    saved = OmegaConf.to_container(OmegaConf.load(path))
+    flat_saved, flat_now = _flatten(saved), _flatten(now)
+    for key in sorted(set(flat_saved) | set(flat_now)):
+        if flat_saved.get(key) != flat_now.get(key):
+            raise ConfigError(f"{out_dir} holds the runs of scale.{key}={flat_saved.get(key)}; this invocation says "
+                              f"scale.{key}={flat_now.get(key)}: give another out_dir=... (or delete that directory)")
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        return {k: v for key, value in node.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): node}
+
+
 # --- stage 1 -----------------------------------------------------------------------------
 def da_jobs(scale: DictConfig, raw: bool) -> list[JobSpec]:
     grid = scale.da

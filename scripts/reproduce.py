@@ -43,6 +43,7 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path:
     if unknown:
         raise ConfigError(f"stages has {sorted(unknown)}: use any of {', '.join(STAGES)}")
     protocol.check(cfg)
+    protocol.check_scale_unchanged(cfg.scale, out_dir)
     da_jobs = protocol.da_jobs(cfg.scale, cfg.table.raw)
     counts = []  # per stage launched: jobs skipped / run
     if "da" in cfg.stages:

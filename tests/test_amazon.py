@@ -191,3 +191,15 @@ def test_amazon_presets_through_the_entry_point(tmp_path):
     acc = EventAccumulator(str(tmp_path / "da" / "tensorboard")).Reload()
     assert "filters/top_words/text_summary" in acc.Tags()["tensors"]
     assert "images" not in acc.Tags() or not acc.Tags()["images"]
+
+
+def test_a_run_says_when_there_are_no_unlabelled_reviews(tmp_path, caplog):
+    write_processed(tmp_path)  # the four labelled files per domain, no unlabeled.review
+    with caplog.at_level("WARNING", logger="scheda.data.amazon"):
+        load_dataset(_cfg(tmp_path))
+    assert "no unlabelled reviews (unlabeled.review)" in caplog.text and "24 labelled training reviews" in caplog.text
+    caplog.clear()
+    write_processed(tmp_path / "with", unlabeled=6)
+    with caplog.at_level("WARNING", logger="scheda.data.amazon"):
+        load_dataset(_cfg(tmp_path / "with"))
+    assert "no unlabelled" not in caplog.text

@@ -89,9 +89,12 @@ def test_smoke_runs_every_stage_and_reports_every_row(tmp_path, cifar_arrays):
     assert "min over 1 invocation that ran jobs" in report_path.read_text()  # reading is not working
 
     # A scale edited under the same out_dir is refused instead of mixing settings.
-    changed = reproduce(tmp_path, cifar_arrays, "scale.da.epochs=3")
-    assert changed.returncode == 1
-    assert changed.stderr.strip().splitlines()[-1].startswith("error: ") and "schedule.epochs=2" in changed.stderr
+    for override, key in (("scale.da.epochs=3", "scale.da.epochs=2"), ("scale.hidden=[32]", "scale.hidden=[16]")):
+        changed = reproduce(tmp_path, cifar_arrays, override)
+        assert changed.returncode == 1
+        line = changed.stderr.strip().splitlines()[-1]
+        assert line.startswith("error: ") and key in line and f"says {override}" in line
+    assert "(16 hidden units)" in report_path.read_text()  # the report was not overwritten
 
     # A job killed after its first epoch's checkpoint resumes from it on the next invocation.
     killed = tmp_path / "runs" / "da" / "da_h16_nu0.3_lr0.1"

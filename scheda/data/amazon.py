@@ -19,6 +19,7 @@ The matrices are kept sparse (CSR) and densified on the device.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections import Counter
@@ -29,6 +30,8 @@ import numpy as np
 
 from scheda.data import Splits
 from scheda.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
 
 RELEASES = ("processed_acl", "sorted_data_acl", "unprocessed")
 LABEL_FILES = {"positive.review": 1, "negative.review": 0}
@@ -225,6 +228,9 @@ def load(cfg: Mapping) -> Splits:
     limit = cfg.get("unlabeled_size")
     if limit is not None:
         unlabeled = unlabeled[:limit]
+    if cfg["use_unlabeled"] and not unlabeled:
+        log.warning("no unlabelled reviews (%s) in %s: the autoencoder trains on the %d labelled training "
+                    "reviews only (the paper added 35000 unlabelled ones)", UNLABELED_FILE, cfg["root"], len(train))
     vocabulary = build_vocabulary([docs[i] for i in train] + unlabeled, vocab_size)
     if len(vocabulary) < vocab_size:
         raise DataError(f"only {len(vocabulary)} distinct words in the training reviews, fewer than "
