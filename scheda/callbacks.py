@@ -106,21 +106,28 @@ class TqdmLoggingHandler(logging.StreamHandler):
 
 
 class ProgressBar(Callback):
-    """One tqdm bar per run: epoch, nu, loss."""
+    """One bar per run over every example of every epoch: examples/s and the time left, with
+    the epoch, nu and loss beside it; ticks after each minibatch (off when not a terminal)."""
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
-        self.bar: tqdm | None = None
+        self.bar = None
+        self.total_epochs = 0
 
     def on_fit_start(self, trainer):
-        self.bar = tqdm(total=trainer.schedule.total_epochs, initial=trainer.epoch, unit="epoch",
-                        desc="train", disable=not self.enabled, dynamic_ncols=True)
+        from scheda.progress import bar
+
+        n = trainer.train_x.shape[0]
+        self.total_epochs = trainer.schedule.total_epochs
+        self.bar = bar(self.total_epochs * n, "train", "ex", self.enabled, initial=trainer.epoch * n, unit_scale=True)
+        if not self.bar.disable:
+            trainer.on_batch = self.bar.update
 
     def on_epoch_end(self, trainer, metrics):
         if self.bar is not None:
             nu = metrics["nu"]
-            self.bar.set_postfix(nu=f"{nu:.3g}", loss=f"{metrics['loss']:.2f}", refresh=False)
-            self.bar.update(1)
+            self.bar.set_postfix(epoch=f"{metrics['epoch']}/{self.total_epochs}", nu=f"{nu:.3g}",
+                                 loss=f"{metrics['loss']:.2f}", refresh=False)
 
     def close(self):
         if self.bar is not None:

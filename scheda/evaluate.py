@@ -17,6 +17,7 @@ from scheda.callbacks import Callback
 from scheda.classifiers import build_classifier, check_classifier_config
 from scheda.data import Splits
 from scheda.errors import ConfigError
+from scheda.progress import bar
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +55,18 @@ def evaluate_features(
     if classifier_cfg["name"] == "liblinear":
         val_x, test_x = (v.cpu().numpy() if isinstance(v, torch.Tensor) else v for v in (val_x, test_x))
     grid = []
-    best_model, best_err = None, math.inf
-    for C in Cs:
-        t = time.perf_counter()
-        model = solver.fit(C)
-        err = model.error(val_x, labels["val"])
-        grid.append({"C": C, "val_error": err, "seconds": time.perf_counter() - t})
-        if err < best_err:
-            best_model, best_err = model, err
+    best_model, best_err, best_C = None, math.inf, None
+    with bar(len(Cs), f"eval ({classifier_cfg['name']})", "C", leave=False) as ticks:
+        for C in Cs:
+            t = time.perf_counter()
+            model = solver.fit(C)
+            err = model.error(val_x, labels["val"])
+            grid.append({"C": C, "val_error": err, "seconds": time.perf_counter() - t})
+            if err < best_err:
+                best_model, best_err, best_C = model, err, C
+            ticks.set_postfix(C=f"2^{math.log2(C):g}", best=f"2^{math.log2(best_C):g}: val {100 * best_err:.2f}%",
+                              refresh=False)
+            ticks.update(1)
     chosen = select_c(Cs, [g["val_error"] for g in grid])
     at_edge = len(Cs) > 1 and chosen in (0, len(Cs) - 1)
     if at_edge:

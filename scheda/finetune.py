@@ -26,6 +26,7 @@ from scheda.classifiers import LinearModel
 from scheda.data import Splits
 from scheda.errors import ConfigError, DivergenceError
 from scheda.model import ACTIVATIONS, DenoisingAutoencoder
+from scheda.progress import bar
 
 log = logging.getLogger(__name__)
 LAST = "finetune_last.pt"
@@ -126,6 +127,7 @@ class FineTuner:
             history, best = list(state["current"]["history"]), dict(state["current"]["best"])
         n, bs = x["train"].shape[0], cfg["batch_size"]
         epoch = len(history)
+        ticks = bar(cfg["max_epochs"], f"finetune lr={lr:g}", "epoch", initial=epoch)
         while epoch < cfg["max_epochs"]:
             if cfg["patience"] is not None and epoch - best["epoch"] >= cfg["patience"]:
                 break
@@ -149,12 +151,15 @@ class FineTuner:
             history.append({"epoch": epoch, "train_loss": train_loss, "val_error": val, "test_error": test,
                             "seconds": seconds})
             self._log(lr, history[-1])
+            ticks.set_postfix(val=f"{100 * val:.2f}%", best=f"{100 * best['val_error']:.2f}%", refresh=False)
+            ticks.update(1)
             if val < best["val_error"]:
                 best = {"epoch": epoch, "val_error": val, "test_error": test}
                 save_checkpoint(self.dir / f"finetune_best_lr{index}.pt",
                                 {"model": net.state_dict(), "epoch": epoch, "lr": lr, **best})
             self._save({"net": net.state_dict(), "optimizer": opt.state_dict(), "generator": gen.get_state(),
                         "history": history, "best": best})
+        ticks.close()
         secs = [h["seconds"] for h in history]
         return {"lr": lr, "best_epoch": best["epoch"], "val_error": best["val_error"], "test_error": best["test_error"],
                 "epochs_run": len(history), "seconds_per_epoch": float(np.mean(secs)) if secs else None,

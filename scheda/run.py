@@ -88,6 +88,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     results.json saying how (status failed / diverged / interrupted, and the error), so a
     sweep's selection can skip it."""
     output_dir = Path(output_dir)
+    log.info("run directory: %s", _shown(output_dir))
     check_composed(cfg)
     if cfg.resume:
         changed = check_resume_config(cfg, cfg.resume)
@@ -97,9 +98,9 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     try:
         if cfg.evaluate.enabled:
             check_evaluate_config(cfg.evaluate, cfg.classifier)
-        if cfg.model.name == "raw":
-            return run_raw(cfg, results)
-        return train(cfg, output_dir, results)
+        summary = run_raw(cfg, results) if cfg.model.name == "raw" else train(cfg, output_dir, results)
+        log_summary(summary, output_dir)
+        return summary
     except Interrupted as exc:
         exc.message = (f"interrupted by {exc.message}; checkpoint and results.json written: "
                        f"continue with python train.py resume={_shown(output_dir)}")
@@ -108,6 +109,32 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     except BaseException as exc:
         results.record_failure(exc)
         raise
+
+
+def log_summary(summary: dict[str, Any], output_dir: Path) -> None:
+    """What a finished run gives and where everything is, on one screen."""
+    shown = _shown(output_dir)
+    lines = [f"done in {summary.get('seconds', 0) / 60:.1f} min ({summary.get('epochs', 0)} epochs)"]
+    models = summary.get("models")
+    for entry in models or [summary]:
+        last = entry if models else (summary["evaluations"][-1] if summary.get("evaluations") else None)
+        where = f"  {entry['dir']} {entry['overrides']}: " if models else "  "
+        if last and last.get("val_error") is not None:
+            C = f"C={last['C']:g}, " if "C" in last else ""
+            lines.append(f"{where}{C}val error {100 * last['val_error']:.2f} %, test error {100 * last['test_error']:.2f} %")
+        elif models:
+            lines.append(f"{where}{entry.get('status')}")
+    ft = summary.get("finetune", {}).get("chosen")
+    if ft:
+        lines.append(f"  fine-tuned: lr {ft['lr']:g}, epoch {ft['best_epoch']}: val error {100 * ft['val_error']:.2f} %, "
+                     f"test error {100 * ft['test_error']:.2f} %")
+    lines.append(f"  results: {shown}/results.json")
+    if (output_dir / "checkpoints").is_dir() or models:
+        lines.append(f"  checkpoints: {shown}/{'models/*/' if models else ''}checkpoints/")
+    if any(output_dir.glob("**/tensorboard")):
+        lines.append(f"  curves: tensorboard --logdir {shown}")
+    for line in lines:
+        log.info(line)
 
 
 def _shown(path: Path) -> str:
@@ -301,6 +328,10 @@ def train_parallel(cfg: DictConfig, output_dir: Path, results: RunResults) -> di
     data, train_x, labelled = load_training_data(cfg, jobs[0].device)
     log.info("fused sweep of %d models: %s", len(jobs), variants)
     trainers = [job.build(data, train_x, labelled) for job in jobs]
+    for trainer in trainers[1:]:  # one progress bar for the whole fused sweep
+        for cb in trainer.callbacks:
+            if isinstance(cb, ProgressBar):
+                cb.enabled = False
     results.update(models=[{"dir": f"models/{k}", "overrides": v} for k, v in enumerate(variants)])
     try:
         with stop_on_signals() as stop:

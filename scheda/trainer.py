@@ -87,6 +87,7 @@ class Trainer:
         self.step = 0  # completed minibatch updates
         self.history: list[dict[str, Any]] = []
         self.stop = NEVER  # a run sets its StopRequest (signals)
+        self.on_batch = None  # called with each minibatch's size (a progress bar), if set
         self.partial: EpochState | None = None  # the epoch an interrupt stopped, or one to finish
         self._partial_state: dict[str, Any] | None = None
 
@@ -123,6 +124,8 @@ class Trainer:
             idx = epoch.perm[first:first + bs]
             batch_nu = self.schedule_cb.batch_nu(gen, self.device) if epoch.random_nu else epoch.nu
             epoch.add(self.step_fn(x_all, idx, batch_nu, gen), idx.shape[0], batch_nu)
+            if self.on_batch is not None:
+                self.on_batch(idx.shape[0])
             if self.stop.requested and epoch.next_first < n:
                 self.interrupt(epoch)
         return self.end_epoch(epoch)
@@ -262,6 +265,8 @@ class FusedTrainer:
             losses = step(self.x_all, idx, nus, generators)
             for k, e in enumerate(epochs):
                 e.add(losses[k], idx.shape[1], nus[k])
+            if active[0].on_batch is not None:
+                active[0].on_batch(idx.shape[1])
             if active[0].stop.requested and epochs[0].next_first < n:
                 for t, e in zip(active[1:], epochs[1:]):
                     t.partial = e

@@ -1,0 +1,50 @@
+"""After a ``train.py -m`` sweep: one line per job (its overrides, status, errors) and the
+best job on validation, read from each job's results.json (a Hydra callback, registered in
+configs/hydra/default.yaml)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+
+def job_line(job_dir: Path) -> tuple[str, float | None]:
+    """One job's summary line and its validation error (None without an evaluation)."""
+    overrides_file = job_dir / ".hydra" / "overrides.yaml"
+    overrides = " ".join(str(o) for o in OmegaConf.load(overrides_file)) if overrides_file.exists() else ""
+    results_file = job_dir / "results.json"
+    if not results_file.exists():
+        return f"{job_dir.name}: {overrides}: no results.json", None
+    try:
+        results: dict[str, Any] = json.loads(results_file.read_text())
+    except json.JSONDecodeError:
+        return f"{job_dir.name}: {overrides}: unreadable results.json", None
+    val = results.get("best_val_error")
+    evaluations = results.get("evaluations") or []
+    test = evaluations[-1]["test_error"] if evaluations else None
+    if val is None and evaluations:
+        val = evaluations[-1]["val_error"]
+    errors = f", val {100 * val:.2f} %" if val is not None else ""
+    errors += f", test {100 * test:.2f} %" if test is not None else ""
+    return f"{job_dir.name}: {overrides}: {results.get('status', '?')}{errors}", val
+
+
+class SweepSummary(Callback):
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        jobs = sorted((p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()),
+                      key=lambda p: (0, int(p.name), "") if p.name.isdigit() else (1, 0, p.name)) \
+            if sweep_dir.is_dir() else []
+        if not jobs:
+            return
+        lines = [job_line(job) for job in jobs]
+        print(f"sweep of {len(jobs)} jobs in {sweep_dir}:")
+        for text, _ in lines:
+            print(f"  {text}")
+        scored = [(val, text) for text, val in lines if val is not None]
+        if scored:
+            print(f"best on validation: {min(scored)[1]}")
