@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import torch
 
@@ -24,54 +24,64 @@ def top_words(filters: torch.Tensor, vocabulary: list[str], n_units: int = 100, 
     return "| unit | top words |\n|---|---|\n" + "\n".join(rows)
 
 
+# The curves the HParams table shows beside each run's settings (its last value of each).
+HPARAM_METRICS = ("eval/val_error", "eval/test_error", "train/reconstruction_ce")
+
+
 def hparams(cfg: Mapping, schedule: NoiseSchedule) -> dict[str, Any]:
-    """A fixed set of keys, meaningful for every schedule (nan where a run has no value)."""
+    """The settings that tell the paper's runs apart, with the same keys in every run (nan
+    where a run has none): the HParams table shows exactly these columns."""
     fixed = [s.nu for s in schedule.stages if s.nu is not None]
+    sched = cfg["schedule"]
     return {
-        "dataset": str(cfg["dataset"]["name"]),
-        "model/hidden": int(cfg["model"]["hidden"]),
-        "model/activation": str(cfg["model"]["activation"]),
-        "model/loss": str(cfg["model"]["loss"]),
-        "noise": str(cfg["noise"]["name"]),
-        "schedule": str(cfg["schedule"]["name"]),
-        "schedule/nu_first": fixed[0] if fixed else math.nan,
-        "schedule/nu_last": fixed[-1] if fixed else math.nan,
-        "schedule/stages": len(schedule.stages),
+        "schedule": str(sched["name"]),
+        "nu0": fixed[0] if fixed else math.nan,
+        "delta_nu": float(sched["delta_nu"]) if "delta_nu" in sched else math.nan,
+        "K": int(sched["K"]) if "K" in sched else math.nan,
+        "nu_last": fixed[-1] if fixed else math.nan,
+        "lr": float(cfg["optim"]["lr"]),
+        "hidden": int(cfg["model"]["hidden"]),
         "epochs": schedule.total_epochs,
-        "optim/lr": float(cfg["optim"]["lr"]),
-        "optim/momentum": float(cfg["optim"]["momentum"]),
-        "trainer/batch_size": int(cfg["trainer"]["batch_size"]),
+        "noise": str(cfg["noise"]["name"]),
         "seed": int(cfg["seed"]),
-        "init_from": str(cfg.get("init_from") or ""),
     }
 
 
 class TensorBoardLogger(Callback):
     def __init__(self, log_dir: str | Path, hparams: dict[str, Any],
                  image_shape: tuple[int, int, int] | None, n_filters: int = 100,
-                 final_metrics: Callable[[], dict[str, float]] | None = None,
                  vocabulary: list[str] | None = None, purge_step: int | None = None):
         self.log_dir = Path(log_dir)
         self.purge_step = purge_step  # a resumed run drops what it logged after its checkpoint
         self.hparams = hparams
         self.image_shape = image_shape
         self.n_filters = n_filters
-        self.final_metrics = final_metrics
         self.vocabulary = vocabulary
         self.writer = None
-        self.last_loss = math.nan
+        self.switches_logged = 0
 
     def on_fit_start(self, trainer):
         from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
         self.writer = SummaryWriter(str(self.log_dir), purge_step=self.purge_step)
+        # The HParams plugin's records, in the run's own event file, with metrics that name the
+        # run's curves: no one-point hparam/* charts in Scalars (SummaryWriter.add_hparams writes those).
+        for summary in hparams_summaries(self.hparams, {tag: math.nan for tag in HPARAM_METRICS}):
+            self.writer.file_writer.add_summary(summary)
+        self.switches_logged = len(trainer.schedule_cb.switches)
 
     def on_epoch_end(self, trainer, metrics):
         step = metrics["epoch"]
         self.writer.add_scalar("train/reconstruction_ce", metrics["loss"], step)
         self.writer.add_scalar("train/nu", metrics["nu"], step)
         self.writer.add_scalar("time/epoch_seconds", metrics["seconds"], step)
-        self.last_loss = metrics["loss"]
+        for switch in trainer.schedule_cb.switches[self.switches_logged:]:  # where the noise level changed
+            if switch["nu"] is not None:
+                self.writer.add_scalar("schedule/nu_at_switch", switch["nu"], switch["epoch"])
+                self.writer.add_text("schedule/switches", f"after epoch {switch['epoch']}: nu = {switch['nu']:g}",
+                                     switch["epoch"])
+        self.switches_logged = len(trainer.schedule_cb.switches)
 
     def on_stage_end(self, trainer, metrics):
         if self.image_shape is not None and self.n_filters > 0:
@@ -80,11 +90,6 @@ class TensorBoardLogger(Callback):
         if self.vocabulary is not None and self.n_filters > 0:
             text = top_words(trainer.model.filters(), self.vocabulary, self.n_filters)
             self.writer.add_text("filters/top_words", text, metrics["epoch"])
-
-    def on_fit_end(self, trainer):
-        metrics = self.final_metrics() if self.final_metrics else {}
-        metrics["hparam/train_reconstruction_ce"] = self.last_loss
-        self.writer.add_hparams(self.hparams, metrics, run_name=".")
 
     def close(self):
         if self.writer is not None:

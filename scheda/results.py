@@ -4,7 +4,6 @@ rewritten atomically whenever something is added, so a finished evaluation is ne
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +24,6 @@ class RunResults:
     def add_evaluation(self, entry: dict[str, Any]) -> None:
         self.evaluations.append(entry)
         self.save()
-
-    def final_metrics(self) -> dict[str, float]:
-        """The last evaluation's errors and the last training loss (nan where absent)."""
-        last = self.evaluations[-1] if self.evaluations else {}
-        history = self.data.get("history") or []
-        return {
-            "hparam/val_error": last.get("val_error", math.nan),
-            "hparam/test_error": last.get("test_error", math.nan),
-            "hparam/train_reconstruction_ce": history[-1]["loss"] if history else math.nan,
-        }
 
     def update(self, **fields: Any) -> None:
         self.data.update(fields)

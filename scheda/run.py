@@ -193,7 +193,7 @@ class Job:
         if cfg.logger.name == "tensorboard":
             self.tensorboard = TensorBoardLogger(self.output_dir / cfg.logger.log_dir, hparams(cfg, self.schedule),
                                                  data.image_shape, cfg.logger.n_filters,
-                                                 final_metrics=self.results.final_metrics, vocabulary=data.vocabulary,
+                                                 vocabulary=data.vocabulary,
                                                  purge_step=self.resume_state["epoch"] + 1 if self.resume_state else None)
         # Order matters: evaluation runs before the epoch's checkpoint, which then carries it.
         callbacks = []

@@ -109,6 +109,19 @@ def test_run_writes_checkpoints_results_and_tensorboard(cifar_arrays, tmp_path):
     assert {"train/reconstruction_ce", "train/nu", "time/epoch_seconds"} <= set(tags["scalars"])
     assert [e.value for e in acc.Scalars("train/nu")] == pytest.approx([0.5, 0.5, 0.2])
     assert "filters" in tags["images"] and len(acc.Images("filters")) == 2  # one per stage end
+    # Noise switches are marked on their epochs; the HParams plugin gets the columns that tell
+    # runs apart, and Scalars gets no one-point hparam/* charts.
+    assert [(e.step, e.value) for e in acc.Scalars("schedule/nu_at_switch")] == [(0, 0.5), (2, pytest.approx(0.2))]
+    assert not [t for t in tags["scalars"] if t.startswith("hparam")]
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    content = acc.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
+    assert {"schedule", "nu0", "delta_nu", "K", "lr", "hidden"} <= set(start.hparams)
+    assert start.hparams["schedule"].string_value == "stages" and start.hparams["nu0"].number_value == 0.5
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+    assert [m.name.tag for m in experiment.metric_infos] == ["eval/val_error", "eval/test_error",
+                                                             "train/reconstruction_ce"]
 
 
 def _weights(out):
