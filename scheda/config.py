@@ -1,6 +1,6 @@
 """Typed configuration schemas, registered in Hydra's ConfigStore.
 
-Each YAML file in ``configs/<group>/`` extends one of these schemas (``defaults: [base_X]``),
+Each YAML file in ``configs/<group>/`` extends one of these schemas (``defaults: [/base_X@_here_]``),
 so a misspelt key or a value of the wrong type fails when Hydra composes the config, before
 any work. Domain checks (``nu`` in [0, 1), ``lr`` > 0, ...) live beside the code that uses
 each value, in the ``build_*`` functions, and raise :class:`scheda.errors.ConfigError`.
@@ -299,30 +299,32 @@ class ReproduceConfig:
 
 
 def register_configs() -> None:
-    """Put the schemas in the ConfigStore; the YAML files in ``configs/`` extend them."""
+    """Put the schemas in the ConfigStore; the YAML files in ``configs/`` extend them
+    (``defaults: [/base_da@_here_]``). They are stored at the top level, not in their groups,
+    so that ``--help`` and shell completion list only the real options of each group."""
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
-    cs.store(group="dataset", name="base_cifar10", node=Cifar10Config)
-    cs.store(group="dataset", name="base_amazon", node=AmazonConfig)
-    cs.store(group="model", name="base_da", node=DAConfig)
-    cs.store(group="model", name="base_raw", node=RawConfig)
-    cs.store(group="model", name="base_composite", node=CompositeConfig)
-    cs.store(group="noise", name="base_noise", node=NoiseConfig)
-    cs.store(group="schedule", name="base_constant", node=ConstantScheduleConfig)
-    cs.store(group="schedule", name="base_step", node=StepScheduleConfig)
-    cs.store(group="schedule", name="base_stages", node=StagesScheduleConfig)
-    cs.store(group="schedule", name="base_random_uniform", node=RandomUniformScheduleConfig)
-    cs.store(group="schedule", name="base_random_discrete", node=RandomDiscreteScheduleConfig)
-    cs.store(group="optim", name="base_sgd", node=OptimConfig)
-    cs.store(group="trainer", name="base_trainer", node=TrainerConfig)
-    cs.store(group="logger", name="base_logger", node=LoggerConfig)
-    cs.store(group="evaluate", name="base_evaluate", node=EvaluateConfig)
-    cs.store(group="classifier", name="base_liblinear", node=LiblinearConfig)
-    cs.store(group="classifier", name="base_torch_lr", node=TorchLRConfig)
-    cs.store(group="finetune", name="base_finetune", node=FinetuneConfig)
+    cs.store(name="base_cifar10", node=Cifar10Config)
+    cs.store(name="base_amazon", node=AmazonConfig)
+    cs.store(name="base_da", node=DAConfig)
+    cs.store(name="base_raw", node=RawConfig)
+    cs.store(name="base_composite", node=CompositeConfig)
+    cs.store(name="base_noise", node=NoiseConfig)
+    cs.store(name="base_constant", node=ConstantScheduleConfig)
+    cs.store(name="base_step", node=StepScheduleConfig)
+    cs.store(name="base_stages", node=StagesScheduleConfig)
+    cs.store(name="base_random_uniform", node=RandomUniformScheduleConfig)
+    cs.store(name="base_random_discrete", node=RandomDiscreteScheduleConfig)
+    cs.store(name="base_sgd", node=OptimConfig)
+    cs.store(name="base_trainer", node=TrainerConfig)
+    cs.store(name="base_logger", node=LoggerConfig)
+    cs.store(name="base_evaluate", node=EvaluateConfig)
+    cs.store(name="base_liblinear", node=LiblinearConfig)
+    cs.store(name="base_torch_lr", node=TorchLRConfig)
+    cs.store(name="base_finetune", node=FinetuneConfig)
     cs.store(name="reproduce_schema", node=ReproduceConfig)
-    cs.store(group="scale", name="base_scale", node=ScaleConfig)
-    cs.store(group="table", name="base_table", node=TableConfig)
+    cs.store(name="base_scale", node=ScaleConfig)
+    cs.store(name="base_table", node=TableConfig)
 
 
 # --- checks that Hydra's composition lets through --------------------------------------

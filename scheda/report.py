@@ -183,19 +183,20 @@ def figure2(sel: dict, continued: dict, png: Path, hidden: int) -> bool:
     DA, the best run of each schedule kind and the DA each of those continued, a continuation
     drawn from its start epoch and joined to its DA's selected evaluation."""
     plt = pyplot()
-    curves = [(f"DA({fmt(sel['best']['nu'])})", sel["best"]["run"], 0, None)]
+    palette = series_palette(continued)
+    curves = [(f"DA({fmt(sel['best']['nu'])})", sel["best"]["run"], 0, None, da_grey(sel["best"]["nu"]))]
     for kind, found in continued.items():
         if kind in FINETUNED:
             continue
         best = found["best"]
         parent = sel["by_nu"].get(fmt(best["nu0"])) if "nu0" in best else None
         if parent is not None and parent["run"] not in [c[1] for c in curves]:
-            curves.append((f"DA({fmt(parent['nu'])})", parent["run"], 0, None))
+            curves.append((f"DA({fmt(parent['nu'])})", parent["run"], 0, None, da_grey(parent["nu"])))
         for e in [best, *found.get("controls", {}).values()]:
-            curves.append((_schedule_label(e), e["run"], e.get("start_epoch", 0), parent))
+            curves.append((_schedule_label(e), e["run"], e.get("start_epoch", 0), parent, palette[series_key(e)]))
     fig, (ax_err, ax_ce) = plt.subplots(1, 2, figsize=(11, 4))
-    for i, (label, run, offset, parent) in enumerate(curves):
-        res, color = _load(run), f"C{i}"
+    for label, run, offset, parent, color in curves:
+        res = _load(run)
         points = [(offset + e["epoch"], 100 * e["test_error"]) for e in res.get("evaluations", [])]
         if parent is not None:
             points.insert(0, (parent["epoch"], 100 * parent["test_error"]))
@@ -204,8 +205,12 @@ def figure2(sel: dict, continued: dict, png: Path, hidden: int) -> bool:
         ax_ce.plot([offset + h["epoch"] for h in hist], [h["loss"] for h in hist], color=color, label=label)
         switches = res.get("switches", [])
         for s in switches if offset else switches[1:]:
+            if s["nu"] is None:
+                continue
             for ax in (ax_err, ax_ce):
                 ax.axvline(offset + s["epoch"], color=color, ls="--", lw=0.7, alpha=0.6)
+            ax_err.annotate(f"{s['nu']:g}", (offset + s["epoch"], 1.0), xycoords=("data", "axes fraction"),
+                            fontsize=6, color=color, ha="center", va="bottom")
     ax_err.set(xlabel="epoch", ylabel="test error (%)", title=f"Test error, {hidden} hidden units")
     ax_ce.set(xlabel="epoch", ylabel="training reconstruction cross-entropy",
               title="Training reconstruction error (at the current nu)")
@@ -213,6 +218,24 @@ def figure2(sel: dict, continued: dict, png: Path, hidden: int) -> bool:
     fig.tight_layout()
     save_png(fig, png, dpi=110)
     return True
+
+
+def series_key(e: dict) -> str:
+    """The series a run belongs to in the figures: a schedule's (kind, dnu, K), or its kind."""
+    if e["kind"] in ("scheda", "increasing"):
+        return f"{e['kind']} dnu={fmt(e['delta_nu'])} K={e['K']}"
+    return e["kind"]
+
+
+def series_palette(continued: dict) -> dict[str, str]:
+    """One colour per series in every figure of a report (the DAs are greys)."""
+    keys = sorted({series_key(e) for kind, found in continued.items() if kind not in FINETUNED
+                   for e in [*found["runs"], *found.get("controls", {}).values()]})
+    return {key: f"C{i % 10}" for i, key in enumerate(keys)}
+
+
+def da_grey(nu: float) -> str:
+    return str(round(0.1 + 0.6 * min(1.0, float(nu)), 3))
 
 
 def _schedule_label(e: dict) -> str:
@@ -238,12 +261,12 @@ def figure5(sel: dict, continued: dict, png: Path, hidden: int) -> bool:
     ax.plot([d[0] for d in das], [d[1] for d in das], "k.-", label="DA(nu)")
     ax.axhline(100 * sel["best"]["test_error"], color="k", ls="--", lw=0.8,
                label=f"best DA ({fmt(sel['best']['nu'])})")
-    markers = {}
+    markers, palette = {}, series_palette(continued)
     for e in runs:
         key = (e["kind"], e["delta_nu"], e["K"])
         markers.setdefault(key, len(markers))
         m = markers[key]
-        ax.plot(e["nu0"] + 0.006 * (m - 1), 100 * e["test_error"], "os^vD<>"[m % 7], color=f"C{m}",
+        ax.plot(e["nu0"] + 0.006 * (m - 1), 100 * e["test_error"], "os^vD<>"[m % 7], color=palette[series_key(e)],
                 label=f"{'ScheDA' if e['kind'] == 'scheda' else 'increasing'} dnu={fmt(e['delta_nu'])}, K={e['K']}")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))

@@ -119,3 +119,18 @@ def test_a_swept_nu_is_rounded_where_it_is_read(cifar_arrays, tmp_path):
                        "schedule.nu=0.30000000000000004", "evaluate.enabled=false", "logger=none"])
     results = run(cfg, tmp_path / "run")
     assert results["history"][0]["nu"] == 0.3 and results["switches"] == [{"epoch": 0, "nu": 0.3}]
+
+
+def test_help_and_completion_list_only_real_options(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    help_text = run_train(["--help"], cwd=tmp_path).stdout
+    assert "schedule: constant, decreasing, decreasing_0.7" in help_text and "base_" not in help_text
+    env = {**os.environ, "COMP_LINE": "python train.py model="}
+    completion = subprocess.run([sys.executable, str(REPO / "train.py"), "-sc", "query=bash"], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=120).stdout.split()
+    assert completion == ["model=composite", "model=da", "model=raw"]
