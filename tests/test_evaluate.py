@@ -89,7 +89,7 @@ def test_default_solver_matches_a_fresh_tight_solve_at_every_c(name):
         model = solver.fit(C)
         tight = TorchLogReg(x, y, eps=1e-9, dtype=torch.float64).fit(C)
         f, f_tight = objective(model, x, y, C), objective(tight, x, y, C)
-        assert f <= f_tight * (1 + 1e-3), (C, f, f_tight)
+        assert f <= f_tight * (1 + 1e-4), (C, f, f_tight)
         assert np.mean(model.predict(x) != tight.predict(x)) <= 0.01, C
 
 
