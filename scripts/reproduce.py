@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -78,6 +79,14 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path:
     if "report" in cfg.stages:
         write_report(cfg, selection, continued, statuses, info, path)
         log.info("report: %s", path)
+    unfinished = [s for s in statuses if s["stage"] in cfg.stages and s["status"] not in protocol.FINAL_STATUSES]
+    if unfinished:
+        listed = "; ".join(f"{s['name']} ({s['status']}{': ' + s['error'] if s['error'] else ''})"
+                           for s in unfinished[:5])
+        more = f" and {len(unfinished) - 5} more" if len(unfinished) > 5 else ""
+        retry = " ".join(["python", "scripts/reproduce.py", *map(shlex.quote, sys.argv[1:])])
+        raise SchedaError(f"{len(unfinished)} job{'s' if len(unfinished) > 1 else ''} did not finish: {listed}{more}; "
+                          f"the report lists them; rerun to retry them (finished jobs are kept): {retry}")
     return path
 
 

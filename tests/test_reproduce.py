@@ -335,3 +335,13 @@ def test_bad_protocol_values_fail_with_one_line(tmp_path, cifar_arrays):
     assert last.startswith("error: no DA of stage 1 completed") and "DataError" in last and "nowhere" in last
     proc = reproduce(tmp_path, cifar_arrays, "table.continuations=[sheda]")
     assert proc.returncode == 1 and "table.continuations has 'sheda'" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_a_failed_job_makes_the_command_fail_and_names_the_retry(tmp_path, cifar_arrays):
+    proc = reproduce(tmp_path, cifar_arrays, "scale.scheda.lr=-1", "scale.finetune=null")
+    assert proc.returncode == 1
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: 1 job did not finish: scheda_h16_nu0.5_dnu0.1_K1 (failed: ConfigError: optim.lr=-1.0")
+    assert "rerun to retry them (finished jobs are kept): python scripts/reproduce.py scale=smoke" in line
+    report = (tmp_path / "reports" / "table1_smoke.md").read_text()
+    assert "| scheda_h16_nu0.5_dnu0.1_K1 | continue | failed |" in report and "| DA | 16 |" in report
