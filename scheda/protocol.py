@@ -440,19 +440,59 @@ def run_stage(cfg: DictConfig, out_dir: Path, stage: str, jobs: list[JobSpec]) -
     if todo:
         command = stage_command(cfg, jobs_dir, stage_dir, todo)
         log.info("running: %s", " ".join(command))
+        submitted = time.time()
         code = subprocess.call(command)  # in the user's directory: relative overrides keep their meaning
         if code != 0:
             log.warning("stage %s: some jobs failed (exit %d); the report lists them", stage, code)
+        if cfg.launcher == "submitit_slurm":
+            record_scheduler_states(stage_dir, todo, submitted)
     return {"skipped": len(jobs) - len(todo), "run": len(todo)}
 
 
+def record_scheduler_states(stage_dir: Path, names: list[str], since: float) -> None:
+    """What Slurm says of each job of this submission that did not finish (cancelled, timed out,
+    node failure, out of memory), kept in ``<stage>/scheduler.json`` for the report: a job
+    stopped before it could write results.json otherwise leaves no word of why. Hydra's job
+    number is the task index of the submitit job array (``.submitit/<array>_<index>``)."""
+    folder = stage_dir / ".submitit"
+    tasks = [p for p in folder.glob("*_*") if p.is_dir() and p.stat().st_mtime >= since - 1] if folder.is_dir() else []
+    path = stage_dir / "scheduler.json"
+    states = json.loads(path.read_text()) if path.exists() else {}
+    for task in tasks:
+        array, _, index = task.name.partition("_")
+        if not (index.isdigit() and int(index) < len(names)):
+            continue
+        name = names[int(index)]
+        results = read_results(stage_dir / name)
+        if results is not None and results.get("status") in FINAL_STATUSES:
+            states.pop(name, None)
+            continue
+        try:
+            out = subprocess.run(["sacct", "-j", task.name, "-n", "-X", "-P", "-o", "State,ExitCode,Reason"],
+                                 capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+        except (OSError, subprocess.TimeoutExpired):
+            out = []
+        if out:
+            state, exit_code, reason = (out[0].split("|") + ["", ""])[:3]
+            states[name] = (f"Slurm job {task.name}: {state} (exit {exit_code}"
+                            f"{', ' + reason if reason and reason != 'None' else ''})")
+    atomic_write_json(path, states)
+
+
 def job_statuses(jobs: list[JobSpec], out_dir: Path) -> list[dict[str, Any]]:
-    rows = []
+    rows, scheduler = [], {}
+    for stage in {job.stage for job in jobs}:
+        path = out_dir / stage / "scheduler.json"
+        scheduler[stage] = json.loads(path.read_text()) if path.exists() else {}
     for job in jobs:
         results = read_results(out_dir / job.stage / job.name) or {}
-        rows.append({"name": job.name, "stage": job.stage, "status": results.get("status", "not run"),
-                     "error": results.get("error"), "seconds": results.get("seconds"),
-                     "device": results.get("device")})
+        status, error = results.get("status", "not run"), results.get("error")
+        said = scheduler[job.stage].get(job.name) if status not in FINAL_STATUSES else None
+        if said:  # the scheduler's word on a job that did not finish
+            status = "failed" if status in ("not run", "running") else status
+            error = f"{said}; {error}" if error else said
+        rows.append({"name": job.name, "stage": job.stage, "status": status, "error": error,
+                     "seconds": results.get("seconds"), "device": results.get("device")})
     return rows
 
 

@@ -1,0 +1,108 @@
+"""The Slurm path for real: jobs submitted through Hydra's submitit launcher to a running
+single-node cluster (``bash .ci/slurm.sh start``; CI starts one). Skipped at once when no
+slurmctld answers on this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import N_VAL, REPO, TINY, run_train
+
+
+def _cluster_answers() -> bool:
+    """A slurmctld listening on this machine (its default port), checked without Slurm's own
+    10 s client timeouts."""
+    if not Path("/etc/slurm/slurm.conf").exists():
+        return False
+    try:
+        with socket.create_connection(("localhost", 6817), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+pytestmark = [pytest.mark.slurm,
+              pytest.mark.skipif(not _cluster_answers(), reason="no Slurm cluster here (bash .ci/slurm.sh start)")]
+
+LAUNCHER = ["hydra/launcher=submitit_slurm", "hydra.launcher.timeout_min=10", "hydra.launcher.cpus_per_task=1"]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def _reproduce(tmp_path: Path, data_root: Path, *args: str, wait: bool = True):
+    command = [sys.executable, str(REPO / "scripts" / "reproduce.py"), "scale=smoke", "out_dir=runs",
+               f"report_dir={tmp_path / 'reports'}",
+               f"overrides=['dataset.root={data_root}','dataset.val_size={N_VAL}','trainer.device=cpu']",
+               "launcher=submitit_slurm",
+               "launcher_overrides=['hydra.launcher.timeout_min=10','hydra.launcher.cpus_per_task=1']", *args]
+    if not wait:
+        return subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    return subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+
+
+def test_a_sweep_runs_as_a_slurm_job_array(cifar_arrays, tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_train(["-m", *LAUNCHER, f"dataset.root={cifar_arrays}", *TINY, "schedule=constant",
+                      "schedule.epochs=2", "schedule.nu=0.3,0.5", "classifier=torch_lr", "evaluate.c_log2_min=-2",
+                      "evaluate.c_log2_max=0", "logger=none", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Submitit 'slurm' sweep output dir" in proc.stdout and "sweep of 2 jobs" in proc.stdout
+    for job in ("0", "1"):
+        assert json.loads((sweep / job / "results.json").read_text())["status"] == "completed"
+    arrays = [p.name for p in (sweep / ".submitit").iterdir() if p.is_dir() and "_" in p.name]
+    assert len(arrays) == 2 and len({name.split("_")[0] for name in arrays}) == 1  # one array of two tasks
+    assert all(list((sweep / ".submitit" / name).glob("*_log.out")) for name in arrays)  # Slurm's logs
+
+
+def test_the_smoke_protocol_through_slurm_and_a_rerun_submits_nothing(cifar_arrays, tmp_path):
+    started = time.time()
+    proc = _reproduce(tmp_path, cifar_arrays)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = (tmp_path / "reports" / "table1_smoke.md").read_text()
+    assert "launcher: submitit_slurm" in report and "| completed |" in report
+    assert not [line for line in report.split("## Jobs")[1].splitlines()
+                if line.startswith("| ") and "completed" not in line and "Status" not in line and "---" not in line]
+    print(f"smoke protocol through Slurm: {time.time() - started:.0f} s")
+    again = _reproduce(tmp_path, cifar_arrays)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Submitit" not in again.stdout and again.stdout.count("0 to run") == 4
+
+
+def test_a_cancelled_job_is_reported_and_the_command_fails(cifar_arrays, tmp_path):
+    # DAs long enough to be cancelled while they train.
+    proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=6000", "scale.da.eval_every=3000", "table.raw=false",
+                      "scale.finetune=null", wait=False)
+    deadline = time.time() + 120
+    job_id = None
+    while job_id is None:
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert time.time() < deadline, "no job started"
+        running = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"], capture_output=True, text=True).stdout
+        job_id = running.split()[0] if running.split() else None
+        time.sleep(0.5)
+    time.sleep(2)  # into its training
+    subprocess.run(["scancel", job_id], check=True)
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 1
+    line = stderr.strip().splitlines()[-1]
+    assert line.startswith("error: ") and "did not finish: da_h16_nu" in line
+    assert "rerun to retry them (finished jobs are kept): python scripts/reproduce.py scale=smoke" in line
+    report = (tmp_path / "reports" / "table1_smoke.md").read_text()
+    cancelled = [row for row in report.split("## Jobs")[1].splitlines() if row.startswith("| da_h16_nu")
+                 and "completed" not in row]
+    # Slurm's own word, whether the job was stopped in its training (it then also checkpoints) or
+    # before it could write results.json.
+    assert len(cancelled) == 1 and f"Slurm job {job_id}: CANCELLED" in cancelled[0], cancelled
