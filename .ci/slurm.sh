@@ -99,7 +99,7 @@ start_munge() {
   mkdir -p /run/munge
   chown munge:munge /run/munge
   [ -s /etc/munge/munge.key ] || runuser -u munge -- mungekey --create
-  runuser -u munge -- munged --pid-file=/run/munge/munged.pid
+  runuser -u munge -- munged --force --pid-file=/run/munge/munged.pid
   cp /run/munge/munged.pid "$STATE/run/munged.pid"
   wait_for 10 munge sh -c 'munge -n | unmunge'
 }
