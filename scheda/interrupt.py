@@ -1,5 +1,7 @@
 """Stopping cleanly on SIGINT (Ctrl-C), SIGTERM (how Slurm and most schedulers stop a job)
-and SIGUSR1 (Slurm's usual warning before a time limit, ``--signal=USR1@60``).
+and SIGUSR1 (Slurm's usual warning before a time limit, ``--signal=USR1@60``); and on SIGUSR2
+where submitit handles it (its warning before a time limit), which gets the signal next so it
+can requeue the job once the run is checkpointed.
 
 The handler only records the request; the trainer checks it after every minibatch, writes a
 checkpoint of where it stands (mid-epoch included) and results.json, and raises
@@ -15,15 +17,18 @@ from contextlib import contextmanager
 from typing import Iterator
 
 SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGUSR1", None)) if s is not None)
+# Taken only where a handler is already installed, and handed on to it after the checkpoint:
+# submitit's (Hydra's submitit launcher) requeues a job on it before its time limit.
+FORWARDED = tuple(s for s in (getattr(signal, "SIGUSR2", None),) if s is not None)
 
 
 class Interrupted(KeyboardInterrupt):
     """A run stopped by a signal after saving its state (a BaseException, like Ctrl-C's, so a
     sweep stops too instead of going on to its next job)."""
 
-    def __init__(self, signum: int, message: str):
+    def __init__(self, signum: int, message: str, forward=None):
         super().__init__(message)
-        self.signum, self.message = signum, message
+        self.signum, self.message, self.forward = signum, message, forward
 
     @property
     def exit_code(self) -> int:
@@ -38,6 +43,13 @@ class StopRequest:
 
     def __init__(self):
         self.signum: int | None = None
+        self.previous: dict[int, object] = {}
+
+    def forward(self):
+        """The handler that had the signal before the run (submitit's requeue), to call once the
+        run is checkpointed; None for the signals a run answers itself."""
+        handler = self.previous.get(self.signum) if self.signum in FORWARDED else None
+        return (lambda: handler(self.signum, None)) if callable(handler) else None
 
     @property
     def requested(self) -> bool:
@@ -65,9 +77,10 @@ def stop_on_signals() -> Iterator[StopRequest]:
             raise KeyboardInterrupt  # a second Ctrl-C: stop now
         stop.signum = signum
 
-    previous = {s: signal.signal(s, handler) for s in SIGNALS}
+    taken = SIGNALS + tuple(s for s in FORWARDED if callable(signal.getsignal(s)))
+    stop.previous = {s: signal.signal(s, handler) for s in taken}
     try:
         yield stop
     finally:
-        for s, h in previous.items():
+        for s, h in stop.previous.items():
             signal.signal(s, h)

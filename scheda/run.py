@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from scheda.callbacks import CheckpointCallback, ProgressBar
-from scheda.checkpoint import find_checkpoint_dir, load_checkpoint, load_model_weights
+from scheda.checkpoint import CHECKPOINT_RE, find_checkpoint_dir, load_checkpoint, load_model_weights
 from scheda.config import check_composed
 from scheda.data import input_size, load_dataset
 from scheda.errors import CheckpointError, ConfigError
@@ -90,6 +91,10 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     output_dir = Path(output_dir)
     log.info("run directory: %s", _shown(output_dir))
     check_composed(cfg)
+    if not cfg.resume and os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0") \
+            and any(CHECKPOINT_RE.match(p.name) for p in (output_dir / "checkpoints").glob("*.pt")):
+        cfg.resume = str(output_dir)  # a job Slurm requeued (time limit, preemption) continues where it stopped
+        log.info("requeued by Slurm (restart %s): resuming %s", os.environ["SLURM_RESTART_COUNT"], output_dir)
     if cfg.resume:
         changed = check_resume_config(cfg, cfg.resume)
         if changed:
@@ -105,6 +110,8 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         exc.message = (f"interrupted by {exc.message}; checkpoint and results.json written: "
                        f"continue with python train.py resume={_shown(output_dir)}")
         results.record_failure(exc)
+        if exc.forward is not None:  # submitit's handler: requeue the job (it exits)
+            exc.forward()
         raise
     except BaseException as exc:
         results.record_failure(exc)

@@ -152,7 +152,7 @@ class Trainer:
         for cb in self.callbacks:
             cb.on_interrupt(self)
         where = f"epoch {self.epoch + 1}, minibatch {epoch.n_batches} of {math.ceil(self.train_x.shape[0] / self.batch_size)}"
-        raise Interrupted(self.stop.signum, f"{self.stop.name} in {where}")
+        raise Interrupted(self.stop.signum, f"{self.stop.name} in {where}", forward=self.stop.forward())
 
     def end_epoch(self, epoch: "EpochState") -> dict[str, Any]:
         """Close an epoch: divergence check, metrics, history (callbacks are the caller's)."""

@@ -102,3 +102,28 @@ def test_resume_reuses_the_runs_config_and_refuses_changes(cifar_arrays, tmp_pat
     assert (tmp_path / "a" / "checkpoints").is_dir()  # the run's directory is never removed
     forced = run_train([f"resume={tmp_path / 'a'}", "schedule.nu=0.5", "force_resume=true"], cwd=tmp_path)
     assert forced.returncode == 0, forced.stderr
+
+
+def test_a_schedulers_usr2_gets_the_signal_after_the_checkpoint_and_a_requeued_job_resumes(golden, tmp_path):
+    """Under submitit, SIGUSR2 (before a time limit) is its own: it requeues the job and exits.
+    The run checkpoints first and then hands the signal on; the requeued job (Slurm sets
+    SLURM_RESTART_COUNT) resumes in its directory to the uninterrupted result."""
+    data, golden_state, _ = golden
+    run_dir, marker = tmp_path / "run", tmp_path / "requeued"
+    env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
+    env.update(OMP_NUM_THREADS="1", SCHEDA_FAULT_USR2_HANDLER=str(marker))
+    args = [f"dataset.root={data}", *ARGS, f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "reliability" / "faulty_train.py"), *args],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_for_epoch(run_dir / "train.log", proc, 3)
+    proc.send_signal(signal.SIGUSR2)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 3, stderr  # the scheduler's handler ended it
+    assert "_batch_" in marker.read_text()  # ... after the run had checkpointed where it stood
+    assert json.loads((run_dir / "results.json").read_text())["status"] == "interrupted"
+    requeued = run_train(args, cwd=tmp_path, env_extra={"SLURM_RESTART_COUNT": "1"})
+    assert requeued.returncode == 0, requeued.stderr
+    assert "requeued by Slurm (restart 1): resuming" in (run_dir / "train.log").read_text()
+    final = load_checkpoint(run_dir)
+    for key, value in golden_state["model"].items():
+        assert torch.equal(final["model"][key], value), key

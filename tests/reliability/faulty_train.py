@@ -4,6 +4,9 @@ Environment:
   SCHEDA_FAULT_EPOCH_SLEEP=S   sleep S seconds after every epoch (so a kill lands mid-run);
   SCHEDA_FAULT_HANG_WRITE=NAME while writing the checkpoint file NAME, after its bytes are in
                                the temporary file, create NAME.hanging beside it and hang.
+  SCHEDA_FAULT_USR2_HANDLER=F  a scheduler's SIGUSR2 handler, as submitit installs one: it
+                               writes the checkpoints that exist under the working directory
+                               to F, then exits with status 3 (submitit requeues and exits).
 """
 
 import os
@@ -45,6 +48,16 @@ if hang:
         return atomic_write(path, write_then_hang)
 
     scheda.checkpoint.atomic_write = hanging_write
+
+usr2 = os.environ.get("SCHEDA_FAULT_USR2_HANDLER")
+if usr2:
+    import signal
+
+    def scheduler(signum, frame):
+        Path(usr2).write_text("\n".join(sorted(p.name for p in Path.cwd().glob("**/checkpoints/*.pt"))))
+        os._exit(3)
+
+    signal.signal(signal.SIGUSR2, scheduler)
 
 sys.argv = [str(REPO / "train.py"), *sys.argv[1:]]
 runpy.run_path(str(REPO / "train.py"), run_name="__main__")
