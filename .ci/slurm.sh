@@ -124,7 +124,7 @@ start_slurm() {
   slurmdbd
   wait_for 30 slurmdbd sacctmgr -n show cluster
   sacctmgr -i add cluster scheda >/dev/null 2>&1 || true
-  slurmctld
+  slurmctld -c  # a clean start: no job of an earlier session comes back
   wait_for 30 slurmctld scontrol ping
   slurmd
   wait_for 30 "an idle node" sh -c 'sinfo -h -o %T | grep -q idle'

@@ -295,6 +295,7 @@ class ReproduceConfig:
     launcher: str = "basic"
     n_jobs: int = 1
     launcher_overrides: List[str] = field(default_factory=list)
+    scheduler_wait_min: float = 30.0
     stages: List[str] = field(default_factory=lambda: ["da", "select", "continue", "control", "finetune", "report"])
 
 

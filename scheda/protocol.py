@@ -441,12 +441,97 @@ def run_stage(cfg: DictConfig, out_dir: Path, stage: str, jobs: list[JobSpec]) -
         command = stage_command(cfg, jobs_dir, stage_dir, todo)
         log.info("running: %s", " ".join(command))
         submitted = time.time()
-        code = subprocess.call(command)  # in the user's directory: relative overrides keep their meaning
+        _forget_scheduler_states(stage_dir, todo)  # this submission's word replaces the last one's
+        stage = subprocess.Popen(command)  # in the user's directory: relative overrides keep their meaning
+        watch = NodeWatch(stage_dir, todo, submitted, 60 * cfg.scheduler_wait_min) \
+            if cfg.launcher == "submitit_slurm" else None
+        while stage.poll() is None:
+            try:
+                stage.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                if watch is not None and watch.gave_up():
+                    _stop(stage)
+        code = stage.returncode
         if code != 0:
             log.warning("stage %s: some jobs failed (exit %d); the report lists them", stage, code)
         if cfg.launcher == "submitit_slurm":
             record_scheduler_states(stage_dir, todo, submitted)
     return {"skipped": len(jobs) - len(todo), "run": len(todo)}
+
+
+NODE_GONE = ("down", "drain", "fail", "maint", "unknown", "future")  # sinfo states no job starts on
+
+
+class NodeWatch:
+    """Submitit waits on a job for ever; a job whose partition has no node left that can run it
+    (a node went down, was drained) would hold the whole protocol. When every pending job of
+    this submission has waited ``bound`` seconds with no such node, they are cancelled and
+    recorded in ``scheduler.json`` as failed with the reason, so the stage ends and the report
+    and the exit status say so."""
+
+    def __init__(self, stage_dir: Path, names: list[str], since: float, bound: float):
+        self.stage_dir, self.names, self.since, self.bound = stage_dir, names, since, bound
+        self.stuck_since: float | None = None
+
+    def _pending(self) -> list[tuple[str, str]]:
+        arrays = {p.name.split("_")[0] for p in (self.stage_dir / ".submitit").glob("*_*")
+                  if p.is_dir() and p.stat().st_mtime >= self.since - 1} if (self.stage_dir / ".submitit").is_dir() else set()
+        if not arrays:
+            return []
+        out = _quiet(["squeue", "-h", "-r", "-t", "PENDING", "-j", ",".join(sorted(arrays)), "-o", "%i|%P"])
+        return [tuple(line.split("|", 1)) for line in out.splitlines() if "|" in line]
+
+    def gave_up(self) -> bool:
+        pending = self._pending()
+        partitions = {p.rstrip("*") for _, p in pending}
+        no_node = bool(pending) and all(
+            all(state.rstrip("*~#$@+").lower().startswith(NODE_GONE)
+                for state in _quiet(["sinfo", "-h", "-p", p, "-o", "%T"]).split()) for p in partitions)
+        if not no_node:
+            self.stuck_since = None
+            return False
+        self.stuck_since = self.stuck_since or time.time()
+        if time.time() - self.stuck_since < self.bound:
+            return False
+        minutes = (time.time() - self.stuck_since) / 60
+        log.error("no node of partition %s can run %d pending jobs (waited %.1f min, scheduler_wait_min): "
+                  "cancelling them", ",".join(sorted(partitions)), len(pending), minutes)
+        path = self.stage_dir / "scheduler.json"
+        states = json.loads(path.read_text()) if path.exists() else {}
+        for job_id, partition in pending:
+            array, _, index = job_id.partition("_")
+            if index.isdigit() and int(index) < len(self.names):
+                states[self.names[int(index)]] = (f"Slurm job {job_id}: no node of partition {partition} could run it "
+                                                  f"for {minutes:.1f} min (down or drained): cancelled")
+            _quiet(["scancel", job_id])
+        atomic_write_json(path, states)
+        return True
+
+
+def _forget_scheduler_states(stage_dir: Path, names: list[str]) -> None:
+    path = stage_dir / "scheduler.json"
+    if path.exists():
+        states = json.loads(path.read_text())
+        atomic_write_json(path, {k: v for k, v in states.items() if k not in names})
+
+
+def _quiet(command: list[str]) -> str:
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def _stop(stage: subprocess.Popen) -> None:
+    """Let the launcher notice the cancelled jobs and end; stop it if it does not."""
+    try:
+        stage.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        stage.terminate()
+        try:
+            stage.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            stage.kill()
 
 
 def record_scheduler_states(stage_dir: Path, names: list[str], since: float) -> None:
@@ -472,10 +557,15 @@ def record_scheduler_states(stage_dir: Path, names: list[str], since: float) -> 
                                  capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
         except (OSError, subprocess.TimeoutExpired):
             out = []
-        if out:
+        if out and name not in states:
             state, exit_code, reason = (out[0].split("|") + ["", ""])[:3]
             states[name] = (f"Slurm job {task.name}: {state} (exit {exit_code}"
                             f"{', ' + reason if reason and reason != 'None' else ''})")
+            if state.split()[0] in ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"):
+                # The launcher stopped waiting for it (a node failed under it, say): nobody would
+                # collect it, and a retry must not run beside it.
+                _quiet(["scancel", task.name])
+                states[name] += ": cancelled, the launcher had stopped waiting for it"
     atomic_write_json(path, states)
 
 

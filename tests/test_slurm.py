@@ -106,3 +106,49 @@ def test_a_cancelled_job_is_reported_and_the_command_fails(cifar_arrays, tmp_pat
     # Slurm's own word, whether the job was stopped in its training (it then also checkpoints) or
     # before it could write results.json.
     assert len(cancelled) == 1 and f"Slurm job {job_id}: CANCELLED" in cancelled[0], cancelled
+
+
+def _node() -> str:
+    return subprocess.run(["sinfo", "-h", "-o", "%N"], capture_output=True, text=True).stdout.split()[0]
+
+
+def _left_in_queue(stage_dir: Path) -> str:
+    arrays = sorted({p.name.split("_")[0] for p in (stage_dir / ".submitit").glob("*_*") if p.is_dir()})
+    return subprocess.run(["squeue", "-h", "-j", ",".join(arrays)], capture_output=True, text=True).stdout.strip()
+
+
+def _wait_running(proc, timeout=120):
+    deadline = time.time() + timeout
+    while not subprocess.run(["squeue", "-h", "-t", "RUNNING"], capture_output=True, text=True).stdout.strip():
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert time.time() < deadline, "no job started"
+        time.sleep(0.5)
+
+
+def test_jobs_whose_node_went_down_are_reported_and_none_is_left_behind(cifar_arrays, tmp_path):
+    proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=6000", "scale.da.eval_every=3000", "table.raw=false",
+                      "scale.finetune=null", wait=False)
+    try:
+        _wait_running(proc)
+        subprocess.run(["scontrol", "update", f"nodename={_node()}", "state=down", "reason=scheda-test"], check=True)
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={_node()}", "state=resume"], capture_output=True)
+    assert proc.returncode == 1
+    line = stderr.strip().splitlines()[-1]  # both DAs ran on the one node: nothing to continue from
+    assert line.startswith("error: no DA of stage 1 completed") and "Slurm job" in line
+    assert "the launcher had stopped waiting for it" in (tmp_path / "runs" / "da" / "scheduler.json").read_text()
+    assert not _left_in_queue(tmp_path / "runs" / "da")  # no orphan job
+
+
+def test_jobs_no_node_can_run_are_not_waited_on_for_ever(cifar_arrays, tmp_path):
+    subprocess.run(["scontrol", "update", f"nodename={_node()}", "state=drain", "reason=scheda-test"], check=True)
+    try:
+        proc = _reproduce(tmp_path, cifar_arrays, "table.raw=false", "scale.finetune=null", "scheduler_wait_min=0.2")
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={_node()}", "state=resume"], capture_output=True)
+    assert proc.returncode == 1
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: no DA of stage 1 completed") and "no node of partition debug could run it" in line
+    assert "(waited" in proc.stdout + proc.stderr
+    assert not _left_in_queue(tmp_path / "runs" / "da")
