@@ -237,7 +237,20 @@ def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch
     assert protocol.job_state(tmp_path / "da" / done.name, done) == "done"
     assert protocol.job_state(tmp_path / "da" / killed.name, killed) == "resume"
     launched = []
-    monkeypatch.setattr(protocol.subprocess, "call", lambda command, **kw: launched.append(command) or 0)
+
+    class Launched:  # the stage's multirun, recorded instead of run
+        returncode = 0
+
+        def __init__(self, command, **kw):
+            launched.append(command)
+
+        def poll(self):
+            return 0
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(protocol.subprocess, "Popen", Launched)
     counts = protocol.run_stage(cfg, tmp_path, "da", list(jobs.values()))
     assert counts == {"skipped": 1, "run": 1}
     assert f"+protocol_job={killed.name}" in launched[0]
