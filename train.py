@@ -14,6 +14,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from scheda.config import register_configs
+from scheda.devices import claim_gpu
 from scheda.errors import ConfigError, SchedaError
 from scheda.resume import resume_argv
 
@@ -25,10 +26,13 @@ FRESH_RUN_FILES = {".hydra", "train.log", "results.json"}  # all a run that fail
 def main(cfg: DictConfig) -> float | None:
     """Returns the final validation error (for sweepers). A user's error prints as one line;
     in a multirun it fails only its own job. An interrupt exits with 128 + the signal."""
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.MULTIRUN and "joblib" in str(hydra_cfg.launcher.get("_target_", "")).lower():
+        claim_gpu()  # before anything starts CUDA: one GPU per local parallel job
+
     from scheda.interrupt import Interrupted
     from scheda.run import run
 
-    hydra_cfg = HydraConfig.get()
     output_dir = Path(hydra_cfg.runtime.output_dir)
     try:
         summary = run(cfg, output_dir)

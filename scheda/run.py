@@ -196,7 +196,8 @@ class Job:
         optimizer = build_optimizer(cfg.optim, model.parameters())
         start_epoch = int(self.init_state["epoch"]) if self.init_state is not None else 0
         generator = torch.Generator(device=device).manual_seed(train_seed(cfg.seed, start_epoch, cfg.train_seed))
-        self.results.data.update(schedule=self.schedule.describe(), device=str(device))
+        self.results.data.update(schedule=self.schedule.describe(), device=str(device),
+                                 cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
         if cfg.logger.name == "tensorboard":
             self.tensorboard = TensorBoardLogger(self.output_dir / cfg.logger.log_dir, hparams(cfg, self.schedule),
                                                  data.image_shape, cfg.logger.n_filters,

@@ -1,6 +1,7 @@
 """The users' command, ``python train.py ...``, end to end on tiny fixture data."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -134,3 +135,40 @@ def test_help_and_completion_list_only_real_options(tmp_path):
     completion = subprocess.run([sys.executable, str(REPO / "train.py"), "-sc", "query=bash"], cwd=tmp_path, env=env,
                                 capture_output=True, text=True, timeout=120).stdout.split()
     assert completion == ["model=composite", "model=da", "model=raw"]
+
+
+def test_local_parallel_jobs_each_get_their_own_gpu(cifar_arrays, tmp_path):
+    """hydra/launcher=joblib with two GPUs visible: each worker pins itself to one, so two jobs
+    at once never share a GPU (checked on the CPU by what each job sees)."""
+    sweep = tmp_path / "sweep"
+    proc = run_train(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"dataset.root={cifar_arrays}", *TINY,
+                      "schedule=constant", "schedule.epochs=1", "schedule.nu=0.1,0.2,0.3,0.4", "evaluate.enabled=false",
+                      "logger=none", f"hydra.sweep.dir={sweep}"], cwd=tmp_path,
+                     env_extra={"CUDA_VISIBLE_DEVICES": "0,1", "TMPDIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = [json.loads((sweep / str(k) / "results.json").read_text())["cuda_visible_devices"] for k in range(4)]
+    assert set(seen) == {"0", "1"}, seen  # one GPU each, both used
+
+
+def _claim_and_hold(lock_dir, results):
+    import time
+
+    from scheda.devices import claim_gpu
+
+    results.put(claim_gpu(Path(lock_dir)))
+    time.sleep(5)  # hold the lock while the others try
+
+
+def test_claiming_gpus_gives_each_holder_its_own(tmp_path, monkeypatch):
+    import multiprocessing
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    holders = [context.Process(target=_claim_and_hold, args=(str(tmp_path), results)) for _ in range(3)]
+    for p in holders:
+        p.start()
+    claimed = [results.get(timeout=60) for _ in holders]
+    for p in holders:
+        p.join(timeout=60)
+    assert sorted(claimed, key=str) == ["3", "5", None]  # a third process finds both taken
