@@ -17,6 +17,15 @@ from typing import Any, Callable, IO
 from scheda.errors import CheckpointError
 
 
+def shown_path(path: str | Path) -> str:
+    """``path`` as the user would type it here: relative to the working directory when inside it
+    (what a report or a message names; never another machine's absolute path)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

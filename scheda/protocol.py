@@ -35,6 +35,7 @@ from typing import Any, Iterable
 from omegaconf import DictConfig, OmegaConf
 
 from scheda.checkpoint import CHECKPOINT_RE, checkpoint_name
+from scheda.config import flatten
 from scheda.errors import ConfigError, SchedaError
 from scheda.io import atomic_write, atomic_write_json
 from scheda.schedule import level_count
@@ -95,17 +96,11 @@ def check_scale_unchanged(scale: DictConfig, out_dir: Path) -> None:
         atomic_write(path, lambda f: f.write(OmegaConf.to_yaml(OmegaConf.create(now)).encode()))
         return
     saved = OmegaConf.to_container(OmegaConf.load(path))
-    flat_saved, flat_now = _flatten(saved), _flatten(now)
+    flat_saved, flat_now = flatten(saved), flatten(now)
     for key in sorted(set(flat_saved) | set(flat_now)):
         if flat_saved.get(key) != flat_now.get(key):
             raise ConfigError(f"{out_dir} holds the runs of scale.{key}={flat_saved.get(key)}; this invocation says "
                               f"scale.{key}={flat_now.get(key)}: give another out_dir=... (or delete that directory)")
-
-
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict):
-        return {k: v for key, value in node.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
-    return {prefix.rstrip("."): node}
 
 
 # --- stage 1 -----------------------------------------------------------------------------
@@ -496,23 +491,27 @@ class NodeWatch:
         minutes = (time.time() - self.stuck_since) / 60
         log.error("no node of partition %s can run %d pending jobs (waited %.1f min, scheduler_wait_min): "
                   "cancelling them", ",".join(sorted(partitions)), len(pending), minutes)
-        path = self.stage_dir / "scheduler.json"
-        states = json.loads(path.read_text()) if path.exists() else {}
+        states = scheduler_states(self.stage_dir)
         for job_id, partition in pending:
             array, _, index = job_id.partition("_")
             if index.isdigit() and int(index) < len(self.names):
                 states[self.names[int(index)]] = (f"Slurm job {job_id}: no node of partition {partition} could run it "
                                                   f"for {minutes:.1f} min (down or drained): cancelled")
             _quiet(["scancel", job_id])
-        atomic_write_json(path, states)
+        atomic_write_json(self.stage_dir / "scheduler.json", states)
         return True
 
 
-def _forget_scheduler_states(stage_dir: Path, names: list[str]) -> None:
+def scheduler_states(stage_dir: Path) -> dict[str, str]:
+    """What the scheduler said of the stage's jobs that did not finish (``<stage>/scheduler.json``)."""
     path = stage_dir / "scheduler.json"
-    if path.exists():
-        states = json.loads(path.read_text())
-        atomic_write_json(path, {k: v for k, v in states.items() if k not in names})
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _forget_scheduler_states(stage_dir: Path, names: list[str]) -> None:
+    states = scheduler_states(stage_dir)
+    if states:
+        atomic_write_json(stage_dir / "scheduler.json", {k: v for k, v in states.items() if k not in names})
 
 
 def _quiet(command: list[str]) -> str:
@@ -541,8 +540,7 @@ def record_scheduler_states(stage_dir: Path, names: list[str], since: float) -> 
     number is the task index of the submitit job array (``.submitit/<array>_<index>``)."""
     folder = stage_dir / ".submitit"
     tasks = [p for p in folder.glob("*_*") if p.is_dir() and p.stat().st_mtime >= since - 1] if folder.is_dir() else []
-    path = stage_dir / "scheduler.json"
-    states = json.loads(path.read_text()) if path.exists() else {}
+    states = scheduler_states(stage_dir)
     for task in tasks:
         array, _, index = task.name.partition("_")
         if not (index.isdigit() and int(index) < len(names)):
@@ -566,14 +564,12 @@ def record_scheduler_states(stage_dir: Path, names: list[str], since: float) -> 
                 # collect it, and a retry must not run beside it.
                 _quiet(["scancel", task.name])
                 states[name] += ": cancelled, the launcher had stopped waiting for it"
-    atomic_write_json(path, states)
+    atomic_write_json(stage_dir / "scheduler.json", states)
 
 
 def job_statuses(jobs: list[JobSpec], out_dir: Path) -> list[dict[str, Any]]:
-    rows, scheduler = [], {}
-    for stage in {job.stage for job in jobs}:
-        path = out_dir / stage / "scheduler.json"
-        scheduler[stage] = json.loads(path.read_text()) if path.exists() else {}
+    rows = []
+    scheduler = {stage: scheduler_states(out_dir / stage) for stage in {job.stage for job in jobs}}
     for job in jobs:
         results = read_results(out_dir / job.stage / job.name) or {}
         status, error = results.get("status", "not run"), results.get("error")

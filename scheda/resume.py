@@ -56,20 +56,12 @@ def resume_argv(argv: list[str]) -> list[str]:
     return [argv[0], *saved, *args, *extra]
 
 
-def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict):
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            out.update(_flat(value, f"{prefix}{key}."))
-        return out
-    return {prefix.rstrip("."): node}
-
-
 def check_resume_config(cfg: Any, resume: str | Path) -> list[str]:
     """The differences between ``cfg`` and the config the resumed run was started with; a
     ConfigError when one of them alters training and ``force_resume`` is not set."""
     from omegaconf import OmegaConf
 
+    from scheda.config import flatten
     from scheda.errors import ConfigError
 
     path = Path(resume).expanduser()
@@ -77,8 +69,8 @@ def check_resume_config(cfg: Any, resume: str | Path) -> list[str]:
              for name in (".hydra/config.yaml", "config.yaml") if (c / name).is_file()]
     if not found:
         return []
-    saved = _flat(OmegaConf.to_container(OmegaConf.load(found[0]), resolve=True))
-    now = _flat(OmegaConf.to_container(cfg, resolve=True))
+    saved = flatten(OmegaConf.to_container(OmegaConf.load(found[0]), resolve=True))
+    now = flatten(OmegaConf.to_container(cfg, resolve=True))
     changed = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
     altering = [k for k in changed if not k.startswith(MAY_CHANGE)]
     if altering and not cfg.get("force_resume"):

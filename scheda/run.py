@@ -28,7 +28,7 @@ from scheda.model import build_model
 from scheda.noise import build_noise
 from scheda.optim import build_optimizer
 from scheda.interrupt import Interrupted, stop_on_signals
-from scheda.io import atomic_write
+from scheda.io import atomic_write, shown_path
 from scheda.results import RunResults
 from scheda.resume import check_resume_config
 from scheda.schedule import build_schedule, check_nu
@@ -89,7 +89,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     results.json saying how (status failed / diverged / interrupted, and the error), so a
     sweep's selection can skip it."""
     output_dir = Path(output_dir)
-    log.info("run directory: %s", _shown(output_dir))
+    log.info("run directory: %s", shown_path(output_dir))
     check_composed(cfg)
     if not cfg.resume and os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0") \
             and any(CHECKPOINT_RE.match(p.name) for p in (output_dir / "checkpoints").glob("*.pt")):
@@ -108,7 +108,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
         return summary
     except Interrupted as exc:
         exc.message = (f"interrupted by {exc.message}; checkpoint and results.json written: "
-                       f"continue with python train.py resume={_shown(output_dir)}")
+                       f"continue with python train.py resume={shown_path(output_dir)}")
         results.record_failure(exc)
         if exc.forward is not None:  # submitit's handler: requeue the job (it exits)
             exc.forward()
@@ -120,7 +120,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
 
 def log_summary(summary: dict[str, Any], output_dir: Path) -> None:
     """What a finished run gives and where everything is, on one screen."""
-    shown = _shown(output_dir)
+    shown = shown_path(output_dir)
     lines = [f"done in {summary.get('seconds', 0) / 60:.1f} min ({summary.get('epochs', 0)} epochs)"]
     models = summary.get("models")
     for entry in models or [summary]:
@@ -142,14 +142,6 @@ def log_summary(summary: dict[str, Any], output_dir: Path) -> None:
         lines.append(f"  curves: tensorboard --logdir {shown}")
     for line in lines:
         log.info(line)
-
-
-def _shown(path: Path) -> str:
-    """``path`` as the user would type it here: relative to the working directory if inside it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 class Job:

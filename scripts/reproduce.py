@@ -12,7 +12,6 @@ checkpoints. ``stages=[report]`` rewrites the report from the runs on disk.
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 import subprocess
 import sys
@@ -29,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scheda import protocol  # noqa: E402
 from scheda.config import register_configs  # noqa: E402
 from scheda.errors import ConfigError, SchedaError  # noqa: E402
-from scheda.io import atomic_write_json  # noqa: E402
+from scheda.io import atomic_write_json, shown_path  # noqa: E402
 from scheda.report import write_report  # noqa: E402
 
 log = logging.getLogger("reproduce")
@@ -73,7 +72,7 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path:
     invocations = protocol.record_invocation(out_dir, started, cfg.table.name,
                                              ran_jobs=any(c["run"] for c in counts))
     info = {"device": describe_device(statuses), "invocations": invocations,
-            "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": relative_to_cwd(out_dir),
+            "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": shown_path(out_dir),
             "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
     path = Path(cfg.report_dir) / f"{cfg.table.name}_{cfg.scale.name}.md"
     if "report" in cfg.stages:
@@ -88,11 +87,6 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path:
         raise SchedaError(f"{len(unfinished)} job{'s' if len(unfinished) > 1 else ''} did not finish: {listed}{more}; "
                           f"the report lists them; rerun to retry them (finished jobs are kept): {retry}")
     return path
-
-
-def relative_to_cwd(path: Path) -> str:
-    """A report names paths as the user would type them where they ran the command."""
-    return os.path.relpath(path, Path.cwd())
 
 
 def describe_device(statuses: list[dict]) -> str:
