@@ -1,9 +1,5 @@
-"""Callbacks the trainer calls at epoch, stage and minibatch boundaries.
-
-The schedule itself is a callback (:class:`ScheduleCallback`): it sets nu for each epoch (or
-draws it for each minibatch) and records every switch, so that evaluation can later run
-"after the last epoch at each level of noise".
-"""
+"""Callbacks the trainer calls at epoch, stage and interrupt boundaries: checkpoints, the
+progress bar (and, in their own modules, evaluation and TensorBoard)."""
 
 from __future__ import annotations
 
@@ -11,11 +7,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
 from tqdm import tqdm
 
 from scheda.checkpoint import checkpoint_name, save_checkpoint
-from scheda.schedule import NoiseSchedule
 
 if TYPE_CHECKING:
     from scheda.trainer import Trainer
@@ -44,34 +38,6 @@ class Callback:
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-
-class ScheduleCallback(Callback):
-    """Sets ``trainer.nu`` per epoch, draws nu per minibatch for random schedules, and records
-    each switch as ``{"epoch": e, "nu": nu}``: after ``e`` completed epochs nu became ``nu``."""
-
-    def __init__(self, schedule: NoiseSchedule):
-        self.schedule = schedule
-        self.switches: list[dict[str, Any]] = []
-
-    @property
-    def per_minibatch(self) -> bool:
-        return self.schedule.per_minibatch
-
-    def on_epoch_start(self, trainer: "Trainer") -> float | None:
-        nu = self.schedule.nu_at(trainer.epoch)
-        if not self.switches or self.switches[-1]["nu"] != nu:
-            self.switches.append({"epoch": trainer.epoch, "nu": nu})
-        return nu
-
-    def batch_nu(self, generator: torch.Generator, device: torch.device) -> torch.Tensor:
-        return self.schedule.draw(generator, device)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"switches": list(self.switches)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.switches = list(state.get("switches", []))
 
 
 class CheckpointCallback(Callback):

@@ -84,3 +84,24 @@ def load_model_weights(model: torch.nn.Module, state: dict[str, Any]) -> None:
                 f"{tuple(own[key].shape)}: set model.hidden (and the dataset) to match the checkpoint"
             )
     model.load_state_dict(theirs)
+
+
+def load_run_model(path: str | Path, device: str | torch.device = "cpu"):
+    """The config, trained model and checkpoint state of a run (a run directory or one of its
+    checkpoints): what the analysis scripts and the protocol read."""
+    from omegaconf import OmegaConf
+
+    from scheda.data import input_size
+    from scheda.model import build_model
+
+    state = load_checkpoint(path)
+    run_dir = Path(state["path"]).parent.parent
+    config_file = run_dir / ".hydra" / "config.yaml"
+    if not config_file.exists():  # a model of a fused sweep keeps its own config.yaml
+        config_file = run_dir / "config.yaml"
+    if not config_file.exists():
+        raise CheckpointError(f"{run_dir}/.hydra/config.yaml is missing: pass a checkpoint inside a scheda run directory")
+    cfg = OmegaConf.load(config_file)
+    model = build_model(cfg.model, input_size(cfg.dataset))
+    load_model_weights(model, state)
+    return cfg, model.to(device), state

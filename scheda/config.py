@@ -1,221 +1,129 @@
-"""Typed configuration schemas, registered in Hydra's ConfigStore.
+"""The config layer: one registry of config groups, the run's top-level schema, and the checks
+that Hydra's composition lets through.
 
-Each YAML file in ``configs/<group>/`` extends one of these schemas (``defaults: [/base_X@_here_]``),
-so a misspelt key or a value of the wrong type fails when Hydra composes the config, before
-any work. Domain checks (``nu`` in [0, 1), ``lr`` > 0, ...) live beside the code that uses
-each value, in the ``build_*`` functions, and raise :class:`scheda.errors.ConfigError`.
+Each component's module owns its schema: a dataclass beside the code that uses it, registered
+in its group with :func:`register` (``@register("schedule")``). The registry puts it in Hydra's
+ConfigStore as ``<group>/<name>``, so ``schedule=constant`` selects it, a misspelt key or a
+value of the wrong type fails when Hydra composes, and ``configs/`` holds only presets that
+differ from a schema (``schedule/decreasing_0.7.yaml``) and experiment data. :func:`typed`
+turns a group's composed (or saved) config into its schema object, after the schema's own
+``check()``; builders receive that object. An unknown name's error lists the group's names.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, ClassVar, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from scheda.errors import ConfigError
+
+# The modules whose schemas make up a training run's groups (imported by register_configs).
+COMPONENT_MODULES = ("scheda.data.cifar10", "scheda.data.amazon", "scheda.model", "scheda.noise", "scheda.schedule",
+                     "scheda.optim", "scheda.trainer", "scheda.loggers", "scheda.evaluate", "scheda.classifiers",
+                     "scheda.finetune")
+GROUPS: dict[str, dict[str, type]] = {}
+# Hydra's search path for configs/: the package ``scheda.configs`` (pyproject maps it to the
+# checkout's configs/ folder, so an editable and a regular install read the same files).
+CONFIGS = "pkg://scheda.configs"
+DEFAULT = "default"  # the option name of a group with one schema and no ``name`` key (trainer, evaluate)
 
 
-# --- dataset ---------------------------------------------------------------------------
-@dataclass
-class Cifar10Config:
-    name: str = "cifar10"
-    root: str = MISSING
-    download: bool = False
-    val_size: int = 5000
-    split_seed: int = 0
-    train_limit: Optional[int] = None
+class Component:
+    """Base of every registered schema: where its values live (``group``), one idiom for its
+    checks (``check`` raising :meth:`invalid`), and mapping-style reads for code that takes
+    a config or a plain dict."""
+
+    group: ClassVar[str] = ""
+
+    def check(self) -> None:
+        """Refuse values the types let through (ranges, combinations); raise ``self.invalid``."""
+
+    def invalid(self, key: str, rule: str) -> ConfigError:
+        """``<group>.<key>=<value> <rule>``: the one shape of a config error."""
+        value = getattr(self, key.split("[")[0].split(".")[0], None) if key else None
+        shown = f"{self.group}.{key}={value!r}" if key else self.group
+        return ConfigError(f"{shown} {rule}")
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key, default)
 
 
-@dataclass
-class AmazonConfig:
-    name: str = "amazon"
-    root: str = MISSING
-    release: str = "auto"
-    domains: Optional[List[str]] = None
-    use_unlabeled: bool = True
-    vocab_size: int = 3000
-    train_size: Any = 0.6
-    val_size: Any = 0.2
-    test_size: Any = 0.2
-    unlabeled_size: Optional[int] = None
-    split_seed: int = 0
+def register(group: str):
+    """Class decorator: the schema joins ``group`` under its ``name`` default (or ``default``)."""
+
+    def add(cls: type) -> type:
+        cls.group = group
+        name = getattr(cls, "name", DEFAULT)
+        GROUPS.setdefault(group, {})[name] = cls
+        return cls
+
+    return add
 
 
-# --- model -----------------------------------------------------------------------------
-@dataclass
-class DAConfig:
-    name: str = "da"
-    hidden: int = 1000
-    activation: str = "sigmoid"
-    loss: str = "cross_entropy"
-    init_scale: float = 4.0
-    encoder_bias_init: float = 0.0
-    decoder_bias_init: float = 0.0
+def options(group: str) -> list[str]:
+    load_components()
+    return list(GROUPS.get(group, {}))
 
 
-@dataclass
-class CompositeConfig(DAConfig):
-    name: str = "composite"
-    group_nus: List[Optional[float]] = field(default_factory=lambda: [0.7, 0.1])
-    update: str = "alternating"
+def schema_of(group: str, node: Any) -> type:
+    """The registered schema a group's config names (``name``), or a one-line error listing the known names."""
+    load_components()
+    schemas = GROUPS[group]
+    name = node.get("name", DEFAULT) if node is not None else None
+    if name not in schemas:
+        raise ConfigError(f"{group}.name={name!r} is unknown: use one of {', '.join(schemas)}")
+    return schemas[name]
 
 
-@dataclass
-class RawConfig:
-    """No model: evaluate the raw inputs (the paper's baseline)."""
-
-    name: str = "raw"
-
-
-# --- noise -----------------------------------------------------------------------------
-@dataclass
-class NoiseConfig:
-    name: str = "masking"
-
-
-# --- schedule --------------------------------------------------------------------------
-@dataclass
-class ConstantScheduleConfig:
-    name: str = "constant"
-    nu: float = 0.3
-    epochs: int = 100
+def typed(group: str, node: Any) -> Any:
+    """A group's config (composed, loaded from a run's config.yaml, or a plain dict) as its
+    checked schema object; an object already typed is checked again and returned."""
+    if isinstance(node, Component):
+        node.check()
+        return node
+    cls = schema_of(group, node)
+    data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    try:
+        obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), data))
+    except Exception as exc:  # noqa: BLE001 - OmegaConf's validation errors, as the user's error
+        raise ConfigError(f"{group}: {str(exc).splitlines()[0]}") from None
+    obj.check()
+    return obj
 
 
-@dataclass
-class StepScheduleConfig:
-    """``decreasing``/``increasing``: nu0 for initial_epochs, then nu0 -/+ t*delta_nu for K epochs each."""
-
-    name: str = "decreasing"
-    nu0: float = 0.7
-    delta_nu: float = 0.1
-    K: int = 50
-    initial_epochs: int = 100
-    steps: Optional[int] = None
-    nu_final: Optional[float] = None
+_loaded = False
 
 
-@dataclass
-class StageConfig:
-    nu: float = MISSING
-    epochs: int = MISSING
+def load_components() -> None:
+    """Import every component module once, so that each registers its schemas."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for module in COMPONENT_MODULES:
+            importlib.import_module(module)
 
 
-@dataclass
-class StagesScheduleConfig:
-    name: str = "stages"
-    stages: List[StageConfig] = field(default_factory=list)
-
-
-@dataclass
-class RandomUniformScheduleConfig:
-    name: str = "random_uniform"
-    low: float = 0.1
-    high: float = 0.7
-    epochs: int = 100
-
-
-@dataclass
-class RandomDiscreteScheduleConfig:
-    name: str = "random_discrete"
-    values: List[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
-    epochs: int = 100
-
-
-# --- optimisation and trainer ----------------------------------------------------------
-@dataclass
-class OptimConfig:
-    name: str = "sgd"
-    lr: float = 0.01
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-
-
-@dataclass
-class ParallelConfig:
-    """Train the product of these variations of the run in one process (batched matmuls)."""
-
-    nu: List[float] = field(default_factory=list)
-    lr: List[float] = field(default_factory=list)
-    seed: List[int] = field(default_factory=list)
-
-
-@dataclass
-class TrainerConfig:
-    device: str = "auto"
-    batch_size: int = 20
-    max_epochs: Optional[int] = None
-    checkpoint_every: int = 50
-    num_threads: Optional[int] = None
-    progress_bar: bool = True
-    fused: bool = True
-    precision: str = "fp32"
-    parallel: "ParallelConfig" = field(default_factory=lambda: ParallelConfig())
-
-
-# --- logger ----------------------------------------------------------------------------
-@dataclass
-class LoggerConfig:
-    name: str = "tensorboard"
-    log_dir: str = "tensorboard"
-    n_filters: int = 100
-
-
-# --- evaluation ------------------------------------------------------------------------
-@dataclass
-class EvaluateConfig:
-    enabled: bool = True
-    every: int = 0
-    at_stage_ends: bool = True
-    at_end: bool = True
-    c_log2_min: float = -10.0
-    c_log2_max: float = 6.0
-    c_log2_step: float = 1.0
-    chunk_size: int = 8192
-
-
-@dataclass
-class LiblinearConfig:
-    name: str = "liblinear"
-    eps: float = 0.0001
-    warm_start: bool = True
-
-
-@dataclass
-class TorchLRConfig:
-    name: str = "torch_lr"
-    eps: float = 0.0001
-    max_newton: int = 100
-    max_cg: int = 200
-    dtype: str = "float32"
-    warm_start: bool = True
-
-
-# --- fine-tuning -----------------------------------------------------------------------
-@dataclass
-class FinetuneConfig:
-    enabled: bool = False
-    standalone: bool = False
-    lrs: List[float] = field(default_factory=lambda: [0.00125 * 2.0 ** -k for k in range(5)])
-    max_epochs: int = 2000
-    patience: Optional[int] = None
-    batch_size: int = 20
-    momentum: float = 0.0
-    init_output: str = "classifier"
-
-
-# --- top level -------------------------------------------------------------------------
+# --- the run's top level ------------------------------------------------------------------
 @dataclass
 class TrainConfig:
     dataset: Any = MISSING
     model: Any = MISSING
-    noise: NoiseConfig = field(default_factory=NoiseConfig)
+    noise: Any = MISSING
     schedule: Any = MISSING
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    optim: Any = MISSING
+    trainer: Any = MISSING
+    logger: Any = MISSING
+    evaluate: Any = MISSING
     classifier: Any = MISSING
-    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    finetune: Any = MISSING
     seed: int = 0
     train_seed: Optional[int] = None
     resume: Optional[str] = None
@@ -226,106 +134,18 @@ class TrainConfig:
     requires: List[str] = field(default_factory=list)
 
 
-# --- the paper's protocol (scripts/reproduce.py) ----------------------------------------
-@dataclass
-class DAGridConfig:
-    """Stage 1: one DA per (nu, lr), each evaluated every ``eval_every`` epochs (checkpointed
-    there too, so a ScheDA can continue from the selected epoch)."""
-
-    nu: List[float] = field(default_factory=list)
-    lr: List[float] = field(default_factory=list)
-    epochs: int = 2000
-    eval_every: int = 100
-    fused: bool = False
-
-
-@dataclass
-class StepGridConfig:
-    """Stage 3: decreasing (ScheDA) or increasing schedules continued from the best DA(nu0)."""
-
-    nu0: List[float] = field(default_factory=list)
-    delta_nu: List[float] = field(default_factory=list)
-    K: List[int] = field(default_factory=list)
-    nu_final: float = 0.05
-    lr: float = 0.01
-
-
-@dataclass
-class RandomNuConfig:
-    """Stage 3 of table=random_nu: nu drawn per minibatch, trained from scratch at every lr of
-    the DA grid (``da.lr``), the best chosen on validation like the DA's."""
-
-    hidden: Optional[int] = None
-    epochs: int = 2000
-    low: float = 0.1
-    high: float = 0.7
-    values: List[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
-
-
-@dataclass
-class ScaleConfig:
-    name: str = MISSING
-    description: str = MISSING
-    hidden: List[int] = field(default_factory=list)
-    da: DAGridConfig = field(default_factory=DAGridConfig)
-    scheda: StepGridConfig = field(default_factory=StepGridConfig)
-    increasing: StepGridConfig = field(default_factory=StepGridConfig)
-    random_nu: RandomNuConfig = field(default_factory=RandomNuConfig)
-    control: bool = False
-    finetune: Optional[str] = None
-    train: List[str] = field(default_factory=list)
-
-
-@dataclass
-class TableConfig:
-    name: str = MISSING
-    title: str = MISSING
-    continuations: List[str] = field(default_factory=list)
-    raw: bool = True
-    paper: Any = field(default_factory=dict)
-
-
-@dataclass
-class ReproduceConfig:
-    table: TableConfig = MISSING
-    scale: ScaleConfig = MISSING
-    out_dir: str = MISSING
-    report_dir: str = "outputs/reports"
-    overrides: List[str] = field(default_factory=list)
-    launcher: str = "basic"
-    n_jobs: int = 1
-    launcher_overrides: List[str] = field(default_factory=list)
-    scheduler_wait_min: float = 30.0
-    stages: List[str] = field(default_factory=lambda: ["da", "select", "continue", "control", "finetune", "report"])
-
-
 def register_configs() -> None:
-    """Put the schemas in the ConfigStore; the YAML files in ``configs/`` extend them
-    (``defaults: [/base_da@_here_]``). They are stored at the top level, not in their groups,
-    so that ``--help`` and shell completion list only the real options of each group."""
+    """Put every schema in the ConfigStore (``<group>/<name>``) and the top-level ones
+    (``train_schema``; the protocol's, from :mod:`scheda.protocol`)."""
+    load_components()
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
-    cs.store(name="base_cifar10", node=Cifar10Config)
-    cs.store(name="base_amazon", node=AmazonConfig)
-    cs.store(name="base_da", node=DAConfig)
-    cs.store(name="base_raw", node=RawConfig)
-    cs.store(name="base_composite", node=CompositeConfig)
-    cs.store(name="base_noise", node=NoiseConfig)
-    cs.store(name="base_constant", node=ConstantScheduleConfig)
-    cs.store(name="base_step", node=StepScheduleConfig)
-    cs.store(name="base_stages", node=StagesScheduleConfig)
-    cs.store(name="base_random_uniform", node=RandomUniformScheduleConfig)
-    cs.store(name="base_random_discrete", node=RandomDiscreteScheduleConfig)
-    cs.store(name="base_sgd", node=OptimConfig)
-    cs.store(name="base_trainer", node=TrainerConfig)
-    cs.store(name="base_logger", node=LoggerConfig)
-    cs.store(name="base_evaluate", node=EvaluateConfig)
-    cs.store(name="base_liblinear", node=LiblinearConfig)
-    cs.store(name="base_torch_lr", node=TorchLRConfig)
-    cs.store(name="base_finetune", node=FinetuneConfig)
-    cs.store(name="reproduce_schema", node=ReproduceConfig)
-    cs.store(name="base_scale", node=ScaleConfig)
-    cs.store(name="base_table", node=TableConfig)
+    for group, schemas in GROUPS.items():
+        for name, cls in schemas.items():
+            cs.store(group=group, name=name, node=cls)
+    from scheda.protocol.config import register_protocol_configs
+
+    register_protocol_configs(cs)
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -372,3 +192,38 @@ def check_composed(cfg: Any) -> None:
         if OmegaConf.select(cfg, key, default=None) is None:
             raise ConfigError(f"{key} is required by this preset and was not given: add "
                               f"{MISSING_HINTS.get(key, key + '=...')}")
+
+
+def groups_markdown() -> str:
+    """configs/README.md: every group, its options, the module that owns each, and every
+    setting with its default, so that a hyper-parameter's name found here leads to its code.
+    ``python -m scheda.config > configs/README.md`` regenerates it (a test checks it is current)."""
+    load_components()
+    lines = ["# Config groups", "",
+             "Generated by `python -m scheda.config > configs/README.md` from the schemas registered in the",
+             "modules below (`@register(group)`); a test keeps it current. A setting's default lives in its",
+             "schema only; the YAML files here hold presets that differ from a schema (`schedule/decreasing_0.7`,",
+             "`finetune/cpu`), experiments (`experiment/`), and the protocol's scales and tables.", ""]
+    for group, schemas in GROUPS.items():
+        lines.append(f"## {group}")
+        lines.append("")
+        for name, cls in schemas.items():
+            module = cls.__module__.replace(".", "/") + ".py"
+            doc = (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+            doc = " ".join(doc.split()) if not doc.startswith(cls.__name__ + "(") else ""
+            lines.append(f"- `{group}={name}` — `{module}` `{cls.__name__}`" + (f": {doc}" if doc else ""))
+            for f in dataclasses.fields(cls):
+                if f.name == "name":
+                    continue
+                default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                if dataclasses.is_dataclass(default):
+                    default = dataclasses.asdict(default)
+                lines.append(f"  - `{group}.{f.name}` = `{default}`")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # run as a script, this file is not the module the components register in
+    from scheda import config
+
+    print(config.groups_markdown())

@@ -8,13 +8,15 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from scheda.callbacks import Callback
-from scheda.classifiers import build_classifier, check_classifier_config
+from scheda.classifiers import build_classifier
+from scheda.config import Component, register, typed
 from scheda.data import Splits
 from scheda.errors import ConfigError
 from scheda.progress import bar
@@ -22,15 +24,42 @@ from scheda.progress import bar
 log = logging.getLogger(__name__)
 
 
+@register("evaluate")
+@dataclass
+class EvaluateConfig(Component):
+    """Encode train/val/test without noise, fit L2-regularised logistic regression (the
+    classifier group) for every C = 2^e, e = c_log2_min .. c_log2_max (step c_log2_step), choose C
+    on validation error, report test error. A warning says when the chosen C is at the grid's edge."""
+
+    enabled: bool = True
+    every: int = 0  # also every N epochs (0: not periodically)
+    at_stage_ends: bool = True  # after the last epoch at each level of noise
+    at_end: bool = True
+    c_log2_min: float = -10.0
+    c_log2_max: float = 6.0
+    c_log2_step: float = 1.0
+    chunk_size: int = 8192  # rows encoded at once (no gradients)
+
+    def check(self) -> None:
+        self.c_grid()
+        if self.every < 0:
+            raise self.invalid("every", "must be >= 0 (0: never periodically)")
+        if self.chunk_size < 1:
+            raise self.invalid("chunk_size", "must be >= 1")
+
+    def c_grid(self) -> list[float]:
+        """C = 2^e for e from ``c_log2_min`` to ``c_log2_max`` in steps of ``c_log2_step``."""
+        lo, hi, step = self.c_log2_min, self.c_log2_max, self.c_log2_step
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+            raise ConfigError(f"evaluate.c_log2_min={lo} must be <= evaluate.c_log2_max={hi}")
+        if not step > 0:
+            raise ConfigError(f"evaluate.c_log2_step={step} must be > 0")
+        n = int(math.floor((hi - lo) / step + 1e-9)) + 1
+        return [float(2.0 ** (lo + i * step)) for i in range(n)]
+
+
 def c_grid(cfg: Mapping) -> list[float]:
-    """C = 2^e for e from ``c_log2_min`` to ``c_log2_max`` in steps of ``c_log2_step``."""
-    lo, hi, step = cfg["c_log2_min"], cfg["c_log2_max"], cfg["c_log2_step"]
-    if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
-        raise ConfigError(f"evaluate.c_log2_min={lo} must be <= evaluate.c_log2_max={hi}")
-    if not step > 0:
-        raise ConfigError(f"evaluate.c_log2_step={step} must be > 0")
-    n = int(math.floor((hi - lo) / step + 1e-9)) + 1
-    return [float(2.0 ** (lo + i * step)) for i in range(n)]
+    return typed("evaluate", cfg).c_grid()
 
 
 def select_c(Cs: Sequence[float], val_errors: Sequence[float]) -> int:
@@ -165,9 +194,5 @@ class EvaluationCallback(Callback):
 
 
 def check_evaluate_config(cfg: Mapping, classifier_cfg: Mapping) -> None:
-    check_classifier_config(classifier_cfg)
-    c_grid(cfg)
-    if cfg["every"] < 0:
-        raise ConfigError(f"evaluate.every={cfg['every']} must be >= 0 (0: never periodically)")
-    if cfg["chunk_size"] < 1:
-        raise ConfigError(f"evaluate.chunk_size={cfg['chunk_size']} must be >= 1")
+    typed("evaluate", cfg)
+    typed("classifier", classifier_cfg)

@@ -13,16 +13,19 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, List, Mapping, Optional
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from omegaconf import II
 from torch import nn
 
 from scheda.checkpoint import load_checkpoint, save_checkpoint
 from scheda.classifiers import LinearModel
+from scheda.config import Component, register, typed
 from scheda.data import Splits
 from scheda.errors import ConfigError, DivergenceError
 from scheda.model import ACTIVATIONS, DenoisingAutoencoder
@@ -57,25 +60,41 @@ class FineTuneNet(nn.Module):
         return wrong / x.shape[0]
 
 
-def learning_rates(cfg: Mapping) -> list[float]:
-    lrs = [float(lr) for lr in cfg["lrs"]]
-    if not lrs or any(not (lr > 0 and math.isfinite(lr)) for lr in lrs):
-        raise ConfigError(f"finetune.lrs={list(cfg['lrs'])} must be a non-empty list of positive numbers")
-    return lrs
+@register("finetune")
+@dataclass
+class FinetuneConfig(Component):
+    """Supervised fine-tuning after unsupervised training (off by default): a one-hidden-layer
+    network initialised from the encoder, trained for every learning rate in ``lrs``; the test
+    error is reported at the (lr, epoch) of lowest validation error. The paper: lr in
+    {0.00125 * 2^-k, k = 0..4}, up to 2000 epochs, no early stopping."""
+
+    enabled: bool = False
+    standalone: bool = False  # true: skip unsupervised training, fine-tune init_from's encoder
+    lrs: List[float] = field(default_factory=lambda: [0.00125 * 2.0 ** -k for k in range(5)])
+    max_epochs: int = 2000
+    patience: Optional[int] = None  # stop an lr after this many epochs without a new best val error
+    batch_size: int = II("trainer.batch_size")
+    momentum: float = 0.0
+    init_output: str = "classifier"  # classifier: the frozen-feature LR's weights at its chosen C | zero
+
+    def check(self) -> None:
+        if not self.lrs or any(not (lr > 0 and math.isfinite(lr)) for lr in self.lrs):
+            raise ConfigError(f"finetune.lrs={list(self.lrs)} must be a non-empty list of positive numbers")
+        if self.max_epochs < 1:
+            raise self.invalid("max_epochs", "must be >= 1")
+        if self.patience is not None and self.patience < 1:
+            raise self.invalid("patience", "must be >= 1 or null (no early stopping)")
+        if self.batch_size < 1:
+            raise self.invalid("batch_size", "must be >= 1")
+        if self.init_output not in ("classifier", "zero"):
+            raise self.invalid("init_output", "must be classifier or zero")
 
 
-def check_finetune_config(cfg: Mapping, has_init: bool) -> None:
-    learning_rates(cfg)
-    if cfg["max_epochs"] < 1:
-        raise ConfigError(f"finetune.max_epochs={cfg['max_epochs']} must be >= 1")
-    if cfg["patience"] is not None and cfg["patience"] < 1:
-        raise ConfigError(f"finetune.patience={cfg['patience']} must be >= 1 or null (no early stopping)")
-    if cfg["batch_size"] < 1:
-        raise ConfigError(f"finetune.batch_size={cfg['batch_size']} must be >= 1")
-    if cfg["init_output"] not in ("classifier", "zero"):
-        raise ConfigError(f"finetune.init_output={cfg['init_output']!r} must be classifier or zero")
-    if cfg["standalone"] and not has_init:
+def check_finetune_config(cfg: Mapping, has_init: bool) -> FinetuneConfig:
+    spec = typed("finetune", cfg)
+    if spec.standalone and not has_init:
         raise ConfigError("finetune.standalone=true needs init_from=<a DA/ScheDA run or checkpoint>")
+    return spec
 
 
 class FineTuner:
@@ -84,9 +103,10 @@ class FineTuner:
 
     def __init__(self, cfg: Mapping, da: DenoisingAutoencoder, data: Splits, inputs: dict[str, torch.Tensor],
                  device: torch.device, output_dir: Path, seed: int, init: LinearModel | None = None, writer=None):
+        cfg = typed("finetune", cfg)
         self.cfg, self.da, self.device, self.seed = cfg, da, device, seed
-        self.lrs = learning_rates(cfg)
-        self.init = init if cfg["init_output"] == "classifier" else None
+        self.lrs = [float(lr) for lr in cfg.lrs]
+        self.init = init if cfg.init_output == "classifier" else None
         self.writer = writer
         self.dir = output_dir / "checkpoints"
         self.x = inputs

@@ -5,14 +5,68 @@ stage end, and hparams with the same keys in every run (so runs compare in the H
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
 import torch
 
-from scheda.analysis import filter_grid
 from scheda.callbacks import Callback
+from scheda.config import Component, register
 from scheda.schedule import NoiseSchedule
+
+
+@register("logger")
+@dataclass
+class TensorBoardConfig(Component):
+    name: str = "tensorboard"
+    log_dir: str = "tensorboard"  # inside the run directory
+    n_filters: int = 100  # filters shown as images at each stage end
+
+    def check(self) -> None:
+        if self.n_filters < 0:
+            raise self.invalid("n_filters", "must be >= 0")
+
+    def build(self, run_dir: Path, hparams: dict[str, Any], data, purge_step: int | None) -> "TensorBoardLogger":
+        return TensorBoardLogger(Path(run_dir) / self.log_dir, hparams, data.image_shape, self.n_filters,
+                                 vocabulary=data.vocabulary, purge_step=purge_step)
+
+
+@register("logger")
+@dataclass
+class NoLoggerConfig(Component):
+    """No TensorBoard: results.json and train.log only."""
+
+    name: str = "none"
+
+    def build(self, run_dir, hparams, data, purge_step) -> None:
+        return None
+
+
+def normalised_filters(W: torch.Tensor, image_shape: tuple[int, int, int]) -> np.ndarray:
+    """Rows of W as [n, H, W, C] images in [0, 1], each normalised to its own range."""
+    w = W.detach().float().cpu()
+    lo, hi = w.min(1, keepdim=True).values, w.max(1, keepdim=True).values
+    w = (w - lo) / (hi - lo).clamp_min(1e-12)
+    return w.reshape(-1, *image_shape).permute(0, 2, 3, 1).numpy()
+
+
+def filter_grid(W: torch.Tensor, image_shape: tuple[int, int, int], n: int | None = None,
+                padding: int = 1) -> np.ndarray:
+    """The first ``n`` rows of W tiled as one [H, W, C] image in [0, 1] (a square grid, white
+    between filters), for TensorBoard and the figures alike."""
+    images = normalised_filters(W[:n] if n else W, image_shape)
+    h, w, c = images.shape[1:]
+    side = int(np.ceil(np.sqrt(images.shape[0])))
+    rows = int(np.ceil(images.shape[0] / side))
+    grid = np.ones((rows * (h + padding) - padding, side * (w + padding) - padding, c), dtype=np.float32)
+    for i, img in enumerate(images):
+        r, q = divmod(i, side)
+        grid[r * (h + padding):r * (h + padding) + h, q * (w + padding):q * (w + padding) + w] = img
+    return grid
+
+
 
 
 def top_words(filters: torch.Tensor, vocabulary: list[str], n_units: int = 100, k: int = 10) -> str:
@@ -69,19 +123,19 @@ class TensorBoardLogger(Callback):
         # run's curves: no one-point hparam/* charts in Scalars (SummaryWriter.add_hparams writes those).
         for summary in hparams_summaries(self.hparams, {tag: math.nan for tag in HPARAM_METRICS}):
             self.writer.file_writer.add_summary(summary)
-        self.switches_logged = len(trainer.schedule_cb.switches)
+        self.switches_logged = len(trainer.switches)
 
     def on_epoch_end(self, trainer, metrics):
         step = metrics["epoch"]
         self.writer.add_scalar("train/reconstruction_ce", metrics["loss"], step)
         self.writer.add_scalar("train/nu", metrics["nu"], step)
         self.writer.add_scalar("time/epoch_seconds", metrics["seconds"], step)
-        for switch in trainer.schedule_cb.switches[self.switches_logged:]:  # where the noise level changed
+        for switch in trainer.switches[self.switches_logged:]:  # where the noise level changed
             if switch["nu"] is not None:
                 self.writer.add_scalar("schedule/nu_at_switch", switch["nu"], switch["epoch"])
                 self.writer.add_text("schedule/switches", f"after epoch {switch['epoch']}: nu = {switch['nu']:g}",
                                      switch["epoch"])
-        self.switches_logged = len(trainer.schedule_cb.switches)
+        self.switches_logged = len(trainer.switches)
 
     def on_stage_end(self, trainer, metrics):
         if self.image_shape is not None and self.n_filters > 0:

@@ -2,19 +2,21 @@
 
 Each takes a clean minibatch ``x`` in [0, 1], the level ``nu`` (a float, or a 0-dim tensor
 for schedules that draw nu per minibatch), and the run's generator, so that a seed fixes
-every corruption. ``nu = 0`` returns ``x`` unchanged.
+every corruption. ``nu = 0`` returns ``x`` unchanged. Each process is also its own config
+schema (the ``noise`` group has no settings beyond the name).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from dataclasses import dataclass
+from typing import Mapping
 
 import torch
+from omegaconf import MISSING
 
-from scheda.errors import ConfigError
+from scheda.config import Component, register, typed
 
 Nu = float | torch.Tensor
-NoiseFn = Callable[[torch.Tensor, Nu, torch.Generator], torch.Tensor]
 
 
 def _uniform_like(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -31,50 +33,82 @@ def mask_threshold(nu: Nu) -> int | torch.Tensor:
     return int(round(nu * (1 << MASK_BITS)))
 
 
-def masking(x: torch.Tensor, nu: Nu, generator: torch.Generator, out: torch.Tensor | None = None,
-            words: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+def _is_zero(nu: Nu) -> bool:
+    return isinstance(nu, float) and nu == 0.0
+
+
+@dataclass
+class Noise(Component):
+    """Base of the noise group: a corruption process, called as ``noise(x, nu, generator, out=None)``.
+    ``out`` (the shape of ``x``) receives the corruption without a fresh allocation: the fused
+    training step passes its preallocated buffer for every noise alike."""
+
+    name: str = MISSING
+
+    def __call__(self, x: torch.Tensor, nu: Nu, generator: torch.Generator,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+        if _is_zero(nu):
+            return x if out is None else out.copy_(x)
+        return self.corrupt(x, nu, generator, torch.empty_like(x) if out is None else out)
+
+    def corrupt(self, x: torch.Tensor, nu: Nu, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+@register("noise")
+@dataclass
+class Masking(Noise):
     """Zero each input independently with probability nu (the paper's corruption).
 
     The randomness comes from raw 64-bit draws cut into four 16-bit lanes, each masked to 15
     bits (the generator's int64 draws lie in [0, 2^63), so only 15 bits of every lane are
     uniform): one draw per four inputs instead of one float per input. The drop
-    probability is nu rounded to a multiple of 2^-15 (within 1.6e-5 of nu). ``out``,
-    ``words`` (int64, >= numel/4) and ``mask`` (bool, >= numel) are optional preallocated
-    buffers for the trainer's fused step.
-    """
-    if isinstance(nu, float) and nu == 0.0:
-        return x if out is None else out.copy_(x)
-    n = x.numel()
-    n_words = (n + 3) // 4
-    if words is None:
-        words = torch.empty(n_words, dtype=torch.int64, device=x.device)
-    words = words[:n_words].random_(generator=generator)
-    draws = words.view(torch.int16)[:n].view(x.shape).bitwise_and_((1 << MASK_BITS) - 1)
-    keep = torch.ge(draws, mask_threshold(nu), out=None if mask is None else mask.view(-1)[:n].view(x.shape))
-    return torch.mul(x, keep, out=out)
+    probability is nu rounded to a multiple of 2^-15 (within 1.6e-5 of nu). The draws and
+    the mask live in buffers kept between calls (grown when a larger input comes)."""
+
+    name: str = "masking"
+
+    def corrupt(self, x, nu, generator, out):
+        n = x.numel()
+        n_words = (n + 3) // 4
+        words, mask = getattr(self, "_buffers", (None, None))
+        if words is None or words.numel() < n_words or words.device != x.device:
+            words = torch.empty(n_words, dtype=torch.int64, device=x.device)
+            mask = torch.empty(n, dtype=torch.bool, device=x.device)
+            self._buffers = (words, mask)
+        words = words[:n_words].random_(generator=generator)
+        draws = words.view(torch.int16)[:n].view(x.shape).bitwise_and_((1 << MASK_BITS) - 1)
+        keep = torch.ge(draws, mask_threshold(nu), out=mask[:n].view(x.shape))
+        return torch.mul(x, keep, out=out)
 
 
-def gaussian(x: torch.Tensor, nu: Nu, generator: torch.Generator) -> torch.Tensor:
+@register("noise")
+@dataclass
+class Gaussian(Noise):
     """Add isotropic Gaussian noise of standard deviation nu."""
-    if isinstance(nu, float) and nu == 0.0:
-        return x
-    return x + nu * torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+
+    name: str = "gaussian"
+
+    def corrupt(self, x, nu, generator, out):
+        return out.normal_(generator=generator).mul_(nu).add_(x)
 
 
-def salt_pepper(x: torch.Tensor, nu: Nu, generator: torch.Generator) -> torch.Tensor:
+@register("noise")
+@dataclass
+class SaltPepper(Noise):
     """Set each input with probability nu to 0 or 1 (equally likely), from one uniform draw."""
-    if isinstance(nu, float) and nu == 0.0:
-        return x
-    u = _uniform_like(x, generator)
-    salt = (u < nu * 0.5).to(x.dtype)
-    return torch.where(u < nu, salt, x)
+
+    name: str = "salt_pepper"
+
+    def corrupt(self, x, nu, generator, out):
+        u = torch.empty_like(x).uniform_(generator=generator)
+        salt = (u < nu * 0.5).to(x.dtype)
+        return torch.where(u < nu, salt, x, out=out)
 
 
-NOISES: dict[str, NoiseFn] = {"masking": masking, "gaussian": gaussian, "salt_pepper": salt_pepper}
+masking, gaussian, salt_pepper = Masking(), Gaussian(), SaltPepper()
 
 
-def build_noise(cfg: Mapping) -> NoiseFn:
-    name = cfg.get("name")
-    if name not in NOISES:
-        raise ConfigError(f"noise.name={name!r} is unknown: use one of {', '.join(NOISES)}")
-    return NOISES[name]
+def build_noise(cfg: Mapping) -> Noise:
+    """The corruption process ``cfg`` (the noise group) names."""
+    return typed("noise", cfg)

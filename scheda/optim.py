@@ -2,19 +2,35 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Mapping
+
 import torch
-from omegaconf import DictConfig
 
-from scheda.errors import ConfigError
+from scheda.config import Component, register, typed
 
 
-def build_optimizer(cfg: DictConfig, params) -> torch.optim.Optimizer:
-    if cfg.name != "sgd":
-        raise ConfigError(f"optim.name={cfg.name!r} is unknown: use sgd")
-    if not cfg.lr > 0:
-        raise ConfigError(f"optim.lr={cfg.lr} must be > 0")
-    if not 0 <= cfg.momentum < 1:
-        raise ConfigError(f"optim.momentum={cfg.momentum} must be in [0, 1)")
-    if cfg.weight_decay < 0:
-        raise ConfigError(f"optim.weight_decay={cfg.weight_decay} must be >= 0")
-    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+@register("optim")
+@dataclass
+class SGDConfig(Component):
+    """Plain minibatch SGD, as in the paper."""
+
+    name: str = "sgd"
+    lr: float = 0.01  # paper grid: 0.002, 0.01, 0.05 (ScheDA continuations use 0.01)
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+    def check(self) -> None:
+        if not self.lr > 0:
+            raise self.invalid("lr", "must be > 0")
+        if not 0 <= self.momentum < 1:
+            raise self.invalid("momentum", "must be in [0, 1)")
+        if self.weight_decay < 0:
+            raise self.invalid("weight_decay", "must be >= 0")
+
+    def build(self, params) -> torch.optim.Optimizer:
+        return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+
+
+def build_optimizer(cfg: Mapping, params) -> torch.optim.Optimizer:
+    return typed("optim", cfg).build(params)

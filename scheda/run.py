@@ -18,12 +18,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from scheda.callbacks import CheckpointCallback, ProgressBar
 from scheda.checkpoint import CHECKPOINT_RE, find_checkpoint_dir, load_checkpoint, load_model_weights
-from scheda.config import check_composed
+from scheda.config import check_composed, typed
 from scheda.data import input_size, load_dataset
 from scheda.errors import CheckpointError, ConfigError
 from scheda.evaluate import EvaluationCallback, c_grid, check_evaluate_config, evaluate_features, labels_of, raw_features
 from scheda.finetune import FineTuner, check_finetune_config
-from scheda.loggers import TensorBoardLogger, hparams
+from scheda.loggers import hparams
 from scheda.model import build_model
 from scheda.noise import build_noise
 from scheda.optim import build_optimizer
@@ -31,56 +31,11 @@ from scheda.interrupt import Interrupted, stop_on_signals
 from scheda.io import atomic_write, shown_path
 from scheda.results import RunResults
 from scheda.resume import check_resume_config
-from scheda.schedule import build_schedule, check_nu
+from scheda.schedule import build_schedule, check_nu, nu_key, options_with_nu_key
 from scheda.seeding import derive_seed, train_seed
 from scheda.trainer import FusedTrainer, Trainer
 
 log = logging.getLogger(__name__)
-
-
-def resolve_device(name: str) -> torch.device:
-    """'auto' is CUDA when present, else CPU; an explicit CUDA device must exist."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"trainer.device={name!r} is not a device: use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"trainer.device={name} but CUDA is not available here: use trainer.device=auto or cpu")
-    return device
-
-
-def _check_trainer(cfg: DictConfig) -> None:
-    if cfg.batch_size < 1:
-        raise ConfigError(f"trainer.batch_size={cfg.batch_size} must be >= 1")
-    if cfg.checkpoint_every < 0:
-        raise ConfigError(f"trainer.checkpoint_every={cfg.checkpoint_every} must be >= 0 (0: only at stage ends)")
-    if cfg.num_threads is not None and cfg.num_threads < 1:
-        raise ConfigError(f"trainer.num_threads={cfg.num_threads} must be >= 1 or null")
-    if cfg.precision not in ("fp32", "tf32", "bf16"):
-        raise ConfigError(f"trainer.precision={cfg.precision!r} must be fp32, tf32 or bf16")
-
-
-def set_precision(precision: str) -> None:
-    """TF32 matmuls on CUDA only when asked for (off by default, for exactness)."""
-    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-    torch.backends.cudnn.allow_tf32 = precision == "tf32"
-
-
-def load_run_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[DictConfig, torch.nn.Module, dict]:
-    """The config and trained model of a finished run (a run directory or one of its checkpoints)."""
-    state = load_checkpoint(path)
-    run_dir = Path(state["path"]).parent.parent
-    config_file = run_dir / ".hydra" / "config.yaml"
-    if not config_file.exists():  # a model of a fused sweep keeps its own config.yaml
-        config_file = run_dir / "config.yaml"
-    if not config_file.exists():
-        raise CheckpointError(f"{run_dir}/.hydra/config.yaml is missing: pass a checkpoint inside a scheda run directory")
-    cfg = OmegaConf.load(config_file)
-    model = build_model(cfg.model, input_size(cfg.dataset))
-    load_model_weights(model, state)
-    return cfg, model.to(device), state
 
 
 def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
@@ -151,7 +106,7 @@ class Job:
         self.cfg, self.output_dir, self.results = cfg, output_dir, results
         self.trainer: Trainer | None = None
         self.evaluation: EvaluationCallback | None = None
-        self.tensorboard: TensorBoardLogger | None = None
+        self.tensorboard = None  # a TensorBoardLogger, when logger=tensorboard
         self.started = time.time()
 
     def check(self) -> None:
@@ -159,17 +114,13 @@ class Job:
         cfg = self.cfg
         self.schedule = build_schedule(cfg.schedule, cfg.trainer.max_epochs)
         self.noise = build_noise(cfg.noise)
-        _check_trainer(cfg.trainer)
-        if cfg.logger.name not in ("tensorboard", "none"):
-            raise ConfigError(f"logger.name={cfg.logger.name!r} is unknown: use tensorboard or none")
-        self.device = resolve_device(cfg.trainer.device)
+        self.trainer_cfg = typed("trainer", cfg.trainer)
+        self.logger = typed("logger", cfg.logger)
+        self.device = self.trainer_cfg.resolve_device()
         torch.manual_seed(cfg.seed)
         init_generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "init"))
         self.model = build_model(cfg.model, input_size(cfg.dataset), generator=init_generator)
-        build_optimizer(cfg.optim, list(self.model.parameters()))  # validates optim.*
-        if cfg.model.name == "composite" and None not in cfg.model.group_nus:
-            log.warning("model.group_nus fixes every group's noise level: the schedule sets only the epochs, "
-                        "and the nu it logs is not used")
+        typed("optim", cfg.optim)
         self.standalone = cfg.finetune.enabled and cfg.finetune.standalone
         if cfg.finetune.enabled:
             check_finetune_config(cfg.finetune, has_init=bool(cfg.init_from))
@@ -190,11 +141,8 @@ class Job:
         generator = torch.Generator(device=device).manual_seed(train_seed(cfg.seed, start_epoch, cfg.train_seed))
         self.results.data.update(schedule=self.schedule.describe(), device=str(device),
                                  cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
-        if cfg.logger.name == "tensorboard":
-            self.tensorboard = TensorBoardLogger(self.output_dir / cfg.logger.log_dir, hparams(cfg, self.schedule),
-                                                 data.image_shape, cfg.logger.n_filters,
-                                                 vocabulary=data.vocabulary,
-                                                 purge_step=self.resume_state["epoch"] + 1 if self.resume_state else None)
+        self.tensorboard = self.logger.build(self.output_dir, hparams(cfg, self.schedule), data,
+                                             purge_step=self.resume_state["epoch"] + 1 if self.resume_state else None)
         # Order matters: evaluation runs before the epoch's checkpoint, which then carries it.
         callbacks = []
         if cfg.evaluate.enabled:
@@ -226,7 +174,7 @@ class Job:
     def record_training(self) -> None:
         t = self.trainer
         self.results.data.update(epochs=t.epoch, final_train_loss=t.history[-1]["loss"] if t.history else None,
-                                 switches=t.schedule_cb.switches, seconds=time.time() - self.started,
+                                 switches=t.switches, seconds=time.time() - self.started,
                                  history=t.history)
 
     def finish(self, data, labelled) -> dict[str, Any]:
@@ -253,18 +201,12 @@ def load_training_data(cfg: DictConfig, device: torch.device):
     return data, train_x, labelled
 
 
-def _setup_process(cfg: DictConfig) -> None:
-    if cfg.trainer.num_threads:
-        torch.set_num_threads(cfg.trainer.num_threads)
-    set_precision(cfg.trainer.precision)
-
-
 def train(cfg: DictConfig, output_dir: Path, results: RunResults) -> dict[str, Any]:
     if parallel_variants(cfg):
         return train_parallel(cfg, output_dir, results)
     job = Job(cfg, output_dir, results)
     job.check()
-    _setup_process(cfg)
+    job.trainer_cfg.setup_process()
     data, train_x, labelled = load_training_data(cfg, job.device)
     log.info("schedule %s: %s (%d epochs), device %s", job.schedule.name, job.schedule.describe(),
              job.schedule.total_epochs, job.device)
@@ -283,14 +225,11 @@ def parallel_variants(cfg: DictConfig) -> list[dict[str, Any]]:
     par = cfg.trainer.parallel
     axes = []
     if par.nu:
-        if cfg.schedule.name == "constant":
-            key = "schedule.nu"
-        elif cfg.schedule.name in ("decreasing", "increasing"):
-            key = "schedule.nu0"
-        else:
-            raise ConfigError(f"trainer.parallel.nu needs schedule constant, decreasing or increasing, "
-                              f"not {cfg.schedule.name}")
-        axes.append([(key, check_nu("trainer.parallel.nu", v)) for v in par.nu])
+        key = nu_key(cfg.schedule)
+        if key is None:
+            raise ConfigError(f"trainer.parallel.nu needs schedule {', '.join(options_with_nu_key())} "
+                              f"(one noise level to set), not {cfg.schedule.name}")
+        axes.append([(f"schedule.{key}", check_nu("trainer.parallel.nu", v)) for v in par.nu])
     if par.lr:
         axes.append([("optim.lr", float(v)) for v in par.lr])
     if par.seed:
@@ -324,7 +263,7 @@ def train_parallel(cfg: DictConfig, output_dir: Path, results: RunResults) -> di
         jobs.append(job)
     if len({j.device for j in jobs}) != 1:
         raise ConfigError("trainer.parallel models must share trainer.device")
-    _setup_process(cfg)
+    jobs[0].trainer_cfg.setup_process()
     data, train_x, labelled = load_training_data(cfg, jobs[0].device)
     log.info("fused sweep of %d models: %s", len(jobs), variants)
     trainers = [job.build(data, train_x, labelled) for job in jobs]
@@ -393,7 +332,7 @@ def run_raw(cfg: DictConfig, results: RunResults) -> dict[str, Any]:
     if not cfg.evaluate.enabled:
         raise ConfigError("model=raw only evaluates: set evaluate.enabled=true")
     started = time.time()
-    device = resolve_device(cfg.trainer.device)
+    device = typed("trainer", cfg.trainer).resolve_device()
     Cs = c_grid(cfg.evaluate)
     data = load_dataset(cfg.dataset)
     results.data.update(device=str(device))

@@ -8,11 +8,13 @@ experiment); their single stage has ``nu=None``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, List, Mapping, Optional, Sequence
 
 import torch
+from omegaconf import MISSING
 
+from scheda.config import GROUPS, Component, register, schema_of, typed
 from scheda.errors import ConfigError
 
 MAX_STEPS = 10_000  # more noise levels than any schedule needs; guards against delta_nu ~ 0
@@ -220,39 +222,134 @@ def _max_steps(nu0: float, delta_nu: float, direction: int) -> int:
     return t
 
 
-def build_schedule(cfg: Mapping, max_epochs: int | None = None) -> NoiseSchedule:
-    """Make the schedule that ``cfg`` (the ``schedule`` config group) describes."""
-    name = cfg.get("name")
-    if name == "constant":
-        nu = check_nu("schedule.nu", cfg["nu"])
-        schedule = NoiseSchedule("constant", [Stage(nu, check_epochs("schedule.epochs", cfg["epochs"]))])
-    elif name in ("decreasing", "increasing"):
-        direction = -1 if name == "decreasing" else 1
-        stages = step_stages(direction, cfg["nu0"], cfg["delta_nu"], cfg["K"], cfg["initial_epochs"],
-                             cfg.get("steps"), cfg.get("nu_final"))
-        schedule = NoiseSchedule(name, stages)
-    elif name == "stages":
-        specs = list(cfg["stages"])
-        if not specs:
+# --- the schedule group's options: each schema checks its values and builds its schedule ---
+@dataclass
+class ScheduleConfig(Component):
+    """Base of the schedules. ``nu_key``: the key that holds a run's noise level, which a fused
+    sweep's ``trainer.parallel.nu`` sets (None: the schedule has no single one)."""
+
+    nu_key: ClassVar[str | None] = None
+
+    def build(self) -> NoiseSchedule:
+        raise NotImplementedError
+
+
+@register("schedule")
+@dataclass
+class ConstantScheduleConfig(ScheduleConfig):
+    """A plain DA: one noise level for the whole run."""
+
+    name: str = "constant"
+    nu: float = 0.3
+    epochs: int = 100
+    nu_key: ClassVar[str | None] = "nu"
+
+    def build(self) -> NoiseSchedule:
+        return NoiseSchedule(self.name, [Stage(check_nu("schedule.nu", self.nu), check_epochs("schedule.epochs", self.epochs))])
+
+
+@register("schedule")
+@dataclass
+class StepScheduleConfig(ScheduleConfig):
+    """ScheDA (Geras & Sutton 2015): nu0 for initial_epochs ("until converged"), then
+    nu_t = nu_{t-1} - delta_nu for K epochs each; stop after ``steps`` changes, or at the last
+    level >= nu_final, or (both null) at the last level above 0. Paper grid: delta_nu in
+    {0.05, 0.1}, K in {50, 100}. Continuing a trained DA(nu0), as the paper does:
+    ``init_from=<its run> schedule.initial_epochs=0``."""
+
+    name: str = "decreasing"
+    nu0: float = 0.7
+    delta_nu: float = 0.1
+    K: int = 50
+    initial_epochs: int = 100
+    steps: Optional[int] = None
+    nu_final: Optional[float] = None
+    nu_key: ClassVar[str | None] = "nu0"
+    direction: ClassVar[int] = -1
+
+    def build(self) -> NoiseSchedule:
+        return NoiseSchedule(self.name, step_stages(self.direction, self.nu0, self.delta_nu, self.K,
+                                                    self.initial_epochs, self.steps, self.nu_final))
+
+
+@register("schedule")
+@dataclass
+class IncreasingScheduleConfig(StepScheduleConfig):
+    """The paper's control (Section 4.1.1): nu rises from nu0 by delta_nu every K epochs, up to
+    nu_final (the paper: nu0 in {0.1, 0.2, 0.3, 0.4}, up to at most 0.7)."""
+
+    name: str = "increasing"
+    nu0: float = 0.1
+    nu_final: Optional[float] = 0.7
+    direction: ClassVar[int] = 1
+
+
+@dataclass
+class StageSpec:
+    nu: float = MISSING
+    epochs: int = MISSING
+
+
+@register("schedule")
+@dataclass
+class StagesScheduleConfig(ScheduleConfig):
+    """Any explicit sequence of (nu, epochs) stages."""
+
+    name: str = "stages"
+    stages: List[StageSpec] = field(default_factory=lambda: [StageSpec(0.7, 100), StageSpec(0.4, 50),
+                                                             StageSpec(0.1, 50)])
+
+    def build(self) -> NoiseSchedule:
+        if not self.stages:
             raise ConfigError("schedule.stages is empty: list at least one {nu: ..., epochs: ...}")
-        stages = [Stage(check_nu(f"schedule.stages[{i}].nu", s["nu"]),
-                        check_epochs(f"schedule.stages[{i}].epochs", s["epochs"]))
-                  for i, s in enumerate(specs)]
-        schedule = NoiseSchedule("stages", stages)
-    elif name == "random_uniform":
-        low, high = check_nu("schedule.low", cfg["low"]), check_nu("schedule.high", cfg["high"])
+        return NoiseSchedule(self.name, [Stage(check_nu(f"schedule.stages[{i}].nu", s.nu),
+                                               check_epochs(f"schedule.stages[{i}].epochs", s.epochs))
+                                         for i, s in enumerate(self.stages)])
+
+
+@register("schedule")
+@dataclass
+class RandomUniformScheduleConfig(ScheduleConfig):
+    """nu ~ U[low, high] drawn for every minibatch (the paper's supplementary experiment)."""
+
+    name: str = "random_uniform"
+    low: float = 0.1
+    high: float = 0.7
+    epochs: int = 100
+
+    def build(self) -> NoiseSchedule:
+        low, high = check_nu("schedule.low", self.low), check_nu("schedule.high", self.high)
         if low > high:
             raise ConfigError(f"schedule.low={low:g} must be <= schedule.high={high:g}")
-        schedule = RandomUniformSchedule(low, high, check_epochs("schedule.epochs", cfg["epochs"]))
-    elif name == "random_discrete":
-        values = list(cfg["values"])
-        if not values:
+        return RandomUniformSchedule(low, high, check_epochs("schedule.epochs", self.epochs))
+
+
+@register("schedule")
+@dataclass
+class RandomDiscreteScheduleConfig(ScheduleConfig):
+    """nu drawn uniformly from ``values`` for every minibatch (the paper's supplementary experiment)."""
+
+    name: str = "random_discrete"
+    values: List[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
+    epochs: int = 100
+
+    def build(self) -> NoiseSchedule:
+        if not self.values:
             raise ConfigError("schedule.values is empty: list at least one nu in [0, 1)")
-        values = [check_nu(f"schedule.values[{i}]", v) for i, v in enumerate(values)]
-        schedule = RandomDiscreteSchedule(values, check_epochs("schedule.epochs", cfg["epochs"]))
-    else:
-        raise ConfigError(
-            f"schedule.name={name!r} is unknown: use constant, decreasing, increasing, stages, "
-            f"random_uniform or random_discrete"
-        )
-    return schedule.with_max_epochs(max_epochs)
+        values = [check_nu(f"schedule.values[{i}]", v) for i, v in enumerate(self.values)]
+        return RandomDiscreteSchedule(values, check_epochs("schedule.epochs", self.epochs))
+
+
+def options_with_nu_key() -> list[str]:
+    """The schedules a fused sweep's ``trainer.parallel.nu`` can vary."""
+    return [name for name, cls in GROUPS["schedule"].items() if cls.nu_key is not None]
+
+
+def nu_key(cfg: Mapping) -> str | None:
+    """The key of ``cfg`` (the schedule group) that holds the run's noise level, if it has one."""
+    return schema_of("schedule", cfg).nu_key
+
+
+def build_schedule(cfg: Mapping, max_epochs: int | None = None) -> NoiseSchedule:
+    """Make the schedule that ``cfg`` (the ``schedule`` config group) describes."""
+    return typed("schedule", cfg).build().with_max_epochs(max_epochs)

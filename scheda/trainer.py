@@ -10,19 +10,81 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, List, Optional, Sequence
 
 import torch
 
-from scheda.callbacks import Callback, ScheduleCallback
-from scheda.errors import DivergenceError
+from scheda.callbacks import Callback
+from scheda.config import Component, register
+from scheda.errors import ConfigError, DivergenceError
 from scheda.interrupt import NEVER, Interrupted
 from scheda.model import DenoisingAutoencoder
-from scheda.noise import NoiseFn
+from scheda.noise import Noise
 from scheda.schedule import NoiseSchedule
 from scheda.step import BatchedStep, make_step
 
 log = logging.getLogger(__name__)
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+@dataclass
+class ParallelConfig:
+    """A fused sweep: train every combination of these in ONE process with batched matmuls, each
+    model with its own schedule, checkpoints and evaluation under models/<k>/. ``nu`` sets the
+    schedule's own noise-level key (``schedule.nu`` for constant, ``schedule.nu0`` for
+    decreasing/increasing). Empty: the run's own value."""
+
+    nu: List[float] = field(default_factory=list)
+    lr: List[float] = field(default_factory=list)
+    seed: List[int] = field(default_factory=list)
+
+
+@register("trainer")
+@dataclass
+class TrainerConfig(Component):
+    """How the run trains: device, minibatch, epochs, checkpoints, the fused step, a fused sweep."""
+
+    device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N
+    batch_size: int = 20  # minibatch size; the loss is averaged over it (LISA-lab dA tutorial: 20)
+    max_epochs: Optional[int] = None  # null: the schedule's length; else cut it, or extend its last stage
+    checkpoint_every: int = 50  # also at every schedule stage end; 0: stage ends only
+    num_threads: Optional[int] = None  # torch CPU threads; null: torch's default
+    progress_bar: bool = True
+    fused: bool = True  # the hand-written tied-DA step (cross-entropy + SGD); false: autograd
+    precision: str = "fp32"  # fp32 | tf32 (CUDA matmuls in TF32) | bf16 (autocast; autograd step)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+
+    def check(self) -> None:
+        if self.batch_size < 1:
+            raise self.invalid("batch_size", "must be >= 1")
+        if self.checkpoint_every < 0:
+            raise self.invalid("checkpoint_every", "must be >= 0 (0: only at stage ends)")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise self.invalid("num_threads", "must be >= 1 or null")
+        if self.precision not in PRECISIONS:
+            raise self.invalid("precision", f"must be {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}")
+        self.resolve_device()
+
+    def resolve_device(self) -> torch.device:
+        """'auto' is CUDA when present, else CPU; an explicit CUDA device must exist."""
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            device = torch.device(self.device)
+        except RuntimeError:
+            raise self.invalid("device", "is not a device: use auto, cpu, cuda or cuda:N") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(f"trainer.device={self.device} but CUDA is not available here: "
+                              f"use trainer.device=auto or cpu")
+        return device
+
+    def setup_process(self) -> None:
+        """Torch's threads, and TF32 matmuls on CUDA only when asked for (off by default, for exactness)."""
+        if self.num_threads:
+            torch.set_num_threads(self.num_threads)
+        torch.backends.cuda.matmul.allow_tf32 = self.precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = self.precision == "tf32"
 
 
 class EpochState:
@@ -63,7 +125,7 @@ class Trainer:
         self,
         model: DenoisingAutoencoder,
         optimizer: torch.optim.Optimizer,
-        noise: NoiseFn,
+        noise: Noise,
         schedule: NoiseSchedule,
         train_x: torch.Tensor,
         batch_size: int,
@@ -81,8 +143,7 @@ class Trainer:
         self.generator = generator
         self.fused, self.precision = fused, precision
         self._step_fn = None
-        self.schedule_cb = ScheduleCallback(schedule)
-        self.callbacks: list[Callback] = [self.schedule_cb, *callbacks]
+        self.callbacks: list[Callback] = list(callbacks)
         self.epoch = 0  # completed epochs
         self.step = 0  # completed minibatch updates
         self.history: list[dict[str, Any]] = []
@@ -94,6 +155,18 @@ class Trainer:
     @property
     def device(self) -> torch.device:
         return self.train_x.device
+
+    @property
+    def switches(self) -> list[dict[str, Any]]:
+        """Where the noise level changed, from the history: ``{"epoch": e, "nu": nu}`` means that
+        after ``e`` completed epochs nu became ``nu`` (None for a schedule that draws it per
+        minibatch). Evaluation "after the last epoch at each level" and run labels read these."""
+        out: list[dict[str, Any]] = []
+        for metrics in self.history:
+            nu = None if self.schedule.per_minibatch else metrics["nu"]
+            if not out or out[-1]["nu"] != nu:
+                out.append({"epoch": metrics["epoch"] - 1, "nu": nu})
+        return out
 
     @property
     def step_fn(self):
@@ -122,7 +195,7 @@ class Trainer:
         x_all, n, bs, gen = self.train_x, self.train_x.shape[0], self.batch_size, self.generator
         for first in range(epoch.next_first, n, bs):
             idx = epoch.perm[first:first + bs]
-            batch_nu = self.schedule_cb.batch_nu(gen, self.device) if epoch.random_nu else epoch.nu
+            batch_nu = self.schedule.draw(gen, self.device) if epoch.random_nu else epoch.nu
             epoch.add(self.step_fn(x_all, idx, batch_nu, gen), idx.shape[0], batch_nu)
             if self.on_batch is not None:
                 self.on_batch(idx.shape[0])
@@ -135,16 +208,15 @@ class Trainer:
         or take up the epoch an interrupt stopped."""
         self.model.train()
         start = time.perf_counter()
-        if hasattr(self.model, "set_epoch"):  # the composite DA alternates groups by epoch
-            self.model.set_epoch(self.epoch)
-        nu = self.schedule_cb.on_epoch_start(self)
+        self.model.set_epoch(self.epoch)
+        nu = self.schedule.nu_at(self.epoch)
         if self._partial_state is not None:
-            epoch = EpochState(nu, self.schedule_cb.per_minibatch, torch.empty(0), start, self.device)
+            epoch = EpochState(nu, self.schedule.per_minibatch, torch.empty(0), start, self.device)
             epoch.load_state_dict(self._partial_state)
             self._partial_state = None
             return epoch
         perm = torch.randperm(self.train_x.shape[0], generator=self.generator, device=self.device)
-        return EpochState(nu, self.schedule_cb.per_minibatch, perm, start, self.device)
+        return EpochState(nu, self.schedule.per_minibatch, perm, start, self.device)
 
     def interrupt(self, epoch: "EpochState") -> None:
         """Checkpoint the run where it stands (the callbacks write it) and stop."""
@@ -261,7 +333,7 @@ class FusedTrainer:
             raise ValueError("the models of a fused sweep stopped at different minibatches: resume them alone")
         for first in range(epochs[0].next_first, n, bs):
             idx = torch.stack([e.perm[first:first + bs] for e in epochs])
-            nus = [t.schedule_cb.batch_nu(t.generator, device) if e.random_nu else e.nu for t, e in zip(active, epochs)]
+            nus = [t.schedule.draw(t.generator, device) if e.random_nu else e.nu for t, e in zip(active, epochs)]
             losses = step(self.x_all, idx, nus, generators)
             for k, e in enumerate(epochs):
                 e.add(losses[k], idx.shape[1], nus[k])

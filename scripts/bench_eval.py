@@ -20,12 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheda.classifiers import objective  # noqa: E402
-from scheda.data import load_dataset  # noqa: E402
-from scheda.evaluate import c_grid, encode_splits, evaluate_features, labels_of, raw_features  # noqa: E402
-from scheda.run import load_run_model  # noqa: E402
+from scheda.classifiers import objective
+from scheda.data import load_dataset
+from scheda.evaluate import c_grid, encode_splits, evaluate_features, labels_of, raw_features
+from scheda.checkpoint import load_run_model
 
 
 def main(argv=None) -> int:

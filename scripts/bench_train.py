@@ -26,12 +26,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheda.model import DenoisingAutoencoder  # noqa: E402
-from scheda.noise import masking  # noqa: E402
-from scheda.schedule import NoiseSchedule, Stage  # noqa: E402
-from scheda.trainer import Trainer  # noqa: E402
+from scheda.model import DenoisingAutoencoder
+from scheda.noise import masking
+from scheda.schedule import NoiseSchedule, Stage
+from scheda.trainer import Trainer
 
 D, NU, LR = 3072, 0.3, 0.01
 N = 45000  # examples per epoch (--n)

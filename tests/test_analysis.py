@@ -3,9 +3,9 @@ import sys
 
 import torch
 
-from scheda.analysis import closest_counts, max_cosine_similarity, run_label
+from scheda.protocol.analysis import closest_counts, max_cosine_similarity, run_label
 
-from conftest import REPO, STAGES, TINY, compose_cfg
+from conftest import STAGES, TINY, compose_cfg
 
 
 def test_every_feature_is_closest_to_itself():
@@ -42,12 +42,12 @@ def _runs(cifar_arrays, tmp_path):
 def test_run_labels_and_scripts(cifar_arrays, tmp_path):
     runs = _runs(cifar_arrays, tmp_path)
     assert run_label(runs["da"]) == "DA(0.3)" and run_label(runs["scheda"]) == "ScheDA(0.5->0.2)"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "plot_filters.py"), str(runs["da"]),
+    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.plot_filters", str(runs["da"]),
                            str(runs["scheda"]), "--n", "8", "--out", str(tmp_path / "f.png")],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "feature_similarity.py"),
+    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.feature_similarity",
                            "--reference", str(runs["scheda"]), "--baseline", str(runs["da_seed"]),
                            "--da", f"0.3={runs['da']}", f"0.5={runs['scheda']}", "--out", str(tmp_path / "t2.md")],
                           capture_output=True, text=True)
@@ -69,7 +69,7 @@ def test_concatenation_grid_from_a_fused_sweep(cifar_arrays, tmp_path):
                        "trainer.parallel.nu=[0.2,0.5]", "trainer.parallel.seed=[1,2]", "evaluate.enabled=false",
                        "logger=none"])
     run(cfg, tmp_path / "sweep")
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "concat_eval.py"), "--sweep", str(tmp_path / "sweep"),
+    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.concat_eval", "--sweep", str(tmp_path / "sweep"),
                            "--classifier", "torch_lr", "--c-log2-min", "-3", "--c-log2-max", "0",
                            "--out", str(tmp_path / "grid.png")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -80,7 +80,7 @@ def test_concatenation_grid_from_a_fused_sweep(cifar_arrays, tmp_path):
     assert (tmp_path / "grid.png").read_bytes()[:4] == b"\x89PNG"
     # Two runs given directly: their concatenation and each alone.
     a, b = tmp_path / "sweep" / "models" / "0", tmp_path / "sweep" / "models" / "3"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "concat_eval.py"), str(a), str(b),
+    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.concat_eval", str(a), str(b),
                            "--classifier", "torch_lr", "--c-log2-min", "-3", "--c-log2-max", "0"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

@@ -172,3 +172,38 @@ def test_claiming_gpus_gives_each_holder_its_own(tmp_path, monkeypatch):
     for p in holders:
         p.join(timeout=60)
     assert sorted(claimed, key=str) == ["3", "5", None]  # a third process finds both taken
+
+
+def test_a_regular_install_trains_and_reproduces_outside_the_checkout(cifar_arrays, tmp_path):
+    """A wheel (not the editable install) on its own: the configs travel inside the package, the
+    installed commands exist, and the protocol launches training through the installed module."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import N_VAL, REPO
+
+    wheel_dir, target = tmp_path / "wheel", tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(wheel_dir), str(REPO)], check=True, capture_output=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+                    *map(str, wheel_dir.glob("scheda-*.whl"))], check=True, capture_output=True, timeout=300)
+    env = {**{k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}, "PYTHONPATH": str(target),
+           "OMP_NUM_THREADS": "1"}
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    check = subprocess.run([sys.executable, "-c", "import scheda; print(scheda.__file__)"], cwd=work, env=env,
+                           capture_output=True, text=True)
+    assert check.stdout.strip() == str(target / "scheda" / "__init__.py")
+    train = subprocess.run([sys.executable, "-m", "scheda.train", f"dataset.root={cifar_arrays}", *_common(work / "run")],
+                           cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert train.returncode == 0, train.stderr
+    assert json.loads((work / "run" / "results.json").read_text())["status"] == "completed"
+    reproduce = subprocess.run(
+        [sys.executable, "-m", "scheda.protocol.reproduce", "scale=smoke", "out_dir=runs", "stages=[da,select]",
+         f"overrides=['dataset.root={cifar_arrays}','dataset.val_size={N_VAL}','trainer.device=cpu']"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert reproduce.returncode == 0, reproduce.stderr
+    assert (work / "runs" / "selection.json").exists()
+    assert "scheda-train" in [p.name for p in (target / "bin").iterdir()] and shutil.which("scheda-train")

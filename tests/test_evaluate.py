@@ -180,15 +180,15 @@ def test_export_features_is_readable_by_liblinear(cifar_arrays, tmp_path):
 
     from liblinear.liblinearutil import svm_read_problem
 
-    from conftest import REPO
+
     from scheda.data import load_dataset
-    from scheda.run import load_run_model
+    from scheda.checkpoint import load_run_model
 
     run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, "evaluate.enabled=false"]), tmp_path / "run")
     (tmp_path / "run" / ".hydra").mkdir()
     (tmp_path / "run" / ".hydra" / "config.yaml").write_text(
         json.dumps(json.loads((tmp_path / "run" / "results.json").read_text())["config"]))
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "export_features.py"), str(tmp_path / "run"),
+    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.export_features", str(tmp_path / "run"),
                            "--out", str(tmp_path / "feat")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     cfg, model, _ = load_run_model(tmp_path / "run")
@@ -204,9 +204,9 @@ def test_export_features_bad_path_is_one_line(tmp_path):
     import subprocess
     import sys
 
-    from conftest import REPO
 
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "export_features.py"), str(tmp_path / "nope")],
+
+    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.export_features", str(tmp_path / "nope")],
                           capture_output=True, text=True)
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "does not exist" in proc.stderr
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from scheda.errors import ConfigError
-from scheda.model import DenoisingAutoencoder
+from scheda.model import DenoisingAutoencoder, build_model
 
 
 def _model(activation="sigmoid", loss="cross_entropy", n_input=7, n_hidden=5):
@@ -86,10 +86,9 @@ def test_encode_dataset_matches_encode_in_chunks():
 @pytest.mark.parametrize("kwargs, key", [
     (dict(activation="tanh"), "model.activation"),
     (dict(loss="hinge"), "model.loss"),
-    (dict(n_hidden=0), "model.hidden"),
+    (dict(hidden=0), "model.hidden"),
     (dict(init_scale=-1.0), "model.init_scale"),
 ])
 def test_bad_model_config_names_the_key(kwargs, key):
-    args = dict(n_input=5, n_hidden=3) | kwargs
     with pytest.raises(ConfigError, match=key):
-        DenoisingAutoencoder(**args)
+        build_model(dict(name="da", hidden=3) | kwargs, n_input=5)

@@ -13,10 +13,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from scheda import protocol
+from scheda.protocol import stages as protocol
 from scheda.errors import ConfigError
 from scheda.schedule import build_schedule
-from tests.conftest import N_VAL, REPO
+from tests.conftest import N_VAL, REPO, compose_cfg
 
 SCRIPT = REPO / "scripts" / "reproduce.py"
 
@@ -321,10 +321,14 @@ def test_every_table_and_scale_plans_its_jobs(table, scale):
                             for h in cfg.scale.hidden}}
     cont = protocol.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
     assert len({j.name for j in da + cont}) == len(da + cont) and cont
+    bases = {}
     for job in cont:  # every planned continuation has a schedule with at least one level
         values = {k.split(".", 1)[1]: v for k, v in job.values.items() if k.startswith("schedule.")}
-        base = OmegaConf.load(REPO / "configs" / "schedule" / f"{job.groups['schedule']}.yaml")
-        schedule = build_schedule({**OmegaConf.to_container(base), "steps": None, **values})
+        name = job.groups["schedule"]
+        if name not in bases:  # the schedule option as a run composes it
+            bases[name] = OmegaConf.to_container(compose_cfg([f"schedule={name}"]).schedule)
+        steps = {"steps": None} if "steps" in bases[name] else {}  # the plan sets nu_final, not steps
+        schedule = build_schedule({**bases[name], **steps, **values})
         assert schedule.total_epochs >= 1
         if job.meta["kind"] in protocol.STEP_KINDS:
             assert schedule.total_epochs == job.meta["epochs"]

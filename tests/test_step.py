@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from scheda.model import DenoisingAutoencoder
-from scheda.noise import gaussian, masking
+from scheda.noise import gaussian, masking, salt_pepper
 from scheda.step import AutogradStep, FusedStep, make_step
 
 
@@ -57,11 +57,14 @@ def test_make_step_falls_back_to_autograd():
     assert isinstance(make_step(se, torch.optim.SGD(se.parameters(), lr=0.1), masking, 8, cpu), AutogradStep)
 
 
-def test_masking_into_buffers_equals_plain_masking():
+@pytest.mark.parametrize("noise", [masking, gaussian, salt_pepper])
+@pytest.mark.parametrize("nu", [0.4, 0.0])
+def test_every_noise_into_a_buffer_equals_a_fresh_corruption(noise, nu):
     x = torch.rand(7, 9)
-    words, mask, out = torch.empty(100, dtype=torch.int64), torch.empty(200, dtype=torch.bool), torch.empty(7, 9)
-    a = masking(x, 0.4, torch.Generator().manual_seed(5), out=out, words=words, mask=mask)
-    b = masking(x, 0.4, torch.Generator().manual_seed(5))
+    out = torch.empty(7, 9)
+    a = noise(x, nu, torch.Generator().manual_seed(5), out=out)
+    masking(torch.rand(30, 31), 0.2, torch.Generator())  # buffers of another size in between
+    b = noise(x, nu, torch.Generator().manual_seed(5))
     assert a.data_ptr() == out.data_ptr() and torch.equal(a, b)
 
 

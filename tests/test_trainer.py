@@ -75,7 +75,7 @@ def test_schedule_callback_sets_nu_and_records_switches():
         ("epoch", 1, 0.6), ("epoch", 2, 0.6), ("epoch", 3, 0.4), ("epoch", 4, 0.2)]
     assert [e for e in rec.events if e[0] == "stage_end"] == [
         ("stage_end", 2, 0.6), ("stage_end", 3, 0.4), ("stage_end", 4, 0.2)]
-    assert trainer.schedule_cb.switches == [{"epoch": 0, "nu": 0.6}, {"epoch": 2, "nu": 0.4},
+    assert trainer.switches == [{"epoch": 0, "nu": 0.6}, {"epoch": 2, "nu": 0.4},
                                             {"epoch": 3, "nu": 0.2}]
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 import numpy as np
 import torch
 
-from scheda.errors import ConfigError
 
 
 @dataclass
@@ -58,22 +57,32 @@ class Splits:
         return out
 
 
-def dataset_spec(cfg: Mapping):
-    """The module that serves ``dataset.name``."""
-    from scheda.data import amazon, cifar10
+class DataSet(Protocol):
+    """What a data set's config schema (registered in the ``dataset`` group) provides: its
+    input size and image shape known before loading (to build the model and its figures), and
+    ``load()``, the labelled splits in [0, 1] (with any unlabelled inputs for the autoencoder)."""
 
-    modules = {"cifar10": cifar10, "amazon": amazon}
-    name = cfg.get("name")
-    if name not in modules:
-        raise ConfigError(f"dataset.name={name!r} is unknown: use one of {', '.join(modules)}")
-    return modules[name]
+    name: str
+    root: str
+    image_shape: tuple[int, int, int] | None
+
+    @property
+    def n_input(self) -> int: ...
+
+    def load(self) -> Splits: ...
+
+
+def dataset_spec(cfg: Mapping) -> DataSet:
+    """The checked schema object of ``cfg`` (the dataset group)."""
+    from scheda.config import typed
+
+    return typed("dataset", cfg)
 
 
 def input_size(cfg: Mapping) -> int:
     """The input dimension a config implies, known before the data are loaded."""
-    module = dataset_spec(cfg)
-    return module.n_input_of(cfg) if hasattr(module, "n_input_of") else module.n_input
+    return dataset_spec(cfg).n_input
 
 
 def load_dataset(cfg: Mapping) -> Splits:
-    return dataset_spec(cfg).load(cfg)
+    return dataset_spec(cfg).load()

@@ -23,11 +23,13 @@ import logging
 import math
 import re
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Any, ClassVar, Iterator, List, Mapping, Optional
 
 import numpy as np
 
+from scheda.config import Component, register
 from scheda.data import Splits
 from scheda.errors import ConfigError, DataError
 
@@ -38,10 +40,6 @@ LABEL_FILES = {"positive.review": 1, "negative.review": 0}
 UNLABELED_FILE = "unlabeled.review"
 TOKEN_RE = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
 FIELD_RE = re.compile(r"<(rating|title|review_text)>\s*(.*?)\s*</\1>", re.S)
-
-
-def n_input_of(cfg: Mapping) -> int:
-    return int(cfg["vocab_size"])
 
 
 def tokenize(text: str) -> list[str]:
@@ -113,8 +111,6 @@ def read_reviews(path: Path, labelled: bool) -> Iterator[tuple[Counter, int | No
 
 def find_release(root: Path, release: str) -> tuple[str, Path]:
     if release != "auto":
-        if release not in RELEASES:
-            raise ConfigError(f"dataset.release={release!r} is unknown: use auto, {', '.join(RELEASES)}")
         if not (root / release).is_dir():
             raise DataError(f"{root / release} not found: {_where(root)}")
         return release, root / release
@@ -217,8 +213,6 @@ def binary_matrix(docs: list[Counter], vocabulary: list[str]):
 
 def load(cfg: Mapping) -> Splits:
     vocab_size = cfg["vocab_size"]
-    if not isinstance(vocab_size, int) or vocab_size < 1:
-        raise ConfigError(f"dataset.vocab_size={vocab_size!r} must be a positive integer")
     docs, labels, domains, unlabeled, release = read_domains(cfg)
     n = len(docs)
     sizes = [_count(cfg[k], n, k) for k in ("train_size", "val_size", "test_size")]
@@ -243,3 +237,38 @@ def load(cfg: Mapping) -> Splits:
         unlabeled_x=binary_matrix(unlabeled, vocabulary) if unlabeled else None,
         vocabulary=vocabulary,
     )
+
+
+@register("dataset")
+@dataclass
+class AmazonConfig(Component):
+    """Amazon reviews (Blitzer et al., 2007): binary presence of the vocab_size most frequent words."""
+
+    name: str = "amazon"
+    root: str = "${oc.env:SCHEDA_DATA,data}/amazon"
+    release: str = "auto"  # auto (processed_acl, else sorted_data_acl, else unprocessed) | one of those
+    domains: Optional[List[str]] = None  # null: every domain folder found; e.g. [books, dvd, electronics, kitchen]
+    use_unlabeled: bool = True  # unlabeled.review files, when present, join the autoencoder's training data
+    vocab_size: int = 3000  # words counted on the autoencoder's training data only
+    # Labelled splits: fractions of the labelled reviews or counts, each balanced over (domain, label).
+    # The paper: 10000 train / 10000 val / 10000 test labelled + 35000 unlabelled. The default below
+    # suits the 8000 labelled reviews of four domains with no unlabelled files: 4800 / 1600 / 1600.
+    train_size: Any = 0.6
+    val_size: Any = 0.2
+    test_size: Any = 0.2
+    unlabeled_size: Optional[int] = None  # cap on unlabelled reviews (null: all)
+    split_seed: int = 0
+    image_shape: ClassVar[None] = None
+
+    @property
+    def n_input(self) -> int:
+        return self.vocab_size
+
+    def check(self) -> None:
+        if self.vocab_size < 1:
+            raise self.invalid("vocab_size", "must be a positive integer")
+        if self.release not in ("auto", *RELEASES):
+            raise self.invalid("release", f"is unknown: use auto, {', '.join(RELEASES)}")
+
+    def load(self) -> Splits:
+        return load(self)

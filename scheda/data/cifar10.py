@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import os
 import pickle
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import ClassVar, Mapping, Optional
 
 import numpy as np
 
+from scheda.config import Component, register
 from scheda.data import Splits
 from scheda.errors import ConfigError, DataError
 
@@ -133,8 +135,6 @@ def load(cfg: Mapping) -> Splits:
     train_idx, val_idx = split_train_val(train_x.shape[0], val_size, cfg["split_seed"])
     limit = cfg.get("train_limit")
     if limit is not None:
-        if not isinstance(limit, int) or limit < 1:
-            raise ConfigError(f"dataset.train_limit={limit} must be a positive integer or null")
         train_idx = train_idx[:limit]
     return Splits(
         name="cifar10",
@@ -144,3 +144,29 @@ def load(cfg: Mapping) -> Splits:
         max_value=255.0,
         image_shape=image_shape,
     )
+
+
+@register("dataset")
+@dataclass
+class Cifar10Config(Component):
+    """CIFAR-10 as the paper uses it: 45000 train / 5000 validation / 10000 test, pixels / 255."""
+
+    name: str = "cifar10"
+    # A folder with train_x.npy/train_y.npy/test_x.npy/test_y.npy or cifar-10-batches-py/.
+    root: str = "${oc.env:SCHEDA_DATA,data}/cifar10"
+    download: bool = False
+    val_size: int = 5000  # taken from the 50000 official training images by a seeded permutation
+    split_seed: int = 0
+    train_limit: Optional[int] = None  # use only the first N training examples (quick CPU runs)
+    image_shape: ClassVar[tuple[int, int, int]] = image_shape
+
+    @property
+    def n_input(self) -> int:
+        return n_input
+
+    def check(self) -> None:
+        if self.train_limit is not None and self.train_limit < 1:
+            raise ConfigError(f"dataset.train_limit={self.train_limit} must be a positive integer or null")
+
+    def load(self) -> Splits:
+        return load(self)

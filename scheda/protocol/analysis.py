@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 
+
 def run_label(run_dir: str | Path) -> str:
     """DA(nu) for a single noise level, ScheDA(nu0 -> ... -> nuT) for a schedule."""
     results = Path(run_dir) / "results.json"
@@ -29,29 +30,6 @@ def run_label(run_dir: str | Path) -> str:
     if len(levels) == 1:
         return f"DA({levels[0]:g})"
     return "ScheDA(" + "->".join(f"{nu:g}" for nu in levels) + ")"
-
-
-def normalised_filters(W: torch.Tensor, image_shape: tuple[int, int, int]) -> np.ndarray:
-    """Rows of W as [n, H, W, C] images in [0, 1], each normalised to its own range."""
-    w = W.detach().float().cpu()
-    lo, hi = w.min(1, keepdim=True).values, w.max(1, keepdim=True).values
-    w = (w - lo) / (hi - lo).clamp_min(1e-12)
-    return w.reshape(-1, *image_shape).permute(0, 2, 3, 1).numpy()
-
-
-def filter_grid(W: torch.Tensor, image_shape: tuple[int, int, int], n: int | None = None,
-                padding: int = 1) -> np.ndarray:
-    """The first ``n`` rows of W tiled as one [H, W, C] image in [0, 1] (a square grid, white
-    between filters), for TensorBoard and the figures alike."""
-    images = normalised_filters(W[:n] if n else W, image_shape)
-    h, w, c = images.shape[1:]
-    side = int(np.ceil(np.sqrt(images.shape[0])))
-    rows = int(np.ceil(images.shape[0] / side))
-    grid = np.ones((rows * (h + padding) - padding, side * (w + padding) - padding, c), dtype=np.float32)
-    for i, img in enumerate(images):
-        r, q = divmod(i, side)
-        grid[r * (h + padding):r * (h + padding) + h, q * (w + padding):q * (w + padding) + w] = img
-    return grid
 
 
 @torch.no_grad()

@@ -1,8 +1,8 @@
 """Write a trained run's encoded features in LIBSVM text format, so LIBLINEAR's own
 ``svm_read_problem`` and command-line tools (``train -s 0 -B 1 ...``) can read them.
 
-    python scripts/export_features.py outputs/runs/DATE/TIME --out features/
-    python scripts/export_features.py RUN/checkpoints/epoch_00100.pt --splits test
+    scheda-export-features outputs/runs/DATE/TIME --out features/
+    scheda-export-features RUN/checkpoints/epoch_00100.pt --splits test
 
 Writes ``<out>/{train,val,test}.libsvm``: one line per example, ``label 1:f1 2:f2 ...``.
 """
@@ -17,13 +17,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheda.data import load_dataset  # noqa: E402
-from scheda.errors import SchedaError  # noqa: E402
-from scheda.evaluate import encode_splits, labels_of  # noqa: E402
-from scheda.io import atomic_write  # noqa: E402
-from scheda.run import load_run_model  # noqa: E402
+from scheda.data import load_dataset
+from scheda.errors import SchedaError
+from scheda.evaluate import encode_splits, labels_of
+from scheda.io import atomic_write
+from scheda.checkpoint import load_run_model
 
 
 def write_libsvm(path: Path, x: np.ndarray, y: np.ndarray, precision: int = 6) -> Path:

@@ -10,7 +10,7 @@ One out_dir per scale holds the runs of every table: the DA grid is the same for
 continuation (named by its kind and settings) is shared by the tables that use it, so
 ``table=increasing`` after ``table=table1`` trains only the increasing schedules.
 
-Each stage is ONE ``python train.py -m`` multirun, so the user's Hydra launcher (basic,
+Each stage is ONE ``python -m scheda.train -m`` multirun (the installed module), so the user's Hydra launcher (basic,
 joblib, submitit) runs its jobs. Every job is a generated config in the ``protocol_job``
 group (``<out_dir>/jobs/protocol_job/<name>.yaml``), and its run directory is
 ``<out_dir>/<stage>/<name>``: a rerun finds each job where it left it. A job whose
@@ -42,7 +42,6 @@ from scheda.schedule import level_count
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[1]
 FINAL_STATUSES = ("completed", "diverged")
 LAUNCHERS = ("basic", "joblib", "submitit_slurm", "submitit_local")
 CONTINUATIONS = ("scheda", "increasing", "random_uniform", "random_discrete")
@@ -410,7 +409,7 @@ def launcher_overrides(cfg: DictConfig) -> list[str]:
 
 
 def stage_command(cfg: DictConfig, jobs_dir: Path, stage_dir: Path, names: list[str]) -> list[str]:
-    return [sys.executable, str(REPO / "train.py"), "-m", f"+protocol_job={','.join(names)}",
+    return [sys.executable, "-m", "scheda.train", "-m", f"+protocol_job={','.join(names)}",
             f"hydra.searchpath=[file://{jobs_dir.resolve()}]", f"hydra.sweep.dir={stage_dir.resolve()}",
             "hydra.sweep.subdir=${hydra:runtime.choices.protocol_job}", "trainer.progress_bar=false",
             *cfg.scale.train, *cfg.overrides, *launcher_overrides(cfg)]

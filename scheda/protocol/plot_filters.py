@@ -1,7 +1,7 @@
 """Filters of one or more runs side by side (the paper's Figures 3-4): a sample of rows of W
 as 32x32 colour images, each normalised to its own range, labelled DA(nu) / ScheDA(nu0->...).
 
-    python scripts/plot_filters.py RUN_DA RUN_SCHEDA --n 64 --out filters.png
+    scheda-plot-filters RUN_DA RUN_SCHEDA --n 64 --out filters.png
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheda.analysis import filter_grid, pyplot, run_label, save_png  # noqa: E402
-from scheda.checkpoint import find_checkpoint  # noqa: E402
-from scheda.data import dataset_spec  # noqa: E402
-from scheda.errors import SchedaError  # noqa: E402
-from scheda.run import load_run_model  # noqa: E402
+from scheda.loggers import filter_grid
+from scheda.protocol.analysis import pyplot, run_label, save_png
+from scheda.checkpoint import find_checkpoint
+from scheda.data import dataset_spec
+from scheda.errors import SchedaError
+from scheda.checkpoint import load_run_model
 
 
 def main(argv=None) -> int:

@@ -2,7 +2,7 @@
 holds its most cosine-similar unit (activation vectors over the training split); C_nu counts
 them. ``--baseline`` repeats the count for another model (e.g. DA*(nu), a DA of another seed).
 
-    python scripts/feature_similarity.py --reference RUN_SCHEDA --baseline RUN_DA_STAR \\
+    scheda-feature-similarity --reference RUN_SCHEDA --baseline RUN_DA_STAR \\
         --da 0.1=RUN_A 0.3=RUN_B 0.5=RUN_C 0.7=RUN_D --out table2.md
 """
 
@@ -14,13 +14,12 @@ import time
 from pathlib import Path
 
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheda.analysis import closest_counts, run_label  # noqa: E402
-from scheda.data import load_dataset  # noqa: E402
-from scheda.errors import SchedaError  # noqa: E402
-from scheda.io import atomic_write  # noqa: E402
-from scheda.run import load_run_model  # noqa: E402
+from scheda.protocol.analysis import closest_counts, run_label
+from scheda.data import load_dataset
+from scheda.errors import SchedaError
+from scheda.io import atomic_write
+from scheda.checkpoint import load_run_model
 
 
 def main(argv=None) -> int:

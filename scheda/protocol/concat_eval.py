@@ -2,8 +2,8 @@
 or more runs side by side (e.g. DA(nu1) of seed 1 with DA(nu2) of seed 2, 2000 + 2000 units),
 evaluated like any representation (logistic regression, C chosen on validation).
 
-    python scripts/concat_eval.py RUN_A RUN_B [...]                 # one concatenation
-    python scripts/concat_eval.py --sweep SWEEP_RUN --out grid.png   # the nu x nu grid
+    scheda-concat-eval RUN_A RUN_B [...]                 # one concatenation
+    scheda-concat-eval --sweep SWEEP_RUN --out grid.png   # the nu x nu grid
 
 The grid reads a fused sweep trained with the preset ``+experiment=concat_grid`` (every nu,
 seeds 1 and 2): rows are seed-1 models, columns seed-2 models; it writes the heat map of test
@@ -20,15 +20,14 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheda.analysis import concat_grid, heat_map, run_label, sweep_models  # noqa: E402
-from scheda.config import LiblinearConfig, TorchLRConfig  # noqa: E402
-from scheda.data import load_dataset  # noqa: E402
-from scheda.errors import SchedaError  # noqa: E402
-from scheda.evaluate import c_grid, encode_splits, evaluate_features, labels_of  # noqa: E402
-from scheda.io import atomic_write_json  # noqa: E402
-from scheda.run import load_run_model  # noqa: E402
+from scheda.protocol.analysis import concat_grid, heat_map, run_label, sweep_models
+from scheda.classifiers import LiblinearConfig, TorchLRConfig
+from scheda.data import load_dataset
+from scheda.errors import SchedaError
+from scheda.evaluate import c_grid, encode_splits, evaluate_features, labels_of
+from scheda.io import atomic_write_json
+from scheda.checkpoint import load_run_model
 
 
 class Evaluator:

@@ -11,9 +11,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scheda.analysis import pyplot, save_png
+from scheda.protocol.analysis import pyplot, save_png
 from scheda.io import atomic_write
-from scheda.protocol import fmt
+from scheda.protocol.stages import fmt
 
 KIND_LABEL = {"scheda": "ScheDA", "increasing": "Increasing schedule", "random_uniform": "Random nu, uniform",
               "random_discrete": "Random nu, discrete", "control": "Control: same start, constant nu",

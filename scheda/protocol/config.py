@@ -1,0 +1,89 @@
+"""The protocol's schemas: a table (which continuations, the paper's numbers), a scale (the
+grid and budget of every stage) and the invocation (``configs/reproduce.yaml``). The files in
+``configs/table/`` and ``configs/scale/`` are their values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from omegaconf import MISSING
+
+
+@dataclass
+class DAGridConfig:
+    """Stage 1: one DA per (nu, lr), each evaluated every ``eval_every`` epochs (checkpointed
+    there too, so a ScheDA can continue from the selected epoch)."""
+
+    nu: List[float] = field(default_factory=list)
+    lr: List[float] = field(default_factory=list)
+    epochs: int = 2000
+    eval_every: int = 100
+    fused: bool = False
+
+
+@dataclass
+class StepGridConfig:
+    """Stage 3: decreasing (ScheDA) or increasing schedules continued from the best DA(nu0)."""
+
+    nu0: List[float] = field(default_factory=list)
+    delta_nu: List[float] = field(default_factory=list)
+    K: List[int] = field(default_factory=list)
+    nu_final: float = 0.05
+    lr: float = 0.01
+
+
+@dataclass
+class RandomNuConfig:
+    """Stage 3 of table=random_nu: nu drawn per minibatch, trained from scratch at every lr of
+    the DA grid (``da.lr``), the best chosen on validation like the DA's."""
+
+    hidden: Optional[int] = None
+    epochs: int = 2000
+    low: float = 0.1
+    high: float = 0.7
+    values: List[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
+
+
+@dataclass
+class ScaleConfig:
+    name: str = MISSING
+    description: str = MISSING
+    hidden: List[int] = field(default_factory=list)
+    da: DAGridConfig = field(default_factory=DAGridConfig)
+    scheda: StepGridConfig = field(default_factory=StepGridConfig)
+    increasing: StepGridConfig = field(default_factory=StepGridConfig)
+    random_nu: RandomNuConfig = field(default_factory=RandomNuConfig)
+    control: bool = False
+    finetune: Optional[str] = None
+    train: List[str] = field(default_factory=list)
+
+
+@dataclass
+class TableConfig:
+    name: str = MISSING
+    title: str = MISSING
+    continuations: List[str] = field(default_factory=list)
+    raw: bool = True
+    paper: Any = field(default_factory=dict)
+
+
+@dataclass
+class ReproduceConfig:
+    table: TableConfig = MISSING
+    scale: ScaleConfig = MISSING
+    out_dir: str = MISSING
+    report_dir: str = "outputs/reports"
+    overrides: List[str] = field(default_factory=list)
+    launcher: str = "basic"
+    n_jobs: int = 1
+    launcher_overrides: List[str] = field(default_factory=list)
+    scheduler_wait_min: float = 30.0
+    stages: List[str] = field(default_factory=lambda: ["da", "select", "continue", "control", "finetune", "report"])
+
+
+def register_protocol_configs(cs) -> None:
+    """The protocol's schemas, which ``configs/reproduce.yaml``, ``scale/`` and ``table/`` extend."""
+    cs.store(name="reproduce_schema", node=ReproduceConfig)
+    cs.store(name="base_scale", node=ScaleConfig)
+    cs.store(name="base_table", node=TableConfig)

@@ -1,0 +1,127 @@
+"""The paper's protocol in one command: DA grid -> best DA per nu -> ScheDA continuations ->
+report beside the paper's numbers.
+
+    SCHEDA_DATA=../shared/data scheda-reproduce table=table1 scale=cpu
+    scheda-reproduce table=table1 scale=paper launcher=submitit_slurm \\
+        "launcher_overrides=['hydra.launcher.partition=gpu','hydra.launcher.gpus_per_node=1']"
+
+Rerunning the same command resumes: finished jobs are read, killed ones continue from their
+checkpoints. ``stages=[report]`` rewrites the report from the runs on disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import DictConfig
+
+from scheda.config import CONFIGS, register_configs
+from scheda.errors import ConfigError, SchedaError
+from scheda.io import atomic_write_json, shown_path
+from scheda.protocol import stages as protocol
+from scheda.protocol.report import write_report
+
+log = logging.getLogger("reproduce")
+STAGES = ("da", "select", "continue", "control", "finetune", "report")
+
+register_configs()
+
+
+def reproduce(cfg: DictConfig, out_dir: Path) -> Path:
+    started = time.time()
+    unknown = set(cfg.stages) - set(STAGES)
+    if unknown:
+        raise ConfigError(f"stages has {sorted(unknown)}: use any of {', '.join(STAGES)}")
+    protocol.check(cfg)
+    protocol.check_scale_unchanged(cfg.scale, out_dir)
+    da_jobs = protocol.da_jobs(cfg.scale, cfg.table.raw)
+    counts = []  # per stage launched: jobs skipped / run
+    if "da" in cfg.stages:
+        counts.append(protocol.run_stage(cfg, out_dir, "da", da_jobs))
+    selection = protocol.select_das(da_jobs, out_dir)
+    protocol.require_selection(selection, da_jobs, out_dir)
+    protocol.save_selection(out_dir, selection)
+    cont_jobs = protocol.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
+    if "continue" in cfg.stages and cont_jobs:
+        counts.append(protocol.run_stage(cfg, out_dir, "continue", cont_jobs))
+    continued = protocol.select_continuations(cont_jobs, out_dir)
+    ctl_jobs = protocol.control_jobs(cfg.scale, cfg.table.continuations, continued)
+    if "control" in cfg.stages and ctl_jobs:
+        counts.append(protocol.run_stage(cfg, out_dir, "control", ctl_jobs))
+    protocol.attach_controls(cfg.scale, cfg.table.continuations, continued,
+                             protocol.select_continuations(ctl_jobs, out_dir))
+    ft_jobs = []
+    if cfg.scale.finetune is not None:
+        ft_jobs = protocol.finetune_jobs(cfg.scale.finetune, selection, continued)
+        if "finetune" in cfg.stages and ft_jobs:
+            counts.append(protocol.run_stage(cfg, out_dir, "finetune", ft_jobs))
+        for h, found in protocol.select_continuations(ft_jobs, out_dir).items():
+            continued.setdefault(h, {}).update(found)
+    atomic_write_json(out_dir / f"continuations_{cfg.table.name}.json", continued)
+    statuses = protocol.job_statuses(da_jobs + cont_jobs + ctl_jobs + ft_jobs, out_dir)
+    invocations = protocol.record_invocation(out_dir, started, cfg.table.name,
+                                             ran_jobs=any(c["run"] for c in counts))
+    info = {"device": describe_device(statuses), "invocations": invocations,
+            "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": shown_path(out_dir),
+            "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
+    path = Path(cfg.report_dir) / f"{cfg.table.name}_{cfg.scale.name}.md"
+    if "report" in cfg.stages:
+        write_report(cfg, selection, continued, statuses, info, path)
+        log.info("report: %s", path)
+    unfinished = [s for s in statuses if s["stage"] in cfg.stages and s["status"] not in protocol.FINAL_STATUSES]
+    if unfinished:
+        listed = "; ".join(f"{s['name']} ({s['status']}{': ' + s['error'] if s['error'] else ''})"
+                           for s in unfinished[:5])
+        more = f" and {len(unfinished) - 5} more" if len(unfinished) > 5 else ""
+        retry = " ".join([invoked_as(), *map(shlex.quote, sys.argv[1:])])
+        raise SchedaError(f"{len(unfinished)} job{'s' if len(unfinished) > 1 else ''} did not finish: {listed}{more}; "
+                          f"the report lists them; rerun to retry them (finished jobs are kept): {retry}")
+    return path
+
+
+def invoked_as() -> str:
+    """The command as the user typed it: ``scheda-reproduce``, ``python -m scheda.protocol.reproduce``
+    or ``python scripts/reproduce.py``."""
+    argv0 = Path(sys.argv[0])
+    if argv0.resolve() == Path(__file__).resolve():
+        return "python -m scheda.protocol.reproduce"
+    if argv0.suffix == ".py":  # the checkout's shim
+        return "python scripts/reproduce.py"
+    return argv0.name
+
+
+def describe_device(statuses: list[dict]) -> str:
+    """The devices the jobs recorded, with this machine's GPU or thread count (a cluster's
+    jobs ran elsewhere: their results.json says where)."""
+    used = sorted({s["device"] for s in statuses if s.get("device")}) or ["no job has run"]
+    here = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU, {torch.get_num_threads()} threads"
+    return f"jobs ran on {', '.join(used)} (this machine: {here})"
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+@hydra.main(version_base="1.3", config_path=CONFIGS, config_name="reproduce")
+def main(cfg: DictConfig) -> None:
+    try:
+        reproduce(cfg, Path(cfg.out_dir).resolve())  # the jobs' init_from paths must not depend on a cwd
+    except SchedaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Train a denoising / scheduled denoising autoencoder: ``scheda-train [overrides]``, also
+``python -m scheda.train`` and, in a checkout, ``python train.py``.
+
+Torch and the training code are imported only when a job runs, so ``--help``, ``--cfg`` and
+shell completion answer at once.
+"""
+
+import shutil
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from scheda.config import CONFIGS, register_configs
+from scheda.devices import claim_gpu
+from scheda.errors import ConfigError, SchedaError
+from scheda.resume import resume_argv
+
+register_configs()
+FRESH_RUN_FILES = {".hydra", "train.log", "results.json"}  # all a run that failed its checks wrote
+
+
+@hydra.main(version_base="1.3", config_path=CONFIGS, config_name="train")
+def train(cfg: DictConfig) -> float | None:
+    """Returns the final validation error (for sweepers). A user's error prints as one line;
+    in a multirun it fails only its own job. An interrupt exits with 128 + the signal."""
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.MULTIRUN and "joblib" in str(hydra_cfg.launcher.get("_target_", "")).lower():
+        claim_gpu()  # before anything starts CUDA: one GPU per local parallel job
+
+    from scheda.interrupt import Interrupted
+    from scheda.run import run
+
+    output_dir = Path(hydra_cfg.runtime.output_dir)
+    try:
+        summary = run(cfg, output_dir)
+    except Interrupted as exc:
+        print(exc.message, file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except SchedaError as exc:
+        if hydra_cfg.mode == RunMode.MULTIRUN:
+            raise
+        if isinstance(exc, ConfigError) and not cfg.resume:
+            _remove_failed_run_dir(output_dir)
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    if "best_val_error" in summary:  # a fused sweep (trainer.parallel)
+        return summary["best_val_error"]
+    evaluations = summary["evaluations"]
+    return evaluations[-1]["val_error"] if evaluations else summary.get("final_train_loss")
+
+
+def _remove_failed_run_dir(output_dir: Path) -> None:
+    """A run refused by its config checks leaves no directory behind (nothing was trained)."""
+    import logging
+
+    if output_dir.is_dir() and {p.name for p in output_dir.iterdir()} <= FRESH_RUN_FILES:
+        logging.shutdown()  # close train.log before it is removed
+        shutil.rmtree(output_dir, ignore_errors=True)
+        if output_dir.parent.is_dir() and not any(output_dir.parent.iterdir()):
+            output_dir.parent.rmdir()
+
+
+def main() -> None:
+    sys.argv = resume_argv(sys.argv)  # resume=RUN: the run's own overrides, then these, into RUN
+    train()
+
+
+if __name__ == "__main__":
+    main()
