@@ -4,6 +4,7 @@ selection, launchers and the experiment presets."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -362,3 +363,36 @@ def test_a_failed_job_makes_the_command_fail_and_names_the_retry(tmp_path, cifar
     assert "rerun to retry them (finished jobs are kept): python scripts/reproduce.py scale=smoke" in line
     report = (tmp_path / "reports" / "table1_smoke.md").read_text()
     assert "| scheda_h16_nu0.5_dnu0.1_K1 | continue | failed |" in report and "| DA | 16 |" in report
+
+
+GENERIC = "+scale.schedules.decreasing={nu0:[0.5],grid:{delta_nu:[0.1],K:[1],nu_final:[0.3],initial_epochs:[0]},lr:0.1}"
+
+
+def test_any_registered_schedule_continues_the_selected_das(tmp_path, cifar_arrays):
+    """A table may continue with any schedule that has a noise-level key: its grid in
+    scale.schedules.<name>, nu0 from the selected DA, the same selection, report and figures."""
+    proc = reproduce(tmp_path, cifar_arrays, GENERIC, "table.continuations=[decreasing]", "table.raw=false",
+                     "scale.finetune=null", "scale.control=false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    name = "decreasing_h16_nu0.5_delta_nu0.1_K1_nu_final0.3_initial_epochs0"
+    results = json.loads((tmp_path / "runs" / "continue" / name / "results.json").read_text())
+    selection = json.loads((tmp_path / "runs" / "selection.json").read_text())
+    assert results["status"] == "completed" and [s["nu"] for s in results["switches"]] == [0.4, 0.3]
+    assert results["config"]["init_from"] == selection["hidden"]["16"]["by_nu"]["0.5"]["checkpoint"]
+    assert results["config"]["optim"]["lr"] == 0.1
+    report = (tmp_path / "reports" / "table1_smoke.md").read_text()
+    assert table_rows(report)[:2] == ["DA", "Schedule decreasing"]  # then the paper's fine-tuned row, not run
+    assert "delta_nu=0.1, K=1, nu_final=0.3, initial_epochs=0, T=" in report
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["table.continuations=[cosine]"], "table.continuations has 'cosine': use any of scheda, increasing, "
+                                       "random_uniform, random_discrete, or a schedule with its grid in "
+                                       "scale.schedules.cosine"),
+    (["+scale.schedules.stages={nu0:[0.5]}", "table.continuations=[stages]"],
+     "scale.schedules.stages: a continuation starts at its DA's nu, and schedule stages has no single one: use one of"),
+    ([GENERIC.replace("K:[1]", "K:[0]"), "table.continuations=[decreasing]"], "schedule.K=0 must be an integer >= 1"),
+])
+def test_a_bad_schedule_continuation_is_refused_before_any_job(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        protocol.check(smoke_cfg(*overrides))

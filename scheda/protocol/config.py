@@ -5,7 +5,7 @@ grid and budget of every stage) and the invocation (``configs/reproduce.yaml``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
@@ -46,6 +46,17 @@ class RandomNuConfig:
 
 
 @dataclass
+class ScheduleGridConfig:
+    """Stage 3 for any registered schedule that ``table.continuations`` names: from the best
+    DA(nu0) of each ``nu0``, one run per combination of ``grid`` (the schedule's own keys, e.g.
+    ``{gamma: [0.9, 0.95], epochs: [50]}``) at ``lr``; nu0 goes to the schedule's ``nu_key``."""
+
+    nu0: List[float] = field(default_factory=list)
+    grid: Dict[str, List[Any]] = field(default_factory=dict)
+    lr: float = 0.01
+
+
+@dataclass
 class ScaleConfig:
     name: str = MISSING
     description: str = MISSING
@@ -54,6 +65,7 @@ class ScaleConfig:
     scheda: StepGridConfig = field(default_factory=StepGridConfig)
     increasing: StepGridConfig = field(default_factory=StepGridConfig)
     random_nu: RandomNuConfig = field(default_factory=RandomNuConfig)
+    schedules: Dict[str, Any] = field(default_factory=dict)  # name -> ScheduleGridConfig (typed by the protocol's check)
     control: bool = False
     finetune: Optional[str] = None
     train: List[str] = field(default_factory=list)

@@ -43,7 +43,18 @@ def _schedule_text(e: dict[str, Any]) -> str:
     if e["kind"] in ("control", "jump"):
         return (f"nu={fmt(e['nu'])} for {e['epochs']} epochs from the DA({fmt(e['nu0'])})'s epoch {e['start_epoch']}, "
                 f"best at {e['epoch']} epochs more")
+    if "settings" in e:  # a schedule from scale.schedules
+        return (f"nu0={fmt(e['nu0'])}, {_settings(e)}, T={e['T']} (last nu {fmt(e['nu'])}), "
+                f"from the DA's epoch {e['start_epoch']}, {e['epoch']} epochs more")
     return f"lr={fmt(e['lr'])}, {e['epoch']} epochs" if "lr" in e else f"{e['epoch']} epochs"
+
+
+def _settings(e: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={fmt(v) if isinstance(v, float) else v}" for k, v in e["settings"].items())
+
+
+def kind_label(kind: str) -> str:
+    return KIND_LABEL.get(kind, f"Schedule {kind}")
 
 
 def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str, Any], statuses: list[dict],
@@ -78,15 +89,15 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
             if kind in FINETUNED:
                 continue
             best = found["best"]
-            lines.append(f"| {KIND_LABEL[kind]} | {hidden} | {_schedule_text(best)}, C={best['C']:g} | "
+            lines.append(f"| {kind_label(kind)} | {hidden} | {_schedule_text(best)}, C={best['C']:g} | "
                          f"{pct(best['val_error'])} | {pct(best['test_error'])} | "
                          f"{paper_value(paper, kind, int(hidden))} |")
-            verdicts.append(_verdict(KIND_LABEL[kind], hidden, best, da))
+            verdicts.append(_verdict(kind_label(kind), hidden, best, da))
             for control_kind, control in found.get("controls", {}).items():
-                lines.append(f"| {KIND_LABEL[control_kind]} | {hidden} | {_schedule_text(control)}, C={control['C']:g} | "
+                lines.append(f"| {kind_label(control_kind)} | {hidden} | {_schedule_text(control)}, C={control['C']:g} | "
                              f"{pct(control['val_error'])} | {pct(control['test_error'])} | — |")
             if found.get("controls"):
-                verdicts.append(_control_verdict(KIND_LABEL[kind], best, found["controls"]))
+                verdicts.append(_control_verdict(kind_label(kind), best, found["controls"]))
         for key, (label, paper_row) in FINETUNED.items():
             ft = continued.get(hidden, {}).get(key)
             if ft:
@@ -166,7 +177,7 @@ def _detail_tables(hidden: str, sel: dict, continued: dict) -> list[str]:
     for kind, found in continued.items():
         if kind in FINETUNED:
             continue
-        lines += ["", f"### {hidden} hidden units: {KIND_LABEL[kind]} runs (each at its best evaluation on validation)", "",
+        lines += ["", f"### {hidden} hidden units: {kind_label(kind)} runs (each at its best evaluation on validation)", "",
                   "| Run | Selected | Val error % | Test error % |", "|---|---|---|---|"]
         for e in sorted(found["runs"], key=lambda e: e["val_error"]):
             lines.append(f"| {Path(e['run']).name} | {_schedule_text(e)} | {pct(e['val_error'])} | "
@@ -224,6 +235,8 @@ def series_key(e: dict) -> str:
     """The series a run belongs to in the figures: a schedule's (kind, dnu, K), or its kind."""
     if e["kind"] in ("scheda", "increasing"):
         return f"{e['kind']} dnu={fmt(e['delta_nu'])} K={e['K']}"
+    if "settings" in e:
+        return f"{e['kind']} {_settings(e)}"
     return e["kind"]
 
 
@@ -246,7 +259,9 @@ def _schedule_label(e: dict) -> str:
         return f"control: DA({fmt(e['nu0'])}) +{e['epochs']} epochs"
     if e["kind"] == "jump":
         return f"control: DA({fmt(e['nu0'])}) -> {fmt(e['nu'])} at once"
-    return KIND_LABEL[e["kind"]]
+    if "settings" in e:
+        return f"{e['kind']}({fmt(e['nu0'])}, {_settings(e)})"
+    return kind_label(e["kind"])
 
 
 def figure5(sel: dict, continued: dict, png: Path, hidden: int) -> bool:

@@ -20,6 +20,7 @@ resumes from its latest checkpoint.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -38,7 +39,8 @@ from scheda.checkpoint import CHECKPOINT_RE, checkpoint_name
 from scheda.config import flatten
 from scheda.errors import ConfigError, SchedaError
 from scheda.io import atomic_write, atomic_write_json
-from scheda.schedule import level_count
+from scheda.protocol.config import ScheduleGridConfig
+from scheda.schedule import build_schedule, level_count, nu_key, options_with_nu_key
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +79,18 @@ def check(cfg: DictConfig) -> None:
     da_jobs(cfg.scale, cfg.table.raw)
     launcher_overrides(cfg)
     for kind in cfg.table.continuations:
-        if kind not in CONTINUATIONS:
-            raise ConfigError(f"table.continuations has {kind!r}: use any of {', '.join(CONTINUATIONS)}")
+        if kind not in CONTINUATIONS and kind not in cfg.scale.schedules:
+            raise ConfigError(f"table.continuations has {kind!r}: use any of {', '.join(CONTINUATIONS)}, or a "
+                              f"schedule with its grid in scale.schedules.{kind}")
+    for kind in cfg.scale.schedules:
+        grid = schedule_grid(cfg.scale, kind)
+        if nu_key({"name": kind}) is None:
+            raise ConfigError(f"scale.schedules.{kind}: a continuation starts at its DA's nu, and schedule {kind} has "
+                              f"no single one: use one of {', '.join(options_with_nu_key())}")
+        if not grid.nu0:
+            raise ConfigError(f"scale.schedules.{kind}.nu0 must list at least one value")
+        for settings in _grid_points(grid):  # every planned schedule builds (or a one-line error now)
+            build_schedule({"name": kind, nu_key({"name": kind}): grid.nu0[0], **settings})
     for kind in ("scheda", "increasing"):
         grid = cfg.scale[kind]
         if kind in cfg.table.continuations and not (grid.nu0 and grid.delta_nu and grid.K):
@@ -207,6 +219,8 @@ def continuation_jobs(scale: DictConfig, kinds: Iterable[str], selection: dict[s
         for kind in kinds:
             if kind in STEP_KINDS:
                 jobs += _step_jobs(kind, scale[kind], hidden, sel["by_nu"])
+            elif kind in scale.schedules:
+                jobs += _schedule_jobs(kind, schedule_grid(scale, kind), hidden, sel["by_nu"])
             elif scale.random_nu.hidden in (None, hidden):
                 jobs += [_random_job(kind, scale.random_nu, hidden, lr) for lr in scale.da.lr]
     return jobs
@@ -237,6 +251,43 @@ def _step_jobs(kind: str, grid: DictConfig, hidden: int, by_nu: dict[str, Any]) 
                     meta={"kind": kind, "hidden": hidden, "nu0": nu0, "delta_nu": delta_nu, "K": K,
                           "levels": levels, "epochs": levels * K, "start_epoch": start["epoch"],
                           "start_checkpoint": start["checkpoint"]}))
+    return jobs
+
+
+def schedule_grid(scale: DictConfig, kind: str) -> DictConfig:
+    """``scale.schedules.<kind>`` checked against its schema (ScheduleGridConfig)."""
+    try:
+        return OmegaConf.merge(OmegaConf.structured(ScheduleGridConfig), scale.schedules[kind])
+    except Exception as exc:  # noqa: BLE001 - OmegaConf's validation error, as the user's error
+        raise ConfigError(f"scale.schedules.{kind}: {str(exc).splitlines()[0]}") from None
+
+
+def _grid_points(grid: DictConfig) -> list[dict[str, Any]]:
+    keys = list(grid.grid)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(list(grid.grid[k]) for k in keys))]
+
+
+def _schedule_jobs(kind: str, grid: DictConfig, hidden: int, by_nu: dict[str, Any]) -> list[JobSpec]:
+    """Any registered schedule continued from the selected DA(nu0) checkpoints: one run per
+    combination of ``scale.schedules.<kind>.grid``, nu0 in the schedule's own noise-level key."""
+    key = nu_key({"name": kind})
+    jobs = []
+    for nu0 in grid.nu0:
+        start = by_nu.get(fmt(nu0))
+        if start is None:
+            log.warning("%s from nu0=%g (%d hidden): no selected DA(%g) to continue; skipped", kind, nu0, hidden, nu0)
+            continue
+        for settings in _grid_points(grid):
+            schedule = build_schedule({"name": kind, key: nu0, **settings})
+            tag = "_".join(f"{k}{fmt(v) if isinstance(v, float) else v}" for k, v in settings.items())
+            jobs.append(JobSpec(
+                f"{kind}_h{hidden}_nu{fmt(nu0)}{'_' + tag if tag else ''}", "continue", groups={"schedule": kind},
+                values={"model.hidden": hidden, f"schedule.{key}": nu0,
+                        **{f"schedule.{k}": v for k, v in settings.items()}, "optim.lr": grid.lr,
+                        "init_from": start["checkpoint"], "trainer.checkpoint_every": 0},
+                meta={"kind": kind, "hidden": hidden, "nu0": nu0, "settings": settings,
+                      "levels": len(schedule.stages), "epochs": schedule.total_epochs,
+                      "start_epoch": start["epoch"], "start_checkpoint": start["checkpoint"]}))
     return jobs
 
 
