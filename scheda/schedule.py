@@ -340,6 +340,38 @@ class RandomDiscreteScheduleConfig(ScheduleConfig):
         return RandomDiscreteSchedule(values, check_epochs("schedule.epochs", self.epochs))
 
 
+@register("schedule")
+@dataclass
+class ExponentialScheduleConfig(ScheduleConfig):
+    """Exponential noise decay, as other DA/GSN code offers: nu_t = max(nu_min, nu0 * gamma^t)
+    for level t = 0, 1, ..., each held for K epochs (K = 1: a new level every epoch); once it
+    reaches nu_min it stays there to the end of ``epochs``. Each level is a stage, so evaluation
+    and checkpoints at stage ends come once per level: raise K to space them out."""
+
+    name: str = "exponential"
+    nu0: float = 0.7
+    gamma: float = 0.95
+    nu_min: float = 0.1
+    K: int = 1
+    epochs: int = 100
+    nu_key: ClassVar[str | None] = "nu0"
+
+    def build(self) -> NoiseSchedule:
+        nu0, nu_min = check_nu("schedule.nu0", self.nu0), check_nu("schedule.nu_min", self.nu_min)
+        if not 0 < self.gamma < 1:
+            raise ConfigError(f"schedule.gamma={self.gamma!r} must be in (0, 1)")
+        if nu_min > nu0:
+            raise ConfigError(f"schedule.nu_min={nu_min:g} must be <= schedule.nu0={nu0:g}")
+        K, left = check_epochs("schedule.K", self.K), check_epochs("schedule.epochs", self.epochs)
+        stages: list[Stage] = []
+        while left > 0:
+            nu = max(nu_min, round(nu0 * self.gamma ** len(stages), NU_DECIMALS))
+            held = left if nu == nu_min else min(K, left)
+            stages.append(Stage(nu, held))
+            left -= held
+        return NoiseSchedule(self.name, stages)
+
+
 def options_with_nu_key() -> list[str]:
     """The schedules a fused sweep's ``trainer.parallel.nu`` can vary."""
     return [name for name, cls in GROUPS["schedule"].items() if cls.nu_key is not None]

@@ -1,3 +1,4 @@
+import json
 import math
 
 import pytest
@@ -126,3 +127,53 @@ def test_presets_compose_and_build():
     assert [st.epochs for st in s.stages[1:]] == [50] * 6
     for preset in ["random_uniform", "random_discrete"]:
         assert build_schedule(compose_cfg([f"schedule={preset}"]).schedule).per_minibatch
+
+
+def test_exponential_decay_holds_each_level_K_epochs_then_stays_at_nu_min():
+    s = build_schedule(dict(name="exponential", nu0=0.8, gamma=0.5, nu_min=0.1, K=2, epochs=9))
+    assert s.epoch_nus() == [0.8, 0.8, 0.4, 0.4, 0.2, 0.2, 0.1, 0.1, 0.1]
+    assert [st.epochs for st in s.stages] == [2, 2, 2, 3] and s.is_stage_end(5) and not s.is_stage_end(6)
+    every_epoch = build_schedule(dict(name="exponential", nu0=0.7, gamma=0.9, nu_min=0.0, K=1, epochs=5))
+    assert every_epoch.epoch_nus() == pytest.approx([0.7 * 0.9 ** t for t in range(5)])
+    assert build_schedule(dict(name="exponential", nu0=0.3, nu_min=0.3, epochs=4)).epoch_nus() == [0.3] * 4
+    assert build_schedule(compose_cfg(["schedule=exponential"]).schedule).epoch_nus()[0] == 0.7
+
+
+@pytest.mark.parametrize("values, key", [
+    (dict(gamma=1.0), "schedule.gamma"), (dict(gamma=0.0), "schedule.gamma"), (dict(gamma=math.nan), "schedule.gamma"),
+    (dict(nu_min=0.8), "schedule.nu_min"), (dict(nu0=1.2), "schedule.nu0"), (dict(K=0), "schedule.K"),
+    (dict(epochs=0), "schedule.epochs"),
+])
+def test_bad_exponential_values_name_the_key(values, key):
+    with pytest.raises(ConfigError, match=key):
+        build_schedule(dict(name="exponential", **values))
+
+
+def test_exponential_decay_in_a_run_a_fused_sweep_and_the_protocol(cifar_arrays, tmp_path):
+    from scheda.protocol import stages as protocol
+    from scheda.run import run
+
+    from conftest import TINY
+    from test_reproduce import smoke_cfg
+
+    common = [f"dataset.root={cifar_arrays}", *TINY, "logger=none", "evaluate.enabled=false", "schedule=exponential",
+              "schedule.gamma=0.5", "schedule.nu_min=0.1", "schedule.epochs=3"]
+    alone = run(compose_cfg([*common, "schedule.nu0=0.4"]), tmp_path / "alone")
+    assert [h["nu"] for h in alone["history"]] == [0.4, 0.2, 0.1]
+    assert [s["nu"] for s in alone["switches"]] == [0.4, 0.2, 0.1]
+    fused = run(compose_cfg([*common, "trainer.parallel.nu=[0.4,0.8]"]), tmp_path / "fused")
+    assert [m["overrides"] for m in fused["models"]] == [{"schedule.nu0": 0.4}, {"schedule.nu0": 0.8}]
+    for k, nus in enumerate([[0.4, 0.2, 0.1], [0.8, 0.4, 0.2]]):
+        model = json.loads((tmp_path / "fused" / "models" / str(k) / "results.json").read_text())
+        assert [h["nu"] for h in model["history"]] == nus
+    assert [h["loss"] for h in json.loads((tmp_path / "fused" / "models" / "0" / "results.json").read_text())["history"]] \
+        == pytest.approx([h["loss"] for h in alone["history"]], rel=1e-5)
+    cfg = smoke_cfg("+scale.schedules.exponential={nu0:[0.5],grid:{gamma:[0.3,0.8],nu_min:[0.2],epochs:[3]},lr:0.1}",
+                    "table.continuations=[scheda,exponential]")
+    protocol.check(cfg)
+    selection = {"hidden": {"16": {"by_nu": {"0.5": {"checkpoint": "c.pt", "epoch": 2, "nu": 0.5}}}}}
+    jobs = [j for j in protocol.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
+            if j.meta["kind"] == "exponential"]
+    assert [(j.values["schedule.nu0"], j.values["schedule.gamma"], j.meta["epochs"], j.meta["levels"]) for j in jobs] \
+        == [(0.5, 0.3, 3, 2), (0.5, 0.8, 3, 3)]  # 0.5, 0.2 (nu_min) x 2; 0.5, 0.4, 0.32
+    assert all(j.groups == {"schedule": "exponential"} and j.values["init_from"] == "c.pt" for j in jobs)
