@@ -1,59 +1,12 @@
-"""Shared fixtures: tiny CIFAR-10 data sets written in the real file formats."""
+"""Fixtures: tiny CIFAR-10 data sets written in the real file formats (tests/helpers.py)."""
 
 from __future__ import annotations
 
-import os
-import pickle
-import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 
-from scheda.config import register_configs
-
-REPO = Path(__file__).resolve().parents[1]
-N_TRAIN, N_TEST, N_VAL = 100, 30, 20
-
-register_configs()
-
-
-def make_cifar_arrays(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Images with class structure (a per-class mean + noise), labels balanced over 10 classes."""
-    rng = np.random.default_rng(seed)
-    y = np.arange(n) % 10
-    rng.shuffle(y)
-    means = np.random.default_rng(123).integers(30, 220, size=(10, 3072))
-    x = np.clip(means[y] + rng.normal(0, 25, size=(n, 3072)), 0, 255).astype(np.uint8)
-    return x, y.astype(np.uint8)
-
-
-def write_cifar_arrays(root: Path, n_train: int = N_TRAIN, n_test: int = N_TEST) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    train_x, train_y = make_cifar_arrays(n_train, 1)
-    test_x, test_y = make_cifar_arrays(n_test, 2)
-    for name, arr in dict(train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y).items():
-        np.save(root / f"{name}.npy", arr)
-    return root
-
-
-def write_cifar_batches(root: Path, n_train: int = N_TRAIN, n_test: int = N_TEST) -> Path:
-    """The official python layout: cifar-10-batches-py/data_batch_1..5 and test_batch."""
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True, exist_ok=True)
-    train_x, train_y = make_cifar_arrays(n_train, 1)
-    test_x, test_y = make_cifar_arrays(n_test, 2)
-    parts = np.array_split(np.arange(n_train), 5)
-    for i, idx in enumerate(parts, start=1):
-        entry = {"batch_label": f"training batch {i} of 5", "labels": train_y[idx].tolist(),
-                 "data": train_x[idx], "filenames": [f"{j}.png" for j in idx]}
-        with open(folder / f"data_batch_{i}", "wb") as f:
-            pickle.dump(entry, f)
-    with open(folder / "test_batch", "wb") as f:
-        pickle.dump({"batch_label": "testing batch 1 of 1", "labels": test_y.tolist(), "data": test_x}, f)
-    return root
+from helpers import write_cifar_arrays, write_cifar_batches
 
 
 @pytest.fixture
@@ -64,29 +17,3 @@ def cifar_arrays(tmp_path) -> Path:
 @pytest.fixture
 def cifar_batches(tmp_path) -> Path:
     return write_cifar_batches(tmp_path / "data_batches" / "cifar10")
-
-
-TINY = [
-    f"dataset.val_size={N_VAL}",
-    "model.hidden=8",
-    "trainer.batch_size=16",
-    "trainer.device=cpu",
-    "trainer.progress_bar=false",
-    "optim.lr=0.01",
-]
-# Three epochs: nu 0.5 for two, then 0.2 for one.
-STAGES = ["schedule=stages", "schedule.stages=[{nu:0.5,epochs:2},{nu:0.2,epochs:1}]"]
-
-
-def compose_cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        return compose(config_name="train", overrides=overrides)
-
-
-def run_train(args: list[str], cwd: Path = REPO, env_extra: dict | None = None) -> subprocess.CompletedProcess:
-    """Run the users' entry point ``python train.py ...`` in a subprocess."""
-    env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
-    env.update(env_extra or {})
-    env.setdefault("OMP_NUM_THREADS", "1")
-    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)

@@ -9,7 +9,7 @@ import pytest
 from scheda.data import load_dataset
 from scheda.errors import ConfigError, DataError
 
-from conftest import run_train
+from helpers import run_train
 
 POS_WORDS = ["great", "excellent", "love", "perfect", "best"]
 NEG_WORDS = ["bad", "awful", "broken", "waste", "worst"]

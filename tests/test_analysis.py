@@ -5,7 +5,7 @@ import torch
 
 from scheda.protocol.analysis import closest_counts, max_cosine_similarity, run_label
 
-from conftest import STAGES, TINY, compose_cfg
+from helpers import STAGES, TINY, compose_cfg
 
 
 def test_every_feature_is_closest_to_itself():

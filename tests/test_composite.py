@@ -9,7 +9,7 @@ from scheda.model import CompositeDA
 from scheda.run import run
 from scheda.seeding import derive_seed
 
-from conftest import TINY, compose_cfg
+from helpers import TINY, compose_cfg
 
 BASE = [*TINY, "logger=none", "evaluate.enabled=false", "trainer.fused=false", "schedule=constant",
         "schedule.nu=0.3", "schedule.epochs=3"]

@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 from scheda.config import GROUPS, groups_text, load_components, typed
 from scheda.errors import ConfigError
 
-from conftest import REPO, compose_cfg
+from helpers import REPO, compose_cfg
 
 load_components()
 OPTIONS = [(group, name) for group, schemas in GROUPS.items() for name in schemas]

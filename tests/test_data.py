@@ -8,7 +8,7 @@ from scheda.data import load_dataset
 from scheda.data.cifar10 import detect_layout, split_train_val
 from scheda.errors import ConfigError, DataError
 
-from conftest import N_TEST, N_TRAIN, N_VAL
+from helpers import N_TEST, N_TRAIN, N_VAL
 
 
 def _cfg(root, **kw):

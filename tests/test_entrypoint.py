@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import STAGES, TINY, run_train
+from helpers import STAGES, TINY, run_train
 
 
 def _common(out):
@@ -114,7 +114,7 @@ def test_refused_configs_fail_with_one_line_and_leave_no_run_directory(cifar_arr
 
 def test_a_swept_nu_is_rounded_where_it_is_read(cifar_arrays, tmp_path):
     from scheda.run import run
-    from conftest import compose_cfg
+    from helpers import compose_cfg
 
     cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1",
                        "schedule.nu=0.30000000000000004", "evaluate.enabled=false", "logger=none"])
@@ -127,7 +127,7 @@ def test_help_and_completion_list_only_real_options(tmp_path):
     import subprocess
     import sys
 
-    from conftest import REPO
+    from helpers import REPO
 
     help_text = run_train(["--help"], cwd=tmp_path).stdout
     assert "schedule: constant, decreasing, decreasing_0.7" in help_text and "base_" not in help_text
@@ -182,7 +182,7 @@ def test_a_regular_install_trains_and_reproduces_outside_the_checkout(cifar_arra
     import subprocess
     import sys
 
-    from conftest import N_VAL, REPO
+    from helpers import N_VAL, REPO
 
     wheel_dir, target = tmp_path / "wheel", tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",

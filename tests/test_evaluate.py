@@ -10,7 +10,7 @@ from scheda.errors import ConfigError
 from scheda.evaluate import c_grid, evaluate_features, select_c
 from scheda.run import run
 
-from conftest import STAGES, TINY, compose_cfg, run_train
+from helpers import STAGES, TINY, compose_cfg, run_train
 
 LIBLINEAR = {"name": "liblinear", "eps": 0.01}
 TORCH_LR = {"name": "torch_lr", "eps": 1e-4, "max_newton": 100, "max_cg": 200, "dtype": "float64"}

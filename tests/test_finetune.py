@@ -7,7 +7,7 @@ import scheda.finetune
 from scheda.errors import ConfigError
 from scheda.run import run
 
-from conftest import STAGES, TINY, compose_cfg
+from helpers import STAGES, TINY, compose_cfg
 
 FT = ["finetune.enabled=true", "finetune.lrs=[0.5,0.05]", "finetune.max_epochs=12", "finetune.batch_size=16",
       "classifier=torch_lr", "evaluate.c_log2_min=-6", "evaluate.c_log2_max=2", "model.hidden=16"]

@@ -14,7 +14,7 @@ import torch
 
 from scheda.checkpoint import load_checkpoint
 
-from conftest import REPO, TINY, run_train
+from helpers import REPO, TINY, run_train
 
 # 80 training images one at a time: 80 minibatches an epoch, long enough to be interrupted.
 ARGS = [*TINY, "trainer.batch_size=1", "schedule=decreasing", "schedule.nu0=0.5", "schedule.delta_nu=0.1",
@@ -24,7 +24,7 @@ ARGS = [*TINY, "trainer.batch_size=1", "schedule=decreasing", "schedule.nu0=0.5"
 
 @pytest.fixture(scope="module")
 def golden(tmp_path_factory):
-    from conftest import write_cifar_arrays
+    from helpers import write_cifar_arrays
 
     root = tmp_path_factory.mktemp("golden")
     data = write_cifar_arrays(root / "cifar10")

@@ -9,7 +9,7 @@ from scheda.checkpoint import load_checkpoint
 from scheda.errors import ConfigError
 from scheda.run import run
 
-from conftest import TINY, compose_cfg, run_train
+from helpers import TINY, compose_cfg, run_train
 
 BASE = [*TINY, "logger=none", "evaluate.c_log2_min=-2", "evaluate.c_log2_max=0", "classifier=torch_lr"]
 

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from scheda.protocol import stages as protocol
 from scheda.errors import ConfigError
 from scheda.schedule import build_schedule
-from tests.conftest import N_VAL, REPO, compose_cfg
+from helpers import N_VAL, REPO, compose_cfg, smoke_cfg
 
 SCRIPT = REPO / "scripts" / "reproduce.py"
 
@@ -150,11 +150,6 @@ def test_tables_of_a_scale_share_their_runs(tmp_path, cifar_arrays):
                                   "Control: same start, one jump to the final nu", "ScheDA",
                                   "Control: same start, constant nu", "Control: same start, one jump to the final nu"]
     assert "over 2 invocations that ran jobs in this scale's directory (table1 " in report
-
-
-def smoke_cfg(*overrides: str):
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        return compose(config_name="reproduce", overrides=["scale=smoke", *overrides])
 
 
 def fake_run(run_dir: Path, evaluations: list[dict], status: str = "completed", checkpoints=(), **config) -> None:

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from scheda.errors import ConfigError
 from scheda.schedule import build_schedule
 
-from conftest import compose_cfg
+from helpers import compose_cfg
 
 
 def step(name="decreasing", **kw):
@@ -153,8 +153,7 @@ def test_exponential_decay_in_a_run_a_fused_sweep_and_the_protocol(cifar_arrays,
     from scheda.protocol import stages as protocol
     from scheda.run import run
 
-    from conftest import TINY
-    from test_reproduce import smoke_cfg
+    from helpers import TINY, smoke_cfg
 
     common = [f"dataset.root={cifar_arrays}", *TINY, "logger=none", "evaluate.enabled=false", "schedule=exponential",
               "schedule.gamma=0.5", "schedule.nu_min=0.1", "schedule.epochs=3"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import N_VAL, REPO, TINY, run_train
+from helpers import N_VAL, REPO, TINY, run_train
 
 
 def _cluster_answers() -> bool:
@@ -29,7 +29,7 @@ def _cluster_answers() -> bool:
         return False
 
 
-pytestmark = [pytest.mark.slurm,
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm"),  # one worker: one job queue at a time
               pytest.mark.skipif(not _cluster_answers(), reason="no Slurm cluster here (bash .ci/slurm.sh start)")]
 
 LAUNCHER = ["hydra/launcher=submitit_slurm", "hydra.launcher.timeout_min=10", "hydra.launcher.cpus_per_task=1"]

@@ -73,7 +73,7 @@ def test_bench_train_runs_the_real_trainer(tmp_path):
     import subprocess
     import sys
 
-    from conftest import REPO
+    from helpers import REPO
 
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_train.py"), "--hidden", "16",
                            "--batch-sizes", "32", "--batches", "3", "--n", "400", "--json", str(tmp_path / "b.json")],

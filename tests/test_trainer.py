@@ -12,7 +12,7 @@ from scheda.run import run
 from scheda.schedule import build_schedule
 from scheda.trainer import Trainer
 
-from conftest import STAGES, TINY, compose_cfg
+from helpers import STAGES, TINY, compose_cfg
 
 
 def _synthetic(n=256, d=64, seed=0):

@@ -10,7 +10,7 @@ from scheda.errors import ConfigError
 from scheda.run import run
 from scheda.schedule import build_schedule
 
-from conftest import STAGES, TINY, compose_cfg, run_train
+from helpers import STAGES, TINY, compose_cfg, run_train
 
 CASES = [
     (["schedule=constant", "schedule.nu=1.0"], "schedule.nu=1.0", "[0, 1)"),

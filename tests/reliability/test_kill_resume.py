@@ -14,7 +14,7 @@ import torch
 
 from scheda.checkpoint import load_checkpoint
 
-from conftest import TINY, run_train
+from helpers import TINY, run_train
 
 HERE = Path(__file__).resolve().parent
 EPOCHS = 8
@@ -52,7 +52,7 @@ def _kill(proc):
 @pytest.fixture(scope="module")
 def golden(tmp_path_factory):
     root = tmp_path_factory.mktemp("golden")
-    from conftest import write_cifar_arrays
+    from helpers import write_cifar_arrays
 
     data = write_cifar_arrays(root / "cifar10")
     proc = run_train(_args(data, root / "run"), cwd=root)

@@ -12,7 +12,7 @@ from scheda.checkpoint import load_checkpoint, save_checkpoint
 from scheda.errors import CheckpointError
 from scheda.run import run
 
-from conftest import N_TRAIN, STAGES, TINY, compose_cfg, run_train
+from helpers import N_TRAIN, STAGES, TINY, compose_cfg, run_train
 
 
 def _one_error_line(proc, *needles):

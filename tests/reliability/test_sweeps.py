@@ -7,7 +7,7 @@ completed or failed.
 
 import json
 
-from conftest import STAGES, TINY, run_train
+from helpers import STAGES, TINY, run_train
 
 
 def test_a_failing_job_does_not_stop_the_others(cifar_arrays, tmp_path):
@@ -31,7 +31,7 @@ def test_two_sweeps_started_together_get_distinct_directories(cifar_arrays, tmp_
     import subprocess
     import sys
 
-    from conftest import REPO
+    from helpers import REPO
 
     args = [sys.executable, str(REPO / "train.py"), "-m", f"dataset.root={cifar_arrays}", *TINY, *STAGES,
             "evaluate.enabled=false", "logger=none", "seed=1,2"]
