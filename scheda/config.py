@@ -140,17 +140,14 @@ class TrainConfig:
 
 
 def register_configs() -> None:
-    """Put every schema in the ConfigStore (``<group>/<name>``) and the top-level ones
-    (``train_schema``; the protocol's, from :mod:`scheda.protocol`)."""
+    """Put every schema in the ConfigStore (``<group>/<name>``) and the run's top level
+    (``train_schema``); the protocol registers its own (scheda.protocol.config)."""
     load_components()
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     for group, schemas in GROUPS.items():
         for name, cls in schemas.items():
             cs.store(group=group, name=name, node=cls)
-    from scheda.protocol.config import register_protocol_configs
-
-    register_protocol_configs(cs)
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:

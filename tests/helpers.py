@@ -13,11 +13,13 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 
 from scheda.config import register_configs
+from scheda.protocol.config import register_protocol_configs
 
 REPO = Path(__file__).resolve().parents[1]
 N_TRAIN, N_TEST, N_VAL = 100, 30, 20
 
 register_configs()
+register_protocol_configs()
 
 
 def make_cifar_arrays(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

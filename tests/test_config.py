@@ -52,3 +52,13 @@ def test_a_wrong_type_in_a_saved_config_is_one_line():
     with pytest.raises(ConfigError, match="schedule") as exc:
         typed("schedule", {"name": "constant", "nu": "high", "epochs": 3})
     assert "\n" not in str(exc.value)
+
+
+def test_the_training_side_does_not_import_the_protocol_layer():
+    import subprocess
+    import sys
+
+    code = ("import sys, scheda.train, scheda.run, scheda.checkpoint; scheda.config.load_components(); "
+            "print(sorted(m for m in sys.modules if m.startswith('scheda.protocol')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

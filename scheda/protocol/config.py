@@ -94,8 +94,11 @@ class ReproduceConfig:
     stages: List[str] = field(default_factory=lambda: ["da", "select", "continue", "control", "finetune", "report"])
 
 
-def register_protocol_configs(cs) -> None:
+def register_protocol_configs() -> None:
     """The protocol's schemas, which ``configs/reproduce.yaml``, ``scale/`` and ``table/`` extend."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
     cs.store(name="reproduce_schema", node=ReproduceConfig)
     cs.store(name="base_scale", node=ScaleConfig)
     cs.store(name="base_table", node=TableConfig)

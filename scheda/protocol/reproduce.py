@@ -27,12 +27,14 @@ from scheda.config import CONFIGS, register_configs
 from scheda.errors import ConfigError, SchedaError
 from scheda.io import atomic_write_json, shown_path
 from scheda.protocol import stages as protocol
+from scheda.protocol.config import register_protocol_configs
 from scheda.protocol.report import write_report
 
 log = logging.getLogger("reproduce")
 STAGES = ("da", "select", "continue", "control", "finetune", "report")
 
 register_configs()
+register_protocol_configs()
 
 
 def reproduce(cfg: DictConfig, out_dir: Path) -> Path:
