@@ -154,7 +154,8 @@ class Job:
         if self.tensorboard is not None:
             callbacks.append(self.tensorboard)
         self.trainer = Trainer(model, optimizer, self.noise, self.schedule, train_x, cfg.trainer.batch_size,
-                               generator, callbacks, fused=cfg.trainer.fused, precision=cfg.trainer.precision)
+                               generator, callbacks, fused=cfg.trainer.fused, precision=cfg.trainer.precision,
+                               cuda_graph=self.trainer_cfg.cuda_graph)
         if self.resume_state is not None:
             self._resume()
         return self.trainer

@@ -20,6 +20,8 @@ Two implementations of the same step:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from scheda.errors import ConfigError
@@ -120,21 +122,21 @@ class BatchedStep:
         self.tmp_d = torch.empty(K, n, d, **f32)
         self.tmp_h = torch.empty(K, n, H, **f32)
         self._lrs: tuple[float, ...] | None = None
-        self._scale: dict[int, torch.Tensor] = {}
+        self._neg_lr: torch.Tensor | None = None
+        self.neg_lr()
 
     @staticmethod
     def supports(model: DenoisingAutoencoder, optimizer: torch.optim.Optimizer) -> bool:
         return model.fusable and isinstance(optimizer, torch.optim.SGD) and len(optimizer.param_groups) == 1
 
-    def _scales(self, n: int) -> torch.Tensor:
-        """-lr_k / n per model, made on the device only when a learning rate changes (no
-        host-to-device copy per step)."""
+    def neg_lr(self) -> torch.Tensor:
+        """-lr_k per model on the device, remade only when a learning rate changes: a step makes
+        no host-to-device copy (and a captured graph keeps reading the same tensor)."""
         lrs = tuple(opt.param_groups[0]["lr"] for opt in self.optimizers)
         if lrs != self._lrs:
-            self._lrs, self._scale = lrs, {}
-        if n not in self._scale:
-            self._scale[n] = torch.tensor([-lr / n for lr in lrs], dtype=self.W.dtype, device=self.W.device)
-        return self._scale[n]
+            self._lrs = lrs
+            self._neg_lr = torch.tensor([-lr for lr in lrs], dtype=self.W.dtype, device=self.W.device)
+        return self._neg_lr
 
     @torch.no_grad()
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> torch.Tensor:
@@ -167,7 +169,7 @@ class BatchedStep:
         else:
             dh.mul_(h > 0)
         if self.plain_sgd:
-            scale = self._scales(n)
+            scale = self.neg_lr() / n
             b.add_(dh.sum(1) * scale[:, None])
             b_prime.add_(dz.sum(1) * scale[:, None])
             A.mul_(scale[:, None, None])  # -lr_k/n folded into [dh; h]: W += [dh; h]^T [x~; dz]
@@ -193,9 +195,90 @@ class FusedStep(BatchedStep):
         return super().__call__(x_all, idx.unsqueeze(0), [nu], [generator])[0]
 
 
+class OneGraphed:
+    """A graphed step of one model, called like :class:`FusedStep`."""
+
+    def __init__(self, graphed: GraphedStep):
+        self.graphed = graphed
+
+    def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nu, generator: torch.Generator) -> torch.Tensor:
+        return self.graphed(x_all, idx.unsqueeze(0), [nu], [generator])[0]
+
+
 def make_step(model: DenoisingAutoencoder, optimizer: torch.optim.Optimizer, noise: Noise, batch_size: int,
-              device: torch.device, fused: bool = True, precision: str = "fp32"):
-    """The fused step where it applies (and precision is fp32/tf32), else autograd."""
+              device: torch.device, fused: bool = True, precision: str = "fp32",
+              cuda_graph: bool = False, x_all: torch.Tensor | None = None, generator: torch.Generator | None = None):
+    """The fused step where it applies (and precision is fp32/tf32), captured in a CUDA graph
+    when asked for; else autograd."""
     if fused and precision != "bf16" and FusedStep.supports(model, optimizer):
-        return FusedStep(model, optimizer, noise, batch_size, device)
+        step = FusedStep(model, optimizer, noise, batch_size, device)
+        return OneGraphed(GraphedStep(step, x_all, [generator])) if cuda_graph else step
+    if cuda_graph:
+        raise ConfigError("trainer.cuda_graph=true needs the fused step: model.name=da, model.loss=cross_entropy, "
+                          "trainer.fused=true, trainer.precision fp32 or tf32")
     return AutogradStep(model, optimizer, noise, torch.bfloat16 if precision == "bf16" else None)
+
+
+class GraphedStep:
+    """A :class:`BatchedStep` captured in one CUDA graph: at the paper's minibatch of 20 a step is
+    a few small products, bound by kernel launches, and a replay launches all of them at once.
+    The graph reads static buffers: the minibatch rows (``idx``) and the noise level of each
+    model, copied in on the device before each replay. The run's generators are registered with
+    the graph, so each replay advances them as an eager step would: masks stay seeded, and a
+    checkpoint's generator state resumes the run. A minibatch of another size (an epoch's
+    partial last one) runs the eager step. ``trainer.cuda_graph=true`` turns it on (CUDA only,
+    plain SGD, a fixed nu per epoch)."""
+
+    def __init__(self, step: BatchedStep, x_all: torch.Tensor, generators: list[torch.Generator]):
+        if x_all.device.type != "cuda" or not step.plain_sgd:
+            raise ConfigError("trainer.cuda_graph=true needs trainer.device=cuda and plain SGD "
+                              "(optim.momentum=0, optim.weight_decay=0)")
+        self.step, self.x_all, self.generators = step, x_all, generators
+        self.eager = functools.partial(BatchedStep.__call__, step)  # the K-model call, also for a FusedStep
+        K, n = step.x.shape[0], step.x.shape[1]
+        self.batch_size = n
+        self.idx = torch.zeros(K, n, dtype=torch.long, device=x_all.device)
+        self.nus = torch.zeros(K, dtype=step.W.dtype, device=x_all.device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.loss: torch.Tensor | None = None
+
+    def _capture(self) -> None:
+        """Warm up on a side stream (allocations, lazy init), undo the warm-up's updates and draws,
+        then capture one step."""
+        step = self.step
+        params = [step.W, step.b, step.b_prime]
+        saved = [p.clone() for p in params]
+        states = [g.get_state() for g in self.generators]
+        nus = list(self.nus.unbind())
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self.eager(self.x_all, self.idx, nus, self.generators)
+        torch.cuda.current_stream().wait_stream(side)
+        for p, v in zip(params, saved):
+            p.copy_(v)
+        for g, state in zip(self.generators, states):
+            g.set_state(state)
+        graph = torch.cuda.CUDAGraph()
+        for g in self.generators:
+            graph.register_generator_state(g)
+        with torch.cuda.graph(graph):
+            self.loss = self.eager(self.x_all, self.idx, nus, self.generators)
+        self.graph = graph
+
+    def prepare(self) -> None:
+        """Capture now (it synchronises the device once), not inside the first epoch."""
+        if self.graph is None:
+            self._capture()
+
+    def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> torch.Tensor:
+        """The batched step's signature: ``idx`` [K, n], one nu (a float) per model."""
+        if idx.shape[1] != self.batch_size or any(isinstance(nu, torch.Tensor) for nu in nus):
+            return self.eager(x_all, idx, nus, generators)
+        self.prepare()
+        self.idx.copy_(idx)
+        for k, nu in enumerate(nus):
+            self.nus[k].fill_(nu)
+        self.graph.replay()
+        return self.loss.clone()

@@ -22,7 +22,7 @@ from scheda.interrupt import NEVER, Interrupted
 from scheda.model import DenoisingAutoencoder
 from scheda.noise import Noise
 from scheda.schedule import NoiseSchedule
-from scheda.step import BatchedStep, make_step
+from scheda.step import BatchedStep, GraphedStep, make_step
 
 log = logging.getLogger(__name__)
 PRECISIONS = ("fp32", "tf32", "bf16")
@@ -52,6 +52,9 @@ class TrainerConfig(Component):
     num_threads: Optional[int] = None  # torch CPU threads; null: torch's default
     progress_bar: bool = True
     fused: bool = True  # the hand-written tied-DA step (cross-entropy + SGD); false: autograd
+    # CUDA only: capture the fused step in a CUDA graph (one launch per minibatch instead of ~30).
+    # Off by default until a GPU check has run it (scripts/gpu_check.sh; tests marked cuda).
+    cuda_graph: bool = False
     precision: str = "fp32"  # fp32 | tf32 (CUDA matmuls in TF32) | bf16 (autocast; autograd step)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
@@ -64,7 +67,10 @@ class TrainerConfig(Component):
             raise self.invalid("num_threads", "must be >= 1 or null")
         if self.precision not in PRECISIONS:
             raise self.invalid("precision", f"must be {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}")
-        self.resolve_device()
+        device = self.resolve_device()
+        if self.cuda_graph and device.type != "cuda":
+            raise ConfigError(f"trainer.cuda_graph=true needs a CUDA device, not {device}: "
+                              f"use trainer.device=cuda or trainer.cuda_graph=false")
 
     def resolve_device(self) -> torch.device:
         """'auto' is CUDA when present, else CPU; an explicit CUDA device must exist."""
@@ -133,6 +139,7 @@ class Trainer:
         callbacks: Sequence[Callback] = (),
         fused: bool = True,
         precision: str = "fp32",
+        cuda_graph: bool = False,
     ):
         self.model = model
         self.optimizer = optimizer
@@ -141,7 +148,7 @@ class Trainer:
         self.train_x = train_x
         self.batch_size = batch_size
         self.generator = generator
-        self.fused, self.precision = fused, precision
+        self.fused, self.precision, self.cuda_graph = fused, precision, cuda_graph
         self._step_fn = None
         self.callbacks: list[Callback] = list(callbacks)
         self.epoch = 0  # completed epochs
@@ -173,7 +180,9 @@ class Trainer:
         """The minibatch update (built on first use: a fused sweep never needs its own)."""
         if self._step_fn is None:
             self._step_fn = make_step(self.model, self.optimizer, self.noise, self.batch_size, self.device,
-                                      self.fused, self.precision)
+                                      self.fused, self.precision, self.cuda_graph, self.train_x, self.generator)
+            if self.cuda_graph:
+                self._step_fn.graphed.prepare()  # capture before the first epoch, not inside it
         return self._step_fn
 
     def fit(self) -> list[dict[str, Any]]:
@@ -192,6 +201,12 @@ class Trainer:
 
     def train_epoch(self) -> dict[str, Any]:
         epoch = self.begin_epoch()
+        self.run_minibatches(epoch)
+        return self.end_epoch(epoch)
+
+    def run_minibatches(self, epoch: "EpochState") -> None:
+        """The epoch's updates: no host-device synchronisation here (the loss and the mean nu
+        accumulate on the device; :meth:`end_epoch` reads them once)."""
         x_all, n, bs, gen = self.train_x, self.train_x.shape[0], self.batch_size, self.generator
         for first in range(epoch.next_first, n, bs):
             idx = epoch.perm[first:first + bs]
@@ -201,7 +216,6 @@ class Trainer:
                 self.on_batch(idx.shape[0])
             if self.stop.requested and epoch.next_first < n:
                 self.interrupt(epoch)
-        return self.end_epoch(epoch)
 
     def begin_epoch(self) -> "EpochState":
         """Set nu and draw the epoch's permutation (the generator's first draw of the epoch),
@@ -315,6 +329,9 @@ class FusedTrainer:
                 if stacked != [id(t) for t in active]:
                     step = BatchedStep([t.model for t in active], [t.optimizer for t in active],
                                        [t.noise for t in active], self.batch_size, self.x_all.device)
+                    if all(t.cuda_graph for t in active):
+                        step = GraphedStep(step, self.x_all, [t.generator for t in active])
+                        step.prepare()
                     stacked = [id(t) for t in active]
                 self._epoch(active, step)
             for t in self.trainers:
@@ -325,7 +342,7 @@ class FusedTrainer:
                 for cb in t.callbacks:
                     cb.close()
 
-    def _epoch(self, active: list[Trainer], step: BatchedStep) -> None:
+    def _epoch(self, active: list[Trainer], step: BatchedStep | GraphedStep) -> None:
         epochs = [t.begin_epoch() for t in active]
         generators = [t.generator for t in active]
         n, bs, device = self.x_all.shape[0], self.batch_size, self.x_all.device

@@ -1,17 +1,22 @@
 """Training speed against the hardware: one DA epoch on CIFAR-shaped data, measured in ONE run.
 
 For each hidden size H and minibatch size it prints
-  (a) the float32 matrix-product rate sustained on the step's own shapes (the five products
-      of n x d x H that one tied-DA step needs), hence the epoch's lower bound 10 N d H / rate;
-  (b) scheda's trainer (scheda.trainer.Trainer, the real code path, fused step) and its
-      autograd step (trainer.fused=false), timed over a fixed number of minibatches after a
-      warm-up and extrapolated to N examples;
+  (a) the floor: the larger of the epoch's FLOPs (10 N d H) over the float32 matrix-product
+      rate sustained on the step's own shapes, and its bytes (about five passes over W per
+      minibatch: three products read it, the update reads and writes it) over the measured
+      memory bandwidth;
+  (b) scheda's trainer (scheda.trainer.Trainer, the real code path): the fused step (eager), the
+      same step captured in a CUDA graph (CUDA only), and the autograd step (trainer.fused=false),
+      timed over a fixed number of minibatches after a warm-up and extrapolated to N examples;
   (c) a naive PyTorch loop: per-sample DataLoader, torch.bernoulli masks, sigmoid +
       binary_cross_entropy, autograd;
-and the ratios scheda/bound and naive/scheda.
+and the ratios eager/floor, eager/graphed and naive/best. ``--grid K`` also times a fused sweep
+of K models (the paper's 8 noise levels) against one model, and ``--lr-search N F`` the
+torch_lr C search (the evaluation's default grid) on N x F features.
 
     python scripts/bench_train.py                       # H 1000,2000; batch 128,512; CPU
-    python scripts/bench_train.py --device cuda --batches 50 --json bench_train.json
+    python scripts/bench_train.py --device cuda --hidden 1000 2000 5000 --batch-sizes 20 128 \\
+        --grid 8 --lr-search 45000 5000 --json bench_train.json
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ import torch.nn.functional as F
 
 
 from scheda.model import DenoisingAutoencoder
-from scheda.noise import masking
+from scheda.noise import Masking, masking
 from scheda.schedule import NoiseSchedule, Stage
+from scheda.step import BatchedStep, GraphedStep
 from scheda.trainer import Trainer
 
 D, NU, LR = 3072, 0.3, 0.01
@@ -67,13 +73,27 @@ def gemm_rate(n, H, device, seconds=1.0) -> float:
     return reps * 10 * n * D * H / (time.perf_counter() - start)
 
 
-def scheda_epoch(data, n_batches, bs, H, device, fused=True) -> float:
+def bandwidth(device, seconds=0.5) -> float:
+    """Bytes/s of a large device-to-device copy (read + write)."""
+    a = torch.empty(64 << 20 if device.type == "cuda" else 16 << 20, device=device)
+    b = torch.empty_like(a)
+    b.copy_(a)
+    sync(device)
+    reps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        b.copy_(a)
+        reps += 1
+    sync(device)
+    return reps * 2 * a.numel() * 4 / (time.perf_counter() - start)
+
+
+def scheda_epoch(data, n_batches, bs, H, device, fused=True, cuda_graph=False) -> float:
     """Seconds per N-example epoch of the real Trainer, from ``n_batches`` timed minibatches."""
     model = DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(0)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     x = data[: n_batches * bs]
     trainer = Trainer(model, opt, masking, NoiseSchedule("constant", [Stage(NU, 2)]), x, bs,
-                      torch.Generator(device=device).manual_seed(0), fused=fused)
+                      torch.Generator(device=device).manual_seed(0), fused=fused, cuda_graph=cuda_graph)
     trainer.train_epoch()  # warm-up: allocation, kernels, caches
     sync(device)
     start = time.perf_counter()
@@ -109,6 +129,50 @@ def naive_epoch(data, n_batches, bs, H, device) -> float:
     return sum(times) / len(times) * math.ceil(N / bs)
 
 
+def grid_epoch(data, n_batches, bs, H, device, K, graphed) -> float:
+    """Seconds per N-example epoch of a fused sweep of K models (one batched step for all)."""
+    models = [DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(k)).to(device) for k in range(K)]
+    opts = [torch.optim.SGD(m.parameters(), lr=LR) for m in models]
+    gens = [torch.Generator(device=device).manual_seed(k) for k in range(K)]
+    step = BatchedStep(models, opts, [Masking() for _ in range(K)], bs, device)
+    x = data[: n_batches * bs]
+    if graphed:
+        step = GraphedStep(step, x, gens)
+    idx = torch.stack([torch.randperm(x.shape[0], device=device, generator=g)[:bs] for g in gens])
+
+    def epoch():
+        for _ in range(n_batches):
+            step(x, idx, [NU] * K, gens)
+
+    epoch()
+    sync(device)
+    start = time.perf_counter()
+    epoch()
+    sync(device)
+    return (time.perf_counter() - start) / n_batches * math.ceil(N / bs)
+
+
+def lr_search_seconds(n, features, device) -> float:
+    """The torch_lr C search of the default evaluation (C = 2^-10 .. 2^6, warm starts) on n x
+    ``features`` sigmoid features of 10 balanced classes."""
+    from scheda.classifiers import TorchLRConfig
+    from scheda.evaluate import EvaluateConfig, evaluate_features
+
+    g = torch.Generator(device=device).manual_seed(0)
+    splits = {"train": n, "val": max(10, n // 9), "test": max(10, n // 4.5)}
+    feats, labels = {}, {}
+    for name, rows in splits.items():
+        y = torch.arange(int(rows), device=device) % 10
+        centres = torch.randn(10, features, device=device, generator=g)
+        feats[name] = torch.sigmoid(centres[y] + 2 * torch.randn(int(rows), features, device=device, generator=g))
+        labels[name] = y.cpu().numpy()
+    sync(device)
+    start = time.perf_counter()
+    evaluate_features(feats, labels, TorchLRConfig(), EvaluateConfig().c_grid(), device)
+    sync(device)
+    return time.perf_counter() - start
+
+
 def main(argv=None) -> int:
     global N
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -118,36 +182,60 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--n", type=int, default=N, help="examples per epoch (CIFAR-10's training split: 45000)")
     parser.add_argument("--skip-naive", action="store_true")
+    parser.add_argument("--grid", type=int, default=0, help="also a fused sweep of this many models vs one")
+    parser.add_argument("--lr-search", type=int, nargs=2, default=None, metavar=("N", "F"),
+                        help="also time torch_lr's C search on N x F features")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     N = args.n
     device = torch.device(args.device)
+    cuda = device.type == "cuda"
     g = torch.Generator().manual_seed(0)
     data = torch.randint(0, 256, (N, D), dtype=torch.uint8, generator=g).to(device).float().div_(255)
-    print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), "
-          f"torch {torch.__version__}, threads {torch.get_num_threads()}; N={N}, d={D}, nu={NU}")
-    header = (f"{'H':>5} {'batch':>5} {'GFLOP/s':>8} {'bound s':>8} {'scheda s':>9} {'autograd s':>10} "
-              f"{'naive s':>8} {'scheda/bound':>12} {'naive/scheda':>12}")
-    print(header)
+    name = torch.cuda.get_device_name(device) if cuda else "CPU"
+    bytes_per_s = bandwidth(device)
+    print(f"device {device} ({name}), torch {torch.__version__}, threads {torch.get_num_threads()}; "
+          f"N={N}, d={D}, nu={NU}; copy bandwidth {bytes_per_s / 1e9:.1f} GB/s")
+    print(f"{'H':>5} {'batch':>5} {'GFLOP/s':>8} {'floor s':>8} {'eager s':>8} {'graphed s':>9} {'autograd s':>10} "
+          f"{'naive s':>8} {'eager/floor':>11} {'graphed/floor':>13} {'eager/graphed':>13} {'naive/best':>10}")
     rows = []
     for H in args.hidden:
         for bs in args.batch_sizes:
-            flop = 10 * N * D * H
             rate = gemm_rate(bs, H, device)
+            steps = math.ceil(N / bs)
+            floor = max(10 * N * D * H / rate, steps * 5 * 4 * H * D / bytes_per_s)
             n_batches = args.batches or max(4, int(8 * rate / (10 * bs * D * H)))
-            bound = flop / rate
-            fused = scheda_epoch(data, n_batches, bs, H, device)
+            eager = scheda_epoch(data, n_batches, bs, H, device)
+            graphed = scheda_epoch(data, n_batches, bs, H, device, cuda_graph=True) if cuda else math.nan
             autograd = scheda_epoch(data, n_batches, bs, H, device, fused=False)
             naive = math.nan if args.skip_naive else naive_epoch(data, n_batches, bs, H, device)
+            best = eager if math.isnan(graphed) else min(eager, graphed)
             row = {"hidden": H, "batch_size": bs, "timed_batches": n_batches, "gemm_gflops": rate / 1e9,
-                   "bound_s": bound, "scheda_s": fused, "scheda_autograd_s": autograd, "naive_s": naive,
-                   "scheda_over_bound": fused / bound, "naive_over_scheda": naive / fused}
+                   "bandwidth_gbs": bytes_per_s / 1e9, "floor_s": floor, "eager_s": eager, "graphed_s": graphed,
+                   "autograd_s": autograd, "naive_s": naive, "eager_over_floor": eager / floor,
+                   "graphed_over_floor": graphed / floor, "eager_over_graphed": eager / graphed,
+                   "naive_over_best": naive / best}
             rows.append(row)
-            print(f"{H:>5} {bs:>5} {rate / 1e9:>8.1f} {bound:>8.2f} {fused:>9.2f} {autograd:>10.2f} {naive:>8.2f} "
-                  f"{fused / bound:>12.2f} {naive / fused:>12.2f}", flush=True)
+            print(f"{H:>5} {bs:>5} {rate / 1e9:>8.1f} {floor:>8.2f} {eager:>8.2f} {graphed:>9.2f} {autograd:>10.2f} "
+                  f"{naive:>8.2f} {eager / floor:>11.2f} {graphed / floor:>13.2f} {eager / graphed:>13.2f} "
+                  f"{naive / best:>10.2f}", flush=True)
+    report = {"device": str(device), "device_name": name, "torch": torch.__version__,
+              "threads": torch.get_num_threads(), "n": N, "rows": rows}
+    if args.grid:
+        H, bs = args.hidden[0], args.batch_sizes[0]
+        n_batches = args.batches or 50
+        one, many = (grid_epoch(data, n_batches, bs, H, device, k, cuda) for k in (1, args.grid))
+        report["grid"] = {"hidden": H, "batch_size": bs, "models": args.grid, "one_s": one, "grid_s": many,
+                          "grid_over_one": many / one}
+        print(f"fused sweep, H {H}, batch {bs}: one model {one:.2f} s/epoch, {args.grid} models {many:.2f} s/epoch "
+              f"({many / one:.2f}x one model's time for {args.grid}x the models)")
+    if args.lr_search:
+        seconds = lr_search_seconds(*args.lr_search, device)
+        report["lr_search"] = {"n": args.lr_search[0], "features": args.lr_search[1], "seconds": seconds}
+        print(f"torch_lr C search (17 C, warm starts) on {args.lr_search[0]} x {args.lr_search[1]} features: "
+              f"{seconds:.1f} s")
     if args.json:
-        args.json.write_text(json.dumps({"device": str(device), "torch": torch.__version__,
-                                         "threads": torch.get_num_threads(), "rows": rows}, indent=2))
+        args.json.write_text(json.dumps(report, indent=2))
     return 0
 
 

@@ -306,7 +306,7 @@ def test_every_experiment_preset_composes(experiment):
 
 
 @pytest.mark.parametrize("table", ["table1", "increasing", "random_nu"])
-@pytest.mark.parametrize("scale", ["paper", "cpu", "smoke"])
+@pytest.mark.parametrize("scale", ["paper", "gpu", "cpu", "smoke"])
 def test_every_table_and_scale_plans_its_jobs(table, scale):
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         cfg = compose(config_name="reproduce", overrides=[f"table={table}", f"scale={scale}"])
@@ -391,3 +391,34 @@ def test_any_registered_schedule_continues_the_selected_das(tmp_path, cifar_arra
 def test_a_bad_schedule_continuation_is_refused_before_any_job(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         protocol.check(smoke_cfg(*overrides))
+
+
+def test_the_plan_and_its_device_hours_are_printed_first(tmp_path, cifar_arrays):
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"device_name": "Fake GPU", "n": 45000,
+                                 "rows": [{"hidden": 16, "batch_size": 50, "eager_s": 2.0, "graphed_s": float("nan")},
+                                          {"hidden": 64, "batch_size": 50, "eager_s": 8.0, "graphed_s": 4.0}],
+                                 "lr_search": {"n": 45000, "features": 5000, "seconds": 10.0}}))
+    proc = reproduce(tmp_path, cifar_arrays, f"bench={bench}", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(line for line in proc.stdout.splitlines() if "plan for table=table1 scale=smoke" in line)
+    # DA: raw + 2 runs of 2 epochs; ScheDA 0.5 -> 0.4 -> 0.3 (K 1); two controls of 2 epochs; 2 fine-tunings
+    assert "8 jobs (da 3, continue 1, control 2, finetune 2), 10 model-epochs (da 4, continue 2, control 4)" in line
+    assert "11 evaluations" in line
+    # 10 model-epochs x 2.0 s (the 16-unit row) = 20 s; 10 evaluations x 10 s x 16/5000 = 0.32 s
+    assert "about 0.01 device-hours on Fake GPU (training 0.01, evaluation 0.00" in line
+    assert not (tmp_path / "runs" / "da").exists()
+    plain = reproduce(tmp_path, cifar_arrays, "dry_run=true")
+    assert "give bench=<scripts/bench_train.py --json output>" in plain.stdout
+
+
+def test_device_hours_scale_with_the_hidden_units_and_the_fused_grid():
+    from scheda.protocol import estimate
+
+    cfg = smoke_cfg("scale.hidden=[32]", "scale.da.fused=true", "scale.control=false", "scale.finetune=null")
+    bench = {"device_name": "X", "n": 45000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 3.0}],
+             "grid": {"models": 2, "grid_over_one": 1.5}}
+    est = estimate.estimate(cfg, bench, 20)
+    # fused DA job: 2 epochs x (3.0 s x 32/16) x 1.5 (two models at once); ScheDA: 2 epochs x 6.0 s
+    assert est["train_hours"] * 3600 == pytest.approx(2 * 6.0 * 1.5 + 2 * 6.0)
+    assert est["model_epochs"] == {"da": 4, "continue": 2} and est["jobs"] == {"da": 2, "continue": 1}

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -76,12 +78,16 @@ def test_bench_train_runs_the_real_trainer(tmp_path):
     from helpers import REPO
 
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_train.py"), "--hidden", "16",
-                           "--batch-sizes", "32", "--batches", "3", "--n", "400", "--json", str(tmp_path / "b.json")],
+                           "--batch-sizes", "32", "--batches", "3", "--n", "400", "--grid", "3",
+                           "--lr-search", "300", "20", "--json", str(tmp_path / "b.json")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    (row,) = json.loads((tmp_path / "b.json").read_text())["rows"]
-    assert row["scheda_s"] > 0 and row["bound_s"] > 0 and row["naive_s"] > 0
-    assert row["scheda_over_bound"] == pytest.approx(row["scheda_s"] / row["bound_s"])
+    report = json.loads((tmp_path / "b.json").read_text())
+    (row,) = report["rows"]
+    assert row["eager_s"] > 0 and row["floor_s"] > 0 and row["naive_s"] > 0 and row["bandwidth_gbs"] > 0
+    assert row["eager_over_floor"] == pytest.approx(row["eager_s"] / row["floor_s"])
+    assert math.isnan(row["graphed_s"])  # CUDA graphs: CUDA only
+    assert report["grid"]["models"] == 3 and report["grid"]["grid_s"] > 0 and report["lr_search"]["seconds"] > 0
 
 
 def test_summed_cross_entropy_is_exact_and_stable():

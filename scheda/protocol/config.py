@@ -91,6 +91,8 @@ class ReproduceConfig:
     n_jobs: int = 1
     launcher_overrides: List[str] = field(default_factory=list)
     scheduler_wait_min: float = 30.0
+    bench: Optional[str] = None  # scripts/bench_train.py --json output: device-hours in the plan it prints
+    dry_run: bool = False  # print the plan (jobs, model-epochs, device-hours) and stop
     stages: List[str] = field(default_factory=lambda: ["da", "select", "continue", "control", "finetune", "report"])
 
 

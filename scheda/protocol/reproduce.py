@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 from scheda.config import CONFIGS, register_configs
 from scheda.errors import ConfigError, SchedaError
 from scheda.io import atomic_write_json, shown_path
+from scheda.protocol import estimate
 from scheda.protocol import stages as protocol
 from scheda.protocol.config import register_protocol_configs
 from scheda.protocol.report import write_report
@@ -37,12 +38,18 @@ register_configs()
 register_protocol_configs()
 
 
-def reproduce(cfg: DictConfig, out_dir: Path) -> Path:
+def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
     started = time.time()
     unknown = set(cfg.stages) - set(STAGES)
     if unknown:
         raise ConfigError(f"stages has {sorted(unknown)}: use any of {', '.join(STAGES)}")
     protocol.check(cfg)
+    batch = next((int(o.split("=", 1)[1]) for o in [*cfg.scale.train, *cfg.overrides]
+                  if o.startswith("trainer.batch_size=")), 20)
+    bench = estimate.load_bench(cfg.bench) if cfg.bench else None
+    log.info("%s", estimate.describe(cfg, estimate.estimate(cfg, bench, batch), cfg.bench))
+    if cfg.dry_run:
+        return None
     protocol.check_scale_unchanged(cfg.scale, out_dir)
     da_jobs = protocol.da_jobs(cfg.scale, cfg.table.raw)
     counts = []  # per stage launched: jobs skipped / run

@@ -1,0 +1,113 @@
+"""Before a scale runs: the jobs and model-epochs it plans, and what they cost on a device whose
+speed ``scripts/bench_train.py --json`` measured (``bench=<that file>``).
+
+The plan assumes every DA of the grid is selected (the continuations of every nu0 are planned)
+and counts each control at the length of its kind's longest continuation: an upper bound on
+the continuation and control stages. Fine-tuning is counted in jobs, not in time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from scheda.errors import ConfigError
+from scheda.protocol import stages
+
+EVALS_PER_RANDOM_RUN = 20  # stages._random_job evaluates every epochs // 20
+TRAIN_EXAMPLES = 45000  # CIFAR-10's training split: what one epoch of the paper's runs sees
+
+
+def plan(cfg: DictConfig) -> dict[str, Any]:
+    """Per stage: jobs, model-epochs and evaluations, with hidden size per item."""
+    scale = cfg.scale
+    da = stages.da_jobs(scale, cfg.table.raw)
+    selection = {"hidden": {str(h): {"by_nu": {stages.fmt(nu): {"checkpoint": "c", "epoch": scale.da.epochs, "nu": nu}
+                                               for nu in scale.da.nu}} for h in scale.hidden}}
+    cont = stages.continuation_jobs(scale, cfg.table.continuations, selection)
+    items: list[dict[str, Any]] = []  # one per model of a job: stage, hidden, epochs, evaluations, fused
+    for job in da:
+        if job.meta["kind"] == "raw":
+            items.append({"stage": "da", "hidden": 0, "epochs": 0, "evals": 1, "models": 1})
+            continue
+        models = len(job.meta.get("nus", [None]))
+        items.append({"stage": "da", "hidden": job.meta["hidden"], "epochs": scale.da.epochs, "models": models,
+                      "evals": models * (scale.da.epochs // scale.da.eval_every)})
+    longest: dict[tuple[int, str], int] = {}
+    for job in cont:
+        kind, hidden = job.meta["kind"], job.meta["hidden"]
+        epochs = job.meta.get("epochs", scale.random_nu.epochs)
+        evals = job.meta.get("levels", EVALS_PER_RANDOM_RUN)
+        items.append({"stage": "continue", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1})
+        if kind in stages.STEP_KINDS:
+            longest[(hidden, kind)] = max(longest.get((hidden, kind), 0), epochs)
+    if scale.control:
+        for (hidden, _), epochs in longest.items():
+            items += [{"stage": "control", "hidden": hidden, "epochs": epochs, "evals": epochs, "models": 1}] * 2
+    finetune_jobs = 2 * len(scale.hidden) if scale.finetune is not None else 0
+    return {"items": items, "finetune_jobs": finetune_jobs}
+
+
+def load_bench(path: str | Path) -> dict[str, Any]:
+    try:
+        bench = json.loads(Path(path).read_text())
+        bench["rows"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError(f"bench={path} is not a scripts/bench_train.py --json file ({exc}): "
+                          f"run python scripts/bench_train.py --json FILE on the device first") from None
+    return bench
+
+
+def epoch_seconds(bench: dict[str, Any], hidden: int, batch_size: int) -> float:
+    """One model's epoch at ``hidden`` units: the measured row at this minibatch (the faster of
+    eager and graphed), scaled linearly in H from the nearest measured size."""
+    rows = [r for r in bench["rows"] if r["batch_size"] == batch_size] or bench["rows"]
+    row = min(rows, key=lambda r: abs(r["hidden"] - hidden))
+    times = [t for t in (row.get("eager_s"), row.get("graphed_s"), row.get("scheda_s")) if t and not math.isnan(t)]
+    return min(times) * hidden / row["hidden"] * TRAIN_EXAMPLES / bench.get("n", TRAIN_EXAMPLES)
+
+
+def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> dict[str, Any]:
+    """Jobs, model-epochs, evaluations and (with a benchmark) device-hours of ``cfg``'s scale."""
+    p = plan(cfg)
+    out: dict[str, Any] = {"jobs": {}, "model_epochs": {}, "evaluations": 0, "finetune_jobs": p["finetune_jobs"]}
+    seconds_train = seconds_eval = 0.0
+    grid = (bench or {}).get("grid")
+    search = (bench or {}).get("lr_search")
+    for item in p["items"]:
+        stage = item["stage"]
+        out["jobs"][stage] = out["jobs"].get(stage, 0) + 1
+        out["model_epochs"][stage] = out["model_epochs"].get(stage, 0) + item["epochs"] * item["models"]
+        out["evaluations"] += item["evals"]
+        if bench is None or not item["hidden"]:
+            continue
+        one = epoch_seconds(bench, item["hidden"], batch_size)
+        fused = grid["grid_over_one"] / grid["models"] * item["models"] if grid and item["models"] > 1 else item["models"]
+        seconds_train += item["epochs"] * one * fused
+        if search:
+            seconds_eval += item["evals"] * search["seconds"] * item["hidden"] / search["features"]
+    if bench is not None:
+        out.update(device=bench.get("device_name", bench.get("device")), train_hours=seconds_train / 3600,
+                   eval_hours=seconds_eval / 3600, device_hours=(seconds_train + seconds_eval) / 3600,
+                   eval_measured=bool(search))
+    return out
+
+
+def describe(cfg: DictConfig, est: dict[str, Any], bench_path: str | None) -> str:
+    jobs = ", ".join(f"{stage} {n}" for stage, n in est["jobs"].items())
+    if est["finetune_jobs"]:
+        jobs += f", finetune {est['finetune_jobs']}"
+    epochs = sum(est["model_epochs"].values())
+    text = (f"plan for table={cfg.table.name} scale={cfg.scale.name}: "
+            f"{sum(est['jobs'].values()) + est['finetune_jobs']} jobs ({jobs}), "
+            f"{epochs:,} model-epochs ({', '.join(f'{s} {n:,}' for s, n in est['model_epochs'].items())}), "
+            f"{est['evaluations']:,} evaluations")
+    if "device_hours" not in est:
+        return text + "; device-hours: give bench=<scripts/bench_train.py --json output> to estimate them"
+    evals = f"evaluation {est['eval_hours']:.2f}" if est["eval_measured"] else "evaluation not measured"
+    return (text + f"; about {est['device_hours']:.2f} device-hours on {est['device']} (training "
+            f"{est['train_hours']:.2f}, {evals}; from {bench_path}; fine-tuning not counted)")

@@ -1,0 +1,142 @@
+"""The CUDA path (``python -m pytest -m cuda`` on a machine with a GPU; skipped without one, and
+left out of the default suite, which stays CPU-only). scripts/gpu_check.sh runs these first."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from scheda.checkpoint import load_checkpoint
+from scheda.classifiers import Liblinear, TorchLogReg, objective
+from scheda.model import DenoisingAutoencoder
+from scheda.noise import masking
+from scheda.run import run
+from scheda.schedule import NoiseSchedule, Stage
+from scheda.step import AutogradStep, BatchedStep, FusedStep, GraphedStep
+from scheda.trainer import Trainer
+
+from helpers import N_VAL, REPO, STAGES, TINY, compose_cfg
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")]
+CUDA = torch.device("cuda")
+ON_CUDA = [o for o in TINY if not o.startswith("trainer.device")] + ["trainer.device=cuda", "logger=none"]
+
+
+def _model(d=64, H=24, seed=0, device=CUDA, dtype=torch.float32):
+    m = DenoisingAutoencoder(d, H, generator=torch.Generator().manual_seed(seed)).to(device=device, dtype=dtype)
+    return m, torch.optim.SGD(m.parameters(), lr=0.05)
+
+
+def _data(n=203, d=64, device=CUDA, dtype=torch.float32):
+    return (torch.rand(n, d, generator=torch.Generator().manual_seed(1)) > 0.5).to(device=device, dtype=dtype)
+
+
+def test_fused_step_matches_autograd_and_a_float64_reference_on_cuda():
+    (m_f, o_f), (m_a, o_a), (m_64, o_64) = _model(), _model(), _model(device=CUDA, dtype=torch.float64)
+    fused, auto = FusedStep(m_f, o_f, masking, 20, CUDA), AutogradStep(m_a, o_a, masking)
+    reference = AutogradStep(m_64, o_64, masking)
+    x, x64 = _data(), _data(dtype=torch.float64)
+    gens = [torch.Generator(device=CUDA).manual_seed(3) for _ in range(3)]
+    for i in range(12):
+        idx = torch.randperm(203, device=CUDA, generator=torch.Generator(device=CUDA).manual_seed(i))[:20 if i < 11 else 3]
+        losses = [fused(x, idx, 0.3, gens[0]), auto(x, idx, 0.3, gens[1]), reference(x64, idx, 0.3, gens[2])]
+        torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(losses[0].double(), losses[2], rtol=1e-4, atol=1e-3)
+    for pf, pa, p64 in zip(m_f.parameters(), m_a.parameters(), m_64.parameters()):
+        torch.testing.assert_close(pf, pa, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(pf.double(), p64, rtol=1e-3, atol=1e-5)
+
+
+def test_graphed_step_equals_the_eager_step_and_advances_the_generator_alike():
+    (m_e, o_e), (m_g, o_g) = _model(), _model()
+    x = _data()
+    g_e, g_g = torch.Generator(device=CUDA).manual_seed(5), torch.Generator(device=CUDA).manual_seed(5)
+    eager = BatchedStep([m_e], [o_e], [masking], 20, CUDA)
+    graphed = GraphedStep(BatchedStep([m_g], [o_g], [masking], 20, CUDA), x, [g_g])
+    graphed.prepare()
+    for i in range(11):
+        idx = torch.arange(i * 20, min(i * 20 + 20, 203), device=CUDA).unsqueeze(0)  # the last has 3 rows
+        torch.testing.assert_close(graphed(x, idx, [0.3], [g_g]), eager(x, idx, [0.3], [g_e]), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(m_g.W, m_e.W, rtol=1e-4, atol=1e-6)
+    assert torch.equal(g_g.get_state(), g_e.get_state())
+
+
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_an_epoch_makes_no_host_device_synchronisation(cuda_graph):
+    m, opt = _model(d=3072, H=100)
+    trainer = Trainer(m, opt, masking, NoiseSchedule("constant", [Stage(0.3, 3)]), _data(n=1000, d=3072), 20,
+                      torch.Generator(device=CUDA).manual_seed(0), cuda_graph=cuda_graph)
+    trainer.train_epoch()  # the first epoch builds (and captures) the step
+    epoch = trainer.begin_epoch()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        trainer.run_minibatches(epoch)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert trainer.end_epoch(epoch)["epoch"] == 2
+
+
+@pytest.mark.parametrize("graph", ["trainer.cuda_graph=false", "trainer.cuda_graph=true"])
+def test_fused_sweep_equals_the_models_alone_on_cuda(cifar_arrays, tmp_path, graph):
+    common = [f"dataset.root={cifar_arrays}", *ON_CUDA, graph, "trainer.batch_size=15", "schedule=constant",
+              "schedule.epochs=2", "evaluate.enabled=false"]
+    run(compose_cfg([*common, "trainer.parallel.nu=[0.2,0.5]"]), tmp_path / "fused")
+    for k, nu in enumerate([0.2, 0.5]):
+        run(compose_cfg([*common, f"schedule.nu={nu}"]), tmp_path / f"alone{k}")
+        fused, alone = load_checkpoint(tmp_path / "fused" / "models" / str(k)), load_checkpoint(tmp_path / f"alone{k}")
+        for key in alone["model"]:
+            torch.testing.assert_close(fused["model"][key], alone["model"][key], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("graph", ["trainer.cuda_graph=false", "trainer.cuda_graph=true"])
+def test_resume_on_cuda_gives_the_uninterrupted_run(cifar_arrays, tmp_path, graph):
+    base = [f"dataset.root={cifar_arrays}", *ON_CUDA, graph, *STAGES, "trainer.checkpoint_every=1"]
+    run(compose_cfg(base), tmp_path / "golden")
+    run(compose_cfg(base + ["trainer.max_epochs=1"]), tmp_path / "part")
+    run(compose_cfg(base + [f"resume={tmp_path / 'part'}"]), tmp_path / "resumed")
+    golden, resumed = load_checkpoint(tmp_path / "golden"), load_checkpoint(tmp_path / "resumed")
+    for key in golden["model"]:
+        assert torch.equal(golden["model"][key], resumed["model"][key]), key
+
+
+def _blobs(n=3000, d=200, k=10, seed=0):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, k, n)
+    x = (rng.normal(0, 1, (k, d))[y] + rng.normal(0, 2, (n, d))).astype(np.float32)
+    return 1 / (1 + np.exp(-x)), y
+
+
+def test_torch_lr_on_cuda_reaches_the_cpu_objective_and_liblinear_takes_cuda_features():
+    x, y = _blobs()
+    for C in (0.01, 1.0):
+        cpu = TorchLogReg(x, y, eps=1e-6, dtype=torch.float64).fit(C)
+        gpu = TorchLogReg(torch.from_numpy(x).to(CUDA), y, eps=1e-6, device=CUDA, dtype=torch.float64).fit(C)
+        f_cpu, f_gpu = objective(cpu, x, y, C), objective(gpu, x, y, C)
+        assert abs(f_gpu - f_cpu) <= 1e-6 * f_cpu
+    from scheda.classifiers import build_classifier
+
+    lib = build_classifier({"name": "liblinear", "eps": 1e-4}, torch.from_numpy(x).to(CUDA), y, CUDA)
+    assert isinstance(lib, Liblinear) and objective(lib.fit(1.0), x, y, 1.0) > 0
+
+
+def test_finetuning_on_cuda(cifar_arrays, tmp_path):
+    result = run(compose_cfg([f"dataset.root={cifar_arrays}", *ON_CUDA, *STAGES, "finetune=cpu",
+                              "finetune.max_epochs=2", "evaluate.c_log2_min=-2", "evaluate.c_log2_max=0"]),
+                 tmp_path / "run")
+    assert result["device"].startswith("cuda") and result["finetune"]["chosen"]["test_error"] <= 1.0
+
+
+def test_the_smoke_protocol_on_cuda(cifar_arrays, tmp_path):
+    env = {**{k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "reproduce.py"), "scale=smoke", "out_dir=runs",
+                           f"report_dir={tmp_path / 'reports'}",
+                           f"overrides=['dataset.root={cifar_arrays}','dataset.val_size={N_VAL}','trainer.device=cuda']"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(next((tmp_path / "runs" / "continue").glob("scheda_*/results.json")).read_text())
+    assert results["device"].startswith("cuda") and results["status"] == "completed"
