@@ -152,3 +152,45 @@ def test_jobs_no_node_can_run_are_not_waited_on_for_ever(cifar_arrays, tmp_path)
     assert line.startswith("error: no DA of stage 1 completed") and "no node of partition debug could run it" in line
     assert "(waited" in proc.stdout + proc.stderr
     assert not _left_in_queue(tmp_path / "runs" / "da")
+
+
+def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_ends_as_the_uninterrupted_run(cifar_arrays, tmp_path):
+    """Slurm's warning signal 30 s before a 1-minute limit (submitit: signal_delay_s, USR2): the run
+    checkpoints where it stands, submitit requeues it, and the requeued job resumes to the weights
+    of a run that was never stopped."""
+    config = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.nu=0.3", "logger=none",
+              "evaluate.enabled=false", "trainer.checkpoint_every=0"]
+    calibrate = run_train([*config, "schedule.epochs=300", f"hydra.run.dir={tmp_path / 'calibrate'}"], cwd=tmp_path)
+    assert calibrate.returncode == 0, calibrate.stderr
+    per_epoch = sum(h["seconds"] for h in json.loads((tmp_path / "calibrate" / "results.json").read_text())["history"]) / 300
+    epochs = min(200_000, max(2_000, int(40 / per_epoch)))  # about 40 s of training: the warning comes by 30 s
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=submitit_slurm",
+               "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=30", "hydra.launcher.max_num_timeout=3",
+               "hydra.launcher.cpus_per_task=1", *config, f"schedule.epochs={epochs}", f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, released = time.time() + 420, 0
+    while proc.poll() is None:
+        assert time.time() < deadline, "the job did not finish"
+        for line in subprocess.run(["squeue", "-h", "-o", "%i %T %r"], capture_output=True, text=True).stdout.splitlines():
+            job, state, reason = line.split(maxsplit=2)
+            if state == "PENDING" and reason == "BeginTime":  # Slurm holds a requeued job: start it now
+                subprocess.run(["scontrol", "update", f"jobid={job}", "starttime=now"], check=True)
+                released += 1
+        time.sleep(1)
+    stdout, stderr = proc.communicate()
+    assert proc.returncode == 0, stderr[-3000:]
+    log = (sweep / "0" / "train.log").read_text()
+    assert "requeued by Slurm (restart 1): resuming" in log and "resumed from" in log, log[-2000:]
+    assert any("_batch_" in p.name for p in (sweep / "0" / "checkpoints").iterdir())  # taken mid-epoch at the signal
+    results = json.loads((sweep / "0" / "results.json").read_text())
+    assert results["status"] == "completed" and results["epochs"] == epochs
+    reference = run_train([*config, f"schedule.epochs={epochs}", f"hydra.run.dir={tmp_path / 'reference'}"], cwd=tmp_path)
+    assert reference.returncode == 0, reference.stderr
+    import torch
+
+    from scheda.checkpoint import load_checkpoint
+
+    requeued, golden = load_checkpoint(sweep / "0"), load_checkpoint(tmp_path / "reference")
+    for key in golden["model"]:
+        assert torch.equal(requeued["model"][key], golden["model"][key]), key
