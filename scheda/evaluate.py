@@ -80,9 +80,7 @@ def evaluate_features(
     start = time.perf_counter()
     solver = build_classifier(classifier_cfg, features["train"], labels["train"], device)
     setup = time.perf_counter() - start
-    val_x, test_x = features["val"], features["test"]
-    if classifier_cfg["name"] == "liblinear":
-        val_x, test_x = (v.cpu().numpy() if isinstance(v, torch.Tensor) else v for v in (val_x, test_x))
+    val_x, test_x = features["val"], features["test"]  # a fitted model predicts on the device, any solver
     grid = []
     best_model, best_err, best_C = None, math.inf, None
     with bar(len(Cs), f"eval ({classifier_cfg['name']})", "C", leave=False) as ticks:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import List, Mapping, Optional
+from typing import ClassVar, List, Mapping, Optional
 
 import torch
 import torch.nn.functional as F
@@ -141,6 +141,7 @@ class CompositeDA(DenoisingAutoencoder):
 class DAConfig(Component):
     """The tied-weight DA."""
 
+    trains: ClassVar[bool] = True
     name: str = "da"
     hidden: int = 1000  # hidden units
     activation: str = "sigmoid"  # sigmoid | relu (encoder); the decoder is always sigmoid
@@ -203,6 +204,7 @@ class CompositeConfig(DAConfig):
 class RawConfig(Component):
     """No model: evaluate the raw inputs (paper: 59.78 % test error on CIFAR-10 pixels)."""
 
+    trains: ClassVar[bool] = False
     name: str = "raw"
 
 

@@ -58,7 +58,8 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     try:
         if cfg.evaluate.enabled:
             check_evaluate_config(cfg.evaluate, cfg.classifier)
-        summary = run_raw(cfg, results) if cfg.model.name == "raw" else train(cfg, output_dir, results)
+        trains = typed("model", cfg.model).trains  # model=raw evaluates the inputs themselves
+        summary = train(cfg, output_dir, results) if trains else run_raw(cfg, results)
         log_summary(summary, output_dir)
         return summary
     except Interrupted as exc:
