@@ -226,16 +226,22 @@ def continuation_jobs(scale: DictConfig, kinds: Iterable[str], selection: dict[s
     return jobs
 
 
-def _step_jobs(kind: str, grid: DictConfig, hidden: int, by_nu: dict[str, Any]) -> list[JobSpec]:
-    """One continuation per (nu0, delta_nu, K) that has at least one level between nu0 and
-    nu_final (ScheDA from 0.1 with delta_nu 0.1 down to 0.05 has none: it is not planned)."""
-    direction = "decreasing" if kind == "scheda" else "increasing"
-    jobs = []
+def _starts(kind: str, grid: DictConfig, hidden: int, by_nu: dict[str, Any]) -> Iterable[tuple[float, dict]]:
+    """Each nu0 of a continuation grid with the selected DA(nu0) it continues (none: skipped, said)."""
     for nu0 in grid.nu0:
         start = by_nu.get(fmt(nu0))
         if start is None:
             log.warning("%s from nu0=%g (%d hidden): no selected DA(%g) to continue; skipped", kind, nu0, hidden, nu0)
             continue
+        yield nu0, start
+
+
+def _step_jobs(kind: str, grid: DictConfig, hidden: int, by_nu: dict[str, Any]) -> list[JobSpec]:
+    """One continuation per (nu0, delta_nu, K) that has at least one level between nu0 and
+    nu_final (ScheDA from 0.1 with delta_nu 0.1 down to 0.05 has none: it is not planned)."""
+    direction = "decreasing" if kind == "scheda" else "increasing"
+    jobs = []
+    for nu0, start in _starts(kind, grid, hidden, by_nu):
         for delta_nu in grid.delta_nu:
             levels = level_count(STEP_KINDS[kind], nu0, delta_nu, grid.nu_final)
             if levels == 0:
@@ -272,11 +278,7 @@ def _schedule_jobs(kind: str, grid: DictConfig, hidden: int, by_nu: dict[str, An
     combination of ``scale.schedules.<kind>.grid``, nu0 in the schedule's own noise-level key."""
     key = nu_key({"name": kind})
     jobs = []
-    for nu0 in grid.nu0:
-        start = by_nu.get(fmt(nu0))
-        if start is None:
-            log.warning("%s from nu0=%g (%d hidden): no selected DA(%g) to continue; skipped", kind, nu0, hidden, nu0)
-            continue
+    for nu0, start in _starts(kind, grid, hidden, by_nu):
         for settings in _grid_points(grid):
             schedule = build_schedule({"name": kind, key: nu0, **settings})
             tag = "_".join(f"{k}{fmt(v) if isinstance(v, float) else v}" for k, v in settings.items())
