@@ -184,9 +184,13 @@ def test_a_regular_install_trains_and_reproduces_outside_the_checkout(cifar_arra
 
     from helpers import N_VAL, REPO
 
-    wheel_dir, target = tmp_path / "wheel", tmp_path / "site"
+    wheel_dir, target, source = tmp_path / "wheel", tmp_path / "site", tmp_path / "source"
+    for part in ("scheda", "configs"):  # built from a copy: a build writes build/ beside the sources
+        shutil.copytree(REPO / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / part, source / part)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(wheel_dir), str(REPO)], check=True, capture_output=True, timeout=300)
+                    "-w", str(wheel_dir), str(source)], check=True, capture_output=True, timeout=300)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
                     *map(str, wheel_dir.glob("scheda-*.whl"))], check=True, capture_output=True, timeout=300)
     env = {**{k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}, "PYTHONPATH": str(target),
