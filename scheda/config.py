@@ -47,9 +47,7 @@ class Component:
 
     def invalid(self, key: str, rule: str) -> ConfigError:
         """``<group>.<key>=<value> <rule>``: the one shape of a config error."""
-        value = getattr(self, key.split("[")[0].split(".")[0], None) if key else None
-        shown = f"{self.group}.{key}={value!r}" if key else self.group
-        return ConfigError(f"{shown} {rule}")
+        return ConfigError(f"{self.group}.{key}={getattr(self, key)!r} {rule}")
 
     def __getitem__(self, key: str) -> Any:
         return getattr(self, key)
