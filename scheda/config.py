@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import pkgutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, List, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -29,9 +31,21 @@ from scheda.errors import ConfigError
 COMPONENT_MODULES = ("scheda.model", "scheda.noise", "scheda.schedule", "scheda.optim", "scheda.trainer",
                      "scheda.loggers", "scheda.evaluate", "scheda.classifiers", "scheda.finetune")
 GROUPS: dict[str, dict[str, type]] = {}
-# Hydra's search path for configs/: the package ``scheda.configs`` (pyproject maps it to the
-# checkout's configs/ folder, so an editable and a regular install read the same files).
-CONFIGS = "pkg://scheda.configs"
+
+
+def configs_path() -> str:
+    """Hydra's search path for configs/: the package ``scheda.configs`` when scheda is installed
+    (pyproject maps it to the checkout's configs/, so editable and regular installs read the same
+    files); in a checkout imported without installing (``PYTHONPATH=.``), the folder itself."""
+    try:
+        if importlib.util.find_spec("scheda.configs") is not None:
+            return "pkg://scheda.configs"
+    except ModuleNotFoundError:
+        pass
+    return str(Path(__file__).resolve().parents[1] / "configs")
+
+
+CONFIGS = configs_path()
 DEFAULT = "default"  # the option name of a group with one schema and no ``name`` key (trainer, evaluate)
 
 

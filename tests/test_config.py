@@ -62,3 +62,28 @@ def test_the_training_side_does_not_import_the_protocol_layer():
             "print(sorted(m for m in sys.modules if m.startswith('scheda.protocol')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_checkout_imported_without_installing_reads_its_configs_folder(tmp_path):
+    """PYTHONPATH=<checkout> with no install (a bare GPU machine): no scheda.configs package, so
+    Hydra reads the checkout's configs/ folder itself."""
+    import shutil
+    import subprocess
+    import sys
+
+    checkout = tmp_path / "checkout"
+    for part in ("scheda", "configs"):
+        shutil.copytree(REPO / part, checkout / part, ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import scheda.config as c; print(c.CONFIGS); "
+            "from hydra import compose, initialize_config_dir; c.register_configs(); "
+            "initialize_config_dir(config_dir=c.CONFIGS, version_base='1.3').__enter__(); "
+            "print(compose(config_name='train', overrides=['schedule=decreasing_0.7']).schedule.nu_final)")
+    import sysconfig
+
+    # -S: site-packages on the path as a plain folder, its .pth files (this checkout's editable
+    # install among them) not run
+    site = sysconfig.get_paths()["purelib"]
+    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=checkout, capture_output=True, text=True,
+                         env={"PYTHONPATH": f"{checkout}:{site}", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == [str(checkout / "configs"), "0.1"]
