@@ -67,8 +67,8 @@ write_cifar_arrays(__import__('pathlib').Path('$WORK/data/cifar10'), n_train=400
 else
   DEVICE=cuda
   if [ -d "$WHEELS" ]; then
-    step install pip install -q --no-index --no-deps "$WHEELS"/*.whl
-    step install-liblinear pip install -q --no-index --no-deps --no-build-isolation "$WHEELS"/liblinear-official-*.tar.gz
+    step install $PY -m pip install -q --no-index --no-deps "$WHEELS"/*.whl
+    step install-liblinear $PY -m pip install -q --no-index --no-deps --no-build-isolation "$WHEELS"/liblinear_official-*.tar.gz
   fi
   if [ -f .device/data/cifar10/cifar10-jpeg.tar.gz ]; then
     export SCHEDA_DATA="$WORK/data"
