@@ -62,18 +62,22 @@ def load_bench(path: str | Path) -> dict[str, Any]:
     return bench
 
 
-def epoch_seconds(bench: dict[str, Any], hidden: int, batch_size: int) -> float:
-    """One model's epoch at ``hidden`` units: the measured row at this minibatch (the faster of
-    eager and graphed), scaled linearly in H from the nearest measured size."""
+def epoch_seconds(bench: dict[str, Any], hidden: int, batch_size: int, graphed: bool = False) -> float:
+    """One model's epoch at ``hidden`` units: the measured row at this minibatch (graphed when the
+    runs will use CUDA graphs and it was measured, else eager), scaled linearly in H from the
+    nearest measured size."""
     rows = [r for r in bench["rows"] if r["batch_size"] == batch_size] or bench["rows"]
     row = min(rows, key=lambda r: abs(r["hidden"] - hidden))
-    times = [t for t in (row.get("eager_s"), row.get("graphed_s"), row.get("scheda_s")) if t and not math.isnan(t)]
-    return min(times) * hidden / row["hidden"] * TRAIN_EXAMPLES / bench.get("n", TRAIN_EXAMPLES)
+    seconds = row.get("graphed_s") if graphed else None
+    if seconds is None or math.isnan(seconds):
+        seconds = row.get("eager_s", row.get("scheda_s"))
+    return seconds * hidden / row["hidden"] * TRAIN_EXAMPLES / bench.get("n", TRAIN_EXAMPLES)
 
 
 def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> dict[str, Any]:
     """Jobs, model-epochs, evaluations and (with a benchmark) device-hours of ``cfg``'s scale."""
     p = plan(cfg)
+    graphed = "trainer.cuda_graph=true" in [*cfg.scale.train, *cfg.overrides]
     out: dict[str, Any] = {"jobs": {}, "model_epochs": {}, "evaluations": 0, "finetune_jobs": p["finetune_jobs"]}
     seconds_train = seconds_eval = 0.0
     grid = (bench or {}).get("grid")
@@ -85,7 +89,7 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
         out["evaluations"] += item["evals"]
         if bench is None or not item["hidden"]:
             continue
-        one = epoch_seconds(bench, item["hidden"], batch_size)
+        one = epoch_seconds(bench, item["hidden"], batch_size, graphed)
         fused = grid["grid_over_one"] / grid["models"] * item["models"] if grid and item["models"] > 1 else item["models"]
         seconds_train += item["epochs"] * one * fused
         if search:
