@@ -430,6 +430,6 @@ def test_device_hours_use_graphed_times_only_for_runs_that_use_cuda_graphs():
     bench = {"device_name": "X", "n": 45000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 4.0, "graphed_s": 1.0}]}
     eager = estimate.estimate(smoke_cfg("scale.control=false", "scale.finetune=null"), bench, 20)
     graphed = estimate.estimate(smoke_cfg("scale.control=false", "scale.finetune=null",
-                                          "overrides=[trainer.cuda_graph=true]"), bench, 20)
+                                          "overrides=['trainer.cuda_graph=true']"), bench, 20)
     assert eager["train_hours"] * 3600 == pytest.approx(6 * 4.0)  # 4 DA + 2 ScheDA model-epochs
     assert graphed["train_hours"] * 3600 == pytest.approx(6 * 1.0)
