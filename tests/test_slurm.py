@@ -82,17 +82,18 @@ def test_the_smoke_protocol_through_slurm_and_a_rerun_submits_nothing(cifar_arra
 
 
 def test_a_cancelled_job_is_reported_and_the_command_fails(cifar_arrays, tmp_path):
-    # DAs long enough to be cancelled while they train.
-    proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=6000", "scale.da.eval_every=3000", "table.raw=false",
+    # DAs long enough (about 20 s here) to be cancelled while they train. The launcher waits for the
+    # array's tasks in order: the last one is cancelled, so the first is waited on and completes.
+    proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=20000", "scale.da.eval_every=10000", "table.raw=false",
                       "scale.finetune=null", wait=False)
     deadline = time.time() + 120
-    job_id = None
-    while job_id is None:
+    running: list[str] = []
+    while len(running) < 2:
         assert proc.poll() is None, proc.stderr.read()[-3000:]
-        assert time.time() < deadline, "no job started"
-        running = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"], capture_output=True, text=True).stdout
-        job_id = running.split()[0] if running.split() else None
+        assert time.time() < deadline, "the jobs did not start"
+        running = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"], capture_output=True, text=True).stdout.split()
         time.sleep(0.5)
+    job_id = max(running, key=lambda j: int(j.split("_")[1]))
     time.sleep(2)  # into its training
     subprocess.run(["scancel", job_id], check=True)
     _, stderr = proc.communicate(timeout=600)
@@ -126,7 +127,7 @@ def _wait_running(proc, timeout=120):
 
 
 def test_jobs_whose_node_went_down_are_reported_and_none_is_left_behind(cifar_arrays, tmp_path):
-    proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=6000", "scale.da.eval_every=3000", "table.raw=false",
+    proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=20000", "scale.da.eval_every=10000", "table.raw=false",
                       "scale.finetune=null", wait=False)
     try:
         _wait_running(proc)
