@@ -8,6 +8,7 @@ schema (the ``noise`` group has no settings beyond the name).
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -38,7 +39,7 @@ def _is_zero(nu: Nu) -> bool:
 
 
 @dataclass
-class Noise(Component):
+class Noise(Component, abc.ABC):
     """Base of the noise group: a corruption process, called as ``noise(x, nu, generator, out=None)``.
     ``out`` (the shape of ``x``) receives the corruption without a fresh allocation: the fused
     training step passes its preallocated buffer for every noise alike."""
@@ -51,8 +52,9 @@ class Noise(Component):
             return x if out is None else out.copy_(x)
         return self.corrupt(x, nu, generator, torch.empty_like(x) if out is None else out)
 
+    @abc.abstractmethod
     def corrupt(self, x: torch.Tensor, nu: Nu, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """Write the corruption of ``x`` at level ``nu`` (not 0) into ``out`` and return it."""
 
 
 @register("noise")

@@ -8,6 +8,7 @@ experiment); their single stage has ``nu=None``.
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field
 from typing import ClassVar, List, Mapping, Optional, Sequence
 
@@ -224,14 +225,15 @@ def _max_steps(nu0: float, delta_nu: float, direction: int) -> int:
 
 # --- the schedule group's options: each schema checks its values and builds its schedule ---
 @dataclass
-class ScheduleConfig(Component):
+class ScheduleConfig(Component, abc.ABC):
     """Base of the schedules. ``nu_key``: the key that holds a run's noise level, which a fused
     sweep's ``trainer.parallel.nu`` sets (None: the schedule has no single one)."""
 
     nu_key: ClassVar[str | None] = None
 
+    @abc.abstractmethod
     def build(self) -> NoiseSchedule:
-        raise NotImplementedError
+        """The stages this schedule's values describe (checked: a bad value is a ConfigError)."""
 
 
 @register("schedule")

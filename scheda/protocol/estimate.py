@@ -18,7 +18,6 @@ from omegaconf import DictConfig
 from scheda.errors import ConfigError
 from scheda.protocol import stages
 
-EVALS_PER_RANDOM_RUN = 20  # stages._random_job evaluates every epochs // 20
 TRAIN_EXAMPLES = 45000  # CIFAR-10's training split: what one epoch of the paper's runs sees
 
 
@@ -41,7 +40,8 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
     for job in cont:
         kind, hidden = job.meta["kind"], job.meta["hidden"]
         epochs = job.meta.get("epochs", scale.random_nu.epochs)
-        evals = job.meta.get("levels", EVALS_PER_RANDOM_RUN)
+        # a schedule evaluates after each level; a random-nu run every evaluate.every epochs
+        evals = job.meta["levels"] if "levels" in job.meta else epochs // job.values["evaluate.every"]
         items.append({"stage": "continue", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1})
         if kind in stages.STEP_KINDS:
             longest[(hidden, kind)] = max(longest.get((hidden, kind), 0), epochs)
