@@ -28,6 +28,7 @@ from scheda.classifiers import LinearModel
 from scheda.config import Component, register, typed
 from scheda.data import Splits
 from scheda.errors import ConfigError, DivergenceError
+from scheda.evaluate import pack_correct
 from scheda.model import ACTIVATIONS, DenoisingAutoencoder
 from scheda.progress import bar
 
@@ -54,10 +55,13 @@ class FineTuneNet(nn.Module):
         return F.linear(self._act(F.linear(x, self.W, self.b)), self.V, self.c)
 
     @torch.no_grad()
+    def correct(self, x: torch.Tensor, y: torch.Tensor, chunk_size: int = 8192) -> torch.Tensor:
+        """Which rows it classifies right (encoded in chunks: no gradients, bounded memory)."""
+        return torch.cat([self(x[i:i + chunk_size]).argmax(1) == y[i:i + chunk_size]
+                          for i in range(0, x.shape[0], chunk_size)])
+
     def error(self, x: torch.Tensor, y: torch.Tensor, chunk_size: int = 8192) -> float:
-        wrong = sum(int((self(x[i:i + chunk_size]).argmax(1) != y[i:i + chunk_size]).sum())
-                    for i in range(0, x.shape[0], chunk_size))
-        return wrong / x.shape[0]
+        return int((~self.correct(x, y, chunk_size)).sum()) / x.shape[0]
 
 
 @register("finetune")
@@ -130,7 +134,7 @@ class FineTuner:
             self.per_lr.append(self._fit_one(i, self.lrs[i]))
             self._save(None)
         best = min(self.per_lr, key=lambda r: (r["val_error"], r["lr"]))
-        return {"per_lr": self.per_lr, "chosen": {k: best[k] for k in ("lr", "best_epoch", "val_error", "test_error")}}
+        return {"per_lr": self.per_lr, "chosen": {k: best.get(k) for k in ("lr", "best_epoch", "val_error", "test_error", "test_correct")}}
 
     def _fit_one(self, index: int, lr: float) -> dict[str, Any]:
         cfg, x, y = self.cfg, self.x, self.y
@@ -138,7 +142,7 @@ class FineTuner:
         opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=cfg["momentum"])
         gen = torch.Generator(device=self.device).manual_seed(self.seed + 1000 * (index + 1))
         history: list[dict[str, Any]] = []
-        best = {"epoch": 0, "val_error": net.error(x["val"], y["val"]), "test_error": net.error(x["test"], y["test"])}
+        best = {"epoch": 0, "val_error": net.error(x["val"], y["val"]), **self._test(net)}
         if self._resume is not None:
             state, self._resume = self._resume, None
             net.load_state_dict(state["current"]["net"])
@@ -167,14 +171,15 @@ class FineTuner:
                 raise DivergenceError(f"fine-tuning loss became {train_loss} at lr={lr:g}, epoch {epoch}: "
                                       f"use smaller finetune.lrs")
             seconds = time.perf_counter() - start
-            val, test = net.error(x["val"], y["val"]), net.error(x["test"], y["test"])
+            val, tested = net.error(x["val"], y["val"]), self._test(net)
+            test = tested["test_error"]
             history.append({"epoch": epoch, "train_loss": train_loss, "val_error": val, "test_error": test,
                             "seconds": seconds})
             self._log(lr, history[-1])
             ticks.set_postfix(val=f"{100 * val:.2f}%", best=f"{100 * best['val_error']:.2f}%", refresh=False)
             ticks.update(1)
             if val < best["val_error"]:
-                best = {"epoch": epoch, "val_error": val, "test_error": test}
+                best = {"epoch": epoch, "val_error": val, **tested}
                 save_checkpoint(self.dir / f"finetune_best_lr{index}.pt",
                                 {"model": net.state_dict(), "epoch": epoch, "lr": lr, **best})
             self._save({"net": net.state_dict(), "optimizer": opt.state_dict(), "generator": gen.get_state(),
@@ -182,8 +187,14 @@ class FineTuner:
         ticks.close()
         secs = [h["seconds"] for h in history]
         return {"lr": lr, "best_epoch": best["epoch"], "val_error": best["val_error"], "test_error": best["test_error"],
+                "test_correct": best.get("test_correct"),
                 "epochs_run": len(history), "seconds_per_epoch": float(np.mean(secs)) if secs else None,
                 "history": history}
+
+    def _test(self, net: FineTuneNet) -> dict[str, Any]:
+        """Test error and which test images it got right (for McNemar's test between models)."""
+        correct = net.correct(self.x["test"], self.y["test"])
+        return {"test_error": int((~correct).sum()) / correct.numel(), "test_correct": pack_correct(correct)}
 
     def _save(self, current: dict[str, Any] | None) -> None:
         save_checkpoint(self.dir / LAST, {"model": {}, "kind": "finetune", "per_lr": self.per_lr,
