@@ -134,7 +134,8 @@ class FineTuner:
             self.per_lr.append(self._fit_one(i, self.lrs[i]))
             self._save(None)
         best = min(self.per_lr, key=lambda r: (r["val_error"], r["lr"]))
-        return {"per_lr": self.per_lr, "chosen": {k: best.get(k) for k in ("lr", "best_epoch", "val_error", "test_error", "test_correct")}}
+        return {"per_lr": self.per_lr, "chosen": {k: best.get(k) for k in ("lr", "best_epoch", "val_error", "test_error", "test_n",
+                                                                  "test_correct")}}
 
     def _fit_one(self, index: int, lr: float) -> dict[str, Any]:
         cfg, x, y = self.cfg, self.x, self.y
@@ -187,14 +188,15 @@ class FineTuner:
         ticks.close()
         secs = [h["seconds"] for h in history]
         return {"lr": lr, "best_epoch": best["epoch"], "val_error": best["val_error"], "test_error": best["test_error"],
-                "test_correct": best.get("test_correct"),
+                "test_n": best.get("test_n"), "test_correct": best.get("test_correct"),
                 "epochs_run": len(history), "seconds_per_epoch": float(np.mean(secs)) if secs else None,
                 "history": history}
 
     def _test(self, net: FineTuneNet) -> dict[str, Any]:
         """Test error and which test images it got right (for McNemar's test between models)."""
         correct = net.correct(self.x["test"], self.y["test"])
-        return {"test_error": int((~correct).sum()) / correct.numel(), "test_correct": pack_correct(correct)}
+        return {"test_error": int((~correct).sum()) / correct.numel(), "test_n": correct.numel(),
+                "test_correct": pack_correct(correct)}
 
     def _save(self, current: dict[str, Any] | None) -> None:
         save_checkpoint(self.dir / LAST, {"model": {}, "kind": "finetune", "per_lr": self.per_lr,

@@ -9,6 +9,9 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+# The protocol's stages in the order they run; ``stages=[...]`` picks some (the one list of them).
+STAGES = ("da", "select", "continue", "control", "finetune", "seeds", "report")
+
 
 @dataclass
 class DAGridConfig:
@@ -68,6 +71,9 @@ class ScaleConfig:
     schedules: Dict[str, Any] = field(default_factory=dict)  # name -> ScheduleGridConfig (typed by the protocol's check)
     control: bool = False
     finetune: Optional[str] = None
+    # The first seed selects every hyper-parameter; each further one trains the reported models
+    # again with them (scheda/protocol/seeds.py): the report's means, intervals and paired tests.
+    seeds: List[int] = field(default_factory=lambda: [0])
     train: List[str] = field(default_factory=list)
 
 
@@ -93,7 +99,7 @@ class ReproduceConfig:
     scheduler_wait_min: float = 30.0
     bench: Optional[str] = None  # scripts/bench_train.py --json output: device-hours in the plan it prints
     dry_run: bool = False  # print the plan (jobs, model-epochs, device-hours) and stop
-    stages: List[str] = field(default_factory=lambda: ["da", "select", "continue", "control", "finetune", "report"])
+    stages: List[str] = field(default_factory=lambda: list(STAGES))
 
 
 def register_protocol_configs() -> None:

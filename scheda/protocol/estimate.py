@@ -48,8 +48,36 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
     if scale.control:
         for (hidden, _), epochs in longest.items():
             items += [{"stage": "control", "hidden": hidden, "epochs": epochs, "evals": epochs, "models": 1}] * 2
-    finetune_jobs = 2 * len(scale.hidden) if scale.finetune is not None else 0
+    items += _seed_items(scale, cont)
+    finetune_jobs = 2 * len(scale.hidden) * len(scale.seeds) if scale.finetune is not None else 0
     return {"items": items, "finetune_jobs": finetune_jobs}
+
+
+def _seed_items(scale: DictConfig, cont: list) -> list[dict[str, Any]]:
+    """Each further seed's replicas, at most: the best DA and the DA(nu0) of every kind that
+    continues one (fused over the seeds when the grid is), and the longest run of each
+    continuation kind with its two controls."""
+    further = len(scale.seeds) - 1
+    if further < 1:
+        return []
+    items: list[dict[str, Any]] = []
+    for hidden in scale.hidden:
+        runs = [job for job in cont if job.meta["hidden"] == hidden]
+        kinds = {job.meta["kind"] for job in runs}
+        starts = {job.meta["kind"] for job in runs if "init_from" in job.values}
+        das = min(len(scale.da.nu), 1 + len(starts))
+        da = {"stage": "seeds", "hidden": hidden, "epochs": scale.da.epochs,
+              "evals": scale.da.epochs // scale.da.eval_every}
+        items += [{**da, "models": further, "evals": further * da["evals"]}] * das if scale.da.fused \
+            else [{**da, "models": 1}] * (das * further)
+        for kind in sorted(kinds):
+            longest = max((job for job in runs if job.meta["kind"] == kind), key=lambda j: j.meta.get("epochs", 0))
+            epochs = longest.meta.get("epochs", scale.random_nu.epochs)
+            evals = longest.meta.get("levels", epochs)
+            copies = 3 if scale.control and kind in stages.STEP_KINDS else 1
+            items += [{"stage": "seeds", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1}] \
+                * (copies * further)
+    return items
 
 
 def load_bench(path: str | Path) -> dict[str, Any]:

@@ -9,10 +9,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from scheda.protocol.analysis import pyplot, save_png
+from scheda import stats
+from scheda.evaluate import unpack_correct
 from scheda.io import atomic_write
+from scheda.protocol.analysis import pyplot, save_png
 from scheda.protocol.stages import fmt
 
 KIND_LABEL = {"scheda": "ScheDA", "increasing": "Increasing schedule", "random_uniform": "Random nu, uniform",
@@ -57,10 +60,13 @@ def kind_label(kind: str) -> str:
     return KIND_LABEL.get(kind, f"Schedule {kind}")
 
 
-def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str, Any], statuses: list[dict],
-                 info: dict[str, Any], path: Path) -> Path:
-    """``path`` (markdown) and its figures beside it; returns the report's path."""
+def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str, Any], seeded: dict[str, Any],
+                 statuses: list[dict], info: dict[str, Any], path: Path) -> Path:
+    """``path`` (markdown) and its figures beside it; returns the report's path. ``seeded``:
+    each reported model's errors per seed (scheda.protocol.seeds)."""
     table, scale, paper = cfg.table, cfg.scale, cfg.table.paper
+    over_seeds = len(seeded["seeds"]) > 1
+    seeds_head = " Further seeds: test % mean ± sd (n) |" if over_seeds else ""
     lines = [f"# {table.title} — scale={scale.name}", "",
              f"- Device: {info['device']}; launcher: {cfg.launcher}"
              f"{f' ({cfg.n_jobs} jobs at once)' if cfg.launcher == 'joblib' else ''}",
@@ -69,18 +75,28 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
              f"- Runs: `{info['out_dir']}`; written {info['date']}; commit {info['commit']}",
              f"- Scale: {scale.description.strip()}", "",
              "## Results", "",
-             "| Model | Hidden units | Selected hyper-parameters | Val error % | Test error % | Paper test error % |",
-             "|---|---|---|---|---|---|"]
+             f"| Model | Hidden units | Selected hyper-parameters | Val error % | Test error % |{seeds_head} "
+             f"Paper test error % |",
+             "|---|---|---|---|---|---|" + ("---|" if over_seeds else "")]
+    if over_seeds:
+        lines[-2:-2] = [f"Val and test error: the selection seed ({seeded['selection_seed']}), on which every "
+                        f"hyper-parameter was chosen; the column beside them: the same models trained again with "
+                        f"the further seeds {', '.join(map(str, seeded['seeds'][1:]))} (section Seeds).", ""]
+
+    def cell(hidden: str, key: str) -> str:
+        return f" {_seed_cell(seeded, hidden, key)} |" if over_seeds else ""
     raw = selection.get("raw")
     if table.raw:
-        lines.append(f"| Raw pixels | — | C={raw['C']:g} | {pct(raw['val_error'])} | {pct(raw['test_error'])} | "
+        none = " — (no training noise) |" if over_seeds else ""
+        lines.append(f"| Raw pixels | — | C={raw['C']:g} | {pct(raw['val_error'])} | {pct(raw['test_error'])} |{none} "
                      f"{paper_value(paper, 'raw')} |" if raw else
-                     f"| Raw pixels | — | not completed | — | — | {paper_value(paper, 'raw')} |")
+                     f"| Raw pixels | — | not completed | — | — |{none} {paper_value(paper, 'raw')} |")
     verdicts = []
     for hidden, sel in selection["hidden"].items():
         da = sel["best"]
         lines.append(f"| DA | {hidden} | nu={fmt(da['nu'])}, lr={fmt(da['lr'])}, {da['epoch']} epochs, C={da['C']:g} "
-                     f"| {pct(da['val_error'])} | {pct(da['test_error'])} | {paper_value(paper, 'da', int(hidden))} |")
+                     f"| {pct(da['val_error'])} | {pct(da['test_error'])} |{cell(hidden, 'da')} "
+                     f"{paper_value(paper, 'da', int(hidden))} |")
         if da.get("last_of_grid"):
             verdicts.append(f"The best DA ({hidden} hidden units, nu={fmt(da['nu'])}) was selected at epoch {da['epoch']}, "
                             f"the last of the grid (scale.da.epochs): it may be under-trained, and a longer grid "
@@ -90,12 +106,13 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
                 continue
             best = found["best"]
             lines.append(f"| {kind_label(kind)} | {hidden} | {_schedule_text(best)}, C={best['C']:g} | "
-                         f"{pct(best['val_error'])} | {pct(best['test_error'])} | "
+                         f"{pct(best['val_error'])} | {pct(best['test_error'])} |{cell(hidden, kind)} "
                          f"{paper_value(paper, kind, int(hidden))} |")
             verdicts.append(_verdict(kind_label(kind), hidden, best, da))
             for control_kind, control in found.get("controls", {}).items():
                 lines.append(f"| {kind_label(control_kind)} | {hidden} | {_schedule_text(control)}, C={control['C']:g} | "
-                             f"{pct(control['val_error'])} | {pct(control['test_error'])} | — |")
+                             f"{pct(control['val_error'])} | {pct(control['test_error'])} |"
+                             f"{cell(hidden, f'{kind}.{control_kind}')} — |")
             if found.get("controls"):
                 verdicts.append(_control_verdict(kind_label(kind), best, found["controls"]))
         for key, (label, paper_row) in FINETUNED.items():
@@ -103,17 +120,18 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
             if ft:
                 frozen = f" (frozen features: {pct(ft['frozen']['test_error'])} % test)" if ft.get("frozen") else ""
                 lines.append(f"| {label} | {hidden} | lr={fmt(ft['lr'])}, epoch {ft['best_epoch']}{frozen} | "
-                             f"{pct(ft['val_error'])} | {pct(ft['test_error'])} | "
+                             f"{pct(ft['val_error'])} | {pct(ft['test_error'])} |{cell(hidden, key)} "
                              f"{paper_value(paper, paper_row, int(hidden))} |")
             elif scale.finetune is None and paper and paper.get(paper_row):
-                lines.append(f"| {label} | {hidden} | not run at this scale | — | — | "
+                lines.append(f"| {label} | {hidden} | not run at this scale | — | — |{' — |' if over_seeds else ''} "
                              f"{paper_value(paper, paper_row, int(hidden))} |")
-    lines += [""] + [f"- {v}" for v in verdicts]
+    lines += [""] + [f"- {'On the selection seed alone: ' if over_seeds else ''}{v}" for v in verdicts]
+    lines += seeds_section(seeded)
     for hidden, sel in selection["hidden"].items():
         lines += _detail_tables(hidden, sel, continued.get(hidden, {}))
         for name, draw in (("figure2", figure2), ("figure5", figure5)):
             png = path.with_name(f"{path.stem}_{name}_h{hidden}.png")
-            if draw(sel, continued.get(hidden, {}), png, int(hidden)):
+            if draw(sel, continued.get(hidden, {}), seeded, png, int(hidden)):
                 lines += ["", f"![{name}, {hidden} hidden units]({png.name})"]
     lines += ["", "## Jobs", "", "| Job | Stage | Status | Minutes | Error |", "|---|---|---|---|---|"]
     for row in statuses:
@@ -189,31 +207,46 @@ def _load(run: str) -> dict:
     return json.loads((Path(run) / "results.json").read_text())
 
 
-def figure2(sel: dict, continued: dict, png: Path, hidden: int) -> bool:
+def figure2(sel: dict, continued: dict, seeded: dict, png: Path, hidden: int) -> bool:
     """Test error (left) and training reconstruction error (right) against epoch for the best
     DA, the best run of each schedule kind and the DA each of those continued, a continuation
-    drawn from its start epoch and joined to its DA's selected evaluation."""
+    drawn from its start epoch and joined to its DA's selected evaluation. A series trained
+    with several seeds is drawn as its mean over them with a band of one standard deviation
+    (at the epochs every seed reached), its selection seed's whole run thin beside it."""
     plt = pyplot()
     palette = series_palette(continued)
-    curves = [(f"DA({fmt(sel['best']['nu'])})", sel["best"]["run"], 0, None, da_grey(sel["best"]["nu"]))]
+    rows = seeded["hidden"].get(str(hidden), {})
+    curves = [(f"DA({fmt(sel['best']['nu'])})", sel["best"]["run"], 0, None, da_grey(sel["best"]["nu"]), "da")]
     for kind, found in continued.items():
         if kind in FINETUNED:
             continue
         best = found["best"]
         parent = sel["by_nu"].get(fmt(best["nu0"])) if "nu0" in best else None
         if parent is not None and parent["run"] not in [c[1] for c in curves]:
-            curves.append((f"DA({fmt(parent['nu'])})", parent["run"], 0, None, da_grey(parent["nu"])))
-        for e in [best, *found.get("controls", {}).values()]:
-            curves.append((_schedule_label(e), e["run"], e.get("start_epoch", 0), parent, palette[series_key(e)]))
+            curves.append((f"DA({fmt(parent['nu'])})", parent["run"], 0, None, da_grey(parent["nu"]), None))
+        keys = [kind] + [f"{kind}.{c}" for c in found.get("controls", {})]
+        for e, key in zip([best, *found.get("controls", {}).values()], keys):
+            curves.append((_schedule_label(e), e["run"], e.get("start_epoch", 0), parent, palette[series_key(e)], key))
     fig, (ax_err, ax_ce) = plt.subplots(1, 2, figsize=(11, 4))
-    for label, run, offset, parent, color in curves:
+    for label, run, offset, parent, color, key in curves:
         res = _load(run)
         points = [(offset + e["epoch"], 100 * e["test_error"]) for e in res.get("evaluations", [])]
         if parent is not None:
             points.insert(0, (parent["epoch"], 100 * parent["test_error"]))
-        ax_err.plot([p[0] for p in points], [p[1] for p in points], "o-", ms=3, color=color, label=label)
         hist = res.get("history", [])
-        ax_ce.plot([offset + h["epoch"] for h in hist], [h["loss"] for h in hist], color=color, label=label)
+        losses = [(offset + h["epoch"], h["loss"]) for h in hist]
+        runs = [v["run"] for v in rows.get(key, {}).values()] if key else []
+        if len(runs) > 1:  # mean and band over the seeds; the selection seed's run thin
+            ax_err.plot(*zip(*points), "-", lw=0.6, color=color, alpha=0.35)
+            ax_ce.plot(*zip(*losses), lw=0.6, color=color, alpha=0.35)
+            label = f"{label}, mean ± sd of {len(runs)} seeds"
+            _band(ax_err, [{offset + e["epoch"]: 100 * e["test_error"] for e in _load(r).get("evaluations", [])}
+                           for r in runs], color, label, "o-")
+            _band(ax_ce, [{offset + h["epoch"]: h["loss"] for h in _load(r).get("history", [])} for r in runs],
+                  color, label, "-")
+        else:
+            ax_err.plot(*zip(*points), "o-", ms=3, color=color, label=label)
+            ax_ce.plot(*zip(*losses), color=color, label=label)
         switches = res.get("switches", [])
         for s in switches if offset else switches[1:]:
             if s["nu"] is None:
@@ -229,6 +262,17 @@ def figure2(sel: dict, continued: dict, png: Path, hidden: int) -> bool:
     fig.tight_layout()
     save_png(fig, png, dpi=110)
     return True
+
+
+def _band(ax, curves: list[dict[int, float]], color: str, label: str, style: str) -> None:
+    """Mean ± one standard deviation over ``curves`` (epoch -> value), at the epochs all have."""
+    epochs = sorted(set.intersection(*(set(c) for c in curves)))
+    if not epochs:
+        return
+    values = np.array([[c[e] for e in epochs] for c in curves])
+    mean, sd = values.mean(axis=0), values.std(axis=0, ddof=1)
+    ax.plot(epochs, mean, style, ms=3, color=color, label=label)
+    ax.fill_between(epochs, mean - sd, mean + sd, color=color, alpha=0.2, lw=0)
 
 
 def series_key(e: dict) -> str:
@@ -264,25 +308,40 @@ def _schedule_label(e: dict) -> str:
     return kind_label(e["kind"])
 
 
-def figure5(sel: dict, continued: dict, png: Path, hidden: int) -> bool:
+def figure5(sel: dict, continued: dict, seeded: dict, png: Path, hidden: int) -> bool:
     """Every schedule's test error (at its best level) by starting level, against the best DA
-    per nu and the best DA overall."""
+    per nu and the best DA overall; a model trained with several seeds is drawn as its mean
+    over them with one standard deviation (a band for the best DA, a bar for a schedule)."""
     runs = [e for kind in ("scheda", "increasing") for e in continued.get(kind, {}).get("runs", [])]
     if not runs:
         return False
     plt = pyplot()
+    rows = seeded["hidden"].get(str(hidden), {})
     fig, ax = plt.subplots(figsize=(6, 4))
     das = sorted((float(nu), 100 * e["test_error"]) for nu, e in sel["by_nu"].items())
     ax.plot([d[0] for d in das], [d[1] for d in das], "k.-", label="DA(nu)")
-    ax.axhline(100 * sel["best"]["test_error"], color="k", ls="--", lw=0.8,
-               label=f"best DA ({fmt(sel['best']['nu'])})")
+    da_seeds = [100 * v["test_error"] for v in rows.get("da", {}).values()]
+    if len(da_seeds) > 1:
+        mean, sd = float(np.mean(da_seeds)), float(np.std(da_seeds, ddof=1))
+        ax.axhline(mean, color="k", ls="--", lw=0.8,
+                   label=f"best DA ({fmt(sel['best']['nu'])}), mean ± sd of {len(da_seeds)} seeds")
+        ax.axhspan(mean - sd, mean + sd, color="k", alpha=0.1, lw=0)
+    else:
+        ax.axhline(100 * sel["best"]["test_error"], color="k", ls="--", lw=0.8,
+                   label=f"best DA ({fmt(sel['best']['nu'])})")
     markers, palette = {}, series_palette(continued)
     for e in runs:
         key = (e["kind"], e["delta_nu"], e["K"])
         markers.setdefault(key, len(markers))
         m = markers[key]
-        ax.plot(e["nu0"] + 0.006 * (m - 1), 100 * e["test_error"], "os^vD<>"[m % 7], color=palette[series_key(e)],
+        x = e["nu0"] + 0.006 * (m - 1)
+        ax.plot(x, 100 * e["test_error"], "os^vD<>"[m % 7], color=palette[series_key(e)],
                 label=f"{'ScheDA' if e['kind'] == 'scheda' else 'increasing'} dnu={fmt(e['delta_nu'])}, K={e['K']}")
+        values = [100 * v["test_error"] for v in rows.get(e["kind"], {}).values()] \
+            if e["run"] == continued[e["kind"]]["best"]["run"] else []
+        if len(values) > 1:
+            ax.errorbar(x + 0.012, np.mean(values), yerr=np.std(values, ddof=1), fmt="o", mfc="none", capsize=3,
+                        color=palette[series_key(e)], label=f"best {e['kind']}, mean ± sd of {len(values)} seeds")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))
     ax.legend(unique.values(), unique.keys(), fontsize=7)
@@ -291,3 +350,133 @@ def figure5(sel: dict, continued: dict, png: Path, hidden: int) -> bool:
     fig.tight_layout()
     save_png(fig, png, dpi=110)
     return True
+
+
+# --- seeds -------------------------------------------------------------------------------------
+def seed_label(key: str) -> str:
+    """A seeded row's name: ``da``, a continuation kind, ``<kind>.control`` / ``<kind>.jump``, a fine-tuned row."""
+    if key == "da":
+        return "Best DA"
+    if key in FINETUNED:
+        return FINETUNED[key][0]
+    kind, _, control = key.partition(".")
+    if control:
+        return kind_label(control) + ("" if kind == "scheda" else f" (of {kind_label(kind)})")
+    return kind_label(kind)
+
+
+def further(per_seed: dict[str, dict], selection_seed: int) -> list[tuple[int, dict]]:
+    """The seeds that took no part in selection, in order, with their outcomes."""
+    return sorted((int(s), v) for s, v in per_seed.items() if int(s) != selection_seed)
+
+
+def _seed_cell(seeded: dict[str, Any], hidden: str, key: str) -> str:
+    per_seed = seeded["hidden"].get(hidden, {}).get(key)
+    if not per_seed:
+        return "—"
+    values = [v["test_error"] for _, v in further(per_seed, seeded["selection_seed"])]
+    if not values:
+        return "not run yet"
+    s = stats.summarize([100 * v for v in values])
+    return f"{s.mean:.2f} ± {s.sd:.2f} ({s.n})" if s.sd is not None else f"{s.mean:.2f} (1)"
+
+
+def comparisons(rows: dict[str, dict]) -> list[tuple[str, str, str]]:
+    """The (name, a, b) pairs the report tests, a - b in test error: every continuation against
+    the best DA, a step schedule against both its controls, fine-tuned ScheDA against fine-tuned DA."""
+    out = []
+    for key in rows:
+        kind, _, control = key.partition(".")
+        if key == "da" or key in FINETUNED:
+            continue
+        if control:
+            out.append((f"{seed_label(kind)} − {seed_label(key).lower()}", kind, key))
+        elif "da" in rows:
+            out.append((f"{seed_label(kind)} − best DA", kind, "da"))
+    if all(k in rows for k in FINETUNED):
+        out.append(("Fine-tuned ScheDA − fine-tuned DA", "finetune_scheda", "finetune_da"))
+    return out
+
+
+def _mcnemar(a: dict, b: dict) -> stats.McNemar | None:
+    if not (a.get("test_correct") and b.get("test_correct") and a.get("test_n")) or a["test_n"] != b.get("test_n"):
+        return None
+    n = a["test_n"]
+    return stats.mcnemar(unpack_correct(a["test_correct"], n), unpack_correct(b["test_correct"], n))
+
+
+def _interval(s: stats.Summary) -> str:
+    return f"[{s.low:+.2f}, {s.high:+.2f}]" if s.has_interval else "none (n = 1)"
+
+
+def seeds_section(seeded: dict[str, Any]) -> list[str]:
+    """Training noise (rows over seeds, paired differences with intervals and verdicts) and
+    test-set noise (binomial standard errors, McNemar's test), per hidden size."""
+    seeds, s0 = seeded["seeds"], seeded["selection_seed"]
+    lines = ["", "## Seeds", ""]
+    if len(seeds) == 1:
+        return lines + [f"One seed ({s0}): every number above is one training run, and no interval exists for "
+                        f"any of them or for their differences. `scale.seeds=[{s0},1,2,3,4,5]` trains every reported "
+                        f"model again with each further seed (the hyper-parameters stay those chosen on seed {s0})."]
+    lines += [f"Hyper-parameters were chosen on seed {s0} (the selection seed); every reported model was then "
+              f"trained again with the same hyper-parameters and seeds {', '.join(map(str, seeds[1:]))} "
+              f"(initialisation, minibatch order, masks), each continuation and control from that seed's own DA "
+              f"checkpoint, so differences pair by seed. Statistics use the further seeds only: the selection seed "
+              f"won the selection and would bias them, so it is shown beside them, not pooled. Intervals are 95 % "
+              f"t-intervals (paired for differences); the sign-flip p-value is exact (all 2^n sign patterns; with "
+              f"n seeds it cannot go below 2/2^n). A difference is *resolved* only when its interval excludes 0."]
+    for hidden, rows in seeded["hidden"].items():
+        lines += ["", f"### {hidden} hidden units: each reported model over seeds (test error %)", "",
+                  f"| Model | Seed {s0} (selection) | Further seeds, each | n | Mean ± sd | 95 % interval | "
+                  f"Test-set SE of one model |", "|---|---|---|---|---|---|---|"]
+        for key, per_seed in rows.items():
+            rest = further(per_seed, s0)
+            first = per_seed.get(str(s0))
+            sel = pct(first["test_error"]) if first else "—"
+            if not rest:
+                lines.append(f"| {seed_label(key)} | {sel} | not run yet | 0 | — | — | — |")
+                continue
+            s = stats.summarize([100 * v["test_error"] for _, v in rest])
+            n_test = rest[0][1].get("test_n")
+            se = f"{100 * stats.binomial_se(s.mean / 100, n_test):.2f} (N = {n_test})" if n_test else "—"
+            spread = f"{s.mean:.2f} ± {s.sd:.2f}" if s.sd is not None else f"{s.mean:.2f}"
+            lines.append(f"| {seed_label(key)} | {sel} | {', '.join(pct(v['test_error']) for _, v in rest)} | {s.n} | "
+                         f"{spread} | {_interval(s)} | {se} |")
+        lines += ["", f"### {hidden} hidden units: paired differences (test error, points; negative: the first is "
+                      f"better)", "",
+                  f"| Comparison | Seed {s0} (selection) | Further seeds, each | n | Mean ± sd | 95 % interval "
+                  f"(paired t) | Sign-flip p | McNemar p, each further seed (only first right / only second right) "
+                  f"| Verdict |", "|---|---|---|---|---|---|---|---|---|"]
+        words = []
+        for name, a, b in comparisons(rows):
+            pairs = [(seed, rows[a][str(seed)], rows[b][str(seed)]) for seed, _ in further(rows[a], s0)
+                     if str(seed) in rows[b]]
+            first = (rows[a].get(str(s0)), rows[b].get(str(s0)))
+            sel = f"{100 * (first[0]['test_error'] - first[1]['test_error']):+.2f}" if all(first) else "—"
+            if not pairs:
+                lines.append(f"| {name} | {sel} | not run yet | 0 | — | — | — | — | not resolved: no further seed |")
+                continue
+            d = stats.paired([100 * x["test_error"] for _, x, _ in pairs], [100 * y["test_error"] for _, _, y in pairs])
+            tests = [_mcnemar(x, y) for _, x, y in pairs]
+            mc = ", ".join(f"{t.p_value:.3g} ({t.only_a}/{t.only_b})" if t else "—" for t in tests)
+            verdict = _paired_verdict(d)
+            s = d.summary
+            spread = f"{s.mean:+.2f} ± {s.sd:.2f}" if s.sd is not None else f"{s.mean:+.2f}"
+            lines.append(f"| {name} | {sel} | {', '.join(f'{x:+.2f}' for x in d.diffs)} | {s.n} | {spread} | "
+                         f"{_interval(s)} | {d.p_value:.3g} | {mc} | {verdict} |")
+            significant = sum(1 for t in tests if t and t.p_value < 0.05)
+            words.append(f"{name}: {s.mean:+.2f} points on test over {s.n} further seed{'s' if s.n != 1 else ''} "
+                         f"(95 % interval {_interval(s)}; sign-flip p = {d.p_value:.3g}); {verdict}. On the selection "
+                         f"seed: {sel} points. Test-set noise: McNemar's test tells the two models apart at p < 0.05 "
+                         f"on {significant} of {len(tests)} seeds.")
+        lines += [""] + [f"- {w}" for w in words]
+    return lines
+
+
+def _paired_verdict(d: stats.Paired) -> str:
+    s = d.summary
+    if not s.has_interval:
+        return "not resolved: one further seed gives no interval"
+    if d.resolved:
+        return f"resolved: the first is {'better' if s.mean < 0 else 'worse'} ({s.n} seeds)"
+    return f"not resolved with {s.n} seeds"

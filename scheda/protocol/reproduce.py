@@ -24,15 +24,15 @@ import torch
 from omegaconf import DictConfig
 
 from scheda.config import CONFIGS, register_configs
-from scheda.errors import ConfigError, SchedaError
+from scheda.errors import SchedaError
 from scheda.io import atomic_write_json, shown_path
 from scheda.protocol import estimate
 from scheda.protocol import stages as protocol
 from scheda.protocol.config import register_protocol_configs
 from scheda.protocol.report import write_report
+from scheda.protocol.seeds import SUBSTAGES, SeedPlan
 
 log = logging.getLogger("reproduce")
-STAGES = ("da", "select", "continue", "control", "finetune", "report")
 
 register_configs()
 register_protocol_configs()
@@ -40,9 +40,6 @@ register_protocol_configs()
 
 def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
     started = time.time()
-    unknown = set(cfg.stages) - set(STAGES)
-    if unknown:
-        raise ConfigError(f"stages has {sorted(unknown)}: use any of {', '.join(STAGES)}")
     protocol.check(cfg)
     batch = next((int(o.split("=", 1)[1]) for o in [*cfg.scale.train, *cfg.overrides]
                   if o.startswith("trainer.batch_size=")), 20)
@@ -75,7 +72,15 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
         for h, found in protocol.select_continuations(ft_jobs, out_dir).items():
             continued.setdefault(h, {}).update(found)
     atomic_write_json(out_dir / f"continuations_{cfg.table.name}.json", continued)
-    statuses = protocol.job_statuses(da_jobs + cont_jobs + ctl_jobs + ft_jobs, out_dir)
+    plan = SeedPlan(cfg.scale, out_dir, selection, continued, da_jobs + cont_jobs + ctl_jobs + ft_jobs)
+    seed_jobs = []
+    for stage, jobs in plan.jobs.items():
+        if "seeds" in cfg.stages and jobs:
+            counts.append(protocol.run_stage(cfg, out_dir, stage, jobs))
+        seed_jobs += jobs
+    seeded = plan.collect()
+    atomic_write_json(out_dir / f"seeds_{cfg.table.name}.json", seeded)
+    statuses = protocol.job_statuses(da_jobs + cont_jobs + ctl_jobs + ft_jobs + seed_jobs, out_dir)
     invocations = protocol.record_invocation(out_dir, started, cfg.table.name,
                                              ran_jobs=any(c["run"] for c in counts))
     info = {"device": describe_device(statuses), "invocations": invocations,
@@ -83,9 +88,10 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
             "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
     path = Path(cfg.report_dir) / f"{cfg.table.name}_{cfg.scale.name}.md"
     if "report" in cfg.stages:
-        write_report(cfg, selection, continued, statuses, info, path)
+        write_report(cfg, selection, continued, seeded, statuses, info, path)
         log.info("report: %s", path)
-    unfinished = [s for s in statuses if s["stage"] in cfg.stages and s["status"] not in protocol.FINAL_STATUSES]
+    launched = set(cfg.stages) | (set(SUBSTAGES) if "seeds" in cfg.stages else set())
+    unfinished = [s for s in statuses if s["stage"] in launched and s["status"] not in protocol.FINAL_STATUSES]
     if unfinished:
         listed = "; ".join(f"{s['name']} ({s['status']}{': ' + s['error'] if s['error'] else ''})"
                            for s in unfinished[:5])

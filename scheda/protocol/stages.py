@@ -39,7 +39,7 @@ from scheda.checkpoint import CHECKPOINT_RE, checkpoint_name
 from scheda.config import flatten
 from scheda.errors import ConfigError, SchedaError
 from scheda.io import atomic_write, atomic_write_json
-from scheda.protocol.config import ScheduleGridConfig
+from scheda.protocol.config import STAGES, ScheduleGridConfig
 from scheda.schedule import build_schedule, level_count, nu_key, options_with_nu_key
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,10 @@ def fmt(x: float) -> str:
 
 def check(cfg: DictConfig) -> None:
     """Every protocol value that can be checked before any training."""
+    unknown = set(cfg.stages) - set(STAGES)
+    if unknown:
+        raise ConfigError(f"stages has {sorted(unknown)}: use any of {', '.join(STAGES)}")
+    check_seeds(cfg.scale)
     da_jobs(cfg.scale, cfg.table.raw)
     launcher_overrides(cfg)
     for kind in cfg.table.continuations:
@@ -97,21 +101,37 @@ def check(cfg: DictConfig) -> None:
             raise ConfigError(f"scale.{kind}.nu0, delta_nu and K must each list at least one value")
 
 
+def check_seeds(scale: DictConfig) -> list[int]:
+    seeds = [int(s) for s in scale.seeds]
+    if not seeds:
+        raise ConfigError("scale.seeds must list at least one seed (the first selects the hyper-parameters)")
+    if len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise ConfigError(f"scale.seeds={seeds}: list each seed once, each >= 0")
+    return seeds
+
+
 def check_scale_unchanged(scale: DictConfig, out_dir: Path) -> None:
     """An out_dir belongs to one scale: its values are kept in ``scale.yaml`` at the first
     invocation, and a later one that differs (``scale.hidden=[32]``, say) is refused before it
-    could mix runs or overwrite the report. The description is text, not a setting."""
+    could mix runs or overwrite the report. The description is text, not a setting; seeds may
+    be added or removed, but the first (the selection seed) is fixed with the runs it chose."""
     path = out_dir / "scale.yaml"
     now = {k: v for k, v in OmegaConf.to_container(scale, resolve=True).items() if k != "description"}
-    if not path.exists():
-        atomic_write(path, lambda f: f.write(OmegaConf.to_yaml(OmegaConf.create(now)).encode()))
-        return
-    saved = OmegaConf.to_container(OmegaConf.load(path))
-    flat_saved, flat_now = flatten(saved), flatten(now)
-    for key in sorted(set(flat_saved) | set(flat_now)):
-        if flat_saved.get(key) != flat_now.get(key):
-            raise ConfigError(f"{out_dir} holds the runs of scale.{key}={flat_saved.get(key)}; this invocation says "
-                              f"scale.{key}={flat_now.get(key)}: give another out_dir=... (or delete that directory)")
+    if path.exists():
+        saved = OmegaConf.to_container(OmegaConf.load(path))
+        saved_seeds = saved.pop("seeds", [0])  # a directory from before seeds: one seed, 0
+        if saved_seeds[0] != now["seeds"][0]:
+            raise ConfigError(f"{out_dir} selected its hyper-parameters with seed {saved_seeds[0]}; this invocation "
+                              f"says scale.seeds={now['seeds']}: keep {saved_seeds[0]} first (further seeds may "
+                              f"change), or give another out_dir=...")
+        flat_saved = flatten(saved)
+        flat_now = flatten({k: v for k, v in now.items() if k != "seeds"})
+        for key in sorted(set(flat_saved) | set(flat_now)):
+            if flat_saved.get(key) != flat_now.get(key):
+                raise ConfigError(f"{out_dir} holds the runs of scale.{key}={flat_saved.get(key)}; this invocation "
+                                  f"says scale.{key}={flat_now.get(key)}: give another out_dir=... (or delete that "
+                                  f"directory)")
+    atomic_write(path, lambda f: f.write(OmegaConf.to_yaml(OmegaConf.create(now)).encode()))
 
 
 # --- stage 1 -----------------------------------------------------------------------------
@@ -137,11 +157,15 @@ def da_jobs(scale: DictConfig, raw: bool) -> list[JobSpec]:
             for lr in grid.lr:
                 jobs.append(JobSpec(
                     f"da_h{hidden}_nu{fmt(nu)}_lr{fmt(lr)}", "da", groups={"schedule": "constant"},
-                    values={"model.hidden": hidden, "schedule.nu": nu, "schedule.epochs": grid.epochs,
-                            "optim.lr": lr, "evaluate.every": grid.eval_every,
-                            "trainer.checkpoint_every": grid.eval_every},
+                    values=da_values(hidden, nu, lr, grid),
                     meta={"kind": "da", "hidden": hidden, "nu": nu, "lr": lr, "epochs": grid.epochs}))
     return jobs
+
+
+def da_values(hidden: int, nu: float, lr: float, grid: DictConfig) -> dict[str, Any]:
+    """One DA of the grid: evaluated and checkpointed every ``eval_every`` epochs."""
+    return {"model.hidden": hidden, "schedule.nu": nu, "schedule.epochs": grid.epochs, "optim.lr": lr,
+            "evaluate.every": grid.eval_every, "trainer.checkpoint_every": grid.eval_every}
 
 
 # --- stage 2 -----------------------------------------------------------------------------
@@ -477,7 +501,7 @@ def run_stage(cfg: DictConfig, out_dir: Path, stage: str, jobs: list[JobSpec]) -
         state = job_state(stage_dir / job.name, job)
         if state == "done":
             continue
-        spec = JobSpec(job.name, job.stage, job.groups, dict(job.values), job.meta)
+        spec = JobSpec(job.name, job.stage, job.groups, {"seed": cfg.scale.seeds[0], **job.values}, job.meta)
         if state == "resume":
             spec.values.pop("init_from", None)
             spec.values["resume"] = str((stage_dir / job.name).resolve())
@@ -489,16 +513,16 @@ def run_stage(cfg: DictConfig, out_dir: Path, stage: str, jobs: list[JobSpec]) -
         log.info("running: %s", " ".join(command))
         submitted = time.time()
         _forget_scheduler_states(stage_dir, todo)  # this submission's word replaces the last one's
-        stage = subprocess.Popen(command)  # in the user's directory: relative overrides keep their meaning
+        process = subprocess.Popen(command)  # in the user's directory: relative overrides keep their meaning
         watch = NodeWatch(stage_dir, todo, submitted, 60 * cfg.scheduler_wait_min) \
             if cfg.launcher == "submitit_slurm" else None
-        while stage.poll() is None:
+        while process.poll() is None:
             try:
-                stage.wait(timeout=5)
+                process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 if watch is not None and watch.gave_up():
-                    _stop(stage)
-        code = stage.returncode
+                    _stop(process)
+        code = process.returncode
         if code != 0:
             log.warning("stage %s: some jobs failed (exit %d); the report lists them", stage, code)
         if cfg.launcher == "submitit_slurm":

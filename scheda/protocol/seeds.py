@@ -1,0 +1,205 @@
+"""Seeds as a protocol axis (``scale.seeds``): every reported model trained again per seed.
+
+The first seed is the *selection seed*: the grid, the continuations and the controls run with
+it, and every hyper-parameter (nu, lr, epochs, the schedule and its T, each control's length)
+is chosen on its validation errors, as before. Each further seed then trains the reported
+models again with those hyper-parameters fixed, each cut at its selected epoch
+(``trainer.max_epochs``):
+
+* ``seed_da``: the best DA and every DA(nu0) a reported continuation starts from, from a new
+  initialisation (as one fused sweep over the seeds, ``trainer.parallel.seed``, when the scale
+  fuses its DA grid: ``scale.da.fused``);
+* ``seed_continue``: the best run of each continuation kind and its controls, continuing *that
+  seed's* DA(nu0) checkpoint with that seed's training stream, so each comparison is paired by
+  seed (common random numbers within a seed, as for the selection seed);
+* ``seed_finetune``: the fine-tuned rows, from that seed's best DA and best ScheDA.
+
+Job names are the selection seed's with ``_e<epoch>_seed<s>``; a rerun that adds seeds plans
+the same jobs for the old seeds (read, not rerun) and trains only the new ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from scheda.checkpoint import checkpoint_name
+from scheda.errors import ConfigError
+from scheda.protocol.stages import FINAL_STATUSES, JobSpec, check_seeds, da_values, fmt, read_results
+
+log = logging.getLogger(__name__)
+
+SUBSTAGES = ("seed_da", "seed_continue", "seed_finetune")  # what the protocol's stage "seeds" runs, in order
+CONTROLS = ("control", "jump")
+FINETUNED = ("finetune_da", "finetune_scheda")
+
+
+@dataclass
+class Row:
+    """One reported model of one hidden size: its selection-seed result and, per further seed,
+    where its replica runs (``run`` / ``epoch``: the evaluation it is reported at; None for a
+    fine-tuning job, which reports its own chosen epoch)."""
+
+    key: str
+    hidden: str
+    selected: dict[str, Any]
+    replicas: dict[int, tuple[Path, int | None]] = field(default_factory=dict)
+
+
+class SeedPlan:
+    """The replica jobs of every further seed, planned from the selection seed's results (all
+    paths are known in advance, so the three stages can be planned at once)."""
+
+    def __init__(self, scale: DictConfig, out_dir: Path, selection: dict[str, Any], continued: dict[str, Any],
+                 jobs: list[JobSpec]):
+        self.scale, self.out_dir = scale, out_dir
+        self.seeds = check_seeds(scale)
+        self.further = self.seeds[1:]
+        self.by_name = {job.name: job for job in jobs}
+        self.jobs: dict[str, list[JobSpec]] = {stage: [] for stage in SUBSTAGES}
+        self.rows: list[Row] = []
+        if self.further:
+            for hidden, sel in selection["hidden"].items():
+                self._plan_hidden(hidden, sel, continued.get(hidden, {}))
+
+    # --- planning ---------------------------------------------------------------------------
+    def _plan_hidden(self, hidden: str, sel: dict[str, Any], continued: dict[str, Any]) -> None:
+        starts: dict[str, dict[int, Path]] = {}  # nu -> seed -> that seed's DA checkpoint
+
+        def da_checkpoints(nu: float) -> dict[int, Path]:
+            key = fmt(nu)
+            if key not in starts:
+                starts[key] = self._plan_da(int(hidden), sel["by_nu"][key])
+            return starts[key]
+
+        best_da = sel["best"]
+        da_row = Row("da", hidden, best_da)
+        for seed, ckpt in da_checkpoints(best_da["nu"]).items():
+            da_row.replicas[seed] = (ckpt.parent.parent, best_da["epoch"])
+        self.rows.append(da_row)
+        final_checkpoints: dict[str, dict[int, Path]] = {"da": da_checkpoints(best_da["nu"])}
+        for kind, found in continued.items():
+            if kind in FINETUNED or found.get("best") is None:
+                continue
+            best = found["best"]
+            start = da_checkpoints(best["nu0"]) if "nu0" in best and fmt(best["nu0"]) in sel["by_nu"] else None
+            row = self._plan_replicas(kind, hidden, best, start)
+            final_checkpoints[kind] = {s: run / "checkpoints" / checkpoint_name(epoch)
+                                       for s, (run, epoch) in row.replicas.items()}
+            for control_kind in CONTROLS:
+                control = found.get("controls", {}).get(control_kind)
+                if control is not None and start is not None:
+                    self._plan_replicas(f"{kind}.{control_kind}", hidden, control, start)
+        for key in FINETUNED:
+            chosen = continued.get(key)
+            source = final_checkpoints.get(key.removeprefix("finetune_"))
+            job = self.by_name.get(Path(chosen["run"]).name) if chosen else None
+            if job is None or source is None:
+                continue
+            row = Row(key, hidden, chosen)
+            for seed in self.further:
+                replica = self._replica(job, "seed_finetune", f"{job.name}_seed{seed}", seed,
+                                        {"init_from": str(source[seed])})
+                row.replicas[seed] = (self.out_dir / "seed_finetune" / replica.name, None)
+            self.rows.append(row)
+
+    def _plan_da(self, hidden: int, selected: dict[str, Any]) -> dict[int, Path]:
+        """The DA(nu) at its selected lr, cut at its selected epoch, for every further seed:
+        one job per seed, or fused sweeps over the seeds; returns each seed's final checkpoint."""
+        nu, lr, epoch = selected["nu"], selected["lr"], selected["epoch"]
+        base = f"da_h{hidden}_nu{fmt(nu)}_lr{fmt(lr)}_e{epoch}"
+        values = {**da_values(hidden, nu, lr, self.scale.da), "trainer.max_epochs": epoch}
+        meta = {"kind": "da", "hidden": hidden, "nu": nu, "lr": lr, "epochs": epoch}
+        where: dict[int, Path] = {}
+        if not self.scale.da.fused:
+            for seed in self.further:
+                job = JobSpec(f"{base}_seed{seed}", "seed_da", groups={"schedule": "constant"},
+                              values={**values, "seed": seed}, meta={**meta, "seed": seed})
+                self.jobs["seed_da"].append(job)
+                where[seed] = self.out_dir / "seed_da" / job.name
+        else:
+            for seeds in self._fused_groups(base):
+                job = JobSpec(f"{base}_seeds{'_'.join(map(str, seeds))}", "seed_da", groups={"schedule": "constant"},
+                              values={**values, "seed": seeds[0], "trainer.parallel.seed": seeds},
+                              meta={**meta, "seeds": seeds})
+                self.jobs["seed_da"].append(job)
+                for k, seed in enumerate(seeds):
+                    where[seed] = self.out_dir / "seed_da" / job.name / "models" / str(k)
+        return {seed: run / "checkpoints" / checkpoint_name(epoch) for seed, run in where.items()}
+
+    def _fused_groups(self, base: str) -> list[list[int]]:
+        """The fused sweeps over seeds: those already on disk (kept as they are, so a rerun
+        reads them) and one for the further seeds none of them holds."""
+        pattern = re.compile(re.escape(base) + r"_seeds(\d+(?:_\d+)*)$")
+        folder = self.out_dir / "seed_da"
+        found = sorted([int(s) for s in m.group(1).split("_")]
+                       for p in (folder.iterdir() if folder.is_dir() else []) if (m := pattern.match(p.name)))
+        groups = [g for g in found if set(g) <= set(self.further)]
+        covered = {s for g in groups for s in g}
+        new = [s for s in self.further if s not in covered]
+        return groups + ([new] if new else [])
+
+    def _plan_replicas(self, key: str, hidden: str, best: dict[str, Any], start: dict[int, Path] | None) -> Row:
+        """A continuation or control of the selection seed, for every further seed: the same job
+        from that seed's DA(nu0) checkpoint (runs from scratch need none), cut at the epoch
+        selected on the selection seed."""
+        job = self.by_name[Path(best["run"]).name]
+        row = Row(key, hidden, best)
+        for seed in self.further:
+            changes: dict[str, Any] = {"trainer.max_epochs": best["epoch"]}
+            if "init_from" in job.values:
+                if start is None:
+                    raise ConfigError(f"{job.name} continues a DA that the selection does not hold: "
+                                      f"its seeds cannot be planned")
+                changes["init_from"] = str(start[seed])
+            replica = self._replica(job, "seed_continue", f"{job.name}_e{best['epoch']}_seed{seed}", seed, changes)
+            row.replicas[seed] = (self.out_dir / "seed_continue" / replica.name, best["epoch"])
+        self.rows.append(row)
+        return row
+
+    def _replica(self, job: JobSpec, stage: str, name: str, seed: int, changes: dict[str, Any]) -> JobSpec:
+        values = {k: v for k, v in job.values.items() if not k.startswith("trainer.parallel.")}
+        replica = JobSpec(name, stage, dict(job.groups), {**values, **changes, "seed": seed},
+                          {**job.meta, "seed": seed, "replica_of": job.name})
+        self.jobs[stage].append(replica)
+        return replica
+
+    # --- results ----------------------------------------------------------------------------
+    def collect(self) -> dict[str, Any]:
+        """Per hidden size and row: each seed's validation and test error (and which test images
+        it got right), the selection seed's under ``selection_seed``; a replica that has not
+        finished is absent."""
+        out: dict[str, Any] = {"seeds": self.seeds, "selection_seed": self.seeds[0], "hidden": {}}
+        for row in self.rows:
+            per_seed = {str(self.seeds[0]): _outcome(row.selected, Path(row.selected["run"]),
+                                                     None if row.key in FINETUNED else row.selected["epoch"])}
+            for seed, (run, epoch) in row.replicas.items():
+                outcome = _outcome(None, run, epoch)
+                if outcome is not None:
+                    per_seed[str(seed)] = outcome
+            out["hidden"].setdefault(row.hidden, {})[row.key] = per_seed
+        return out
+
+
+def _outcome(selected: dict[str, Any] | None, run: Path, epoch: int | None) -> dict[str, Any] | None:
+    """A model's errors at its reported evaluation (a fine-tuning job's chosen epoch), with the
+    per-image test correctness when the run kept it."""
+    results = read_results(run)
+    if results is None or results.get("status") not in FINAL_STATUSES:
+        return None
+    if epoch is None:
+        chosen = (results.get("finetune") or {}).get("chosen")
+        if not chosen:
+            return None
+        found = chosen
+    else:
+        found = next((e for e in results.get("evaluations", []) if e["epoch"] == epoch), None)
+        if found is None:
+            return None
+    return {"run": str(run), "val_error": found["val_error"], "test_error": found["test_error"],
+            "test_n": found.get("test_n"), "test_correct": found.get("test_correct")}

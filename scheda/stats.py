@@ -1,0 +1,114 @@
+"""Statistics for results over seeds, with scipy's distributions (nothing hand-written).
+
+Two kinds of noise are kept apart. *Training noise*: a model trained again with another seed
+(initialisation, minibatch order, masks) lands elsewhere; over seeds, a row gets its mean,
+standard deviation and a t-interval, and a comparison of two models trained on the same seed
+(paired) gets the paired differences' mean, a paired t-interval and a sign-flip permutation
+p-value. *Test-set noise*: one model's error on N test images has a binomial standard error,
+and two models of the same seed can be compared image by image (McNemar's exact test).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Mean, sample standard deviation (ddof 1) and the t-interval of the mean of ``n`` values;
+    ``sd`` and the interval are None for n = 1 (no spread can be estimated from one value)."""
+
+    n: int
+    mean: float
+    sd: float | None
+    low: float | None
+    high: float | None
+
+    @property
+    def has_interval(self) -> bool:
+        return self.low is not None
+
+
+def summarize(values: Sequence[float], confidence: float = CONFIDENCE) -> Summary:
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("no values to summarise")
+    mean = float(x.mean())
+    if x.size == 1:
+        return Summary(1, mean, None, None, None)
+    sd = float(x.std(ddof=1))
+    if sd == 0.0:  # scipy's interval is NaN at scale 0; the limit is the point itself
+        return Summary(int(x.size), mean, 0.0, mean, mean)
+    low, high = stats.t.interval(confidence, df=x.size - 1, loc=mean, scale=sd / math.sqrt(x.size))
+    return Summary(int(x.size), mean, sd, float(low), float(high))
+
+
+@dataclass(frozen=True)
+class Paired:
+    """``a - b`` seed by seed: the differences, their summary (paired t-interval) and the
+    two-sided sign-flip permutation p-value (exact: all 2^n sign patterns)."""
+
+    diffs: tuple[float, ...]
+    summary: Summary
+    p_value: float | None
+
+    @property
+    def resolved(self) -> bool:
+        """True only when the interval exists and excludes zero."""
+        s = self.summary
+        return s.has_interval and (s.low > 0 or s.high < 0)
+
+
+def paired(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> Paired:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.size == 0:
+        raise ValueError(f"paired values need the same number of seeds, not {a.size} and {b.size}")
+    d = a - b
+    return Paired(tuple(float(v) for v in d), summarize(d, confidence), sign_flip_p(d))
+
+
+def sign_flip_p(diffs: Sequence[float]) -> float | None:
+    """Two-sided p-value of the mean difference under random signs (exact for n <= 20).
+    With n paired values the smallest p it can give is 2 / 2^n (0.0625 for n = 5)."""
+    d = np.asarray(diffs, dtype=np.float64)
+    if d.size == 0:
+        return None
+    if not np.any(d) or d.size == 1:  # one difference: both signs are as extreme
+        return 1.0
+    result = stats.permutation_test((d,), lambda x, axis: np.mean(x, axis=axis), permutation_type="samples",
+                                    n_resamples=np.inf if d.size <= 20 else 100_000, alternative="two-sided",
+                                    random_state=0)
+    return float(result.pvalue)
+
+
+def binomial_se(error: float, n: int) -> float:
+    """Standard error of an error rate measured on ``n`` test images: sqrt(p (1 - p) / n)."""
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    return math.sqrt(error * (1.0 - error) / n)
+
+
+@dataclass(frozen=True)
+class McNemar:
+    """Test images only ``a`` got right (``only_a``), only ``b`` (``only_b``), and the exact
+    two-sided p-value of ``only_a`` among the discordant ones under p = 1/2."""
+
+    only_a: int
+    only_b: int
+    p_value: float
+
+
+def mcnemar(correct_a: np.ndarray, correct_b: np.ndarray) -> McNemar:
+    a, b = np.asarray(correct_a, dtype=bool), np.asarray(correct_b, dtype=bool)
+    if a.shape != b.shape:
+        raise ValueError(f"McNemar's test needs the same test images, not {a.shape} and {b.shape}")
+    only_a, only_b = int(np.sum(a & ~b)), int(np.sum(~a & b))
+    p = 1.0 if only_a + only_b == 0 else float(stats.binomtest(only_a, only_a + only_b, 0.5).pvalue)
+    return McNemar(only_a, only_b, p)
