@@ -1,13 +1,14 @@
 """Training speed against the hardware: one DA epoch on CIFAR-shaped data, measured in ONE run.
 
 For each hidden size H and minibatch size it prints
-  (a) the floor: the larger of the epoch's FLOPs (10 N d H) over the float32 matrix-product
-      rate sustained on the step's own shapes, and its bytes (about five passes over W per
+  (a) the floor: the larger of the epoch's FLOPs (10 N d H) over the best float32 matrix-product
+      rate among the step's own shapes (each timed on its own), and its bytes (about five passes over W per
       minibatch: three products read it, the update reads and writes it) over the measured
       memory bandwidth;
   (b) scheda's trainer (scheda.trainer.Trainer, the real code path): the fused step (eager), the
       same step captured in a CUDA graph (CUDA only), and the autograd step (trainer.fused=false),
-      timed over a fixed number of minibatches after a warm-up and extrapolated to N examples;
+      timed over a fixed number of minibatches (at most one epoch's) after a warm-up and
+      extrapolated to N examples;
   (c) a naive PyTorch loop: per-sample DataLoader, torch.bernoulli masks, sigmoid +
       binary_cross_entropy, autograd;
 and the ratios eager/floor, eager/graphed and naive/best. ``--grid K`` also times a fused sweep
@@ -47,30 +48,31 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def gemm_rate(n, H, device, seconds=1.0) -> float:
-    """FLOP/s of the step's five n x d x H products (encoder, decoder, dz W^T, stacked dW)."""
+def gemm_rate(n, H, device, seconds=0.5) -> float:
+    """The best FLOP/s among the step's product shapes (encoder x W^T: n x d x H; decoder h W:
+    n x H x d; the stacked weight gradient A^T B: H x 2n x d), each timed for ``seconds``: the
+    fastest any of them runs, so no epoch of these products can beat FLOPs / this rate."""
     g = torch.Generator(device=device).manual_seed(0)
     x = torch.rand(n, D, device=device, generator=g)
     W = torch.rand(H, D, device=device, generator=g)
     h = torch.rand(n, H, device=device, generator=g)
     A, B = torch.rand(2 * n, H, device=device, generator=g), torch.rand(2 * n, D, device=device, generator=g)
     out_h, out_d, out_W = torch.empty(n, H, device=device), torch.empty(n, D, device=device), torch.empty_like(W)
-
-    def five():
-        torch.mm(x, W.t(), out=out_h)
-        torch.mm(h, W, out=out_d)
-        torch.mm(x, W.t(), out=out_h)
-        torch.mm(A.t(), B, out=out_W)
-
-    for _ in range(3):
-        five()
-    sync(device)
-    reps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        five()
-        reps += 1
-    sync(device)
-    return reps * 10 * n * D * H / (time.perf_counter() - start)
+    products = [(lambda: torch.mm(x, W.t(), out=out_h), 2 * n * D * H),
+                (lambda: torch.mm(h, W, out=out_d), 2 * n * D * H),
+                (lambda: torch.mm(A.t(), B, out=out_W), 2 * 2 * n * D * H)]
+    rates = []
+    for product, flops in products:
+        for _ in range(3):
+            product()
+        sync(device)
+        reps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds or reps < 3:
+            product()
+            reps += 1
+        sync(device)
+        rates.append(reps * flops / (time.perf_counter() - start))
+    return max(rates)
 
 
 def bandwidth(device, seconds=0.5) -> float:
@@ -87,11 +89,18 @@ def bandwidth(device, seconds=0.5) -> float:
     return reps * 2 * a.numel() * 4 / (time.perf_counter() - start)
 
 
+def timed_batches(wanted: int, bs: int) -> int:
+    """At most one epoch's minibatches: the data hold no more (timing more than ran would
+    divide one epoch's time by too many minibatches and beat the floor)."""
+    return max(1, min(wanted, math.ceil(N / bs)))
+
+
 def scheda_epoch(data, n_batches, bs, H, device, fused=True, cuda_graph=False) -> float:
     """Seconds per N-example epoch of the real Trainer, from ``n_batches`` timed minibatches."""
     model = DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(0)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     x = data[: n_batches * bs]
+    n_batches = math.ceil(x.shape[0] / bs)
     trainer = Trainer(model, opt, masking, NoiseSchedule("constant", [Stage(NU, 2)]), x, bs,
                       torch.Generator(device=device).manual_seed(0), fused=fused, cuda_graph=cuda_graph)
     trainer.train_epoch()  # warm-up: allocation, kernels, caches
@@ -136,6 +145,7 @@ def grid_epoch(data, n_batches, bs, H, device, K, graphed) -> float:
     gens = [torch.Generator(device=device).manual_seed(k) for k in range(K)]
     step = BatchedStep(models, opts, [Masking() for _ in range(K)], bs, device)
     x = data[: n_batches * bs]
+    n_batches = math.ceil(x.shape[0] / bs)
     if graphed:
         step = GraphedStep(step, x, gens)
     idx = torch.stack([torch.randperm(x.shape[0], device=device, generator=g)[:bs] for g in gens])
@@ -204,7 +214,7 @@ def main(argv=None) -> int:
             rate = gemm_rate(bs, H, device)
             steps = math.ceil(N / bs)
             floor = max(10 * N * D * H / rate, steps * 5 * 4 * H * D / bytes_per_s)
-            n_batches = args.batches or max(4, int(8 * rate / (10 * bs * D * H)))
+            n_batches = timed_batches(args.batches or max(4, int(8 * rate / (10 * bs * D * H))), bs)
             eager = scheda_epoch(data, n_batches, bs, H, device)
             graphed = scheda_epoch(data, n_batches, bs, H, device, cuda_graph=True) if cuda else math.nan
             autograd = scheda_epoch(data, n_batches, bs, H, device, fused=False)
@@ -223,7 +233,7 @@ def main(argv=None) -> int:
               "threads": torch.get_num_threads(), "n": N, "rows": rows}
     if args.grid:
         H, bs = args.hidden[0], args.batch_sizes[0]
-        n_batches = args.batches or 50
+        n_batches = timed_batches(args.batches or 50, bs)
         one, many = (grid_epoch(data, n_batches, bs, H, device, k, cuda) for k in (1, args.grid))
         report["grid"] = {"hidden": H, "batch_size": bs, "models": args.grid, "one_s": one, "grid_s": many,
                           "grid_over_one": many / one}
