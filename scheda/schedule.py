@@ -9,6 +9,7 @@ experiment); their single stage has ``nu=None``.
 from __future__ import annotations
 
 import abc
+import itertools
 from dataclasses import dataclass, field
 from typing import ClassVar, List, Mapping, Optional, Sequence
 
@@ -180,47 +181,52 @@ def step_stages(
             word = "<=" if direction < 0 else ">="
             raise ConfigError(f"{key}.nu_final={nu_final:g} must be {word} {key}.nu0={nu0:g}")
 
-    def nu_of(t: int) -> float:
-        return round(nu0 + direction * t * delta_nu, NU_DECIMALS)
-
+    levels = step_levels(direction, nu0, delta_nu)
     if steps is None:
         steps = level_count(direction, nu0, delta_nu, nu_final)
     elif steps > MAX_STEPS:
         raise ConfigError(f"{key}.steps={steps} exceeds {MAX_STEPS}")
-    if steps and not 0 <= nu_of(steps) < 1:
-        raise ConfigError(f"{key}.steps={steps} takes nu to {nu_of(steps):g}, outside [0, 1): "
-                          f"use at most {_max_steps(nu0, delta_nu, direction)} steps")
+    if steps > len(levels):
+        raise ConfigError(f"{key}.steps={steps} takes nu to {_nu_t(direction, nu0, delta_nu, steps):g}, outside "
+                          f"[0, 1): use at most {min(len(levels), MAX_STEPS)} steps")
 
     stages = [Stage(nu0, initial_epochs)] if initial_epochs > 0 else []
-    stages += [Stage(nu_of(t), K) for t in range(1, steps + 1)]
+    stages += [Stage(nu, K) for nu in levels[:steps]]
     if not stages:
         raise ConfigError(f"{key} has no epochs: set {key}.initial_epochs > 0 or {key}.steps > 0")
     return stages
+
+
+def _nu_t(direction: int, nu0: float, delta_nu: float, t: int) -> float:
+    """nu after ``t`` steps of ``delta_nu`` from ``nu0`` (rounded: 0.7 - 3 x 0.1 is 0.4)."""
+    return round(nu0 + direction * t * delta_nu, NU_DECIMALS)
+
+
+def step_levels(direction: int, nu0: float, delta_nu: float) -> list[float]:
+    """nu_1, nu_2, ... of a decreasing (-1) or increasing (+1) step schedule, as long as they
+    stay in [0, 1) (at most MAX_STEPS + 1): the one place the sequence is computed."""
+    levels = []
+    for t in range(1, MAX_STEPS + 2):
+        nu = _nu_t(direction, nu0, delta_nu, t)
+        if not 0 <= nu < 1:
+            break
+        levels.append(nu)
+    return levels
 
 
 def level_count(direction: int, nu0: float, delta_nu: float, nu_final: float | None) -> int:
     """How many levels after ``nu0`` a decreasing (-1) or increasing (+1) schedule visits: those on
     the near side of ``nu_final`` (inclusive), or inside (0, 1) when it is None. The protocol
     plans a continuation only where this is at least 1."""
-    steps = 0
-    while True:
-        if steps >= MAX_STEPS:
-            raise ConfigError(f"schedule.delta_nu={delta_nu:g} gives over {MAX_STEPS} steps: "
-                              f"use a larger delta_nu or set schedule.steps")
-        nxt = round(nu0 + direction * (steps + 1) * delta_nu, NU_DECIMALS)
-        if nu_final is not None:
-            if direction * (nxt - nu_final) > 1e-9:
-                return steps
-        elif not 0 < nxt < 1:
-            return steps
-        steps += 1
-
-
-def _max_steps(nu0: float, delta_nu: float, direction: int) -> int:
-    t = 0
-    while t < MAX_STEPS and 0 <= round(nu0 + direction * (t + 1) * delta_nu, NU_DECIMALS) < 1:
-        t += 1
-    return t
+    if nu_final is None:
+        kept = [nu for nu in step_levels(direction, nu0, delta_nu) if nu > 0]
+    else:
+        kept = list(itertools.takewhile(lambda nu: direction * (nu - nu_final) <= 1e-9,
+                                        step_levels(direction, nu0, delta_nu)))
+    if len(kept) > MAX_STEPS:
+        raise ConfigError(f"schedule.delta_nu={delta_nu:g} gives over {MAX_STEPS} steps: "
+                          f"use a larger delta_nu or set schedule.steps")
+    return len(kept)
 
 
 # --- the schedule group's options: each schema checks its values and builds its schedule ---
