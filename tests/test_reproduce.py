@@ -14,7 +14,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from scheda.protocol import stages as protocol
+from scheda.protocol import launch, plan
+from scheda.protocol import selection as select
+from scheda.protocol.jobs import STEP_KINDS, fmt
 from scheda.errors import ConfigError
 from scheda.schedule import build_schedule
 from helpers import N_VAL, REPO, compose_cfg, smoke_cfg
@@ -166,13 +168,13 @@ def ev(epoch, val, test=0.5, reason="every", nu=None):
 
 def test_selection_takes_the_lowest_validation_error_over_lr_and_epochs(tmp_path):
     cfg = smoke_cfg("scale.da.lr=[0.1,0.01]")
-    jobs = protocol.da_jobs(cfg.scale, raw=False)
+    jobs = plan.da_jobs(cfg.scale, raw=False)
     runs = tmp_path / "da"
     fake_run(runs / "da_h16_nu0.5_lr0.1", [ev(1, 0.40), ev(2, 0.30)], checkpoints=(1, 2))
     fake_run(runs / "da_h16_nu0.5_lr0.01", [ev(1, 0.30, 0.2), ev(2, 0.35)], checkpoints=(1, 2))  # tie: earlier
     fake_run(runs / "da_h16_nu0.3_lr0.1", [ev(1, 0.20)], status="failed", checkpoints=(1,))  # not a candidate
     fake_run(runs / "da_h16_nu0.3_lr0.01", [ev(1, 0.20), ev(2, 0.25)], checkpoints=(2,))  # epoch 1 has no checkpoint
-    selection = protocol.select_das(jobs, tmp_path)
+    selection = select.select_das(jobs, tmp_path)
     by_nu = selection["hidden"]["16"]["by_nu"]
     assert (by_nu["0.5"]["lr"], by_nu["0.5"]["epoch"], by_nu["0.5"]["test_error"]) == (0.01, 1, 0.2)
     assert "0.3" not in by_nu  # its only selectable evaluation lacks a checkpoint
@@ -180,20 +182,20 @@ def test_selection_takes_the_lowest_validation_error_over_lr_and_epochs(tmp_path
 
 
 def test_a_da_that_diverged_late_keeps_its_earlier_evaluations(tmp_path):
-    jobs = protocol.da_jobs(smoke_cfg("scale.da.nu=[0.5]", "scale.da.epochs=3").scale, raw=False)
+    jobs = plan.da_jobs(smoke_cfg("scale.da.nu=[0.5]", "scale.da.epochs=3").scale, raw=False)
     fake_run(tmp_path / "da" / "da_h16_nu0.5_lr0.1", [ev(1, 0.30), ev(2, 0.2)], status="diverged", checkpoints=(1, 2))
-    best = protocol.select_das(jobs, tmp_path)["hidden"]["16"]["best"]
+    best = select.select_das(jobs, tmp_path)["hidden"]["16"]["best"]
     assert (best["epoch"], best["val_error"], best["status"]) == (2, 0.2, "diverged")
     assert not best["last_of_grid"]  # epoch 2 of 3
-    jobs = protocol.da_jobs(smoke_cfg("scale.da.nu=[0.5]").scale, raw=False)
-    assert protocol.select_das(jobs, tmp_path)["hidden"]["16"]["best"]["last_of_grid"]  # epoch 2 of 2
+    jobs = plan.da_jobs(smoke_cfg("scale.da.nu=[0.5]").scale, raw=False)
+    assert select.select_das(jobs, tmp_path)["hidden"]["16"]["best"]["last_of_grid"]  # epoch 2 of 2
 
 
 def test_continuations_start_from_the_selected_checkpoints_and_choose_T(tmp_path):
     cfg = smoke_cfg("scale.scheda.nu0=[0.5,0.7]", "scale.scheda.K=[1,2]")
     selection = {"hidden": {"16": {"by_nu": {"0.5": {"checkpoint": "/ck/5.pt", "epoch": 2, "nu": 0.5}},
                                    "best": {"checkpoint": "/ck/5.pt", "epoch": 2, "nu": 0.5, "run": "r"}}}}
-    jobs = protocol.continuation_jobs(cfg.scale, ["scheda"], selection)
+    jobs = plan.continuation_jobs(cfg.scale, ["scheda"], selection)
     names = [j.name for j in jobs]
     # No DA(0.7) was selected: its continuations are skipped, not failed.
     assert names == ["scheda_h16_nu0.5_dnu0.1_K1", "scheda_h16_nu0.5_dnu0.1_K2"]
@@ -205,33 +207,33 @@ def test_continuations_start_from_the_selected_checkpoints_and_choose_T(tmp_path
              checkpoints=(1, 2))
     fake_run(out / names[1], [ev(2, 0.25, reason="stage_end", nu=0.4), ev(4, 0.26, reason="stage_end", nu=0.3)],
              checkpoints=(2, 4))
-    continued = protocol.select_continuations(jobs, tmp_path)["16"]
+    continued = select.select_continuations(jobs, tmp_path)["16"]
     best = continued["scheda"]["best"]
     assert (best["K"], best["T"], best["nu"], best["val_error"]) == (1, 2, 0.3, 0.2)
     assert best["checkpoint"].endswith("epoch_00002.pt")
     # The controls of the best ScheDA: its checkpoint, its whole length at nu0; one jump to its last nu.
-    controls = protocol.control_jobs(cfg.scale, ["scheda"], {"16": continued})
+    controls = plan.control_jobs(cfg.scale, ["scheda"], {"16": continued})
     assert [(j.name, j.values["schedule.nu"], j.values["schedule.epochs"], j.values["evaluate.every"])
             for j in controls] == [("control_h16_nu0.5_2ep", 0.5, 2, 1), ("jump_h16_nu0.5_to0.3_2ep", 0.3, 2, 1)]
     assert all(j.values["init_from"] == "/ck/5.pt" and j.stage == "control" for j in controls)
     fake_run(tmp_path / "control" / controls[1].name, [ev(1, 0.4), ev(2, 0.1)], checkpoints=())
-    protocol.attach_controls(cfg.scale, ["scheda"], {"16": continued},
-                             protocol.select_continuations(controls, tmp_path))
+    select.attach_controls(cfg.scale, ["scheda"], {"16": continued},
+                           select.select_continuations(controls, tmp_path))
     assert list(continued["scheda"]["controls"]) == ["jump"]  # the other control has not run
     assert continued["scheda"]["controls"]["jump"]["val_error"] == 0.1
 
 
 def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch):
     cfg = smoke_cfg()
-    jobs = {j.name: j for j in protocol.da_jobs(cfg.scale, raw=False)}
+    jobs = {j.name: j for j in plan.da_jobs(cfg.scale, raw=False)}
     done, killed = jobs["da_h16_nu0.5_lr0.1"], jobs["da_h16_nu0.3_lr0.1"]
     config = {"schedule": {"nu": 0.5, "epochs": 2}, "model": {"hidden": 16}, "optim": {"lr": 0.1},
               "evaluate": {"every": 1}, "trainer": {"checkpoint_every": 1}}
     fake_run(tmp_path / "da" / done.name, [ev(2, 0.3)], checkpoints=(2,), **config)
     fake_run(tmp_path / "da" / killed.name, [ev(1, 0.3)], status="running", checkpoints=(1,),
              **{**config, "schedule": {"nu": 0.3, "epochs": 2}})
-    assert protocol.job_state(tmp_path / "da" / done.name, done) == "done"
-    assert protocol.job_state(tmp_path / "da" / killed.name, killed) == "resume"
+    assert launch.job_state(tmp_path / "da" / done.name, done) == "done"
+    assert launch.job_state(tmp_path / "da" / killed.name, killed) == "resume"
     launched = []
 
     class Launched:  # the stage's multirun, recorded instead of run
@@ -246,8 +248,8 @@ def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch
         def wait(self, timeout=None):
             return 0
 
-    monkeypatch.setattr(protocol.subprocess, "Popen", Launched)
-    counts = protocol.run_stage(cfg, tmp_path, "da", list(jobs.values()))
+    monkeypatch.setattr(launch.subprocess, "Popen", Launched)
+    counts = launch.run_stage(cfg, tmp_path, "da", list(jobs.values()))
     assert counts == {"skipped": 1, "run": 1}
     assert f"+protocol_job={killed.name}" in launched[0]
     job_file = OmegaConf.load(tmp_path / "jobs" / "protocol_job" / f"{killed.name}.yaml")
@@ -260,29 +262,29 @@ def test_a_continuation_of_another_checkpoint_is_refused(tmp_path):
     selection = {"hidden": {"16": {"by_nu": {"0.5": {"checkpoint": str(tmp_path / "da" / "a" / "epoch_00002.pt"),
                                                      "epoch": 2, "nu": 0.5}},
                                    "best": {"checkpoint": "c", "epoch": 2, "nu": 0.5, "run": "r"}}}}
-    job = protocol.continuation_jobs(cfg.scale, ["scheda"], selection)[0]
+    job = plan.continuation_jobs(cfg.scale, ["scheda"], selection)[0]
     config = {"model": {"hidden": 16}, "schedule": {"nu0": 0.5, "delta_nu": 0.1, "K": 1, "initial_epochs": 0,
                                                     "nu_final": 0.3}, "optim": {"lr": 0.1},
               "trainer": {"checkpoint_every": 0}}
     moved = "/old/place/da/a/epoch_00002.pt"  # the same run, its out_dir since moved: still the same start
     fake_run(tmp_path / "continue" / job.name, [ev(1, 0.3)], checkpoints=(1,), init_from=moved, **config)
-    assert protocol.job_state(tmp_path / "continue" / job.name, job) == "done"
+    assert launch.job_state(tmp_path / "continue" / job.name, job) == "done"
     other = tmp_path / "other"
     fake_run(other / "continue" / job.name, [ev(1, 0.3)], checkpoints=(1,), init_from="/x/da/b/epoch_00001.pt",
              **config)
     with pytest.raises(ConfigError, match="continued /x/da/b/epoch_00001.pt, the selection now says"):
-        protocol.job_state(other / "continue" / job.name, job)
+        launch.job_state(other / "continue" / job.name, job)
 
 
 def test_launchers(monkeypatch):
-    monkeypatch.setattr(protocol.os, "cpu_count", lambda: 8)
-    assert protocol.launcher_overrides(smoke_cfg("launcher=joblib", "n_jobs=4")) == [
+    monkeypatch.setattr(launch.os, "cpu_count", lambda: 8)
+    assert launch.launcher_overrides(smoke_cfg("launcher=joblib", "n_jobs=4")) == [
         "hydra/launcher=joblib", "hydra.launcher.n_jobs=4", "trainer.num_threads=2"]
-    assert protocol.launcher_overrides(smoke_cfg("launcher=submitit_slurm",
+    assert launch.launcher_overrides(smoke_cfg("launcher=submitit_slurm",
                                                  "launcher_overrides=['hydra.launcher.partition=gpu']")) == [
         "hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu"]
     with pytest.raises(ConfigError, match="launcher='slurm' is unknown"):
-        protocol.launcher_overrides(smoke_cfg("launcher=slurm"))
+        launch.launcher_overrides(smoke_cfg("launcher=slurm"))
 
 
 @pytest.mark.parametrize("launcher", ["submitit_slurm", "submitit_local", "joblib"])
@@ -310,12 +312,12 @@ def test_every_experiment_preset_composes(experiment):
 def test_every_table_and_scale_plans_its_jobs(table, scale):
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         cfg = compose(config_name="reproduce", overrides=[f"table={table}", f"scale={scale}"])
-    da = protocol.da_jobs(cfg.scale, cfg.table.raw)
-    selection = {"hidden": {str(h): {"by_nu": {protocol.fmt(nu): {"checkpoint": "c", "epoch": 1, "nu": nu}
+    da = plan.da_jobs(cfg.scale, cfg.table.raw)
+    selection = {"hidden": {str(h): {"by_nu": {fmt(nu): {"checkpoint": "c", "epoch": 1, "nu": nu}
                                                for nu in cfg.scale.da.nu},
                                      "best": {"checkpoint": "c", "epoch": 1, "nu": 0.3, "run": "r"}}
                             for h in cfg.scale.hidden}}
-    cont = protocol.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
+    cont = plan.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
     assert len({j.name for j in da + cont}) == len(da + cont) and cont
     bases = {}
     for job in cont:  # every planned continuation has a schedule with at least one level
@@ -326,7 +328,7 @@ def test_every_table_and_scale_plans_its_jobs(table, scale):
         steps = {"steps": None} if "steps" in bases[name] else {}  # the plan sets nu_final, not steps
         schedule = build_schedule({**bases[name], **steps, **values})
         assert schedule.total_epochs >= 1
-        if job.meta["kind"] in protocol.STEP_KINDS:
+        if job.meta["kind"] in STEP_KINDS:
             assert schedule.total_epochs == job.meta["epochs"]
     if scale == "paper" and "scheda" in cfg.table.continuations:
         assert "scheda_h1000_nu0.1_dnu0.05_K50" in {j.name for j in cont}
@@ -390,7 +392,7 @@ def test_any_registered_schedule_continues_the_selected_das(tmp_path, cifar_arra
 ])
 def test_a_bad_schedule_continuation_is_refused_before_any_job(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
-        protocol.check(smoke_cfg(*overrides))
+        plan.check(smoke_cfg(*overrides))
 
 
 def test_the_plan_and_its_device_hours_are_printed_first(tmp_path, cifar_arrays):

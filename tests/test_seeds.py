@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from scheda import stats
 from scheda.errors import ConfigError
 from scheda.protocol import estimate
-from scheda.protocol import stages as protocol
+from scheda.protocol import plan
 from helpers import smoke_cfg
 from test_reproduce import reproduce
 
@@ -116,7 +115,7 @@ def test_fused_seeds_train_as_one_sweep_and_a_new_seed_as_another(tmp_path):
                                              ("[0,-1]", "each >= 0")])
 def test_bad_seeds_are_refused_before_any_job(seeds, message):
     with pytest.raises(ConfigError, match=message):
-        protocol.check(smoke_cfg(f"scale.seeds={seeds}"))
+        plan.check(smoke_cfg(f"scale.seeds={seeds}"))
 
 
 def test_the_plan_counts_the_seed_jobs():

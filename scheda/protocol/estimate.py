@@ -16,7 +16,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from scheda.errors import ConfigError
-from scheda.protocol import stages
+from scheda.protocol.jobs import STEP_KINDS, Kind, fmt
+from scheda.protocol.plan import continuation_jobs, da_jobs
 
 TRAIN_EXAMPLES = 45000  # CIFAR-10's training split: what one epoch of the paper's runs sees
 
@@ -24,13 +25,13 @@ TRAIN_EXAMPLES = 45000  # CIFAR-10's training split: what one epoch of the paper
 def plan(cfg: DictConfig) -> dict[str, Any]:
     """Per stage: jobs, model-epochs and evaluations, with hidden size per item."""
     scale = cfg.scale
-    da = stages.da_jobs(scale, cfg.table.raw)
-    selection = {"hidden": {str(h): {"by_nu": {stages.fmt(nu): {"checkpoint": "c", "epoch": scale.da.epochs, "nu": nu}
+    da = da_jobs(scale, cfg.table.raw)
+    selection = {"hidden": {str(h): {"by_nu": {fmt(nu): {"checkpoint": "c", "epoch": scale.da.epochs, "nu": nu}
                                                for nu in scale.da.nu}} for h in scale.hidden}}
-    cont = stages.continuation_jobs(scale, cfg.table.continuations, selection)
+    cont = continuation_jobs(scale, cfg.table.continuations, selection)
     items: list[dict[str, Any]] = []  # one per model of a job: stage, hidden, epochs, evaluations, fused
     for job in da:
-        if job.meta["kind"] == "raw":
+        if job.meta["kind"] == Kind.RAW:
             items.append({"stage": "da", "hidden": 0, "epochs": 0, "evals": 1, "models": 1})
             continue
         models = len(job.meta.get("nus", [None]))
@@ -43,7 +44,7 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
         # a schedule evaluates after each level; a random-nu run every evaluate.every epochs
         evals = job.meta["levels"] if "levels" in job.meta else epochs // job.values["evaluate.every"]
         items.append({"stage": "continue", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1})
-        if kind in stages.STEP_KINDS:
+        if kind in STEP_KINDS:
             longest[(hidden, kind)] = max(longest.get((hidden, kind), 0), epochs)
     if scale.control:
         for (hidden, _), epochs in longest.items():
@@ -74,7 +75,7 @@ def _seed_items(scale: DictConfig, cont: list) -> list[dict[str, Any]]:
             longest = max((job for job in runs if job.meta["kind"] == kind), key=lambda j: j.meta.get("epochs", 0))
             epochs = longest.meta.get("epochs", scale.random_nu.epochs)
             evals = longest.meta.get("levels", epochs)
-            copies = 3 if scale.control and kind in stages.STEP_KINDS else 1
+            copies = 3 if scale.control and kind in STEP_KINDS else 1
             items += [{"stage": "seeds", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1}] \
                 * (copies * further)
     return items

@@ -16,13 +16,13 @@ from scheda import stats
 from scheda.evaluate import unpack_correct
 from scheda.io import atomic_write
 from scheda.protocol.analysis import pyplot, save_png
-from scheda.protocol.stages import fmt
+from scheda.protocol.jobs import CONTROLS, STEP_KINDS, Kind, fmt
 
-KIND_LABEL = {"scheda": "ScheDA", "increasing": "Increasing schedule", "random_uniform": "Random nu, uniform",
-              "random_discrete": "Random nu, discrete", "control": "Control: same start, constant nu",
-              "jump": "Control: same start, one jump to the final nu"}
-FINETUNED = {"finetune_da": ("Fine-tuned best DA", "finetuned_da"),
-             "finetune_scheda": ("Fine-tuned best ScheDA", "finetuned")}
+KIND_LABEL = {Kind.SCHEDA: "ScheDA", Kind.INCREASING: "Increasing schedule", Kind.RANDOM_UNIFORM: "Random nu, uniform",
+              Kind.RANDOM_DISCRETE: "Random nu, discrete", Kind.CONTROL: "Control: same start, constant nu",
+              Kind.JUMP: "Control: same start, one jump to the final nu"}
+FINETUNED = {Kind.FINETUNE_DA: ("Fine-tuned best DA", "finetuned_da"),  # the label and the paper's row
+             Kind.FINETUNE_SCHEDA: ("Fine-tuned best ScheDA", "finetuned")}
 
 
 def pct(x: float | None) -> str:
@@ -40,10 +40,10 @@ def paper_value(paper: DictConfig, row: str, hidden: int | None = None) -> str:
 
 
 def _schedule_text(e: dict[str, Any]) -> str:
-    if e["kind"] in ("scheda", "increasing"):
+    if e["kind"] in STEP_KINDS:
         return (f"nu0={fmt(e['nu0'])}, dnu={fmt(e['delta_nu'])}, K={e['K']}, T={e['T']} (last nu {fmt(e['nu'])}), "
                 f"from the DA's epoch {e['start_epoch']}, {e['epoch']} epochs more")
-    if e["kind"] in ("control", "jump"):
+    if e["kind"] in CONTROLS:
         return (f"nu={fmt(e['nu'])} for {e['epochs']} epochs from the DA({fmt(e['nu0'])})'s epoch {e['start_epoch']}, "
                 f"best at {e['epoch']} epochs more")
     if "settings" in e:  # a schedule from scale.schedules
@@ -167,7 +167,7 @@ def _control_verdict(label: str, best: dict, controls: dict) -> str:
     """What the controls of one schedule show, in words."""
     parts = [f"Controls of the best {label} (nu0={fmt(best['nu0'])} -> {fmt(best['nu'])}, {best['epoch']} epochs "
              f"from the DA's epoch {best['start_epoch']}; same checkpoint and training stream):"]
-    same, jump = controls.get("control"), controls.get("jump")
+    same, jump = controls.get(Kind.CONTROL), controls.get(Kind.JUMP)
     if same:
         gain = 100 * (same["test_error"] - best["test_error"])
         parts.append(f"the DA trained on at nu={fmt(same['nu'])} for the schedule's {same['epochs']} epochs reached "
@@ -277,7 +277,7 @@ def _band(ax, curves: list[dict[int, float]], color: str, label: str, style: str
 
 def series_key(e: dict) -> str:
     """The series a run belongs to in the figures: a schedule's (kind, dnu, K), or its kind."""
-    if e["kind"] in ("scheda", "increasing"):
+    if e["kind"] in STEP_KINDS:
         return f"{e['kind']} dnu={fmt(e['delta_nu'])} K={e['K']}"
     if "settings" in e:
         return f"{e['kind']} {_settings(e)}"
@@ -296,12 +296,12 @@ def da_grey(nu: float) -> str:
 
 
 def _schedule_label(e: dict) -> str:
-    if e["kind"] in ("scheda", "increasing"):
-        name = "ScheDA" if e["kind"] == "scheda" else "Increasing"
+    if e["kind"] in STEP_KINDS:
+        name = "ScheDA" if e["kind"] == Kind.SCHEDA else "Increasing"
         return f"{name}({fmt(e['nu0'])}, dnu {fmt(e['delta_nu'])}, K {e['K']})"
-    if e["kind"] == "control":
+    if e["kind"] == Kind.CONTROL:
         return f"control: DA({fmt(e['nu0'])}) +{e['epochs']} epochs"
-    if e["kind"] == "jump":
+    if e["kind"] == Kind.JUMP:
         return f"control: DA({fmt(e['nu0'])}) -> {fmt(e['nu'])} at once"
     if "settings" in e:
         return f"{e['kind']}({fmt(e['nu0'])}, {_settings(e)})"
@@ -312,7 +312,7 @@ def figure5(sel: dict, continued: dict, seeded: dict, png: Path, hidden: int) ->
     """Every schedule's test error (at its best level) by starting level, against the best DA
     per nu and the best DA overall; a model trained with several seeds is drawn as its mean
     over them with one standard deviation (a band for the best DA, a bar for a schedule)."""
-    runs = [e for kind in ("scheda", "increasing") for e in continued.get(kind, {}).get("runs", [])]
+    runs = [e for kind in STEP_KINDS for e in continued.get(kind, {}).get("runs", [])]
     if not runs:
         return False
     plt = pyplot()
@@ -394,7 +394,7 @@ def comparisons(rows: dict[str, dict]) -> list[tuple[str, str, str]]:
         elif "da" in rows:
             out.append((f"{seed_label(kind)} − best DA", kind, "da"))
     if all(k in rows for k in FINETUNED):
-        out.append(("Fine-tuned ScheDA − fine-tuned DA", "finetune_scheda", "finetune_da"))
+        out.append(("Fine-tuned ScheDA − fine-tuned DA", Kind.FINETUNE_SCHEDA, Kind.FINETUNE_DA))
     return out
 
 

@@ -27,7 +27,8 @@ from scheda.config import CONFIGS, register_configs
 from scheda.errors import SchedaError
 from scheda.io import atomic_write_json, shown_path
 from scheda.protocol import estimate
-from scheda.protocol import stages as protocol
+from scheda.protocol import launch, plan, selection as select
+from scheda.protocol.jobs import FINAL_STATUSES
 from scheda.protocol.config import register_protocol_configs
 from scheda.protocol.report import write_report
 from scheda.protocol.seeds import SUBSTAGES, SeedPlan
@@ -40,49 +41,49 @@ register_protocol_configs()
 
 def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
     started = time.time()
-    protocol.check(cfg)
+    plan.check(cfg)
     batch = next((int(o.split("=", 1)[1]) for o in [*cfg.scale.train, *cfg.overrides]
                   if o.startswith("trainer.batch_size=")), 20)
     bench = estimate.load_bench(cfg.bench) if cfg.bench else None
     log.info("%s", estimate.describe(cfg, estimate.estimate(cfg, bench, batch), cfg.bench))
     if cfg.dry_run:
         return None
-    protocol.check_scale_unchanged(cfg.scale, out_dir)
-    da_jobs = protocol.da_jobs(cfg.scale, cfg.table.raw)
+    plan.check_scale_unchanged(cfg.scale, out_dir)
+    da_jobs = plan.da_jobs(cfg.scale, cfg.table.raw)
     counts = []  # per stage launched: jobs skipped / run
     if "da" in cfg.stages:
-        counts.append(protocol.run_stage(cfg, out_dir, "da", da_jobs))
-    selection = protocol.select_das(da_jobs, out_dir)
-    protocol.require_selection(selection, da_jobs, out_dir)
-    protocol.save_selection(out_dir, selection)
-    cont_jobs = protocol.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
+        counts.append(launch.run_stage(cfg, out_dir, "da", da_jobs))
+    selection = select.select_das(da_jobs, out_dir)
+    select.require_selection(selection, da_jobs, out_dir)
+    select.save_selection(out_dir, selection)
+    cont_jobs = plan.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
     if "continue" in cfg.stages and cont_jobs:
-        counts.append(protocol.run_stage(cfg, out_dir, "continue", cont_jobs))
-    continued = protocol.select_continuations(cont_jobs, out_dir)
-    ctl_jobs = protocol.control_jobs(cfg.scale, cfg.table.continuations, continued)
+        counts.append(launch.run_stage(cfg, out_dir, "continue", cont_jobs))
+    continued = select.select_continuations(cont_jobs, out_dir)
+    ctl_jobs = plan.control_jobs(cfg.scale, cfg.table.continuations, continued)
     if "control" in cfg.stages and ctl_jobs:
-        counts.append(protocol.run_stage(cfg, out_dir, "control", ctl_jobs))
-    protocol.attach_controls(cfg.scale, cfg.table.continuations, continued,
-                             protocol.select_continuations(ctl_jobs, out_dir))
+        counts.append(launch.run_stage(cfg, out_dir, "control", ctl_jobs))
+    select.attach_controls(cfg.scale, cfg.table.continuations, continued,
+                           select.select_continuations(ctl_jobs, out_dir))
     ft_jobs = []
     if cfg.scale.finetune is not None:
-        ft_jobs = protocol.finetune_jobs(cfg.scale.finetune, selection, continued)
+        ft_jobs = plan.finetune_jobs(cfg.scale.finetune, selection, continued)
         if "finetune" in cfg.stages and ft_jobs:
-            counts.append(protocol.run_stage(cfg, out_dir, "finetune", ft_jobs))
-        for h, found in protocol.select_continuations(ft_jobs, out_dir).items():
+            counts.append(launch.run_stage(cfg, out_dir, "finetune", ft_jobs))
+        for h, found in select.select_continuations(ft_jobs, out_dir).items():
             continued.setdefault(h, {}).update(found)
     atomic_write_json(out_dir / f"continuations_{cfg.table.name}.json", continued)
-    plan = SeedPlan(cfg.scale, out_dir, selection, continued, da_jobs + cont_jobs + ctl_jobs + ft_jobs)
+    seed_plan = SeedPlan(cfg.scale, out_dir, selection, continued, da_jobs + cont_jobs + ctl_jobs + ft_jobs)
     seed_jobs = []
-    for stage, jobs in plan.jobs.items():
+    for stage, jobs in seed_plan.jobs.items():
         if "seeds" in cfg.stages and jobs:
-            counts.append(protocol.run_stage(cfg, out_dir, stage, jobs))
+            counts.append(launch.run_stage(cfg, out_dir, stage, jobs))
         seed_jobs += jobs
-    seeded = plan.collect()
+    seeded = seed_plan.collect()
     atomic_write_json(out_dir / f"seeds_{cfg.table.name}.json", seeded)
-    statuses = protocol.job_statuses(da_jobs + cont_jobs + ctl_jobs + ft_jobs + seed_jobs, out_dir)
-    invocations = protocol.record_invocation(out_dir, started, cfg.table.name,
-                                             ran_jobs=any(c["run"] for c in counts))
+    statuses = launch.job_statuses(da_jobs + cont_jobs + ctl_jobs + ft_jobs + seed_jobs, out_dir)
+    invocations = launch.record_invocation(out_dir, started, cfg.table.name,
+                                           ran_jobs=any(c["run"] for c in counts))
     info = {"device": describe_device(statuses), "invocations": invocations,
             "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": shown_path(out_dir),
             "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
@@ -91,7 +92,7 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
         write_report(cfg, selection, continued, seeded, statuses, info, path)
         log.info("report: %s", path)
     launched = set(cfg.stages) | (set(SUBSTAGES) if "seeds" in cfg.stages else set())
-    unfinished = [s for s in statuses if s["stage"] in launched and s["status"] not in protocol.FINAL_STATUSES]
+    unfinished = [s for s in statuses if s["stage"] in launched and s["status"] not in FINAL_STATUSES]
     if unfinished:
         listed = "; ".join(f"{s['name']} ({s['status']}{': ' + s['error'] if s['error'] else ''})"
                            for s in unfinished[:5])

@@ -30,13 +30,12 @@ from omegaconf import DictConfig
 
 from scheda.checkpoint import checkpoint_name
 from scheda.errors import ConfigError
-from scheda.protocol.stages import FINAL_STATUSES, JobSpec, check_seeds, da_values, fmt, read_results
+from scheda.protocol.jobs import CONTROLS, FINAL_STATUSES, FINETUNES, JobSpec, Kind, fmt, read_results
+from scheda.protocol.plan import check_seeds, da_values
 
 log = logging.getLogger(__name__)
 
 SUBSTAGES = ("seed_da", "seed_continue", "seed_finetune")  # what the protocol's stage "seeds" runs, in order
-CONTROLS = ("control", "jump")
-FINETUNED = ("finetune_da", "finetune_scheda")
 
 
 @dataclass
@@ -78,13 +77,13 @@ class SeedPlan:
             return starts[key]
 
         best_da = sel["best"]
-        da_row = Row("da", hidden, best_da)
+        da_row = Row(Kind.DA, hidden, best_da)
         for seed, ckpt in da_checkpoints(best_da["nu"]).items():
             da_row.replicas[seed] = (ckpt.parent.parent, best_da["epoch"])
         self.rows.append(da_row)
-        final_checkpoints: dict[str, dict[int, Path]] = {"da": da_checkpoints(best_da["nu"])}
+        final_checkpoints: dict[str, dict[int, Path]] = {Kind.DA: da_checkpoints(best_da["nu"])}
         for kind, found in continued.items():
-            if kind in FINETUNED or found.get("best") is None:
+            if kind in FINETUNES or found.get("best") is None:
                 continue
             best = found["best"]
             start = da_checkpoints(best["nu0"]) if "nu0" in best and fmt(best["nu0"]) in sel["by_nu"] else None
@@ -95,9 +94,9 @@ class SeedPlan:
                 control = found.get("controls", {}).get(control_kind)
                 if control is not None and start is not None:
                     self._plan_replicas(f"{kind}.{control_kind}", hidden, control, start)
-        for key in FINETUNED:
+        for key, of in FINETUNES.items():
             chosen = continued.get(key)
-            source = final_checkpoints.get(key.removeprefix("finetune_"))
+            source = final_checkpoints.get(of)
             job = self.by_name.get(Path(chosen["run"]).name) if chosen else None
             if job is None or source is None:
                 continue
@@ -114,7 +113,7 @@ class SeedPlan:
         nu, lr, epoch = selected["nu"], selected["lr"], selected["epoch"]
         base = f"da_h{hidden}_nu{fmt(nu)}_lr{fmt(lr)}_e{epoch}"
         values = {**da_values(hidden, nu, lr, self.scale.da), "trainer.max_epochs": epoch}
-        meta = {"kind": "da", "hidden": hidden, "nu": nu, "lr": lr, "epochs": epoch}
+        meta = {"kind": Kind.DA, "hidden": hidden, "nu": nu, "lr": lr, "epochs": epoch}
         where: dict[int, Path] = {}
         if not self.scale.da.fused:
             for seed in self.further:
@@ -177,7 +176,7 @@ class SeedPlan:
         out: dict[str, Any] = {"seeds": self.seeds, "selection_seed": self.seeds[0], "hidden": {}}
         for row in self.rows:
             per_seed = {str(self.seeds[0]): _outcome(row.selected, Path(row.selected["run"]),
-                                                     None if row.key in FINETUNED else row.selected["epoch"])}
+                                                     None if row.key in FINETUNES else row.selected["epoch"])}
             for seed, (run, epoch) in row.replicas.items():
                 outcome = _outcome(None, run, epoch)
                 if outcome is not None:

@@ -1,0 +1,158 @@
+"""Running a stage: each stage is ONE ``python -m scheda.train -m`` multirun of generated job
+configs (``<out_dir>/jobs/protocol_job/<name>.yaml``), so the user's Hydra launcher (basic,
+joblib, submitit) runs its jobs, with run directories ``<out_dir>/<stage>/<name>``. A job whose
+results.json says completed (or diverged: a result too) is not rerun; one that was killed
+resumes from its latest checkpoint; a finished job run with other settings is refused."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from scheda.checkpoint import CHECKPOINT_RE
+from scheda.errors import ConfigError
+from scheda.io import atomic_write, atomic_write_json
+from scheda.protocol.jobs import FINAL_STATUSES, JobSpec, read_results
+from scheda.protocol.slurm import (
+    NodeWatch,
+    forget_scheduler_states,
+    record_scheduler_states,
+    scheduler_states,
+    stop_stage,
+)
+
+log = logging.getLogger(__name__)
+
+
+LAUNCHERS = ("basic", "joblib", "submitit_slurm", "submitit_local")
+
+
+def job_state(run_dir: Path, job: JobSpec) -> str:
+    """'done', 'resume' (a checkpoint to continue from) or 'new'. A finished job run with other
+    settings is an error: the protocol directory belongs to one scale."""
+    results = read_results(run_dir)
+    if results is not None and "config" in results:
+        config = OmegaConf.create(results["config"])
+        for key, value in job.values.items():
+            found = OmegaConf.select(config, key)
+            if key == "init_from":
+                if not _same_start(found, value, run_dir.parent.parent) and not config.get("resume"):
+                    raise ConfigError(f"{run_dir} continued {found}, the selection now says {value}: "
+                                      f"delete that run (or choose another out_dir)")
+                continue
+            if found != value and not (isinstance(found, list) and list(found) == list(value)):
+                raise ConfigError(f"{run_dir} was run with {key}={found}, this scale says {value}: "
+                                  f"delete that run or choose another out_dir")
+        if results.get("status") in FINAL_STATUSES:
+            return "done"
+    ckpts = run_dir / "checkpoints"
+    if ckpts.is_dir() and any(CHECKPOINT_RE.match(p.name) for p in ckpts.iterdir()):
+        return "resume"
+    return "new"
+
+
+def _same_start(found: str | None, wanted: str, out_dir: Path) -> bool:
+    """Whether a run continued the checkpoint the selection names now, comparing the part of
+    the path inside out_dir (the directory may have been moved since)."""
+    if found is None:
+        return False
+    try:
+        inside = Path(wanted).relative_to(out_dir).parts
+    except ValueError:
+        return Path(found) == Path(wanted)
+    return Path(found).parts[-len(inside):] == inside
+
+
+def launcher_overrides(cfg: DictConfig) -> list[str]:
+    """Hydra launcher overrides; local parallel jobs share the cores instead of each taking all."""
+    if cfg.launcher not in LAUNCHERS:
+        raise ConfigError(f"launcher={cfg.launcher!r} is unknown: use {', '.join(LAUNCHERS)}")
+    if cfg.n_jobs < 1:
+        raise ConfigError(f"n_jobs={cfg.n_jobs} must be >= 1")
+    out = []
+    if cfg.launcher == "joblib":
+        threads = max(1, (os.cpu_count() or 1) // cfg.n_jobs)
+        out += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={cfg.n_jobs}", f"trainer.num_threads={threads}"]
+    elif cfg.launcher != "basic":
+        out.append(f"hydra/launcher={cfg.launcher}")
+    return out + list(cfg.launcher_overrides)
+
+
+def stage_command(cfg: DictConfig, jobs_dir: Path, stage_dir: Path, names: list[str]) -> list[str]:
+    return [sys.executable, "-m", "scheda.train", "-m", f"+protocol_job={','.join(names)}",
+            f"hydra.searchpath=[file://{jobs_dir.resolve()}]", f"hydra.sweep.dir={stage_dir.resolve()}",
+            "hydra.sweep.subdir=${hydra:runtime.choices.protocol_job}", "trainer.progress_bar=false",
+            *cfg.scale.train, *cfg.overrides, *launcher_overrides(cfg)]
+
+
+def run_stage(cfg: DictConfig, out_dir: Path, stage: str, jobs: list[JobSpec]) -> dict[str, int]:
+    """Launch the jobs of one stage that are not done; returns how many were skipped / run."""
+    jobs_dir = out_dir / "jobs"
+    stage_dir = out_dir / stage
+    todo = []
+    for job in jobs:
+        state = job_state(stage_dir / job.name, job)
+        if state == "done":
+            continue
+        spec = JobSpec(job.name, job.stage, job.groups, {"seed": cfg.scale.seeds[0], **job.values}, job.meta)
+        if state == "resume":
+            spec.values.pop("init_from", None)
+            spec.values["resume"] = str((stage_dir / job.name).resolve())
+        atomic_write(jobs_dir / "protocol_job" / f"{job.name}.yaml", lambda f, s=spec: f.write(s.yaml().encode()))
+        todo.append(job.name)
+    log.info("stage %s: %d jobs, %d already done, %d to run", stage, len(jobs), len(jobs) - len(todo), len(todo))
+    if todo:
+        command = stage_command(cfg, jobs_dir, stage_dir, todo)
+        log.info("running: %s", " ".join(command))
+        submitted = time.time()
+        forget_scheduler_states(stage_dir, todo)  # this submission's word replaces the last one's
+        process = subprocess.Popen(command)  # in the user's directory: relative overrides keep their meaning
+        watch = NodeWatch(stage_dir, todo, submitted, 60 * cfg.scheduler_wait_min) \
+            if cfg.launcher == "submitit_slurm" else None
+        while process.poll() is None:
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                if watch is not None and watch.gave_up():
+                    stop_stage(process)
+        code = process.returncode
+        if code != 0:
+            log.warning("stage %s: some jobs failed (exit %d); the report lists them", stage, code)
+        if cfg.launcher == "submitit_slurm":
+            record_scheduler_states(stage_dir, todo, submitted)
+    return {"skipped": len(jobs) - len(todo), "run": len(todo)}
+
+
+def job_statuses(jobs: list[JobSpec], out_dir: Path) -> list[dict[str, Any]]:
+    rows = []
+    scheduler = {stage: scheduler_states(out_dir / stage) for stage in {job.stage for job in jobs}}
+    for job in jobs:
+        results = read_results(out_dir / job.stage / job.name) or {}
+        status, error = results.get("status", "not run"), results.get("error")
+        said = scheduler[job.stage].get(job.name) if status not in FINAL_STATUSES else None
+        if said:  # the scheduler's word on a job that did not finish
+            status = "failed" if status in ("not run", "running") else status
+            error = f"{said}; {error}" if error else said
+        rows.append({"name": job.name, "stage": job.stage, "status": status, "error": error,
+                     "seconds": results.get("seconds"), "device": results.get("device")})
+    return rows
+
+
+def record_invocation(out_dir: Path, started: float, table: str, ran_jobs: bool) -> list[dict[str, Any]]:
+    """Append this invocation to ``<out_dir>/invocations.json`` (the protocol's wall time is
+    the sum over the invocations that ran jobs, however often it was resumed)."""
+    path = out_dir / "invocations.json"
+    history = json.loads(path.read_text()) if path.exists() else []
+    history.append({"started": datetime.fromtimestamp(started).isoformat(timespec="seconds"),
+                    "seconds": time.time() - started, "table": table, "ran_jobs": ran_jobs})
+    atomic_write_json(path, history)
+    return history

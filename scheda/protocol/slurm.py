@@ -1,0 +1,130 @@
+"""What the protocol asks Slurm directly (``squeue``, ``sinfo``, ``sacct``, ``scancel``): the
+launcher (submitit) waits on a job for ever and forgets why one stopped, so a stage whose
+pending jobs no node can run is cancelled and reported, and what Slurm says of every job that
+did not finish is kept in ``<stage>/scheduler.json`` for the report."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import time
+from pathlib import Path
+
+from scheda.io import atomic_write_json
+from scheda.protocol.jobs import FINAL_STATUSES, read_results
+
+log = logging.getLogger(__name__)
+
+
+NODE_GONE = ("down", "drain", "fail", "maint", "unknown", "future")  # sinfo states no job starts on
+
+
+class NodeWatch:
+    """Submitit waits on a job for ever; a job whose partition has no node left that can run it
+    (a node went down, was drained) would hold the whole protocol. When every pending job of
+    this submission has waited ``bound`` seconds with no such node, they are cancelled and
+    recorded in ``scheduler.json`` as failed with the reason, so the stage ends and the report
+    and the exit status say so."""
+
+    def __init__(self, stage_dir: Path, names: list[str], since: float, bound: float):
+        self.stage_dir, self.names, self.since, self.bound = stage_dir, names, since, bound
+        self.stuck_since: float | None = None
+
+    def _pending(self) -> list[tuple[str, str]]:
+        arrays = {p.name.split("_")[0] for p in (self.stage_dir / ".submitit").glob("*_*")
+                  if p.is_dir() and p.stat().st_mtime >= self.since - 1} if (self.stage_dir / ".submitit").is_dir() else set()
+        if not arrays:
+            return []
+        out = _quiet(["squeue", "-h", "-r", "-t", "PENDING", "-j", ",".join(sorted(arrays)), "-o", "%i|%P"])
+        return [tuple(line.split("|", 1)) for line in out.splitlines() if "|" in line]
+
+    def gave_up(self) -> bool:
+        pending = self._pending()
+        partitions = {p.rstrip("*") for _, p in pending}
+        no_node = bool(pending) and all(
+            all(state.rstrip("*~#$@+").lower().startswith(NODE_GONE)
+                for state in _quiet(["sinfo", "-h", "-p", p, "-o", "%T"]).split()) for p in partitions)
+        if not no_node:
+            self.stuck_since = None
+            return False
+        self.stuck_since = self.stuck_since or time.time()
+        if time.time() - self.stuck_since < self.bound:
+            return False
+        minutes = (time.time() - self.stuck_since) / 60
+        log.error("no node of partition %s can run %d pending jobs (waited %.1f min, scheduler_wait_min): "
+                  "cancelling them", ",".join(sorted(partitions)), len(pending), minutes)
+        states = scheduler_states(self.stage_dir)
+        for job_id, partition in pending:
+            array, _, index = job_id.partition("_")
+            if index.isdigit() and int(index) < len(self.names):
+                states[self.names[int(index)]] = (f"Slurm job {job_id}: no node of partition {partition} could run it "
+                                                  f"for {minutes:.1f} min (down or drained): cancelled")
+            _quiet(["scancel", job_id])
+        atomic_write_json(self.stage_dir / "scheduler.json", states)
+        return True
+
+
+def scheduler_states(stage_dir: Path) -> dict[str, str]:
+    """What the scheduler said of the stage's jobs that did not finish (``<stage>/scheduler.json``)."""
+    path = stage_dir / "scheduler.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def forget_scheduler_states(stage_dir: Path, names: list[str]) -> None:
+    states = scheduler_states(stage_dir)
+    if states:
+        atomic_write_json(stage_dir / "scheduler.json", {k: v for k, v in states.items() if k not in names})
+
+
+def _quiet(command: list[str]) -> str:
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def stop_stage(stage: subprocess.Popen) -> None:
+    """Let the launcher notice the cancelled jobs and end; stop it if it does not."""
+    try:
+        stage.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        stage.terminate()
+        try:
+            stage.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            stage.kill()
+
+
+def record_scheduler_states(stage_dir: Path, names: list[str], since: float) -> None:
+    """What Slurm says of each job of this submission that did not finish (cancelled, timed out,
+    node failure, out of memory), kept in ``<stage>/scheduler.json`` for the report: a job
+    stopped before it could write results.json otherwise leaves no word of why. Hydra's job
+    number is the task index of the submitit job array (``.submitit/<array>_<index>``)."""
+    folder = stage_dir / ".submitit"
+    tasks = [p for p in folder.glob("*_*") if p.is_dir() and p.stat().st_mtime >= since - 1] if folder.is_dir() else []
+    states = scheduler_states(stage_dir)
+    for task in tasks:
+        array, _, index = task.name.partition("_")
+        if not (index.isdigit() and int(index) < len(names)):
+            continue
+        name = names[int(index)]
+        results = read_results(stage_dir / name)
+        if results is not None and results.get("status") in FINAL_STATUSES:
+            states.pop(name, None)
+            continue
+        try:
+            out = subprocess.run(["sacct", "-j", task.name, "-n", "-X", "-P", "-o", "State,ExitCode,Reason"],
+                                 capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+        except (OSError, subprocess.TimeoutExpired):
+            out = []
+        if out and name not in states:
+            state, exit_code, reason = (out[0].split("|") + ["", ""])[:3]
+            states[name] = (f"Slurm job {task.name}: {state} (exit {exit_code}"
+                            f"{', ' + reason if reason and reason != 'None' else ''})")
+            if state.split()[0] in ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"):
+                # The launcher stopped waiting for it (a node failed under it, say): nobody would
+                # collect it, and a retry must not run beside it.
+                _quiet(["scancel", task.name])
+                states[name] += ": cancelled, the launcher had stopped waiting for it"
+    atomic_write_json(stage_dir / "scheduler.json", states)
