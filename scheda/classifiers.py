@@ -15,14 +15,17 @@ before it moves (see the eps of each schema below).
 
 from __future__ import annotations
 
+import abc
+import math
 from ctypes import POINTER, c_double
-from dataclasses import dataclass
-from typing import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, List, Mapping
 
 import numpy as np
 import torch
 
 from scheda.config import Component, register, typed
+from scheda.errors import ConfigError
 
 
 @dataclass
@@ -216,9 +219,59 @@ class TorchLogReg:
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
+class ClassifierConfig(Component, abc.ABC):
+    """Base of the classifier group. A classifier owns its hyper-parameters: ``grid()`` lists the
+    settings evaluation tries (each fitted on the training split and scored on validation, the
+    lowest error chosen), and ``build`` sets up a solver on one feature set whose
+    ``fit(**params)`` returns a model with ``predict``/``error``. ``linear``: its models are a
+    ``LinearModel`` (fine-tuning can start its output layer from one)."""
+
+    linear: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    def grid(self) -> list[dict[str, float]]:
+        """Every setting to try, in order; ties on validation go to the earliest."""
+
+    @abc.abstractmethod
+    def build(self, x, y, device: torch.device | str = "cpu"):
+        """A solver fitted to ``x``, ``y`` by ``fit(**params)`` for each setting of the grid."""
+
+    def edge_hint(self) -> str:
+        """What to widen when the chosen setting is at an end of the grid."""
+        return f"widen the {self.group} grid"
+
+
+@dataclass
+class LogisticRegressionConfig(ClassifierConfig):
+    """L2-regularised logistic regression: the grid is C = 2^e, e = c_log2_min .. c_log2_max in
+    steps of c_log2_step (the paper chose C on validation; it does not give its grid)."""
+
+    c_log2_min: float = -10.0
+    c_log2_max: float = 6.0
+    c_log2_step: float = 1.0
+
+    def check(self) -> None:
+        self.c_values()
+
+    def c_values(self) -> list[float]:
+        lo, hi, step = self.c_log2_min, self.c_log2_max, self.c_log2_step
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+            raise ConfigError(f"classifier.c_log2_min={lo} must be <= classifier.c_log2_max={hi}")
+        if not step > 0:
+            raise ConfigError(f"classifier.c_log2_step={step} must be > 0")
+        n = int(math.floor((hi - lo) / step + 1e-9)) + 1
+        return [float(2.0 ** (lo + i * step)) for i in range(n)]
+
+    def grid(self) -> list[dict[str, float]]:
+        return [{"C": C} for C in self.c_values()]
+
+    def edge_hint(self) -> str:
+        return "widen classifier.c_log2_min/max"
+
+
 @register("classifier")
 @dataclass
-class LiblinearConfig(Component):
+class LiblinearConfig(LogisticRegressionConfig):
     """The paper's classifier: LIBLINEAR -s 0 (L2-regularised LR, primal), -B 1, one-vs-rest."""
 
     name: str = "liblinear"
@@ -230,6 +283,7 @@ class LiblinearConfig(Component):
     warm_start: bool = True  # start each C from the previous C's solution: about half the time of fresh solves
 
     def check(self) -> None:
+        super().check()
         if not self.eps > 0:
             raise self.invalid("eps", "must be > 0")
 
@@ -240,7 +294,7 @@ class LiblinearConfig(Component):
 
 @register("classifier")
 @dataclass
-class TorchLRConfig(Component):
+class TorchLRConfig(LogisticRegressionConfig):
     """The same objective as LIBLINEAR -s 0 -B 1, solved by batched Newton-CG on the run's device."""
 
     name: str = "torch_lr"
@@ -255,6 +309,7 @@ class TorchLRConfig(Component):
     warm_start: bool = True  # start each C from the previous C's solution (fresh float32 solves stall at large C)
 
     def check(self) -> None:
+        super().check()
         if not self.eps > 0:
             raise self.invalid("eps", "must be > 0")
         if self.dtype not in DTYPES:
@@ -271,3 +326,86 @@ class TorchLRConfig(Component):
 def build_classifier(cfg: Mapping, x, y, device: torch.device | str = "cpu"):
     """The solver that ``cfg`` (the ``classifier`` group) names, set up on one feature set."""
     return typed("classifier", cfg).build(x, y, device)
+
+
+def params_text(params: Mapping[str, float]) -> str:
+    """A chosen setting as the report and the logs print it: ``C=0.125``, ``k=20``."""
+    return ", ".join(f"{k}={v:g}" for k, v in params.items())
+
+
+@register("classifier")
+@dataclass
+class KNNConfig(ClassifierConfig):
+    """A k-nearest-neighbour probe (as solo-learn, VISSL and lightly offer): cosine similarity
+    to every training example, the k most similar vote for their labels with their similarity,
+    k chosen on validation. Nothing is trained, so it is cheap enough for every epoch
+    (``evaluate.every=1 classifier=knn``: error curves in TensorBoard); the paper's tables and the
+    protocol's selection keep logistic regression."""
+
+    name: str = "knn"
+    linear: ClassVar[bool] = False
+    k: List[int] = field(default_factory=lambda: [1, 5, 10, 20, 50, 100, 200])
+    chunk_size: int = 1024  # query rows compared with the whole training split at once
+
+    def check(self) -> None:
+        if not self.k or min(self.k) < 1:
+            raise self.invalid("k", "must list at least one k, each >= 1")
+        if self.chunk_size < 1:
+            raise self.invalid("chunk_size", "must be >= 1")
+
+    def grid(self) -> list[dict[str, float]]:
+        return [{"k": k} for k in sorted(set(self.k))]
+
+    def edge_hint(self) -> str:
+        return "widen classifier.k"
+
+    def build(self, x, y, device: torch.device | str = "cpu") -> "KNNProbe":
+        return KNNProbe(x, y, max(self.k), self.chunk_size, device)
+
+
+class KNNProbe:
+    """The training split, L2-normalised, on the device. Each query set's ``k_max`` nearest
+    neighbours are found once (in chunks of ``chunk_size`` rows: a chunk x n similarity matrix at
+    a time, so 45000 x 5000 features fit on a CPU or a GPU) and every k of the grid reads them."""
+
+    def __init__(self, x, y, k_max: int, chunk_size: int, device: torch.device | str = "cpu"):
+        x = torch.as_tensor(x).to(device=device, dtype=torch.float32)
+        self.train = torch.nn.functional.normalize(x, dim=1)
+        self.classes = np.unique(np.asarray(y))
+        self.labels = torch.as_tensor(np.searchsorted(self.classes, np.asarray(y)), device=self.train.device)
+        self.k_max, self.chunk_size = min(k_max, x.shape[0]), chunk_size
+        self._found: list[tuple[Any, torch.Tensor, torch.Tensor]] = []  # (query set, similarities, labels)
+
+    def fit(self, k: int) -> "KNNModel":
+        return KNNModel(self, min(int(k), self.k_max))
+
+    def neighbours(self, x) -> tuple[torch.Tensor, torch.Tensor]:
+        """Similarities and labels of the ``k_max`` nearest training examples of every row of ``x``,
+        most similar first (kept per query set: the grid's k all read the same)."""
+        for query, sims, labels in self._found:
+            if query is x:
+                return sims, labels
+        q = torch.nn.functional.normalize(torch.as_tensor(x).to(self.train.device, torch.float32), dim=1)
+        sims, idx = [], []
+        for first in range(0, q.shape[0], self.chunk_size):
+            top = torch.topk(q[first:first + self.chunk_size] @ self.train.T, self.k_max, dim=1)
+            sims.append(top.values)
+            idx.append(top.indices)
+        found = (x, torch.cat(sims), self.labels[torch.cat(idx)])
+        self._found.append(found)
+        return found[1], found[2]
+
+
+@dataclass
+class KNNModel:
+    probe: KNNProbe
+    k: int
+
+    def predict(self, x) -> np.ndarray:
+        sims, labels = self.probe.neighbours(x)
+        votes = torch.zeros(sims.shape[0], len(self.probe.classes), device=sims.device, dtype=sims.dtype)
+        votes.scatter_add_(1, labels[:, :self.k], sims[:, :self.k])
+        return self.probe.classes[votes.argmax(1).cpu().numpy()]
+
+    def error(self, x, y: np.ndarray) -> float:
+        return float(np.mean(self.predict(x) != np.asarray(y)))

@@ -16,10 +16,9 @@ import numpy as np
 import torch
 
 from scheda.callbacks import Callback
-from scheda.classifiers import build_classifier
+from scheda.classifiers import params_text
 from scheda.config import Component, register, typed
 from scheda.data import Splits
-from scheda.errors import ConfigError
 from scheda.progress import bar
 
 log = logging.getLogger(__name__)
@@ -28,39 +27,30 @@ log = logging.getLogger(__name__)
 @register("evaluate")
 @dataclass
 class EvaluateConfig(Component):
-    """Encode train/val/test without noise, fit L2-regularised logistic regression (the
-    classifier group) for every C = 2^e, e = c_log2_min .. c_log2_max (step c_log2_step), choose C
-    on validation error, report test error. A warning says when the chosen C is at the grid's edge."""
+    """When to evaluate: encode train/val/test without noise, fit the classifier group's model
+    (L2-regularised logistic regression by default) for every setting of its own grid (C for
+    logistic regression, k for the kNN probe), choose on validation error, report test error. A
+    warning says when the chosen setting is at the grid's edge."""
 
     enabled: bool = True
     every: int = 0  # also every N epochs (0: not periodically)
     at_stage_ends: bool = True  # after the last epoch at each level of noise
     at_end: bool = True
-    c_log2_min: float = -10.0
-    c_log2_max: float = 6.0
-    c_log2_step: float = 1.0
     chunk_size: int = 8192  # rows encoded at once (no gradients)
 
     def check(self) -> None:
-        self.c_grid()
         if self.every < 0:
             raise self.invalid("every", "must be >= 0 (0: never periodically)")
         if self.chunk_size < 1:
             raise self.invalid("chunk_size", "must be >= 1")
 
-    def c_grid(self) -> list[float]:
-        """C = 2^e for e from ``c_log2_min`` to ``c_log2_max`` in steps of ``c_log2_step``."""
-        lo, hi, step = self.c_log2_min, self.c_log2_max, self.c_log2_step
-        if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
-            raise ConfigError(f"evaluate.c_log2_min={lo} must be <= evaluate.c_log2_max={hi}")
-        if not step > 0:
-            raise ConfigError(f"evaluate.c_log2_step={step} must be > 0")
-        n = int(math.floor((hi - lo) / step + 1e-9)) + 1
-        return [float(2.0 ** (lo + i * step)) for i in range(n)]
 
-
-def c_grid(cfg: Mapping) -> list[float]:
-    return typed("evaluate", cfg).c_grid()
+def params_of(evaluation: Mapping[str, Any]) -> dict[str, float]:
+    """The classifier setting an evaluation chose (results written before classifiers owned
+    their grids hold only ``C``)."""
+    if "params" in evaluation:
+        return dict(evaluation["params"])
+    return {"C": evaluation["C"]} if "C" in evaluation else {}
 
 
 def pack_correct(correct: np.ndarray | torch.Tensor) -> str:
@@ -79,8 +69,9 @@ def unpack_correct(packed: str, n: int) -> np.ndarray:
     return bits[:n].astype(bool)
 
 
-def select_c(Cs: Sequence[float], val_errors: Sequence[float]) -> int:
-    """Index of the lowest validation error; ties go to the smaller C (more regularised)."""
+def select(val_errors: Sequence[float]) -> int:
+    """Index of the lowest validation error; ties go to the earlier setting of the grid (for C,
+    the smaller: more regularised)."""
     return int(np.argmin(np.asarray(val_errors)))
 
 
@@ -88,41 +79,42 @@ def evaluate_features(
     features: Mapping[str, Any],
     labels: Mapping[str, np.ndarray],
     classifier_cfg: Mapping,
-    Cs: Sequence[float],
     device: torch.device | str = "cpu",
     keep_model: bool = False,
 ) -> dict[str, Any]:
-    """C search on train/val features, test error at the chosen C, and the time it took;
-    with ``keep_model`` the chosen classifier is returned under ``"model"`` too."""
+    """The classifier's grid searched on train/val features, test error at the chosen setting,
+    and the time it took; with ``keep_model`` the chosen model is returned under ``"model"`` too."""
     start = time.perf_counter()
-    solver = build_classifier(classifier_cfg, features["train"], labels["train"], device)
+    spec = typed("classifier", classifier_cfg)
+    settings = spec.grid()
+    solver = spec.build(features["train"], labels["train"], device)
     setup = time.perf_counter() - start
     val_x, test_x = features["val"], features["test"]  # a fitted model predicts on the device, any solver
-    grid = []
-    best_model, best_err, best_C = None, math.inf, None
-    with bar(len(Cs), f"eval ({classifier_cfg['name']})", "C", leave=False) as ticks:
-        for C in Cs:
+    grid, models = [], []
+    with bar(len(settings), f"eval ({spec.name})", "setting", leave=False) as ticks:
+        for params in settings:
             t = time.perf_counter()
-            model = solver.fit(C)
-            err = model.error(val_x, labels["val"])
-            grid.append({"C": C, "val_error": err, "seconds": time.perf_counter() - t})
-            if err < best_err:
-                best_model, best_err, best_C = model, err, C
-            ticks.set_postfix(C=f"2^{math.log2(C):g}", best=f"2^{math.log2(best_C):g}: val {100 * best_err:.2f}%",
-                              refresh=False)
+            model = solver.fit(**params)
+            grid.append({"params": params, "val_error": model.error(val_x, labels["val"]),
+                         "seconds": time.perf_counter() - t})
+            models.append(model)
+            best = grid[select([g["val_error"] for g in grid])]
+            ticks.set_postfix(best=f"{params_text(best['params'])}: val {100 * best['val_error']:.2f}%", refresh=False)
             ticks.update(1)
-    chosen = select_c(Cs, [g["val_error"] for g in grid])
-    at_edge = len(Cs) > 1 and chosen in (0, len(Cs) - 1)
+    chosen = select([g["val_error"] for g in grid])
+    at_edge = len(settings) > 1 and chosen in (0, len(settings) - 1)
     if at_edge:
-        log.warning("chosen C=%g is at the edge of the grid [%g, %g]: widen evaluate.c_log2_min/max",
-                    Cs[chosen], Cs[0], Cs[-1])
+        log.warning("chosen %s is at the edge of the grid (%s .. %s): %s", params_text(settings[chosen]),
+                    params_text(settings[0]), params_text(settings[-1]), spec.edge_hint())
+    best_model = models[chosen]
     test_y = np.asarray(labels["test"])
     test_correct = best_model.predict(test_x) == test_y
     result = {
-        "classifier": classifier_cfg["name"],
-        "C_grid": grid,
-        "C": Cs[chosen],
-        "C_at_edge": at_edge,
+        "classifier": spec.name,
+        "grid": grid,
+        "params": settings[chosen],
+        **settings[chosen],  # C=..., k=...: a chosen value as its own field too
+        "at_edge": at_edge,
         "val_error": grid[chosen]["val_error"],
         "test_error": float(np.mean(~test_correct)),
         "test_n": int(test_y.size),
@@ -164,7 +156,6 @@ class EvaluationCallback(Callback):
     def __init__(self, cfg: Mapping, classifier_cfg: Mapping, data: Splits, inputs: dict[str, torch.Tensor],
                  results, writer_cb=None):
         self.cfg, self.classifier_cfg, self.data, self.inputs = cfg, classifier_cfg, data, inputs
-        self.Cs = c_grid(cfg)
         self.results = results
         self.writer_cb = writer_cb
         self.last_model = None
@@ -189,18 +180,19 @@ class EvaluationCallback(Callback):
         start = time.perf_counter()
         features = encode_splits(model, self.data, device, self.cfg["chunk_size"], cache=self.inputs)
         encode_seconds = time.perf_counter() - start
-        result = evaluate_features(features, labels_of(self.data), self.classifier_cfg, self.Cs, device,
-                                   keep_model=True)
+        result = evaluate_features(features, labels_of(self.data), self.classifier_cfg, device, keep_model=True)
         self.last_model = result.pop("model")
         entry = {"epoch": epoch, "nu": nu, "reason": reason, **result, "encode_seconds": encode_seconds}
         self.results.add_evaluation(entry)
-        log.info("eval epoch %d nu=%s: C=%g val %.4f test %.4f (%.1fs)", epoch, nu, result["C"],
+        log.info("eval epoch %d nu=%s: %s val %.4f test %.4f (%.1fs)", epoch, nu, params_text(result["params"]),
                  result["val_error"], result["test_error"], result["seconds"])
         writer = getattr(self.writer_cb, "writer", None)
         if writer is not None:
             writer.add_scalar("eval/val_error", result["val_error"], epoch)
             writer.add_scalar("eval/test_error", result["test_error"], epoch)
-            writer.add_scalar("eval/log2_C", math.log2(result["C"]), epoch)
+            for key, value in result["params"].items():  # eval/log2_C for logistic regression, eval/k for kNN
+                name, value = (f"log2_{key}", math.log2(value)) if key == "C" else (key, value)
+                writer.add_scalar(f"eval/{name}", value, epoch)
             if nu is not None:
                 writer.add_scalar("eval/nu", nu, epoch)
         return entry

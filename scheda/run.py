@@ -21,7 +21,9 @@ from scheda.checkpoint import CHECKPOINT_RE, find_checkpoint_dir, load_checkpoin
 from scheda.config import check_composed, typed
 from scheda.data import input_size, load_dataset
 from scheda.errors import CheckpointError, ConfigError
-from scheda.evaluate import EvaluationCallback, c_grid, check_evaluate_config, evaluate_features, labels_of, raw_features
+from scheda.classifiers import params_text
+from scheda.evaluate import (EvaluationCallback, check_evaluate_config, evaluate_features, labels_of, params_of,
+                             raw_features)
 from scheda.finetune import FineTuner, check_finetune_config
 from scheda.loggers import hparams
 from scheda.model import build_model
@@ -83,8 +85,8 @@ def log_summary(summary: dict[str, Any], output_dir: Path) -> None:
         last = entry if models else (summary["evaluations"][-1] if summary.get("evaluations") else None)
         where = f"  {entry['dir']} {entry['overrides']}: " if models else "  "
         if last and last.get("val_error") is not None:
-            C = f"C={last['C']:g}, " if "C" in last else ""
-            lines.append(f"{where}{C}val error {100 * last['val_error']:.2f} %, test error {100 * last['test_error']:.2f} %")
+            chosen = f"{params_text(params_of(last))}, " if params_of(last) else ""
+            lines.append(f"{where}{chosen}val error {100 * last['val_error']:.2f} %, test error {100 * last['test_error']:.2f} %")
         elif models:
             lines.append(f"{where}{entry.get('status')}")
     ft = summary.get("finetune", {}).get("chosen")
@@ -125,6 +127,11 @@ class Job:
         self.standalone = cfg.finetune.enabled and cfg.finetune.standalone
         if cfg.finetune.enabled:
             check_finetune_config(cfg.finetune, has_init=bool(cfg.init_from))
+            classifier = typed("classifier", cfg.classifier)
+            if cfg.finetune.init_output == "classifier" and not classifier.linear:
+                raise ConfigError(f"finetune.init_output=classifier starts the output layer from a linear classifier, "
+                                  f"and classifier={classifier.name} has none: use classifier=torch_lr or liblinear, "
+                                  f"or finetune.init_output=zero")
         if cfg.resume and cfg.init_from and not self.standalone:
             raise ConfigError("resume and init_from are both set: resume continues a run, init_from starts a new one")
         self.resume_dir = Path(find_checkpoint_dir(cfg.resume)) if cfg.resume else None
@@ -305,7 +312,7 @@ def finetune(cfg, model, data, labelled, device, output_dir, evaluation, resume_
         if evaluation.last_model is None or not evaluation.results.evaluations:
             evaluation.evaluate(model, device, epoch=epoch, nu=None, reason="before_finetune")
         last = evaluation.results.evaluations[-1]
-        frozen = {"epoch": last["epoch"], "C": last["C"], "val_error": last["val_error"],
+        frozen = {"epoch": last["epoch"], "params": params_of(last), "val_error": last["val_error"],
                   "test_error": last["test_error"]}
     writer = None
     if tensorboard is not None:
@@ -335,11 +342,11 @@ def run_raw(cfg: DictConfig, results: RunResults) -> dict[str, Any]:
         raise ConfigError("model=raw only evaluates: set evaluate.enabled=true")
     started = time.time()
     device = typed("trainer", cfg.trainer).resolve_device()
-    Cs = c_grid(cfg.evaluate)
     data = load_dataset(cfg.dataset)
     results.data.update(device=str(device))
-    result = evaluate_features(raw_features(data, device), labels_of(data), cfg.classifier, Cs, device)
+    result = evaluate_features(raw_features(data, device), labels_of(data), cfg.classifier, device)
     results.add_evaluation({"epoch": 0, "nu": None, "reason": "raw", **result})
-    log.info("raw %s: C=%g val %.4f test %.4f", data.name, result["C"], result["val_error"], result["test_error"])
+    log.info("raw %s: %s val %.4f test %.4f", data.name, params_text(result["params"]), result["val_error"],
+             result["test_error"])
     results.update(status="completed", epochs=0, seconds=time.time() - started)
     return results.data

@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 
-from scheda.classifiers import objective
+from scheda.classifiers import TorchLRConfig, objective
 from scheda.data import load_dataset
-from scheda.evaluate import c_grid, encode_splits, evaluate_features, labels_of, raw_features
+from scheda.evaluate import encode_splits, evaluate_features, labels_of, raw_features
 from scheda.checkpoint import load_run_model
 
 
@@ -62,7 +62,8 @@ def main(argv=None) -> int:
         features = encode_splits(model, data, device, 8192)
         source = f"{state['path']} (epoch {state['epoch']}), encoded in {time.perf_counter() - t:.1f}s"
     labels = labels_of(data)
-    Cs = c_grid({"c_log2_min": args.c_log2_min, "c_log2_max": args.c_log2_max, "c_log2_step": args.c_log2_step})
+    grid = {"c_log2_min": args.c_log2_min, "c_log2_max": args.c_log2_max, "c_log2_step": args.c_log2_step}
+    Cs = [p["C"] for p in TorchLRConfig(**grid).grid()]
     print(f"features: {source}; train {tuple(features['train'].shape)}, val {tuple(features['val'].shape)}, "
           f"test {tuple(features['test'].shape)}; {len(Cs)} values of C; torch threads {torch.get_num_threads()}")
 
@@ -73,20 +74,20 @@ def main(argv=None) -> int:
         return 0
 
     solvers = {"torch_lr": {"name": "torch_lr", "eps": args.torch_eps, "max_newton": 100, "max_cg": 200,
-                            "dtype": "float32", "warm_start": True}}
+                            "dtype": "float32", "warm_start": True, **grid}}
     if not args.skip_liblinear:
-        solvers = {"liblinear": {"name": "liblinear", "eps": args.liblinear_eps, "warm_start": True}, **solvers}
+        solvers = {"liblinear": {"name": "liblinear", "eps": args.liblinear_eps, "warm_start": True, **grid}, **solvers}
     report = {"source": source, "Cs": Cs, "device": str(device)}
     for name, solver_cfg in solvers.items():
-        result = evaluate_features(features, labels, solver_cfg, Cs, device)
+        result = evaluate_features(features, labels, solver_cfg, device)
         report[name] = result
-        per_c = [g["seconds"] for g in result["C_grid"]]
+        per_c = [g["seconds"] for g in result["grid"]]
         print(f"\n{name}: set-up {result['setup_seconds']:.2f}s, C search {result['seconds']:.2f}s "
               f"(per C: mean {np.mean(per_c):.2f}s, max {np.max(per_c):.2f}s)")
         print(f"  chosen C = 2^{np.log2(result['C']):g}: val error {100 * result['val_error']:.2f} %, "
-              f"test error {100 * result['test_error']:.2f} %{'  (at the grid edge)' if result['C_at_edge'] else ''}")
-        print("  " + "  ".join(f"2^{np.log2(g['C']):g}:{100 * g['val_error']:.2f}%/{g['seconds']:.1f}s"
-                               for g in result["C_grid"]))
+              f"test error {100 * result['test_error']:.2f} %{'  (at the grid edge)' if result['at_edge'] else ''}")
+        print("  " + "  ".join(f"2^{np.log2(g['params']['C']):g}:{100 * g['val_error']:.2f}%/{g['seconds']:.1f}s"
+                               for g in result["grid"]))
     if "liblinear" in report:
         lib, ours = report["liblinear"], report["torch_lr"]
         ratio = lib["seconds"] / ours["seconds"]

@@ -166,7 +166,7 @@ def lr_search_seconds(n, features, device) -> float:
     """The torch_lr C search of the default evaluation (C = 2^-10 .. 2^6, warm starts) on n x
     ``features`` sigmoid features of 10 balanced classes."""
     from scheda.classifiers import TorchLRConfig
-    from scheda.evaluate import EvaluateConfig, evaluate_features
+    from scheda.evaluate import evaluate_features
 
     g = torch.Generator(device=device).manual_seed(0)
     splits = {"train": n, "val": max(10, n // 9), "test": max(10, n // 4.5)}
@@ -178,7 +178,7 @@ def lr_search_seconds(n, features, device) -> float:
         labels[name] = y.cpu().numpy()
     sync(device)
     start = time.perf_counter()
-    evaluate_features(feats, labels, TorchLRConfig(), EvaluateConfig().c_grid(), device)
+    evaluate_features(feats, labels, TorchLRConfig(), device)
     sync(device)
     return time.perf_counter() - start
 

@@ -126,7 +126,7 @@ def test_torch_lr_on_cuda_reaches_the_cpu_objective_and_liblinear_takes_cuda_fea
 
 def test_finetuning_on_cuda(cifar_arrays, tmp_path):
     result = run(compose_cfg([f"dataset.root={cifar_arrays}", *ON_CUDA, *STAGES, "finetune=cpu",
-                              "finetune.max_epochs=2", "evaluate.c_log2_min=-2", "evaluate.c_log2_max=0"]),
+                              "finetune.max_epochs=2", "classifier.c_log2_min=-2", "classifier.c_log2_max=0"]),
                  tmp_path / "run")
     assert result["device"].startswith("cuda") and result["finetune"]["chosen"]["test_error"] <= 1.0
 

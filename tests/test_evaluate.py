@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from scheda.classifiers import Liblinear, TorchLogReg, objective
+from scheda.classifiers import KNNConfig, Liblinear, TorchLogReg, TorchLRConfig, objective
 from scheda.errors import ConfigError
-from scheda.evaluate import c_grid, evaluate_features, select_c
+from scheda.evaluate import evaluate_features, select
 from scheda.run import run
 
 from helpers import STAGES, TINY, compose_cfg, run_train
@@ -32,7 +32,7 @@ def _splits(spread, seed=0):
 @pytest.mark.parametrize("classifier", [LIBLINEAR, TORCH_LR])
 def test_separable_fixture_gives_zero_error(classifier):
     features, labels = _splits(spread=0.05)
-    result = evaluate_features(features, labels, classifier, c_grid(dict(c_log2_min=-2, c_log2_max=4, c_log2_step=1)))
+    result = evaluate_features(features, labels, {**classifier, "c_log2_min": -2, "c_log2_max": 4})
     assert result["val_error"] == 0.0 and result["test_error"] == 0.0
 
 
@@ -94,41 +94,83 @@ def test_default_solver_matches_a_fresh_tight_solve_at_every_c(name):
 
 
 def test_c_selection_picks_the_validation_minimum():
-    assert select_c([0.1, 1, 10, 100], [0.3, 0.2, 0.25, 0.2]) == 1  # ties go to the smaller C
+    assert select([0.3, 0.2, 0.25, 0.2]) == 1  # ties go to the earlier setting (the smaller C)
     features, labels = _splits(spread=3.0)
-    result = evaluate_features(features, labels, TORCH_LR, c_grid(dict(c_log2_min=-8, c_log2_max=4, c_log2_step=2)))
-    errors = [g["val_error"] for g in result["C_grid"]]
+    result = evaluate_features(features, labels, {**TORCH_LR, "c_log2_min": -8, "c_log2_max": 4, "c_log2_step": 2})
+    errors = [g["val_error"] for g in result["grid"]]
     assert result["val_error"] == min(errors)
-    assert result["C"] == result["C_grid"][errors.index(min(errors))]["C"]
+    assert result["params"] == result["grid"][errors.index(min(errors))]["params"] == {"C": result["C"]}
 
 
 def test_edge_of_grid_warning(caplog):
     features, labels = _splits(spread=3.0)
     with caplog.at_level(logging.WARNING, logger="scheda.evaluate"):
-        result = evaluate_features(features, labels, TORCH_LR, [2.0 ** -14])
-        assert not result["C_at_edge"] and not caplog.records  # a single C has no edge
-        result = evaluate_features(features, labels, TORCH_LR, [2.0 ** -14, 2.0 ** -13])
-    assert result["C_at_edge"]
-    assert "edge of the grid" in caplog.text and "evaluate.c_log2_min/max" in caplog.text
+        result = evaluate_features(features, labels, {**TORCH_LR, "c_log2_min": -14, "c_log2_max": -14})
+        assert not result["at_edge"] and not caplog.records  # a single C has no edge
+        result = evaluate_features(features, labels, {**TORCH_LR, "c_log2_min": -14, "c_log2_max": -13})
+    assert result["at_edge"]
+    assert "edge of the grid" in caplog.text and "classifier.c_log2_min/max" in caplog.text
 
 
-def test_c_grid_and_bad_values():
-    assert c_grid(dict(c_log2_min=-2, c_log2_max=2, c_log2_step=1)) == [0.25, 0.5, 1.0, 2.0, 4.0]
-    assert c_grid(dict(c_log2_min=0, c_log2_max=1, c_log2_step=0.5)) == [1.0, 2 ** 0.5, 2.0]
-    with pytest.raises(ConfigError, match="evaluate.c_log2_min"):
-        c_grid(dict(c_log2_min=3, c_log2_max=2, c_log2_step=1))
-    with pytest.raises(ConfigError, match="evaluate.c_log2_step"):
-        c_grid(dict(c_log2_min=0, c_log2_max=2, c_log2_step=0))
+def test_the_logistic_regression_owns_its_c_grid():
+    assert TorchLRConfig(c_log2_min=-2, c_log2_max=2).grid() == [{"C": c} for c in (0.25, 0.5, 1.0, 2.0, 4.0)]
+    assert [p["C"] for p in TorchLRConfig(c_log2_min=0, c_log2_max=1, c_log2_step=0.5).grid()] == [1.0, 2 ** 0.5, 2.0]
+    with pytest.raises(ConfigError, match="classifier.c_log2_min"):
+        TorchLRConfig(c_log2_min=3, c_log2_max=2).check()
+    with pytest.raises(ConfigError, match="classifier.c_log2_step"):
+        TorchLRConfig(c_log2_step=0).check()
 
 
-FIELDS = {"epoch", "nu", "reason", "classifier", "C_grid", "C", "C_at_edge", "val_error", "test_error",
-          "seconds", "setup_seconds", "encode_seconds"}
+def _knn_by_hand(train_x, train_y, query, k):
+    """Cosine similarity to every training row, the k most similar vote with their similarity."""
+    a = train_x / np.linalg.norm(train_x, axis=1, keepdims=True)
+    q = query / np.linalg.norm(query, axis=1, keepdims=True)
+    sims = q @ a.T
+    out = []
+    for row in sims:
+        top = np.argsort(-row, kind="stable")[:k]
+        votes = np.zeros(train_y.max() + 1)
+        np.add.at(votes, train_y[top], row[top])
+        out.append(votes.argmax())
+    return np.array(out)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 7, 1000])
+def test_knn_probe_matches_a_vote_by_hand_in_any_chunking(chunk_size):
+    features, labels = _splits(spread=2.0)
+    features = {s: np.abs(x) for s, x in features.items()}  # nonnegative, like sigmoid features
+    cfg = {"name": "knn", "k": [1, 3, 17], "chunk_size": chunk_size}
+    result = evaluate_features(features, labels, cfg)
+    solver = KNNConfig(k=[1, 3, 17], chunk_size=chunk_size).build(features["train"], labels["train"])
+    for entry in result["grid"]:
+        k = entry["params"]["k"]
+        expected = _knn_by_hand(features["train"], labels["train"], features["val"], k)
+        assert np.array_equal(solver.fit(k).predict(features["val"]), expected)
+        assert entry["val_error"] == pytest.approx(np.mean(expected != labels["val"]))
+    assert result["params"] == {"k": result["k"]} and result["classifier"] == "knn"
+    assert result["test_error"] == pytest.approx(np.mean(
+        _knn_by_hand(features["train"], labels["train"], features["test"], result["k"]) != labels["test"]))
+
+
+def test_knn_k_larger_than_the_training_set_and_bad_values():
+    features, labels = _splits(spread=0.05)
+    small = {"train": features["train"][:5], "val": features["val"], "test": features["test"]}
+    result = evaluate_features(small, {**labels, "train": labels["train"][:5]}, {"name": "knn", "k": [2, 50]})
+    assert [g["params"]["k"] for g in result["grid"]] == [2, 50]  # k = 50 votes with all 5
+    with pytest.raises(ConfigError, match="classifier.k"):
+        KNNConfig(k=[]).check()
+    with pytest.raises(ConfigError, match="classifier.k"):
+        KNNConfig(k=[0, 5]).check()
+
+
+FIELDS = {"epoch", "nu", "reason", "classifier", "grid", "params", "C", "at_edge", "val_error", "test_error",
+          "test_n", "test_correct", "seconds", "setup_seconds", "encode_seconds"}
 
 
 @pytest.mark.parametrize("classifier", ["liblinear", "torch_lr"])
 def test_results_json_has_every_evaluation_point(cifar_arrays, tmp_path, classifier):
     cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, f"classifier={classifier}",
-                       "evaluate.every=1", "evaluate.c_log2_min=-4", "evaluate.c_log2_max=0"])
+                       "evaluate.every=1", "classifier.c_log2_min=-4", "classifier.c_log2_max=0"])
     summary = run(cfg, tmp_path / "run")
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results == json.loads(json.dumps(summary))
@@ -137,8 +179,8 @@ def test_results_json_has_every_evaluation_point(cifar_arrays, tmp_path, classif
                                                                    (3, 0.2, "stage_end")]
     for e in evals:
         assert FIELDS <= set(e), FIELDS - set(e)
-        assert [g["C"] for g in e["C_grid"]] == [2.0 ** k for k in range(-4, 1)]
-        assert all({"C", "val_error", "seconds"} <= set(g) for g in e["C_grid"])
+        assert [g["params"] for g in e["grid"]] == [{"C": 2.0 ** k} for k in range(-4, 1)]
+        assert all({"params", "val_error", "seconds"} <= set(g) for g in e["grid"])
         assert 0 <= e["test_error"] <= 1 and e["classifier"] == classifier
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -149,7 +191,7 @@ def test_results_json_has_every_evaluation_point(cifar_arrays, tmp_path, classif
 
 def test_resumed_run_keeps_earlier_evaluations(cifar_arrays, tmp_path):
     base = [f"dataset.root={cifar_arrays}", *TINY, *STAGES, "classifier=torch_lr", "logger=none",
-            "evaluate.c_log2_min=-2", "evaluate.c_log2_max=0"]
+            "classifier.c_log2_min=-2", "classifier.c_log2_max=0"]
     run(compose_cfg(base + ["trainer.max_epochs=2"]), tmp_path / "a")
     resumed = run(compose_cfg(base + [f"resume={tmp_path / 'a'}"]), tmp_path / "b")
     assert [e["epoch"] for e in resumed["evaluations"]] == [2, 3]
@@ -220,3 +262,16 @@ def test_torch_lr_stops_iterating_a_class_its_line_search_cannot_improve():
     assert solver.stalled_classes == 4 and solver.newton_iterations < 50
     best = TorchLogReg(x, y, eps=1e-10, dtype=torch.float64).fit(10.0)
     assert objective(ours, x, y, 10.0) <= objective(best, x, y, 10.0) * (1 + 1e-5)
+
+
+def test_knn_probe_gives_error_curves_at_every_epoch(cifar_arrays, tmp_path):
+    cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, "classifier=knn", "classifier.k=[1,3,5]",
+                       "evaluate.every=1"])
+    summary = run(cfg, tmp_path / "run")
+    evals = summary["evaluations"]
+    assert [e["epoch"] for e in evals] == [1, 2, 3] and all(e["classifier"] == "knn" for e in evals)
+    assert all([g["params"]["k"] for g in e["grid"]] == [1, 3, 5] and e["params"] == {"k": e["k"]} for e in evals)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(tmp_path / "run" / "tensorboard")).Reload()
+    assert [s.step for s in acc.Scalars("eval/val_error")] == [1, 2, 3]
+    assert [s.value for s in acc.Scalars("eval/k")] == [e["k"] for e in evals]

@@ -10,7 +10,7 @@ from scheda.run import run
 from helpers import STAGES, TINY, compose_cfg
 
 FT = ["finetune.enabled=true", "finetune.lrs=[0.5,0.05]", "finetune.max_epochs=12", "finetune.batch_size=16",
-      "classifier=torch_lr", "evaluate.c_log2_min=-6", "evaluate.c_log2_max=2", "model.hidden=16"]
+      "classifier=torch_lr", "classifier.c_log2_min=-6", "classifier.c_log2_max=2", "model.hidden=16"]
 
 
 def _cfg(root, *extra):
@@ -84,7 +84,8 @@ def test_output_layer_starts_from_the_frozen_classifier(cifar_arrays):
     data = load_dataset(cfg.dataset)
     da = DenoisingAutoencoder(3072, 16, generator=torch.Generator().manual_seed(0))
     features = encode_splits(da, data, torch.device("cpu"), 4096)
-    result = evaluate_features(features, labels_of(data), cfg.classifier, [0.25, 1.0], keep_model=True)
+    result = evaluate_features(features, labels_of(data), {**cfg.classifier, "c_log2_min": -2, "c_log2_max": 0},
+                               keep_model=True)
     net = scheda.finetune.FineTuneNet(da, 10, init=result["model"])
     val_x, val_y = data.tensor("val", "cpu"), torch.as_tensor(data.val_y)
     assert net.error(val_x, val_y) == result["val_error"]

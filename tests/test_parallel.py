@@ -11,7 +11,7 @@ from scheda.run import run
 
 from helpers import TINY, compose_cfg, run_train
 
-BASE = [*TINY, "logger=none", "evaluate.c_log2_min=-2", "evaluate.c_log2_max=0", "classifier=torch_lr"]
+BASE = [*TINY, "logger=none", "classifier.c_log2_min=-2", "classifier.c_log2_max=0", "classifier=torch_lr"]
 
 
 def _alone(root, tmp_path, name, overrides):

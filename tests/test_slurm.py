@@ -56,8 +56,8 @@ def _reproduce(tmp_path: Path, data_root: Path, *args: str, wait: bool = True):
 def test_a_sweep_runs_as_a_slurm_job_array(cifar_arrays, tmp_path):
     sweep = tmp_path / "sweep"
     proc = run_train(["-m", *LAUNCHER, f"dataset.root={cifar_arrays}", *TINY, "schedule=constant",
-                      "schedule.epochs=2", "schedule.nu=0.3,0.5", "classifier=torch_lr", "evaluate.c_log2_min=-2",
-                      "evaluate.c_log2_max=0", "logger=none", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+                      "schedule.epochs=2", "schedule.nu=0.3,0.5", "classifier=torch_lr", "classifier.c_log2_min=-2",
+                      "classifier.c_log2_max=0", "logger=none", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Submitit 'slurm' sweep output dir" in proc.stdout and "sweep of 2 jobs" in proc.stdout
     for job in ("0", "1"):

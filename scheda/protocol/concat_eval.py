@@ -25,7 +25,7 @@ from scheda.protocol.analysis import concat_grid, heat_map, run_label, sweep_mod
 from scheda.classifiers import LiblinearConfig, TorchLRConfig
 from scheda.data import load_dataset
 from scheda.errors import SchedaError
-from scheda.evaluate import c_grid, encode_splits, evaluate_features, labels_of
+from scheda.evaluate import encode_splits, evaluate_features, labels_of
 from scheda.io import atomic_write_json
 from scheda.checkpoint import load_run_model
 
@@ -35,7 +35,6 @@ class Evaluator:
 
     def __init__(self, args):
         self.args, self.data, self.features = args, None, {}
-        self.Cs = c_grid({"c_log2_min": args.c_log2_min, "c_log2_max": args.c_log2_max, "c_log2_step": 1})
 
     def encode(self, run: Path) -> dict[str, torch.Tensor]:
         if run not in self.features:
@@ -52,8 +51,8 @@ class Evaluator:
         parts = [self.encode(r) for r in runs]
         features = {s: torch.cat([p[s] for p in parts], dim=1) for s in ("train", "val", "test")}
         schema = LiblinearConfig if self.args.classifier == "liblinear" else TorchLRConfig
-        classifier = OmegaConf.structured(schema)
-        result = evaluate_features(features, labels_of(self.data), classifier, self.Cs, self.args.device)
+        classifier = OmegaConf.structured(schema(c_log2_min=self.args.c_log2_min, c_log2_max=self.args.c_log2_max))
+        result = evaluate_features(features, labels_of(self.data), classifier, self.args.device)
         result["runs"] = [str(r) for r in runs]
         result["features"] = int(features["train"].shape[1])
         return result

@@ -13,7 +13,8 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from scheda import stats
-from scheda.evaluate import unpack_correct
+from scheda.classifiers import params_text
+from scheda.evaluate import params_of, unpack_correct
 from scheda.io import atomic_write
 from scheda.protocol.analysis import pyplot, save_png
 from scheda.protocol.jobs import CONTROLS, STEP_KINDS, Kind, fmt
@@ -23,6 +24,11 @@ KIND_LABEL = {Kind.SCHEDA: "ScheDA", Kind.INCREASING: "Increasing schedule", Kin
               Kind.JUMP: "Control: same start, one jump to the final nu"}
 FINETUNED = {Kind.FINETUNE_DA: ("Fine-tuned best DA", "finetuned_da"),  # the label and the paper's row
              Kind.FINETUNE_SCHEDA: ("Fine-tuned best ScheDA", "finetuned")}
+
+
+def chosen(entry: dict[str, Any]) -> str:
+    """The classifier setting a selected evaluation chose (``C=0.125``)."""
+    return params_text(params_of(entry))
 
 
 def pct(x: float | None) -> str:
@@ -88,13 +94,13 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
     raw = selection.get("raw")
     if table.raw:
         none = " — (no training noise) |" if over_seeds else ""
-        lines.append(f"| Raw pixels | — | C={raw['C']:g} | {pct(raw['val_error'])} | {pct(raw['test_error'])} |{none} "
+        lines.append(f"| Raw pixels | — | {chosen(raw)} | {pct(raw['val_error'])} | {pct(raw['test_error'])} |{none} "
                      f"{paper_value(paper, 'raw')} |" if raw else
                      f"| Raw pixels | — | not completed | — | — |{none} {paper_value(paper, 'raw')} |")
     verdicts = []
     for hidden, sel in selection["hidden"].items():
         da = sel["best"]
-        lines.append(f"| DA | {hidden} | nu={fmt(da['nu'])}, lr={fmt(da['lr'])}, {da['epoch']} epochs, C={da['C']:g} "
+        lines.append(f"| DA | {hidden} | nu={fmt(da['nu'])}, lr={fmt(da['lr'])}, {da['epoch']} epochs, {chosen(da)} "
                      f"| {pct(da['val_error'])} | {pct(da['test_error'])} |{cell(hidden, 'da')} "
                      f"{paper_value(paper, 'da', int(hidden))} |")
         if da.get("last_of_grid"):
@@ -105,12 +111,12 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
             if kind in FINETUNED:
                 continue
             best = found["best"]
-            lines.append(f"| {kind_label(kind)} | {hidden} | {_schedule_text(best)}, C={best['C']:g} | "
+            lines.append(f"| {kind_label(kind)} | {hidden} | {_schedule_text(best)}, {chosen(best)} | "
                          f"{pct(best['val_error'])} | {pct(best['test_error'])} |{cell(hidden, kind)} "
                          f"{paper_value(paper, kind, int(hidden))} |")
             verdicts.append(_verdict(kind_label(kind), hidden, best, da))
             for control_kind, control in found.get("controls", {}).items():
-                lines.append(f"| {kind_label(control_kind)} | {hidden} | {_schedule_text(control)}, C={control['C']:g} | "
+                lines.append(f"| {kind_label(control_kind)} | {hidden} | {_schedule_text(control)}, {chosen(control)} | "
                              f"{pct(control['val_error'])} | {pct(control['test_error'])} |"
                              f"{cell(hidden, f'{kind}.{control_kind}')} — |")
             if found.get("controls"):
@@ -186,11 +192,11 @@ def _control_verdict(label: str, best: dict, controls: dict) -> str:
 
 def _detail_tables(hidden: str, sel: dict, continued: dict) -> list[str]:
     lines = ["", f"## {hidden} hidden units: the best DA per noise level (over lr and epochs)", "",
-             "| nu | lr | epochs | C | Val error % | Test error % |", "|---|---|---|---|---|---|"]
+             "| nu | lr | epochs | Classifier | Val error % | Test error % |", "|---|---|---|---|---|---|"]
     for nu, e in sorted(sel["by_nu"].items(), key=lambda kv: -float(kv[0])):
         epoch = f"{e['epoch']}{' (last of the grid)' if e.get('last_of_grid') else ''}" \
                 f"{' (diverged later)' if e.get('status') == 'diverged' else ''}"
-        lines.append(f"| {nu} | {fmt(e['lr'])} | {epoch} | {e['C']:g} | {pct(e['val_error'])} | "
+        lines.append(f"| {nu} | {fmt(e['lr'])} | {epoch} | {chosen(e)} | {pct(e['val_error'])} | "
                      f"{pct(e['test_error'])} |")
     for kind, found in continued.items():
         if kind in FINETUNED:

@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from scheda.checkpoint import checkpoint_name
 from scheda.errors import SchedaError
+from scheda.evaluate import params_of
 from scheda.io import atomic_write_json
 from scheda.protocol.jobs import (CONTROLS, FINAL_STATUSES, FINETUNES, STEP_KINDS, JobSpec, Kind, best_evaluation,
                                   fmt, read_results)
@@ -66,7 +67,7 @@ def _da_runs(jobs: list[JobSpec], out_dir: Path) -> Iterable[tuple[Path, dict[st
 
 
 def _errors(evaluation: dict[str, Any]) -> dict[str, Any]:
-    return {k: evaluation[k] for k in ("val_error", "test_error", "C")}
+    return {"val_error": evaluation["val_error"], "test_error": evaluation["test_error"], "params": params_of(evaluation)}
 
 
 def select_continuations(jobs: list[JobSpec], out_dir: Path) -> dict[str, Any]:

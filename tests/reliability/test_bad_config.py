@@ -46,10 +46,12 @@ CASES = [
     (["dataset.val_size=0"], "dataset.val_size=0", "1..99"),
     (["dataset.name=mnist"], "dataset.name='mnist'", "cifar10"),
     (["logger.name=wandb"], "logger.name='wandb'", "tensorboard"),
-    (["evaluate.c_log2_step=0"], "evaluate.c_log2_step=0", "> 0"),
-    (["evaluate.c_log2_min=5", "evaluate.c_log2_max=1"], "evaluate.c_log2_min=5", "<="),
+    (["classifier.c_log2_step=0"], "classifier.c_log2_step=0", "> 0"),
+    (["classifier.c_log2_min=5", "classifier.c_log2_max=1"], "classifier.c_log2_min=5", "<="),
     (["classifier.eps=0"], "classifier.eps=0", "> 0"),
     (["classifier=torch_lr", "classifier.dtype=float16"], "classifier.dtype='float16'", "float32 or float64"),
+    (["classifier=knn", "classifier.k=[0]"], "classifier.k=[0]", ">= 1"),
+    (["classifier=knn", "finetune.enabled=true"], "finetune.init_output=classifier", "classifier=knn has none"),
 ]
 
 
