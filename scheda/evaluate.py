@@ -202,8 +202,3 @@ class EvaluationCallback(Callback):
 
     def load_state_dict(self, state):
         self.results.evaluations[:] = state.get("evaluations", [])
-
-
-def check_evaluate_config(cfg: Mapping, classifier_cfg: Mapping) -> None:
-    typed("evaluate", cfg)
-    typed("classifier", classifier_cfg)

@@ -94,13 +94,6 @@ class FinetuneConfig(Component):
             raise self.invalid("init_output", "must be classifier or zero")
 
 
-def check_finetune_config(cfg: Mapping, has_init: bool) -> FinetuneConfig:
-    spec = typed("finetune", cfg)
-    if spec.standalone and not has_init:
-        raise ConfigError("finetune.standalone=true needs init_from=<a DA/ScheDA run or checkpoint>")
-    return spec
-
-
 class FineTuner:
     """Runs the learning-rate grid in one job on data already on the device; resumable from
     ``checkpoints/finetune_last.pt`` (written atomically every epoch)."""

@@ -22,9 +22,8 @@ from scheda.config import check_composed, typed
 from scheda.data import input_size, load_dataset
 from scheda.errors import CheckpointError, ConfigError
 from scheda.classifiers import params_text
-from scheda.evaluate import (EvaluationCallback, check_evaluate_config, evaluate_features, labels_of, params_of,
-                             raw_features)
-from scheda.finetune import FineTuner, check_finetune_config
+from scheda.evaluate import EvaluationCallback, evaluate_features, labels_of, params_of, raw_features
+from scheda.finetune import FineTuner
 from scheda.loggers import hparams
 from scheda.model import build_model
 from scheda.noise import build_noise
@@ -33,7 +32,8 @@ from scheda.interrupt import Interrupted, stop_on_signals
 from scheda.io import atomic_write, shown_path
 from scheda.results import RunResults
 from scheda.resume import check_resume_config
-from scheda.schedule import build_schedule, check_nu, nu_key, options_with_nu_key
+from scheda.rules import check_run
+from scheda.schedule import build_schedule, check_nu, nu_key
 from scheda.seeding import derive_seed, train_seed
 from scheda.trainer import FusedTrainer, Trainer
 
@@ -58,9 +58,8 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
             log.warning("resuming with changed settings: %s", ", ".join(changed))
     results = RunResults(output_dir / "results.json", config=OmegaConf.to_container(cfg, resolve=True))
     try:
-        if cfg.evaluate.enabled:
-            check_evaluate_config(cfg.evaluate, cfg.classifier)
-        trains = typed("model", cfg.model).trains  # model=raw evaluates the inputs themselves
+        typed_cfg = check_run(cfg)  # every group and every rule between groups, before any data, logger or checkpoint
+        trains = typed_cfg.model.trains  # model=raw evaluates the inputs themselves
         summary = train(cfg, output_dir, results) if trains else run_raw(cfg, results)
         log_summary(summary, output_dir)
         return summary
@@ -125,15 +124,6 @@ class Job:
         self.model = build_model(cfg.model, input_size(cfg.dataset), generator=init_generator)
         typed("optim", cfg.optim)
         self.standalone = cfg.finetune.enabled and cfg.finetune.standalone
-        if cfg.finetune.enabled:
-            check_finetune_config(cfg.finetune, has_init=bool(cfg.init_from))
-            classifier = typed("classifier", cfg.classifier)
-            if cfg.finetune.init_output == "classifier" and not classifier.linear:
-                raise ConfigError(f"finetune.init_output=classifier starts the output layer from a linear classifier, "
-                                  f"and classifier={classifier.name} has none: use classifier=torch_lr or liblinear, "
-                                  f"or finetune.init_output=zero")
-        if cfg.resume and cfg.init_from and not self.standalone:
-            raise ConfigError("resume and init_from are both set: resume continues a run, init_from starts a new one")
         self.resume_dir = Path(find_checkpoint_dir(cfg.resume)) if cfg.resume else None
         self.resume_state = load_checkpoint(cfg.resume) if cfg.resume and not self.standalone else None
         self.init_state = load_checkpoint(cfg.init_from) if cfg.init_from else None
@@ -233,11 +223,8 @@ def parallel_variants(cfg: DictConfig) -> list[dict[str, Any]]:
     """The overrides of each model of a fused sweep (``trainer.parallel``); [] for one model."""
     par = cfg.trainer.parallel
     axes = []
-    if par.nu:
+    if par.nu:  # a schedule with one noise level to set (scheda.rules)
         key = nu_key(cfg.schedule)
-        if key is None:
-            raise ConfigError(f"trainer.parallel.nu needs schedule {', '.join(options_with_nu_key())} "
-                              f"(one noise level to set), not {cfg.schedule.name}")
         axes.append([(f"schedule.{key}", check_nu("trainer.parallel.nu", v)) for v in par.nu])
     if par.lr:
         axes.append([("optim.lr", float(v)) for v in par.lr])
@@ -252,8 +239,6 @@ def train_parallel(cfg: DictConfig, output_dir: Path, results: RunResults) -> di
     A failing model (divergence, say) stops the sweep; every model's results.json says where
     it got to."""
     variants = parallel_variants(cfg)
-    if cfg.finetune.enabled and cfg.finetune.standalone:
-        raise ConfigError("trainer.parallel trains models: it cannot be combined with finetune.standalone")
     jobs = []
     for k, overrides in enumerate(variants):
         cfg_k = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{key}={v}" for key, v in overrides.items()]))
@@ -338,8 +323,6 @@ def finetune(cfg, model, data, labelled, device, output_dir, evaluation, resume_
 
 def run_raw(cfg: DictConfig, results: RunResults) -> dict[str, Any]:
     """The raw-input baseline: no training, the same evaluation on the inputs themselves."""
-    if not cfg.evaluate.enabled:
-        raise ConfigError("model=raw only evaluates: set evaluate.enabled=true")
     started = time.time()
     device = typed("trainer", cfg.trainer).resolve_device()
     data = load_dataset(cfg.dataset)

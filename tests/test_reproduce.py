@@ -1,5 +1,5 @@
-"""The protocol script: scale=smoke end to end (every stage, the report's rows), resuming,
-selection, launchers and the experiment presets."""
+"""The protocol script: selection, resuming, launchers, tables sharing runs, failures and the
+experiment presets (scale=smoke end to end, stage by stage: test_smoke_protocol.py)."""
 
 from __future__ import annotations
 
@@ -37,80 +37,6 @@ def reproduce(tmp_path: Path, data_root: Path, *args: str) -> subprocess.Complet
 def table_rows(report: str) -> list[str]:
     results = report.split("## Results")[1].split("\n- ")[0]
     return [line.split("|")[1].strip() for line in results.splitlines() if line.startswith("| ")][1:]
-
-
-def test_smoke_runs_every_stage_and_reports_every_row(tmp_path, cifar_arrays):
-    proc = reproduce(tmp_path, cifar_arrays)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report_path = tmp_path / "reports" / "table1_smoke.md"
-    report = report_path.read_text()
-    assert table_rows(report) == ["Raw pixels", "DA", "ScheDA", "Control: same start, constant nu",
-                                  "Control: same start, one jump to the final nu", "Fine-tuned best DA",
-                                  "Fine-tuned best ScheDA"]
-    assert "ScheDA (16 hidden units) " in report and "the best DA: test" in report
-    assert "Controls of the best ScheDA (nu0=0.5 -> " in report and "than more epochs alone" in report
-    assert "a single switch" in report
-    # Paths are named as the user would type them where they ran the command.
-    assert str(tmp_path) not in report and "- Runs: `runs`;" in report
-    for figure in ("figure2", "figure5"):
-        png = tmp_path / "reports" / f"table1_smoke_{figure}_h16.png"
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert png.name in report
-    selection = json.loads((tmp_path / "runs" / "selection.json").read_text())
-    best = selection["hidden"]["16"]["best"]
-    assert Path(best["checkpoint"]).exists() and best["nu"] in (0.5, 0.3)
-    # The ScheDA continues the selected DA(0.5) checkpoint, from its run directory.
-    scheda = json.loads((tmp_path / "runs" / "continue" / "scheda_h16_nu0.5_dnu0.1_K1" / "results.json").read_text())
-    assert scheda["status"] == "completed"
-    assert scheda["config"]["init_from"] == selection["hidden"]["16"]["by_nu"]["0.5"]["checkpoint"]
-    assert [s["nu"] for s in scheda["switches"]] == [0.4, 0.3]
-    # Both controls continue the best ScheDA's own starting checkpoint, on its training stream.
-    continued = json.loads((tmp_path / "runs" / "continuations_table1.json").read_text())["16"]
-    controls = continued["scheda"]["controls"]
-    assert sorted(controls) == ["control", "jump"]
-    best = continued["scheda"]["best"]
-    for kind, control in controls.items():
-        results = json.loads((Path(control["run"]) / "results.json").read_text())
-        assert results["config"]["init_from"] == scheda["config"]["init_from"]
-        assert results["config"]["seed"] == scheda["config"]["seed"]
-    assert controls["control"]["nu"] == 0.5 and controls["control"]["epochs"] == best["epochs"] == 2
-    assert controls["jump"]["nu"] == best["nu"] and controls["jump"]["epochs"] == best["epoch"]
-    assert continued["finetune_da"]["from"] == selection["hidden"]["16"]["best"]["run"]
-    assert continued["finetune_scheda"]["from"] == best["run"]
-    assert "| completed |" in report and "not run" not in report
-    assert "- Device: jobs ran on cpu (this machine: " in report
-    assert "min over 1 invocation that ran jobs" in report
-
-    # Rerunning reads every finished job instead of training again, and writes the same table.
-    mtimes = {p: p.stat().st_mtime for p in (tmp_path / "runs").glob("*/*/results.json")}
-    again = reproduce(tmp_path, cifar_arrays)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "0 to run" in again.stdout and "Launching" not in again.stdout
-    assert {p: p.stat().st_mtime for p in mtimes} == mtimes
-    assert report_path.read_text().split("## Results")[1].split("## Jobs")[0] == \
-        report.split("## Results")[1].split("## Jobs")[0]
-    assert "min over 1 invocation that ran jobs" in report_path.read_text()  # reading is not working
-
-    # A scale edited under the same out_dir is refused instead of mixing settings.
-    for override, key in (("scale.da.epochs=3", "scale.da.epochs=2"), ("scale.hidden=[32]", "scale.hidden=[16]")):
-        changed = reproduce(tmp_path, cifar_arrays, override)
-        assert changed.returncode == 1
-        line = changed.stderr.strip().splitlines()[-1]
-        assert line.startswith("error: ") and key in line and f"says {override}" in line
-    assert "(16 hidden units)" in report_path.read_text()  # the report was not overwritten
-
-    # A job killed after its first epoch's checkpoint resumes from it on the next invocation.
-    killed = tmp_path / "runs" / "da" / "da_h16_nu0.3_lr0.1"
-    results = json.loads((killed / "results.json").read_text())
-    (killed / "results.json").write_text(json.dumps({**results, "status": "interrupted"}))
-    (killed / "checkpoints" / "epoch_00002.pt").unlink()
-    resumed = reproduce(tmp_path, cifar_arrays, "stages=[da,select,report]")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "1 to run" in resumed.stdout
-    assert "resumed from" in (killed / "train.log").read_text()
-    results = json.loads((killed / "results.json").read_text())
-    assert results["status"] == "completed" and [e["epoch"] for e in results["evaluations"]] == [1, 2]
-    assert "min over 2 invocations that ran jobs" in report_path.read_text()
 
 
 def test_local_parallel_launcher_runs_the_jobs(tmp_path, cifar_arrays):

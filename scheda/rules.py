@@ -1,0 +1,136 @@
+"""Rules between config groups, held in one place and checked once, before a run creates
+anything (results.json, TensorBoard, checkpoints) or loads its data.
+
+Each group's own values are checked by its schema (``check()``); what can only be judged from
+two groups together lives here, as one function per rule returning the one-line error (or
+None). ``typed_run`` types every group once; ``check_run`` applies every rule to that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from omegaconf import DictConfig
+
+from scheda.config import typed
+from scheda.errors import ConfigError
+from scheda.schedule import nu_key, options_with_nu_key
+
+GROUPS = ("dataset", "model", "noise", "schedule", "optim", "trainer", "logger", "evaluate", "classifier",
+          "finetune")
+
+
+@dataclass
+class TypedRun:
+    """Every group of a run's config as its checked schema object, and the top-level keys."""
+
+    dataset: Any
+    model: Any
+    noise: Any
+    schedule: Any
+    optim: Any
+    trainer: Any
+    logger: Any
+    evaluate: Any
+    classifier: Any
+    finetune: Any
+    resume: Optional[str] = None
+    init_from: Optional[str] = None
+
+
+def typed_run(cfg: DictConfig) -> TypedRun:
+    """Type (and so check) every group once; a bad value is a one-line ConfigError."""
+    return TypedRun(**{g: typed(g, cfg[g]) for g in GROUPS}, resume=cfg.get("resume"), init_from=cfg.get("init_from"))
+
+
+def _fused_step(run: TypedRun) -> bool:
+    """Whether the hand-written tied-DA step (scheda.step) can train this model."""
+    return run.model.name == "da" and run.model.loss == "cross_entropy"
+
+
+def _plain_sgd(run: TypedRun) -> bool:
+    return run.optim.momentum == 0 and run.optim.weight_decay == 0
+
+
+def _parallel(run: TypedRun) -> bool:
+    par = run.trainer.parallel
+    return bool(par.nu or par.lr or par.seed)
+
+
+def graph_needs_the_fused_step(run: TypedRun) -> str | None:
+    if run.trainer.cuda_graph and not (_fused_step(run) and run.trainer.fused and run.trainer.precision != "bf16"):
+        return ("trainer.cuda_graph=true needs the fused step: model.name=da, model.loss=cross_entropy, "
+                "trainer.fused=true, trainer.precision fp32 or tf32")
+    return None
+
+
+def graph_needs_plain_sgd(run: TypedRun) -> str | None:
+    if run.trainer.cuda_graph and not _plain_sgd(run):
+        return "trainer.cuda_graph=true needs plain SGD: optim.momentum=0 and optim.weight_decay=0"
+    return None
+
+
+def parallel_needs_the_fused_step(run: TypedRun) -> str | None:
+    if _parallel(run) and not (_fused_step(run) and _plain_sgd(run)):
+        return ("trainer.parallel needs the plain fused step: model.name=da, model.loss=cross_entropy, "
+                "optim.momentum=0, optim.weight_decay=0")
+    return None
+
+
+def parallel_nu_needs_a_noise_level(run: TypedRun) -> str | None:
+    if run.trainer.parallel.nu and nu_key({"name": run.schedule.name}) is None:
+        return (f"trainer.parallel.nu needs schedule {', '.join(options_with_nu_key())} (one noise level to set), "
+                f"not {run.schedule.name}")
+    return None
+
+
+def parallel_trains(run: TypedRun) -> str | None:
+    if _parallel(run) and run.finetune.enabled and run.finetune.standalone:
+        return "trainer.parallel trains models: it cannot be combined with finetune.standalone"
+    return None
+
+
+def resume_or_init_from(run: TypedRun) -> str | None:
+    standalone = run.finetune.enabled and run.finetune.standalone
+    if run.resume and run.init_from and not standalone:
+        return "resume and init_from are both set: resume continues a run, init_from starts a new one"
+    return None
+
+
+def standalone_needs_init_from(run: TypedRun) -> str | None:
+    if run.finetune.enabled and run.finetune.standalone and not run.init_from:
+        return "finetune.standalone=true needs init_from=<a DA/ScheDA run or checkpoint>"
+    return None
+
+
+def finetune_output_needs_a_linear_classifier(run: TypedRun) -> str | None:
+    if run.finetune.enabled and run.finetune.init_output == "classifier" and not run.classifier.linear:
+        return (f"finetune.init_output=classifier starts the output layer from a linear classifier, and "
+                f"classifier={run.classifier.name} has none: use classifier=torch_lr or liblinear, or "
+                f"finetune.init_output=zero")
+    return None
+
+
+def raw_needs_evaluation(run: TypedRun) -> str | None:
+    if not run.model.trains and not run.evaluate.enabled:
+        return "model=raw only evaluates: set evaluate.enabled=true"
+    return None
+
+
+RULES: tuple[Callable[[TypedRun], str | None], ...] = (
+    graph_needs_the_fused_step, graph_needs_plain_sgd, parallel_needs_the_fused_step, parallel_nu_needs_a_noise_level,
+    parallel_trains, resume_or_init_from, standalone_needs_init_from, finetune_output_needs_a_linear_classifier,
+    raw_needs_evaluation,
+)
+
+
+def check_run(cfg: DictConfig) -> TypedRun:
+    """Every group typed and checked, then every rule between groups: the first broken one is
+    raised as one line. Returns the typed run."""
+    run = typed_run(cfg)
+    for rule in RULES:
+        message = rule(run)
+        if message:
+            raise ConfigError(message)
+    return run

@@ -1,0 +1,82 @@
+"""Every rule between config groups (scheda.rules) refuses its config with one line before the
+run loads its data or writes anything but the failure's record; the list of cases covers every
+rule there is."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from scheda import rules
+from scheda.errors import ConfigError
+from scheda.run import run
+from helpers import STAGES, TINY, compose_cfg
+
+# rule -> overrides that break it (and only it), and the start of its message
+CASES = {
+    "graph_needs_the_fused_step": (["trainer.cuda_graph=true", "trainer.precision=bf16"],
+                                   "trainer.cuda_graph=true needs the fused step"),
+    "graph_needs_plain_sgd": (["trainer.cuda_graph=true", "optim.momentum=0.9"], "trainer.cuda_graph=true needs plain SGD"),
+    "parallel_needs_the_fused_step": (["model.loss=squared_error", "trainer.parallel.lr=[0.1,0.2]"],
+                                      "trainer.parallel needs the plain fused step"),
+    "parallel_nu_needs_a_noise_level": (["schedule=random_uniform", "trainer.parallel.nu=[0.1,0.2]"],
+                                        "trainer.parallel.nu needs schedule"),
+    "parallel_trains": (["trainer.parallel.lr=[0.1,0.2]", "finetune.enabled=true", "finetune.standalone=true",
+                         "init_from=x.pt"], "trainer.parallel trains models"),
+    "resume_or_init_from": (["resume=RUN", "init_from=x.pt"], "resume and init_from are both set"),
+    "standalone_needs_init_from": (["finetune.enabled=true", "finetune.standalone=true"],
+                                   "finetune.standalone=true needs init_from"),
+    "finetune_output_needs_a_linear_classifier": (["classifier=knn", "finetune.enabled=true"],
+                                                  "finetune.init_output=classifier starts"),
+    "raw_needs_evaluation": (["model=raw", "evaluate.enabled=false"], "model=raw only evaluates"),
+}
+NEEDS_CUDA = {"graph_needs_the_fused_step", "graph_needs_plain_sgd"}  # the trainer's own check comes first off CUDA
+
+
+def test_the_cases_cover_every_rule():
+    assert sorted(CASES) == sorted(rule.__name__ for rule in rules.RULES)
+
+
+def _cfg(cifar_arrays, overrides):
+    schedule = [] if any(o.startswith("schedule=") for o in overrides) else STAGES
+    tiny = [o for o in TINY if "model=raw" not in overrides or not o.startswith("model.")]  # raw has no hidden units
+    return compose_cfg([f"dataset.root={cifar_arrays}", *tiny, *schedule, *overrides])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_rule_refuses_its_config_and_only_its_own(cifar_arrays, name):
+    overrides, message = CASES[name]
+    cfg = _cfg(cifar_arrays, [o for o in overrides if not o.startswith("resume=")])
+    if name == "resume_or_init_from":
+        cfg.resume = "RUN"
+    typed = _typed_without_device_checks(cfg)
+    assert [rule.__name__ for rule in rules.RULES if rule(typed)] == [name]
+    assert getattr(rules, name)(typed).startswith(message)
+
+
+# resume= reads the run it continues before anything else (scheda.resume), so its rule is
+# checked on the typed config above; the CUDA-graph rules come after the trainer's own device check.
+@pytest.mark.parametrize("name", sorted(set(CASES) - NEEDS_CUDA - {"resume_or_init_from"}))
+def test_a_broken_rule_stops_the_run_before_any_file(cifar_arrays, tmp_path, name):
+    overrides, message = CASES[name]
+    out = tmp_path / "run"
+    out.mkdir()
+    with pytest.raises(ConfigError) as exc:
+        run(_cfg(cifar_arrays, overrides), out)
+    assert str(exc.value).startswith(message) and "\n" not in str(exc.value)
+    # No data loaded, no TensorBoard, no checkpoint: only the failure's record, which a sweep reads.
+    assert [p.name for p in out.iterdir()] == ["results.json"]
+    results = json.loads((out / "results.json").read_text())
+    assert results["status"] == "failed" and message in results["error"]
+
+
+def _typed_without_device_checks(cfg) -> rules.TypedRun:
+    """The typed run, with trainer.cuda_graph kept off while checking (this machine has no CUDA)
+    and put back after: the rules read values, not devices."""
+    graph = cfg.trainer.cuda_graph
+    cfg.trainer.cuda_graph = False
+    typed = rules.typed_run(cfg)
+    cfg.trainer.cuda_graph = graph
+    return dataclasses.replace(typed, trainer=dataclasses.replace(typed.trainer, cuda_graph=graph))

@@ -1,0 +1,192 @@
+"""scale=smoke end to end, run ONCE with two seeds (a module fixture), each stage asserted in a
+test of its own on the files the protocol writes (selection.json, each run's results.json,
+seeds_table1.json), so that one broken stage does not hide the others. Tests that rerun the
+command work on a copy of that directory (the protocol reads a moved directory's runs)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from scheda import stats
+from helpers import write_cifar_arrays
+from test_reproduce import reproduce, table_rows
+
+pytestmark = pytest.mark.xdist_group("smoke_protocol")  # one worker: the fixture runs once
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """The smoke protocol with seeds 0 (selection) and 1: its directory and data."""
+    root = tmp_path_factory.mktemp("smoke")
+    data = write_cifar_arrays(root / "data" / "cifar10")
+    proc = reproduce(root, data, "scale.seeds=[0,1]")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root, data
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def copy_of(smoke, tmp_path: Path) -> Path:
+    root, _ = smoke
+    shutil.copytree(root / "runs", tmp_path / "runs")
+    return tmp_path
+
+
+def test_da_stage_selects_a_checkpoint_per_nu(smoke):
+    runs = smoke[0] / "runs"
+    selection = load(runs / "selection.json")
+    assert selection["raw"] is not None
+    sel = selection["hidden"]["16"]
+    assert sorted(sel["by_nu"]) == ["0.3", "0.5"]
+    assert Path(sel["best"]["checkpoint"]).exists() and sel["best"]["nu"] in (0.5, 0.3)
+    for name in ("raw", "da_h16_nu0.5_lr0.1", "da_h16_nu0.3_lr0.1"):
+        assert load(runs / "da" / name / "results.json")["status"] == "completed"
+
+
+def test_the_scheda_continues_the_selected_da(smoke):
+    runs = smoke[0] / "runs"
+    sel = load(runs / "selection.json")["hidden"]["16"]
+    scheda = load(runs / "continue" / "scheda_h16_nu0.5_dnu0.1_K1" / "results.json")
+    assert scheda["status"] == "completed"
+    assert scheda["config"]["init_from"] == sel["by_nu"]["0.5"]["checkpoint"]
+    assert [s["nu"] for s in scheda["switches"]] == [0.4, 0.3]
+
+
+def test_both_controls_share_the_best_scheda_start_and_stream(smoke):
+    runs = smoke[0] / "runs"
+    continued = load(runs / "continuations_table1.json")["16"]
+    best, controls = continued["scheda"]["best"], continued["scheda"]["controls"]
+    scheda = load(Path(best["run"]) / "results.json")
+    assert sorted(controls) == ["control", "jump"]
+    for control in controls.values():
+        results = load(Path(control["run"]) / "results.json")
+        assert results["config"]["init_from"] == scheda["config"]["init_from"]
+        assert results["config"]["seed"] == scheda["config"]["seed"]
+    assert controls["control"]["nu"] == 0.5 and controls["control"]["epochs"] == best["epochs"] == 2
+    assert controls["jump"]["nu"] == best["nu"] and controls["jump"]["epochs"] == best["epoch"]
+
+
+def test_fine_tuning_starts_from_the_best_da_and_the_best_scheda(smoke):
+    runs = smoke[0] / "runs"
+    sel = load(runs / "selection.json")["hidden"]["16"]
+    continued = load(runs / "continuations_table1.json")["16"]
+    assert continued["finetune_da"]["from"] == sel["best"]["run"]
+    assert continued["finetune_scheda"]["from"] == continued["scheda"]["best"]["run"]
+
+
+def test_each_further_seed_retrains_the_reported_models_paired_by_seed(smoke):
+    runs = smoke[0] / "runs"
+    sel = load(runs / "selection.json")["hidden"]["16"]
+    best = load(runs / "continuations_table1.json")["16"]["scheda"]["best"]
+    # The seed-1 DAs: the best DA and the ScheDA's DA(nu0), each at its selected lr, cut at its selected epoch.
+    names = {f"da_h16_nu{nu:g}_lr0.1_e{sel['by_nu']['%g' % nu]['epoch']}_seed1" for nu in {sel["best"]["nu"], best["nu0"]}}
+    assert sorted(p.name for p in (runs / "seed_da").iterdir() if p.is_dir()) == sorted(names)
+    start_epoch = sel["by_nu"]["%g" % best["nu0"]]["epoch"]
+    start = runs / "seed_da" / f"da_h16_nu{best['nu0']:g}_lr0.1_e{start_epoch}_seed1"
+    da = load(start / "results.json")
+    assert da["config"]["seed"] == 1 and da["status"] == "completed" and da["evaluations"][-1]["epoch"] == start_epoch
+    # The ScheDA and both controls continue seed 1's own DA(nu0), on seed 1's stream, cut at the selected epoch.
+    continued = sorted(p.name for p in (runs / "seed_continue").iterdir() if p.is_dir())
+    assert len(continued) == 3 and all(name.endswith("_seed1") for name in continued)
+    for name in continued:
+        res = load(runs / "seed_continue" / name / "results.json")
+        assert res["status"] == "completed" and res["config"]["seed"] == 1
+        assert Path(res["config"]["init_from"]).parent.parent == start
+        assert res["evaluations"][-1]["epoch"] == res["config"]["trainer"]["max_epochs"]
+    scheda_dir = runs / "seed_continue" / f"{Path(best['run']).name}_e{best['epoch']}_seed1"
+    assert load(scheda_dir / "results.json")["config"]["schedule"]["delta_nu"] == best["delta_nu"]
+    # Fine-tuning of seed 1's best DA and best ScheDA.
+    ft = {p.name: load(p / "results.json") for p in (runs / "seed_finetune").iterdir() if p.is_dir()}
+    assert sorted(ft) == ["finetune_da_h16_seed1", "finetune_scheda_h16_seed1"]
+    assert Path(ft["finetune_scheda_h16_seed1"]["config"]["init_from"]).parent.parent == scheda_dir
+
+
+def test_every_reported_model_has_its_errors_per_seed(smoke):
+    runs = smoke[0] / "runs"
+    rows = load(runs / "seeds_table1.json")["hidden"]["16"]
+    assert sorted(rows) == ["da", "finetune_da", "finetune_scheda", "scheda", "scheda.control", "scheda.jump"]
+    assert all(sorted(per_seed) == ["0", "1"] for per_seed in rows.values())
+    assert rows["da"]["0"]["test_error"] == load(runs / "selection.json")["hidden"]["16"]["best"]["test_error"]
+    assert all(v["test_correct"] and v["test_n"] == 30 for per_seed in rows.values() for v in per_seed.values())
+
+
+def test_the_report_has_every_row_the_seeds_and_the_figures(smoke):
+    root = smoke[0]
+    report = (root / "reports" / "table1_smoke.md").read_text()
+    assert table_rows(report) == ["Raw pixels", "DA", "ScheDA", "Control: same start, constant nu",
+                                  "Control: same start, one jump to the final nu", "Fine-tuned best DA",
+                                  "Fine-tuned best ScheDA"]
+    line = next(row for row in report.splitlines() if row.startswith("| ScheDA − best DA |"))
+    assert "| 1 |" in line and "not resolved: one further seed gives no interval" in line
+    # Paths are named as the user would type them where they ran the command.
+    assert str(root) not in report and "- Runs: `runs`;" in report
+    for figure in ("figure2", "figure5"):
+        png = root / "reports" / f"table1_smoke_{figure}_h16.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.name in report
+    assert "| completed |" in report and "not run" not in report
+
+
+def test_a_rerun_reads_every_finished_job(smoke, tmp_path):
+    work = copy_of(smoke, tmp_path)
+    mtimes = {p: p.stat().st_mtime for p in (work / "runs").glob("*/*/results.json")}
+    again = reproduce(work, smoke[1], "scale.seeds=[0,1]")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {p: p.stat().st_mtime for p in mtimes} == mtimes
+    assert load(work / "runs" / "invocations.json")[-1]["ran_jobs"] is False
+
+
+@pytest.mark.parametrize("override, saved", [("scale.da.epochs=3", "scale.da.epochs=2"),
+                                             ("scale.hidden=[32]", "scale.hidden=[16]")])
+def test_a_changed_scale_is_refused(smoke, tmp_path, override, saved):
+    work = copy_of(smoke, tmp_path)
+    changed = reproduce(work, smoke[1], "scale.seeds=[0,1]", override)
+    assert changed.returncode == 1
+    line = changed.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: ") and saved in line and f"says {override}" in line
+    assert not (work / "reports").exists()  # no report written over
+
+
+def test_a_killed_job_resumes_from_its_checkpoint(smoke, tmp_path):
+    work = copy_of(smoke, tmp_path)
+    killed = work / "runs" / "da" / "da_h16_nu0.3_lr0.1"
+    results = load(killed / "results.json")
+    (killed / "results.json").write_text(json.dumps({**results, "status": "interrupted"}))
+    (killed / "checkpoints" / "epoch_00002.pt").unlink()
+    resumed = reproduce(work, smoke[1], "scale.seeds=[0,1]", "stages=[da,select,report]")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in (killed / "train.log").read_text()
+    results = load(killed / "results.json")
+    assert results["status"] == "completed" and [e["epoch"] for e in results["evaluations"]] == [1, 2]
+    assert "min over 2 invocations that ran jobs" in (work / "reports" / "table1_smoke.md").read_text()
+
+
+def test_one_more_seed_trains_only_its_own_jobs(smoke, tmp_path):
+    work = copy_of(smoke, tmp_path)
+    runs = work / "runs"
+    mtimes = {p: p.stat().st_mtime for p in runs.glob("*/*/results.json")}
+    again = reproduce(work, smoke[1], "scale.seeds=[0,1,2]")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {p: p.stat().st_mtime for p in mtimes} == mtimes
+    new = sorted(str(p.parent.relative_to(runs)) for p in runs.glob("*/*/results.json") if p not in mtimes)
+    n_das = len(list((runs / "seed_da").glob("*_seed1")))
+    assert len(new) == n_das + 3 + 2 and all(name.endswith("_seed2") for name in new)
+    rows = load(runs / "seeds_table1.json")["hidden"]["16"]
+    assert all(sorted(per_seed) == ["0", "1", "2"] for per_seed in rows.values())
+    line = next(row for row in (work / "reports" / "table1_smoke.md").read_text().splitlines()
+                if row.startswith("| ScheDA − best DA |"))
+    d = stats.paired([100 * rows["scheda"][s]["test_error"] for s in "12"],
+                     [100 * rows["da"][s]["test_error"] for s in "12"])
+    assert f"| 2 | {d.summary.mean:+.2f} ± {d.summary.sd:.2f} | [{d.summary.low:+.2f}, {d.summary.high:+.2f}] |" in line
+    assert ("resolved: the first is" in line) == d.resolved and ("not resolved with 2 seeds" in line) != d.resolved
+
+
+def test_the_selection_seed_is_fixed_with_its_runs(smoke, tmp_path):
+    work = copy_of(smoke, tmp_path)
+    moved = reproduce(work, smoke[1], "scale.seeds=[1,2]")
+    assert moved.returncode == 1 and "selected its hyper-parameters with seed 0" in moved.stderr.splitlines()[-1]
