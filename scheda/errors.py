@@ -25,3 +25,7 @@ class CheckpointError(SchedaError):
 
 class DivergenceError(SchedaError):
     """Training produced a non-finite loss."""
+
+
+class BusyError(SchedaError):
+    """Another live process writes into the same run or protocol directory."""

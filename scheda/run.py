@@ -17,19 +17,31 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from scheda.callbacks import CheckpointCallback, ProgressBar
-from scheda.checkpoint import CHECKPOINT_RE, find_checkpoint_dir, load_checkpoint, load_model_weights
+from scheda.checkpoint import (
+    CHECKPOINT_RE,
+    find_checkpoint_dir,
+    load_checkpoint,
+    load_model_weights,
+)
+from scheda.classifiers import params_text
 from scheda.config import check_composed, typed
 from scheda.data import input_size, load_dataset
 from scheda.errors import CheckpointError, ConfigError
-from scheda.classifiers import params_text
-from scheda.evaluate import EvaluationCallback, evaluate_features, labels_of, params_of, raw_features
+from scheda.evaluate import (
+    EvaluationCallback,
+    evaluate_features,
+    labels_of,
+    params_of,
+    raw_features,
+)
 from scheda.finetune import FineTuner
+from scheda.interrupt import Interrupted, stop_on_signals
+from scheda.io import atomic_write, shown_path
+from scheda.lock import hold
 from scheda.loggers import hparams
 from scheda.model import build_model
 from scheda.noise import build_noise
 from scheda.optim import build_optimizer
-from scheda.interrupt import Interrupted, stop_on_signals
-from scheda.io import atomic_write, shown_path
 from scheda.results import RunResults
 from scheda.resume import check_resume_config
 from scheda.rules import check_run
@@ -44,9 +56,14 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     """Train the configured DA/ScheDA (or evaluate raw inputs for ``model=raw``); returns
     the run's results, also written to results.json. A run that fails still leaves a
     results.json saying how (status failed / diverged / interrupted, and the error), so a
-    sweep's selection can skip it."""
+    sweep's selection can skip it. One process at a time writes into ``output_dir`` (scheda.lock)."""
     output_dir = Path(output_dir)
     log.info("run directory: %s", shown_path(output_dir))
+    with hold(output_dir):
+        return _run(cfg, output_dir)
+
+
+def _run(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     check_composed(cfg)
     if not cfg.resume and os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0") \
             and any(CHECKPOINT_RE.match(p.name) for p in (output_dir / "checkpoints").glob("*.pt")):

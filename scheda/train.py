@@ -20,7 +20,7 @@ from scheda.errors import ConfigError, SchedaError
 from scheda.resume import resume_argv
 
 register_configs()
-FRESH_RUN_FILES = {".hydra", "train.log", "results.json"}  # all a run that failed its checks wrote
+FRESH_RUN_FILES = {".hydra", "train.log", "results.json", ".lock"}  # all a run that failed its checks wrote
 
 
 @hydra.main(version_base="1.3", config_path=CONFIGS, config_name="train")

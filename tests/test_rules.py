@@ -67,7 +67,7 @@ def test_a_broken_rule_stops_the_run_before_any_file(cifar_arrays, tmp_path, nam
         run(_cfg(cifar_arrays, overrides), out)
     assert str(exc.value).startswith(message) and "\n" not in str(exc.value)
     # No data loaded, no TensorBoard, no checkpoint: only the failure's record, which a sweep reads.
-    assert [p.name for p in out.iterdir()] == ["results.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "results.json"]
     results = json.loads((out / "results.json").read_text())
     assert results["status"] == "failed" and message in results["error"]
 

@@ -26,10 +26,11 @@ from omegaconf import DictConfig
 from scheda.config import CONFIGS, register_configs
 from scheda.errors import SchedaError
 from scheda.io import atomic_write_json, shown_path
-from scheda.protocol import estimate
-from scheda.protocol import launch, plan, selection as select
-from scheda.protocol.jobs import FINAL_STATUSES
+from scheda.lock import hold
+from scheda.protocol import estimate, launch, plan
+from scheda.protocol import selection as select
 from scheda.protocol.config import register_protocol_configs
+from scheda.protocol.jobs import FINAL_STATUSES
 from scheda.protocol.report import write_report
 from scheda.protocol.seeds import SUBSTAGES, SeedPlan
 
@@ -48,6 +49,11 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
     log.info("%s", estimate.describe(cfg, estimate.estimate(cfg, bench, batch), cfg.bench))
     if cfg.dry_run:
         return None
+    with hold(out_dir, "scheda-reproduce"):
+        return _run_stages(cfg, out_dir, started)
+
+
+def _run_stages(cfg: DictConfig, out_dir: Path, started: float) -> Path | None:
     plan.check_scale_unchanged(cfg.scale, out_dir)
     da_jobs = plan.da_jobs(cfg.scale, cfg.table.raw)
     counts = []  # per stage launched: jobs skipped / run

@@ -1,0 +1,45 @@
+"""One writer per directory: a run (and a ``scheda-reproduce`` invocation) holds an advisory
+lock (``fcntl.flock``) on ``<dir>/.lock`` for its life, so a second ``resume=`` of the same run,
+a second protocol on the same ``out_dir`` or a sweep rerun while the first is alive is refused
+at once instead of writing over it. The kernel releases the lock when its holder dies, however
+(SIGKILL, a node failure): a later process takes it over without a stale-lock rule, and a job
+Slurm requeues after its first try ended runs as usual. The file holds the holder's pid, host
+and start time, for the refusal's message; it stays when the lock is released."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Iterator
+
+from scheda.errors import BusyError
+from scheda.io import shown_path
+
+LOCK = ".lock"
+
+
+@contextlib.contextmanager
+def hold(directory: str | os.PathLike, what: str = "run") -> Iterator[Path]:
+    """Hold ``directory``'s lock while the block runs; BusyError (one line naming the holder) if
+    a live process holds it."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process"
+            raise BusyError(f"{shown_path(directory)} is in use by {holder}: one {what} writes there at a time; "
+                            f"wait for it to end or stop it (a dead holder's lock is released by itself)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                      f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # closing releases the lock

@@ -1,0 +1,78 @@
+"""One writer per directory (scheda.lock), with real processes: a second resume of a live run
+and a second scheda-reproduce on a live out_dir are refused at once with one line naming the
+holder; a holder killed with SIGKILL leaves nothing that blocks the next one."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from scheda.lock import hold
+
+from helpers import REPO, TINY, run_train
+from test_reproduce import reproduce
+
+LONG = ["schedule=constant", "schedule.nu=0.3", "schedule.epochs=1500", "trainer.checkpoint_every=100",
+        "evaluate.enabled=false", "logger=none"]
+
+
+def _start(args, cwd):
+    env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
+    env["OMP_NUM_THREADS"] = "1"
+    return subprocess.Popen([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _wait(predicate, proc, what, timeout=120):
+    deadline = time.time() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"the first run ended before {what}: {proc.stderr.read()[-2000:]}"
+        assert time.time() < deadline, f"no {what} after {timeout} s"
+        time.sleep(0.1)
+
+
+def test_a_second_resume_of_a_live_run_is_refused_and_a_killed_holder_is_taken_over(cifar_arrays, tmp_path):
+    out = tmp_path / "run"
+    args = [f"dataset.root={cifar_arrays}", *TINY, *LONG, f"hydra.run.dir={out}"]
+    first = _start(args, tmp_path)
+    try:
+        _wait(lambda: (out / "checkpoints" / "epoch_00100.pt").exists(), first, "first checkpoint")
+        assert f"pid {first.pid} on {socket.gethostname()}" in (out / ".lock").read_text()
+        second = run_train([f"resume={out}"], cwd=tmp_path)
+        assert second.returncode == 1
+        line = second.stderr.strip().splitlines()[-1]
+        assert line.startswith("error: ") and f"is in use by pid {first.pid} on {socket.gethostname()}" in line
+        assert first.poll() is None  # the holder goes on, untouched
+        assert not (out / "results.json").exists() or json.loads((out / "results.json").read_text())["status"] == "running"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    # The kernel released the dead holder's lock: the next resume takes it and finishes the run.
+    third = run_train([f"resume={out}"], cwd=tmp_path)
+    assert third.returncode == 0, third.stderr[-2000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["status"] == "completed" and results["epochs"] == 1500
+
+
+def test_a_second_protocol_on_a_live_out_dir_is_refused(cifar_arrays, tmp_path):
+    with hold(tmp_path / "runs", "scheda-reproduce"):
+        proc = reproduce(tmp_path, cifar_arrays, "stages=[da,select,report]")
+    assert proc.returncode == 1
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: runs is in use by pid ") and f"pid {os.getpid()} on " in line
+    assert not (tmp_path / "runs" / "da").exists() and not (tmp_path / "reports").exists()
+    # Released (the holder's block ended): the same command runs.
+    again = reproduce(tmp_path, cifar_arrays, "stages=[da,select,report]")
+    assert again.returncode == 0, again.stderr[-2000:]
+
+
+def test_the_lock_file_names_its_holder_and_is_reusable(tmp_path):
+    with hold(tmp_path / "d") as path:
+        assert path.read_text().startswith(f"pid {os.getpid()} on {socket.gethostname()} since ")
+    with hold(tmp_path / "d"):  # released at the block's end, taken again
+        pass
+    assert Path(tmp_path / "d" / ".lock").exists()
