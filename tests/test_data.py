@@ -1,3 +1,4 @@
+import json
 import os
 from pathlib import Path
 
@@ -122,3 +123,64 @@ def test_real_cifar10_arrays():
     train_idx, val_idx = split_train_val(50000, 5000, 0)
     first = data.train_y[0] if train_idx[0] == 0 else data.val_y[0]
     assert first == 6 and data.test_y[0] == 3
+
+
+@pytest.fixture
+def cifar_server(tmp_path):
+    """A local HTTP server (127.0.0.1) serving a small archive in the official format."""
+    import hashlib
+    import http.server
+    import tarfile
+    import threading
+    from functools import partial
+
+    from helpers import write_cifar_batches
+
+    source = write_cifar_batches(tmp_path / "source")
+    served = tmp_path / "served"
+    served.mkdir()
+    archive = served / "cifar-10-python.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(source / "cifar-10-batches-py", arcname="cifar-10-batches-py")
+    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/cifar-10-python.tar.gz"
+    yield url, hashlib.md5(archive.read_bytes()).hexdigest(), source
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_missing_data_set_is_downloaded_once_and_read_as_arrays(tmp_path, cifar_server):
+    url, md5, source = cifar_server
+    root = tmp_path / "fresh" / "cifar10"
+    data = load_dataset(_cfg(root, download=True, download_url=url, download_md5=md5))
+    for name in ("train_x.npy", "train_y.npy", "test_x.npy", "test_y.npy"):
+        assert (root / name).exists()
+    expected = load_dataset(_cfg(source))
+    assert np.array_equal(data.train_x, expected.train_x) and np.array_equal(data.test_y, expected.test_y)
+    # Later runs read the arrays: no download (a dead URL would fail).
+    again = load_dataset(_cfg(root, download=True, download_url="http://127.0.0.1:1/x.tar.gz"))
+    assert np.array_equal(again.val_x, expected.val_x)
+
+
+def test_a_download_that_fails_its_checksum_is_refused(tmp_path, cifar_server):
+    url, _, _ = cifar_server
+    with pytest.raises(DataError, match="downloading CIFAR-10 from http://127.0.0.1:.* failed"):
+        load_dataset(_cfg(tmp_path / "bad", download=True, download_url=url, download_md5="0" * 32))
+    assert not (tmp_path / "bad" / "train_x.npy").exists()
+
+
+def test_the_quick_start_runs_on_a_machine_with_no_data_but_a_network(tmp_path, cifar_server):
+    from helpers import run_train
+
+    url, md5, _ = cifar_server
+    proc = run_train(["+experiment=quick", "dataset.val_size=20", "model.hidden=16", f"dataset.download_url={url}",
+                      f"dataset.download_md5={md5}", "trainer.device=cpu", f"hydra.run.dir={tmp_path / 'run'}"],
+                     cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "data" / "cifar10" / "train_x.npy").exists()  # the default root, data/cifar10
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["status"] == "completed" and results["evaluations"]

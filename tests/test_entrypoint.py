@@ -73,10 +73,20 @@ def test_bad_values_fail_with_one_line(cifar_arrays, tmp_path, override, expecte
 
 
 def test_missing_data_fails_with_one_line(tmp_path):
-    proc = run_train([*_common(tmp_path / "run")], cwd=tmp_path)
+    proc = run_train([*_common(tmp_path / "run"), "dataset.download=false"], cwd=tmp_path)
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "CIFAR-10 not found" in lines[0] and "SCHEDA_DATA" in lines[0]
+
+
+def test_no_network_fails_with_one_line(tmp_path):
+    # Nothing listens on port 1 here: the download fails as it does without a network.
+    proc = run_train([*_common(tmp_path / "run"), "dataset.download_url=http://127.0.0.1:1/cifar-10-python.tar.gz"],
+                     cwd=tmp_path)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: downloading CIFAR-10 from http://127.0.0.1:1/")
+    assert "check the network" in lines[0] and "Traceback" not in proc.stderr
 
 
 def test_typo_in_a_key_is_rejected_at_composition(tmp_path):

@@ -30,7 +30,7 @@ def reproduce(tmp_path: Path, data_root: Path, *args: str) -> subprocess.Complet
     return subprocess.run(
         [sys.executable, str(SCRIPT), "scale=smoke", "out_dir=runs",  # relative to the user's directory
          f"report_dir={tmp_path / 'reports'}", f"overrides=['dataset.root={data_root}','dataset.val_size={N_VAL}',"
-         "'trainer.device=cpu']", *args],
+         "'trainer.device=cpu','dataset.download=false']", *args],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 

@@ -47,7 +47,9 @@ def tokenize(text: str) -> list[str]:
 
 
 def _where(root: Path) -> str:
-    return (f"put the Blitzer et al. release ({' or '.join(RELEASES[:2])}/<domain>/positive.review ...) in "
+    return (f"put the Blitzer et al. (2007) Multi-Domain Sentiment Dataset (from its authors' page, e.g. "
+            f"processed_acl.tar.gz, unpacked: "
+            f"{' or '.join(RELEASES[:2])}/<domain>/positive.review, negative.review[, unlabeled.review]) in "
             f"{root}, or set SCHEDA_DATA to a data root that holds amazon/")
 
 

@@ -5,8 +5,11 @@ vectors of 3072 in the official channel-major order (1024 red, 1024 green, 1024 
 
 * arrays: ``train_x.npy`` (50000x3072 uint8), ``train_y.npy``, ``test_x.npy``, ``test_y.npy``
   (the layout of a data root made for scheda, e.g. ``$SCHEDA_DATA/cifar10``);
-* torchvision's official python version: ``cifar-10-batches-py/data_batch_1..5, test_batch``
-  (``dataset.download=true`` fetches it).
+* torchvision's official python version: ``cifar-10-batches-py/data_batch_1..5, test_batch``.
+
+When it holds neither, the official archive is downloaded (``dataset.download``, on by
+default; torchvision's downloader shows progress and checks the MD5), extracted and written as
+the arrays once; later runs read the arrays. ``dataset.download=false`` never downloads.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 from scheda.config import Component, register
 from scheda.data import Splits
 from scheda.errors import ConfigError, DataError
+from scheda.io import atomic_write
 
 n_input = 3072
 image_shape = (3, 32, 32)
@@ -30,13 +34,15 @@ ARRAY_FILES = ("train_x.npy", "train_y.npy", "test_x.npy", "test_y.npy")
 BATCHES_DIR = "cifar-10-batches-py"
 TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_BATCH = "test_batch"
+OFFICIAL_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"  # torchvision's CIFAR10.url
+OFFICIAL_MD5 = "c58f30108f718f92721af3b95e74349a"
 
 
 def _where_to_put_it(root: Path) -> str:
     return (
         f"put train_x.npy/train_y.npy/test_x.npy/test_y.npy (uint8 arrays) or the official "
-        f"{BATCHES_DIR}/ in {root}, or set dataset.download=true, or set SCHEDA_DATA to a data "
-        f"root that holds cifar10/"
+        f"{BATCHES_DIR}/ in {root}, or set dataset.download=true (it fetches the official archive), or set "
+        f"SCHEDA_DATA to a data root that holds cifar10/"
     )
 
 
@@ -101,15 +107,22 @@ def load_batches(root: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return (np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]), test_x, test_y)
 
 
-def download(root: Path) -> None:
-    from torchvision.datasets import CIFAR10
+def download(root: Path, url: str, md5: str | None) -> None:
+    """Fetch and extract the official python archive into ``root``, then write it as the arrays
+    (atomically: an interrupted conversion leaves no half array behind)."""
     from torchvision.datasets.utils import download_and_extract_archive
 
     try:
-        download_and_extract_archive(CIFAR10.url, str(root), filename=CIFAR10.filename, md5=CIFAR10.tgz_md5)
+        download_and_extract_archive(url, str(root), filename=url.rsplit("/", 1)[-1] or "cifar-10-python.tar.gz",
+                                     md5=md5)
     except Exception as exc:
-        raise DataError(f"downloading CIFAR-10 from {CIFAR10.url} into {root} failed "
-                        f"({type(exc).__name__}: {exc}); {_where_to_put_it(root)}") from None
+        raise DataError(f"downloading CIFAR-10 from {url} into {root} failed ({type(exc).__name__}: {exc}): "
+                        f"check the network, or {_where_to_put_it(root)}") from None
+    if detect_layout(root) != "batches":
+        raise DataError(f"{url} did not hold {BATCHES_DIR}/: set dataset.download_url to the official "
+                        f"python version's archive")
+    for name, array in zip(ARRAY_FILES, load_batches(root)):
+        atomic_write(root / name, lambda f, a=array: np.save(f, a.astype(np.uint8), allow_pickle=False))
 
 
 def split_train_val(n: int, val_size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -122,7 +135,7 @@ def load(cfg: Mapping) -> Splits:
     root = Path(os.path.expanduser(str(cfg["root"]))).absolute()
     layout = detect_layout(root)
     if layout is None and cfg.get("download", False):
-        download(root)
+        download(root, cfg.get("download_url", OFFICIAL_URL), cfg.get("download_md5", OFFICIAL_MD5))
         layout = detect_layout(root)
     if layout is None:
         raise DataError(f"CIFAR-10 not found in {root}: {_where_to_put_it(root)}")
@@ -154,7 +167,9 @@ class Cifar10Config(Component):
     name: str = "cifar10"
     # A folder with train_x.npy/train_y.npy/test_x.npy/test_y.npy or cifar-10-batches-py/.
     root: str = "${oc.env:SCHEDA_DATA,data}/cifar10"
-    download: bool = False
+    download: bool = True  # fetch the official archive when root holds neither layout (false: never)
+    download_url: str = OFFICIAL_URL
+    download_md5: Optional[str] = OFFICIAL_MD5  # of the archive at download_url; null: not checked
     val_size: int = 5000  # taken from the 50000 official training images by a seeded permutation
     split_seed: int = 0
     train_limit: Optional[int] = None  # use only the first N training examples (quick CPU runs)
