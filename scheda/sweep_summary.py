@@ -1,6 +1,7 @@
 """After a ``train.py -m`` sweep: one line per job (its overrides, status, errors) and the
-best job on validation, read from each job's results.json (a Hydra callback, registered in
-configs/hydra/default.yaml)."""
+best job on validation, read from each job's results.json, and the sweep's table in
+``summary.csv`` and ``summary.md`` (scheda.gather, as ``scheda-results`` prints it); a Hydra
+callback, registered in configs/hydra/default.yaml."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+
+from scheda.io import atomic_write, shown_path
 
 
 def job_line(job_dir: Path) -> tuple[str, float | None]:
@@ -48,3 +51,10 @@ class SweepSummary(Callback):
         scored = [(val, text) for text, val in lines if val is not None]
         if scored:
             print(f"best on validation: {min(scored)[1]}")
+        from scheda.gather import gather  # torch, only once a sweep has run
+
+        for fmt in ("csv", "md"):
+            text = gather([sweep_dir], fmt=fmt, base=sweep_dir)  # runs named inside the sweep
+            if text:
+                atomic_write(sweep_dir / f"summary.{fmt}", lambda f, t=text: f.write(t.encode()))
+        print(f"table: {shown_path(sweep_dir / 'summary.md')} (scheda-results {shown_path(sweep_dir)})")

@@ -1,0 +1,169 @@
+"""``scheda-results DIR...``: every run's results.json under the given folders (single runs,
+sweeps, the models of a fused sweep, protocol folders) as one table: the config keys that differ
+between the runs as columns, then status, epochs, the classifier's chosen setting, validation and
+test error and wall time, sorted by validation error. ``--group-by`` folds runs that differ only
+in other keys (``--group-by all-but-seed``: seeds) into mean ± sd (n) per group, with the
+statistics the protocol's report uses (scheda.stats). The end of every ``-m`` sweep writes
+``summary.csv`` and ``summary.md`` with the same code (scheda.sweep_summary).
+
+    scheda-results outputs/multirun/2026-11-26/10-00-00
+    scheda-results runs/ --group-by all-but-seed --format md
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from scheda import stats
+from scheda.classifiers import params_text
+from scheda.config import flatten
+from scheda.evaluate import params_of
+from scheda.io import shown_path
+
+COLUMNS = ("status", "epochs", "classifier", "val_error", "test_error", "minutes")
+ALL_BUT_SEED = "all-but-seed"
+
+
+def find_results(folders: Sequence[str | Path]) -> list[Path]:
+    """Every run's results.json below ``folders``; a fused sweep counts as its models."""
+    found = []
+    for folder in folders:
+        folder = Path(folder)
+        candidates = [folder / "results.json"] if (folder / "results.json").exists() else []
+        candidates += sorted(folder.rglob("*/results.json"))
+        for path in candidates:
+            if path not in found:
+                found.append(path)
+    return [p for p in found if not (p.parent / "models").is_dir()]
+
+
+def read_row(path: Path, at: str = "last", base: Path | None = None) -> dict[str, Any] | None:
+    """One run: its flattened config and what it gives (its last evaluation, or its best on
+    validation with ``at="best"``); None for a file that is not a run's results. The run is
+    named relative to ``base`` (a file written there), else as the user would type it."""
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if "config" not in results:
+        return None
+    evaluations = results.get("evaluations") or []
+    chosen = None
+    if evaluations:
+        chosen = min(evaluations, key=lambda e: (e["val_error"], e["epoch"])) if at == "best" else evaluations[-1]
+    seconds = results.get("seconds")
+    name = str(path.parent.relative_to(base)) if base is not None and path.parent.is_relative_to(base) \
+        else shown_path(path.parent)
+    return {"run": name, "config": flatten(results["config"]),
+            "status": results.get("status", "?"), "epochs": results.get("epochs"),
+            "classifier": params_text(params_of(chosen)) if chosen else None,
+            "val_error": chosen["val_error"] if chosen else None,
+            "test_error": chosen["test_error"] if chosen else None,
+            "minutes": seconds / 60 if seconds is not None else None}
+
+
+def differing_keys(rows: list[dict[str, Any]]) -> list[str]:
+    """The config keys whose values are not the same in every run (a key a run lacks differs)."""
+    keys = sorted({k for r in rows for k in r["config"]})
+    return [k for k in keys if len({json.dumps(r["config"].get(k), sort_keys=True) for r in rows}) > 1]
+
+
+def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """Header and body, sorted by validation error (runs without one last)."""
+    keys = differing_keys(rows)
+    ordered = sorted(rows, key=lambda r: (r["val_error"] is None, r["val_error"] or 0.0, r["run"]))
+    return (["run", *keys, *COLUMNS],
+            [[r["run"], *(r["config"].get(k) for k in keys), *(r[c] for c in COLUMNS)] for r in ordered])
+
+
+def grouped(rows: list[dict[str, Any]], by: Sequence[str]) -> tuple[list[str], list[list[Any]]]:
+    """One line per group of ``by``'s values: n, and mean ± sd of validation and test error."""
+    if list(by) == [ALL_BUT_SEED]:
+        by = [k for k in differing_keys(rows) if k != "seed"]
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(tuple(json.dumps(r["config"].get(k)) for k in by), []).append(r)
+    body = []
+    for key, members in groups.items():
+        line = [json.loads(v) for v in key] + [len(members)]
+        for column in ("val_error", "test_error"):
+            values = [100 * m[column] for m in members if m[column] is not None]
+            line.append(stats.summarize(values) if values else None)
+        body.append(line)
+    body.sort(key=lambda line: (line[-2] is None, line[-2].mean if line[-2] else 0.0))
+    return [*by, "n", "val_error %", "test_error %"], body
+
+
+def cell(value: Any) -> str:
+    if isinstance(value, stats.Summary):
+        return f"{value.mean:.2f}" if value.sd is None else f"{value.mean:.2f} ± {value.sd:.2f} ({value.n})"
+    if isinstance(value, float):
+        return f"{value:.4g}" if not math.isnan(value) else "nan"
+    return "—" if value is None else str(value)
+
+
+def render(header: list[str], body: list[list[Any]], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps([dict(zip(header, (_plain(v) for v in line))) for line in body], indent=2) + "\n"
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(header)
+        writer.writerows([[_csv(v) for v in line] for line in body])
+        return out.getvalue()
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in line) + " |" for line in body]
+    return "\n".join(lines) + "\n"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, stats.Summary):
+        return {"n": value.n, "mean": value.mean, "sd": value.sd, "ci95": [value.low, value.high]}
+    return value
+
+
+def _csv(value: Any) -> Any:
+    if isinstance(value, stats.Summary):
+        return f"{value.mean:.4f}" + ("" if value.sd is None else f" ± {value.sd:.4f} ({value.n})")
+    return "" if value is None else value
+
+
+def gather(folders: Sequence[str | Path], group_by: Sequence[str] = (), fmt: str = "md", at: str = "last",
+           base: Path | None = None) -> str:
+    rows = [r for r in (read_row(p, at, base) for p in find_results(folders)) if r is not None]
+    if not rows:
+        return ""
+    return render(*(grouped(rows, group_by) if group_by else table(rows)), fmt)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scheda-results", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folders", nargs="+", help="run, sweep or protocol directories")
+    parser.add_argument("--format", choices=("md", "csv", "json"), default="md")
+    parser.add_argument("--group-by", nargs="+", default=[], metavar="KEY",
+                        help=f"config keys (e.g. schedule.nu optim.lr), or {ALL_BUT_SEED}")
+    parser.add_argument("--at", choices=("last", "best"), default="last",
+                        help="each run's last evaluation, or its best on validation")
+    args = parser.parse_args(argv)
+    missing = [f for f in args.folders if not Path(f).is_dir()]
+    if missing:
+        print(f"error: {', '.join(missing)}: no such directory", file=sys.stderr)
+        return 1
+    text = gather(args.folders, args.group_by, args.format, args.at)
+    if not text:
+        print(f"error: no results.json under {', '.join(args.folders)}", file=sys.stderr)
+        return 1
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

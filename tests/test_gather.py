@@ -1,0 +1,82 @@
+"""scheda-results on a real sweep (two noise levels x two seeds): the differing keys as columns,
+sorted by validation error, every format, groups over seeds with scheda.stats; the sweep's own
+summary.csv / summary.md; a fused sweep counts as its models."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from scheda import stats
+from scheda.gather import gather
+from helpers import STAGES, TINY, run_train
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    from helpers import write_cifar_arrays
+
+    root = tmp_path_factory.mktemp("gather")
+    data = write_cifar_arrays(root / "data" / "cifar10")
+    proc = run_train(["-m", f"dataset.root={data}", *TINY, "schedule=constant", "schedule.epochs=2",
+                      "schedule.nu=0.2,0.5", "seed=1,2", "logger=none", "classifier.c_log2_min=-2",
+                      "classifier.c_log2_max=0", f"hydra.sweep.dir={root / 'sweep'}"], cwd=root)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return root / "sweep"
+
+
+def _rows(sweep, *args):
+    proc = subprocess.run([sys.executable, "-m", "scheda.gather", str(sweep), "--format", "csv", *args],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return list(csv.DictReader(io.StringIO(proc.stdout)))
+
+
+def test_a_sweep_is_one_table_of_its_differing_keys_sorted_by_validation(sweep):
+    rows = _rows(sweep)
+    assert len(rows) == 4
+    assert {"schedule.nu", "seed"} <= set(rows[0]) and "model.hidden" not in rows[0]  # the same in every run
+    assert {(r["schedule.nu"], r["seed"]) for r in rows} == {(nu, s) for nu in ("0.2", "0.5") for s in ("1", "2")}
+    vals = [float(r["val_error"]) for r in rows]
+    assert vals == sorted(vals) and all(r["status"] == "completed" and r["epochs"] == "2" for r in rows)
+    for r in rows:
+        results = json.loads((sweep / r["run"].rstrip("/").split("/")[-1] / "results.json").read_text())
+        assert float(r["test_error"]) == pytest.approx(results["evaluations"][-1]["test_error"])
+        assert r["classifier"] == f"C={results['evaluations'][-1]['C']:g}"
+
+
+def test_groups_over_seeds_give_mean_sd_and_n(sweep):
+    as_json = json.loads(gather([sweep], ["all-but-seed"], "json"))
+    assert [g["schedule.nu"] for g in as_json] and all(g["n"] == 2 for g in as_json)
+    flat = {r["seed"] + "/" + r["schedule.nu"]: float(r["test_error"]) for r in _rows(sweep)}
+    for g in as_json:
+        expected = stats.summarize([100 * flat[f"{s}/{g['schedule.nu']}"] for s in ("1", "2")])
+        assert g["test_error %"]["mean"] == pytest.approx(expected.mean)
+        assert g["test_error %"]["sd"] == pytest.approx(expected.sd)
+    md = gather([sweep], ["schedule.nu"], "md")
+    assert md.startswith("| schedule.nu | n | val_error % | test_error % |") and " ± " in md
+
+
+def test_the_sweep_writes_its_own_summary(sweep):
+    assert (sweep / "summary.md").read_text() == gather([sweep], fmt="md", base=sweep)
+    assert str(sweep) not in (sweep / "summary.md").read_text()  # runs named inside the sweep
+    assert list(csv.DictReader(io.StringIO((sweep / "summary.csv").read_text())))[0].keys() >= {"seed", "val_error"}
+
+
+def test_a_fused_sweep_counts_as_its_models(cifar_arrays, tmp_path):
+    proc = run_train([f"dataset.root={cifar_arrays}", *TINY, *STAGES, "logger=none", "trainer.parallel.seed=[3,4]",
+                      "classifier.c_log2_min=-1", "classifier.c_log2_max=0", f"hydra.run.dir={tmp_path / 'fused'}"],
+                     cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = list(csv.DictReader(io.StringIO(gather([tmp_path / "fused"], fmt="csv"))))
+    assert sorted(r["seed"] for r in rows) == ["3", "4"] and all("models" in r["run"] for r in rows)
+
+
+def test_no_results_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "scheda.gather", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stderr.strip() == f"error: no results.json under {tmp_path}"
