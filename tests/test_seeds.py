@@ -59,3 +59,15 @@ def test_the_plan_counts_the_seed_jobs():
     fused = estimate.estimate(smoke_cfg("scale.seeds=[0,1,2]", "scale.da.fused=true"), None, 50)
     assert fused["jobs"]["seeds"] == 2 + 2 * 3  # a fused DA sweep over the seeds per nu
     assert fused["model_epochs"]["seeds"] == three["model_epochs"]["seeds"]
+
+
+def test_a_scale_saved_before_the_classifier_owned_its_grid_is_the_same_scale(tmp_path):
+    from omegaconf import OmegaConf
+
+    cfg = smoke_cfg()
+    plan.check_scale_unchanged(cfg.scale, tmp_path)
+    saved = OmegaConf.load(tmp_path / "scale.yaml")
+    saved.train = [o.replace("classifier.c_log2_", "evaluate.c_log2_") for o in saved.train]
+    del saved["seeds"]  # and from before seeds
+    OmegaConf.save(saved, tmp_path / "scale.yaml")
+    plan.check_scale_unchanged(smoke_cfg("scale.seeds=[0,4]").scale, tmp_path)

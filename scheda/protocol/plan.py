@@ -79,6 +79,8 @@ def check_scale_unchanged(scale: DictConfig, out_dir: Path) -> None:
     if path.exists():
         saved = OmegaConf.to_container(OmegaConf.load(path))
         saved_seeds = saved.pop("seeds", [0])  # a directory from before seeds: one seed, 0
+        # The C grid moved from evaluate.* to classifier.* (the classifier owns its grid): the same setting.
+        saved["train"] = [o.replace("evaluate.c_log2_", "classifier.c_log2_") for o in saved.get("train", [])]
         if saved_seeds[0] != now["seeds"][0]:
             raise ConfigError(f"{out_dir} selected its hyper-parameters with seed {saved_seeds[0]}; this invocation "
                               f"says scale.seeds={now['seeds']}: keep {saved_seeds[0]} first (further seeds may "
