@@ -88,3 +88,11 @@ def run_train(args: list[str], cwd: Path = REPO, env_extra: dict | None = None) 
     env.setdefault("OMP_NUM_THREADS", "1")
     return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
+
+
+def start_train(args: list[str], cwd: Path) -> subprocess.Popen:
+    """``python train.py ...`` started in the background (for interrupts, kills, second writers)."""
+    env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
+    env["OMP_NUM_THREADS"] = "1"
+    return subprocess.Popen([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -14,7 +14,7 @@ import torch
 
 from scheda.checkpoint import load_checkpoint
 
-from helpers import REPO, TINY, run_train
+from helpers import REPO, TINY, run_train, start_train
 
 # 80 training images one at a time: 80 minibatches an epoch, long enough to be interrupted.
 ARGS = [*TINY, "trainer.batch_size=1", "schedule=decreasing", "schedule.nu0=0.5", "schedule.delta_nu=0.1",
@@ -33,13 +33,6 @@ def golden(tmp_path_factory):
     return data, load_checkpoint(root / "run"), json.loads((root / "run" / "results.json").read_text())
 
 
-def _start(args, cwd):
-    env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
-    env["OMP_NUM_THREADS"] = "1"
-    return subprocess.Popen([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-
 def _wait_for_epoch(log, proc, epoch, timeout=120):
     deadline = time.time() + timeout
     while not (log.exists() and f"epoch {epoch} nu=" in log.read_text()):
@@ -52,7 +45,7 @@ def _wait_for_epoch(log, proc, epoch, timeout=120):
 def test_a_signal_checkpoints_and_resume_gives_the_uninterrupted_run(golden, tmp_path, sig):
     data, golden_state, golden_results = golden
     run_dir = tmp_path / "run"
-    proc = _start([f"dataset.root={data}", *ARGS, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    proc = start_train([f"dataset.root={data}", *ARGS, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     _wait_for_epoch(run_dir / "train.log", proc, 3)
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)

@@ -6,25 +6,16 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from scheda.lock import hold
 
-from helpers import REPO, TINY, run_train
+from helpers import TINY, run_train, start_train
 from test_reproduce import reproduce
 
 LONG = ["schedule=constant", "schedule.nu=0.3", "schedule.epochs=1500", "trainer.checkpoint_every=100",
         "evaluate.enabled=false", "logger=none"]
-
-
-def _start(args, cwd):
-    env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
-    env["OMP_NUM_THREADS"] = "1"
-    return subprocess.Popen([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def _wait(predicate, proc, what, timeout=120):
@@ -38,7 +29,7 @@ def _wait(predicate, proc, what, timeout=120):
 def test_a_second_resume_of_a_live_run_is_refused_and_a_killed_holder_is_taken_over(cifar_arrays, tmp_path):
     out = tmp_path / "run"
     args = [f"dataset.root={cifar_arrays}", *TINY, *LONG, f"hydra.run.dir={out}"]
-    first = _start(args, tmp_path)
+    first = start_train(args, tmp_path)
     try:
         _wait(lambda: (out / "checkpoints" / "epoch_00100.pt").exists(), first, "first checkpoint")
         assert f"pid {first.pid} on {socket.gethostname()}" in (out / ".lock").read_text()
