@@ -19,6 +19,9 @@ WORK=${GPU_CHECK_WORK:-$(mktemp -d)}
 mkdir -p "$OUT" "$WORK"
 LOG="$OUT/check.log"
 PY=${PYTHON:-python3}
+# The protocol's folder, inside the checkout so that its report names it as a user would type it;
+# emptied at each check: its timings need every job to run.
+RUNS=${GPU_CHECK_RUNS:-outputs/gpu_check_runs}
 WHEELS=.device/wheels
 
 say() { echo "[gpu_check $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
@@ -52,6 +55,7 @@ if [ "$mode" = "--prepare" ]; then
 fi
 
 : >"$LOG"
+rm -rf "$RUNS"
 echo "| step | status | time |" >"$WORK/steps.md"
 echo "|---|---|---|" >>"$WORK/steps.md"
 say "mode $mode; $($PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())')"
@@ -67,8 +71,10 @@ write_cifar_arrays(__import__('pathlib').Path('$WORK/data/cifar10'), n_train=400
 else
   DEVICE=cuda
   if [ -d "$WHEELS" ]; then
-    step install $PY -m pip install -q --no-index --no-deps "$WHEELS"/*.whl
-    step install-liblinear $PY -m pip install -q --no-index --no-deps --no-build-isolation "$WHEELS"/liblinear_official-*.tar.gz
+    # An image whose Python is the system's refuses a plain install (PEP 668): then say so to pip.
+    pip_install() { $PY -m pip install -q --no-index --no-deps "$@" || $PY -m pip install -q --no-index --no-deps --break-system-packages "$@"; }
+    step install pip_install "$WHEELS"/*.whl
+    step install-liblinear pip_install --no-build-isolation "$WHEELS"/liblinear_official-*.tar.gz
   fi
   if [ -f .device/data/cifar10/cifar10-jpeg.tar.gz ]; then
     export SCHEDA_DATA="$WORK/data"
@@ -81,11 +87,17 @@ fi
 step cuda-tests $PY -m pytest -m cuda -n 0 -q -p no:cacheprovider tests/test_cuda.py
 tail -n 30 "$LOG" | grep -E "passed|failed|skipped|error" | tail -n 1 >"$WORK/cuda_tests.txt"
 step bench-train $PY scripts/bench_train.py "${BENCH[@]}" --json "$OUT/bench_train.json"
-step reproduce $PY -m scheda.protocol.reproduce table=table1 "${SCALE[@]}" "out_dir=$WORK/runs" "report_dir=$OUT" \
+# GPU_CHECK_REPRODUCE_S caps the protocol (a lent device's minutes are few): the steps after it
+# and the table of the jobs that finished still come back when it runs out.
+LIMIT=()
+[ -n "${GPU_CHECK_REPRODUCE_S:-}" ] && LIMIT=(timeout -k 15 "$GPU_CHECK_REPRODUCE_S")
+step reproduce "${LIMIT[@]}" $PY -m scheda.protocol.reproduce table=table1 "${SCALE[@]}" "out_dir=$RUNS" "report_dir=$OUT" \
   "bench=$OUT/bench_train.json"
 step paper-estimate $PY -m scheda.protocol.reproduce table=table1 scale=paper "out_dir=$WORK/paper" \
   "bench=$OUT/bench_train.json" dry_run=true
 grep -h "plan for table=" "$LOG" >"$OUT/plans.txt" || true
+# Every job the protocol ran, with its wall time: what scale=gpu is resized by.
+$PY -m scheda.gather "$RUNS" --format md >"$OUT/jobs.md" 2>>"$LOG" || true
 
 $PY - "$OUT" "$WORK" "$DEVICE" <<'EOF' | tee "$OUT/summary.md"
 import json, math, pathlib, sys
