@@ -125,12 +125,25 @@ RULES: tuple[Callable[[TypedRun], str | None], ...] = (
 )
 
 
+def graph_applies(run: TypedRun) -> bool:
+    """Whether a CUDA graph can capture this run's step: what ``trainer.cuda_graph=null`` turns into."""
+    return (run.trainer.resolve_device().type == "cuda" and _fused_step(run) and run.trainer.fused
+            and run.trainer.precision != "bf16" and _plain_sgd(run))
+
+
+def resolve(run: TypedRun) -> TypedRun:
+    """Settings whose default depends on other groups, decided once (after the rules passed)."""
+    if run.trainer.cuda_graph is None:
+        run.trainer.cuda_graph = graph_applies(run)
+    return run
+
+
 def check_run(cfg: DictConfig) -> TypedRun:
     """Every group typed and checked, then every rule between groups: the first broken one is
-    raised as one line. Returns the typed run."""
+    raised as one line. Returns the typed run, its cross-group defaults resolved."""
     run = typed_run(cfg)
     for rule in RULES:
         message = rule(run)
         if message:
             raise ConfigError(message)
-    return run
+    return resolve(run)

@@ -24,7 +24,7 @@ from scheda.checkpoint import (
     load_model_weights,
 )
 from scheda.classifiers import params_text
-from scheda.config import check_composed, typed
+from scheda.config import check_composed
 from scheda.data import input_size, load_dataset
 from scheda.errors import CheckpointError, ConfigError
 from scheda.evaluate import (
@@ -44,7 +44,7 @@ from scheda.noise import build_noise
 from scheda.optim import build_optimizer
 from scheda.results import RunResults
 from scheda.resume import check_resume_config
-from scheda.rules import check_run
+from scheda.rules import TypedRun, check_run
 from scheda.schedule import build_schedule, check_nu, nu_key
 from scheda.seeding import derive_seed, train_seed
 from scheda.trainer import FusedTrainer, Trainer
@@ -77,7 +77,7 @@ def _run(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     try:
         typed_cfg = check_run(cfg)  # every group and every rule between groups, before any data, logger or checkpoint
         trains = typed_cfg.model.trains  # model=raw evaluates the inputs themselves
-        summary = train(cfg, output_dir, results) if trains else run_raw(cfg, results)
+        summary = train(cfg, typed_cfg, output_dir, results) if trains else run_raw(cfg, typed_cfg, results)
         log_summary(summary, output_dir)
         return summary
     except Interrupted as exc:
@@ -119,10 +119,11 @@ def log_summary(summary: dict[str, Any], output_dir: Path) -> None:
 
 
 class Job:
-    """One DA to train: its config, output directory and results, and what is built for it."""
+    """One DA to train: its config (composed, and typed once as ``run``: scheda.rules), output
+    directory and results, and what is built for it."""
 
-    def __init__(self, cfg: DictConfig, output_dir: Path, results: RunResults):
-        self.cfg, self.output_dir, self.results = cfg, output_dir, results
+    def __init__(self, cfg: DictConfig, run: TypedRun, output_dir: Path, results: RunResults):
+        self.cfg, self.run, self.output_dir, self.results = cfg, run, output_dir, results
         self.trainer: Trainer | None = None
         self.evaluation: EvaluationCallback | None = None
         self.tensorboard = None  # a TensorBoardLogger, when logger=tensorboard
@@ -130,47 +131,45 @@ class Job:
 
     def check(self) -> None:
         """Everything that only reads the config, before any data is loaded."""
-        cfg = self.cfg
-        self.schedule = build_schedule(cfg.schedule, cfg.trainer.max_epochs)
-        self.noise = build_noise(cfg.noise)
-        self.trainer_cfg = typed("trainer", cfg.trainer)
-        self.logger = typed("logger", cfg.logger)
-        self.device = self.trainer_cfg.resolve_device()
+        cfg, run = self.cfg, self.run
+        self.trainer_cfg = run.trainer
+        self.schedule = build_schedule(run.schedule, run.trainer.max_epochs)
+        self.noise = build_noise(run.noise)
+        self.device = run.trainer.resolve_device()
         torch.manual_seed(cfg.seed)
         init_generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "init"))
-        self.model = build_model(cfg.model, input_size(cfg.dataset), generator=init_generator)
-        typed("optim", cfg.optim)
-        self.standalone = cfg.finetune.enabled and cfg.finetune.standalone
+        self.model = build_model(run.model, input_size(run.dataset), generator=init_generator)
+        self.standalone = run.finetune.enabled and run.finetune.standalone
         self.resume_dir = Path(find_checkpoint_dir(cfg.resume)) if cfg.resume else None
         self.resume_state = load_checkpoint(cfg.resume) if cfg.resume and not self.standalone else None
         self.init_state = load_checkpoint(cfg.init_from) if cfg.init_from else None
 
     def build(self, data, train_x: torch.Tensor, labelled: dict[str, torch.Tensor]) -> Trainer:
-        cfg, model, device = self.cfg, self.model, self.device
+        cfg, run, model, device = self.cfg, self.run, self.model, self.device
         if self.init_state is not None:
             load_model_weights(model, self.init_state)
             log.info("initialised from %s (epoch %d)", self.init_state["path"], self.init_state["epoch"])
         model.to(device)
-        optimizer = build_optimizer(cfg.optim, model.parameters())
+        optimizer = build_optimizer(run.optim, model.parameters())
         start_epoch = int(self.init_state["epoch"]) if self.init_state is not None else 0
         generator = torch.Generator(device=device).manual_seed(train_seed(cfg.seed, start_epoch, cfg.train_seed))
-        self.results.data.update(schedule=self.schedule.describe(), device=str(device),
+        self.results.data.update(schedule=self.schedule.describe(), device=str(device), cuda_graph=run.trainer.cuda_graph,
                                  cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
-        self.tensorboard = self.logger.build(self.output_dir, hparams(cfg, self.schedule), data,
+        self.tensorboard = run.logger.build(self.output_dir, hparams(cfg, self.schedule), data,
                                              purge_step=self.resume_state["epoch"] + 1 if self.resume_state else None)
         # Order matters: evaluation runs before the epoch's checkpoint, which then carries it.
         callbacks = []
-        if cfg.evaluate.enabled:
-            self.evaluation = EvaluationCallback(cfg.evaluate, cfg.classifier, data, labelled, self.results,
+        if run.evaluate.enabled:
+            self.evaluation = EvaluationCallback(run.evaluate, run.classifier, data, labelled, self.results,
                                                  self.tensorboard)
             callbacks.append(self.evaluation)
-        callbacks.append(CheckpointCallback(self.output_dir / "checkpoints", cfg.trainer.checkpoint_every))
-        callbacks.append(ProgressBar(cfg.trainer.progress_bar))
+        callbacks.append(CheckpointCallback(self.output_dir / "checkpoints", run.trainer.checkpoint_every))
+        callbacks.append(ProgressBar(run.trainer.progress_bar))
         if self.tensorboard is not None:
             callbacks.append(self.tensorboard)
-        self.trainer = Trainer(model, optimizer, self.noise, self.schedule, train_x, cfg.trainer.batch_size,
-                               generator, callbacks, fused=cfg.trainer.fused, precision=cfg.trainer.precision,
-                               cuda_graph=self.trainer_cfg.cuda_graph)
+        self.trainer = Trainer(model, optimizer, self.noise, self.schedule, train_x, run.trainer.batch_size,
+                               generator, callbacks, fused=run.trainer.fused, precision=run.trainer.precision,
+                               cuda_graph=run.trainer.cuda_graph)
         if self.resume_state is not None:
             self._resume()
         return self.trainer
@@ -194,20 +193,20 @@ class Job:
                                  history=t.history)
 
     def finish(self, data, labelled) -> dict[str, Any]:
-        if self.cfg.finetune.enabled:
-            self.results.update(finetune=finetune(self.cfg, self.model, data, labelled, self.device, self.output_dir,
+        if self.run.finetune.enabled:
+            self.results.update(finetune=finetune(self.run.finetune, self.cfg.seed, self.model, data, labelled, self.device, self.output_dir,
                                                   self.evaluation, self.resume_dir, self.tensorboard,
                                                   epoch=self.trainer.epoch))
         self.results.update(status="completed", seconds=time.time() - self.started)
         return self.results.data
 
 
-def load_training_data(cfg: DictConfig, device: torch.device):
+def load_training_data(run: TypedRun, device: torch.device):
     """The data set, the autoencoder's training tensor and the labelled splits, on the device."""
-    data = load_dataset(cfg.dataset)
+    data = load_dataset(run.dataset)
     n_train = data.train_x.shape[0] + (0 if data.unlabeled_x is None else data.unlabeled_x.shape[0])
-    if cfg.trainer.batch_size > n_train:
-        raise ConfigError(f"trainer.batch_size={cfg.trainer.batch_size} exceeds the {n_train} "
+    if run.trainer.batch_size > n_train:
+        raise ConfigError(f"trainer.batch_size={run.trainer.batch_size} exceeds the {n_train} "
                           f"training examples: lower it")
     log.info("data %s: train %s, val %s, test %s", data.name, data.train_x.shape, data.val_x.shape, data.test_x.shape)
     train_x = data.autoencoder_tensor(device)
@@ -217,13 +216,13 @@ def load_training_data(cfg: DictConfig, device: torch.device):
     return data, train_x, labelled
 
 
-def train(cfg: DictConfig, output_dir: Path, results: RunResults) -> dict[str, Any]:
+def train(cfg: DictConfig, run: TypedRun, output_dir: Path, results: RunResults) -> dict[str, Any]:
     if parallel_variants(cfg):
         return train_parallel(cfg, output_dir, results)
-    job = Job(cfg, output_dir, results)
+    job = Job(cfg, run, output_dir, results)
     job.check()
     job.trainer_cfg.setup_process()
-    data, train_x, labelled = load_training_data(cfg, job.device)
+    data, train_x, labelled = load_training_data(run, job.device)
     log.info("schedule %s: %s (%d epochs), device %s", job.schedule.name, job.schedule.describe(),
              job.schedule.total_epochs, job.device)
     trainer = job.build(data, train_x, labelled)
@@ -255,6 +254,7 @@ def train_parallel(cfg: DictConfig, output_dir: Path, results: RunResults) -> di
     matmuls, each in ``models/<k>/`` with its own results.json, checkpoints and TensorBoard.
     A failing model (divergence, say) stops the sweep; every model's results.json says where
     it got to."""
+    started = time.time()
     variants = parallel_variants(cfg)
     jobs = []
     for k, overrides in enumerate(variants):
@@ -267,7 +267,7 @@ def train_parallel(cfg: DictConfig, output_dir: Path, results: RunResults) -> di
                 raise CheckpointError(f"{model_dir} not found: resume a fused sweep with its run directory")
             cfg_k.resume = str(model_dir)
         out = output_dir / "models" / str(k)
-        job = Job(cfg_k, out, RunResults(out / "results.json", overrides=overrides,
+        job = Job(cfg_k, check_run(cfg_k), out, RunResults(out / "results.json", overrides=overrides,
                                          config=OmegaConf.to_container(cfg_k, resolve=True)))
         job.check()
         atomic_write(out / "config.yaml", lambda f, c=cfg_k: f.write(OmegaConf.to_yaml(c).encode()))
@@ -275,7 +275,7 @@ def train_parallel(cfg: DictConfig, output_dir: Path, results: RunResults) -> di
     if len({j.device for j in jobs}) != 1:
         raise ConfigError("trainer.parallel models must share trainer.device")
     jobs[0].trainer_cfg.setup_process()
-    data, train_x, labelled = load_training_data(cfg, jobs[0].device)
+    data, train_x, labelled = load_training_data(jobs[0].run, jobs[0].device)
     log.info("fused sweep of %d models: %s", len(jobs), variants)
     trainers = [job.build(data, train_x, labelled) for job in jobs]
     for trainer in trainers[1:]:  # one progress bar for the whole fused sweep
@@ -302,11 +302,11 @@ def train_parallel(cfg: DictConfig, output_dir: Path, results: RunResults) -> di
                      final_train_loss=summary.get("final_train_loss"))
     results.data.update(evaluations=[])
     vals = [e["val_error"] for e in results.data["models"] if e["val_error"] is not None]
-    results.update(status="completed", best_val_error=min(vals) if vals else None)
+    results.update(status="completed", best_val_error=min(vals) if vals else None, seconds=time.time() - started)
     return results.data
 
 
-def finetune(cfg, model, data, labelled, device, output_dir, evaluation, resume_dir, tensorboard, epoch) -> dict:
+def finetune(finetune_cfg, seed, model, data, labelled, device, output_dir, evaluation, resume_dir, tensorboard, epoch) -> dict:
     """Fine-tune ``model``'s encoder; the frozen-feature evaluation (run now if training did
     not end with one) gives the baseline and the output layer's starting weights."""
     frozen = None
@@ -322,7 +322,7 @@ def finetune(cfg, model, data, labelled, device, output_dir, evaluation, resume_
 
         writer = SummaryWriter(str(tensorboard.log_dir))
     try:
-        tuner = FineTuner(cfg.finetune, model, data, labelled, device, output_dir, cfg.seed,
+        tuner = FineTuner(finetune_cfg, model, data, labelled, device, output_dir, seed,
                           init=evaluation.last_model if evaluation is not None else None, writer=writer)
         if resume_dir is not None:
             tuner.load(resume_dir)
@@ -338,13 +338,13 @@ def finetune(cfg, model, data, labelled, device, output_dir, evaluation, resume_
     return result
 
 
-def run_raw(cfg: DictConfig, results: RunResults) -> dict[str, Any]:
+def run_raw(cfg: DictConfig, run: TypedRun, results: RunResults) -> dict[str, Any]:
     """The raw-input baseline: no training, the same evaluation on the inputs themselves."""
     started = time.time()
-    device = typed("trainer", cfg.trainer).resolve_device()
-    data = load_dataset(cfg.dataset)
+    device = run.trainer.resolve_device()
+    data = load_dataset(run.dataset)
     results.data.update(device=str(device))
-    result = evaluate_features(raw_features(data, device), labels_of(data), cfg.classifier, device)
+    result = evaluate_features(raw_features(data, device), labels_of(data), run.classifier, device)
     results.add_evaluation({"epoch": 0, "nu": None, "reason": "raw", **result})
     log.info("raw %s: %s val %.4f test %.4f", data.name, params_text(result["params"]), result["val_error"],
              result["test_error"])

@@ -140,3 +140,15 @@ def test_the_smoke_protocol_on_cuda(cifar_arrays, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(next((tmp_path / "runs" / "continue").glob("scheda_*/results.json")).read_text())
     assert results["device"].startswith("cuda") and results["status"] == "completed"
+
+
+def test_a_default_run_on_cuda_is_captured_in_a_graph_and_matches_the_eager_run(cifar_arrays, tmp_path):
+    """trainer.cuda_graph=null (the default) turns graphs on for the fused step on CUDA; the
+    result is the eager run's."""
+    base = [f"dataset.root={cifar_arrays}", *ON_CUDA, *STAGES, "evaluate.enabled=false"]
+    default = run(compose_cfg(base), tmp_path / "default")
+    eager = run(compose_cfg(base + ["trainer.cuda_graph=false"]), tmp_path / "eager")
+    assert default["cuda_graph"] is True and eager["cuda_graph"] is False
+    a, b = load_checkpoint(tmp_path / "default"), load_checkpoint(tmp_path / "eager")
+    for key in a["model"]:
+        torch.testing.assert_close(a["model"][key], b["model"][key], rtol=1e-4, atol=1e-6)

@@ -31,6 +31,7 @@ def test_each_fused_model_equals_the_model_trained_alone(cifar_arrays, tmp_path)
         {"schedule.nu": 0.2, "optim.lr": 0.01}, {"schedule.nu": 0.2, "optim.lr": 0.05},
         {"schedule.nu": 0.5, "optim.lr": 0.01}, {"schedule.nu": 0.5, "optim.lr": 0.05}]
     assert fused["best_val_error"] == min(m["val_error"] for m in fused["models"])
+    assert fused["seconds"] > 0  # the sweep's wall time: the protocol's report sums it (its Jobs table)
     for k, model in enumerate(fused["models"]):
         nu, lr = model["overrides"]["schedule.nu"], model["overrides"]["optim.lr"]
         alone = _alone(cifar_arrays, tmp_path, f"alone{k}", [*schedule, f"schedule.nu={nu}", f"optim.lr={lr}"])

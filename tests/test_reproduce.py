@@ -352,12 +352,17 @@ def test_device_hours_scale_with_the_hidden_units_and_the_fused_grid():
     assert est["model_epochs"] == {"da": 4, "continue": 2} and est["jobs"] == {"da": 2, "continue": 1}
 
 
-def test_device_hours_use_graphed_times_only_for_runs_that_use_cuda_graphs():
+@pytest.mark.parametrize("override", ["trainer.cuda_graph=false", "trainer.fused=false", "trainer.precision=bf16"])
+def test_device_hours_use_graphed_times_unless_the_runs_cannot_use_cuda_graphs(override):
     from scheda.protocol import estimate
 
     bench = {"device_name": "X", "n": 45000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 4.0, "graphed_s": 1.0}]}
-    eager = estimate.estimate(smoke_cfg("scale.control=false", "scale.finetune=null"), bench, 20)
-    graphed = estimate.estimate(smoke_cfg("scale.control=false", "scale.finetune=null",
-                                          "overrides=['trainer.cuda_graph=true']"), bench, 20)
+    graphed = estimate.estimate(smoke_cfg("scale.control=false", "scale.finetune=null"), bench, 20)
+    eager = estimate.estimate(smoke_cfg("scale.control=false", "scale.finetune=null", f"overrides=['{override}']"),
+                              bench, 20)
     assert eager["train_hours"] * 3600 == pytest.approx(6 * 4.0)  # 4 DA + 2 ScheDA model-epochs
     assert graphed["train_hours"] * 3600 == pytest.approx(6 * 1.0)
+    cpu = {"device_name": "CPU", "n": 45000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 4.0,
+                                                        "graphed_s": float("nan")}]}
+    assert estimate.estimate(smoke_cfg("scale.control=false", "scale.finetune=null"), cpu, 20)["train_hours"] \
+        * 3600 == pytest.approx(6 * 4.0)  # measured without a graph: eager

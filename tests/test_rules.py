@@ -80,3 +80,23 @@ def _typed_without_device_checks(cfg) -> rules.TypedRun:
     typed = rules.typed_run(cfg)
     cfg.trainer.cuda_graph = graph
     return dataclasses.replace(typed, trainer=dataclasses.replace(typed.trainer, cuda_graph=graph))
+
+
+@pytest.mark.parametrize("overrides, graphed", [
+    ([], True),
+    (["trainer.cuda_graph=false"], False),
+    (["optim.momentum=0.9"], False),
+    (["trainer.precision=bf16"], False),
+    (["trainer.fused=false"], False),
+    (["model.loss=squared_error"], False),
+])
+def test_cuda_graph_null_turns_on_only_where_a_graph_can_take_the_step(cifar_arrays, monkeypatch, overrides, graphed):
+    """trainer.cuda_graph defaults to null: on a CUDA device it becomes true exactly when the run
+    has the fused step and plain SGD (no refusal either way); off CUDA it stays off."""
+    from scheda.trainer import TrainerConfig
+    import torch
+
+    cfg = _cfg(cifar_arrays, overrides)
+    assert rules.check_run(cfg).trainer.cuda_graph is False  # this machine: CPU
+    monkeypatch.setattr(TrainerConfig, "resolve_device", lambda self: torch.device("cuda"))
+    assert rules.check_run(cfg).trainer.cuda_graph is graphed

@@ -183,11 +183,12 @@ def test_streams_are_derived_from_the_seed():
 def test_initialisation_has_its_own_stream(cifar_arrays, tmp_path):
     from scheda.model import build_model
     from scheda.results import RunResults
+    from scheda.rules import check_run
     from scheda.run import Job
     from scheda.seeding import derive_seed
 
     cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, "seed=3"])
-    job = Job(cfg, tmp_path, RunResults(tmp_path / "results.json"))
+    job = Job(cfg, check_run(cfg), tmp_path, RunResults(tmp_path / "results.json"))
     job.check()
     expected = build_model(cfg.model, 3072, generator=torch.Generator().manual_seed(derive_seed(3, "init")))
     same_as_seed = build_model(cfg.model, 3072, generator=torch.Generator().manual_seed(3))

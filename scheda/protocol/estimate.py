@@ -106,7 +106,9 @@ def epoch_seconds(bench: dict[str, Any], hidden: int, batch_size: int, graphed: 
 def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> dict[str, Any]:
     """Jobs, model-epochs, evaluations and (with a benchmark) device-hours of ``cfg``'s scale."""
     p = plan(cfg)
-    graphed = "trainer.cuda_graph=true" in [*cfg.scale.train, *cfg.overrides]
+    # Graphed wherever the bench measured a graph (CUDA), unless the runs turn it off or cannot take it.
+    graphed = not {"trainer.cuda_graph=false", "trainer.fused=false", "trainer.precision=bf16"} & {
+        *cfg.scale.train, *cfg.overrides}
     out: dict[str, Any] = {"jobs": {}, "model_epochs": {}, "evaluations": 0, "finetune_jobs": p["finetune_jobs"]}
     seconds_train = seconds_eval = 0.0
     grid = (bench or {}).get("grid")
