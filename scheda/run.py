@@ -47,7 +47,7 @@ from scheda.resume import check_resume_config
 from scheda.rules import TypedRun, check_run
 from scheda.schedule import build_schedule, check_nu, nu_key
 from scheda.seeding import derive_seed, train_seed
-from scheda.trainer import FusedTrainer, Trainer
+from scheda.trainer import Lockstep, Trainer
 
 log = logging.getLogger(__name__)
 
@@ -168,8 +168,7 @@ class Job:
         if self.tensorboard is not None:
             callbacks.append(self.tensorboard)
         self.trainer = Trainer(model, optimizer, self.noise, self.schedule, train_x, run.trainer.batch_size,
-                               generator, callbacks, fused=run.trainer.fused, precision=run.trainer.precision,
-                               cuda_graph=run.trainer.cuda_graph)
+                               generator, callbacks, step=run.trainer.step_builder())
         if self.resume_state is not None:
             self._resume()
         return self.trainer
@@ -287,7 +286,7 @@ def train_parallel(cfg: DictConfig, output_dir: Path, results: RunResults) -> di
         with stop_on_signals() as stop:
             for trainer in trainers:
                 trainer.stop = stop
-            FusedTrainer(trainers).fit()
+            Lockstep(trainers).fit()
     except BaseException as exc:
         for job in jobs:
             job.record_training()

@@ -21,6 +21,7 @@ Two implementations of the same step:
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 
@@ -195,28 +196,46 @@ class FusedStep(BatchedStep):
         return super().__call__(x_all, idx.unsqueeze(0), [nu], [generator])[0]
 
 
-class OneGraphed:
-    """A graphed step of one model, called like :class:`FusedStep`."""
+class OneModel:
+    """A one-model step (:class:`AutogradStep`) called like a K-model one, with K = 1."""
 
-    def __init__(self, graphed: GraphedStep):
-        self.graphed = graphed
+    def __init__(self, step: AutogradStep):
+        self.step = step
 
-    def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nu, generator: torch.Generator) -> torch.Tensor:
-        return self.graphed(x_all, idx.unsqueeze(0), [nu], [generator])[0]
+    def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> torch.Tensor:
+        return self.step(x_all, idx[0], nus[0], generators[0]).unsqueeze(0)
 
 
-def make_step(model: DenoisingAutoencoder, optimizer: torch.optim.Optimizer, noise: Noise, batch_size: int,
-              device: torch.device, fused: bool = True, precision: str = "fp32",
-              cuda_graph: bool = False, x_all: torch.Tensor | None = None, generator: torch.Generator | None = None):
-    """The fused step where it applies (and precision is fp32/tf32), captured in a CUDA graph
-    when asked for; else autograd."""
-    if fused and precision != "bf16" and FusedStep.supports(model, optimizer):
-        step = FusedStep(model, optimizer, noise, batch_size, device)
-        return OneGraphed(GraphedStep(step, x_all, [generator])) if cuda_graph else step
-    if cuda_graph:
-        raise ConfigError("trainer.cuda_graph=true needs the fused step: model.name=da, model.loss=cross_entropy, "
-                          "trainer.fused=true, trainer.precision fp32 or tf32")
-    return AutogradStep(model, optimizer, noise, torch.bfloat16 if precision == "bf16" else None)
+@dataclass(frozen=True)
+class StepBuilder:
+    """Which minibatch update trains a set of models in lockstep, decided once by the run
+    (``trainer.fused``, ``trainer.precision``, ``trainer.cuda_graph``) and built by the loop for
+    the models it holds (again when a fused sweep's model drops out). Every step it builds is
+    called as ``step(x_all, idx [K, n], nus, generators)`` and returns the K minibatch losses."""
+
+    fused: bool = True
+    precision: str = "fp32"
+    cuda_graph: bool = False
+
+    def build(self, models: list[DenoisingAutoencoder], optimizers: list[torch.optim.Optimizer],
+              noises: list[Noise], batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator]):
+        """The fused step where it applies (and precision is fp32/tf32), captured in a CUDA graph
+        when asked for (before the first epoch, not inside it); else autograd, for one model."""
+        if self.fused and self.precision != "bf16" and all(map(BatchedStep.supports, models, optimizers)):
+            step = BatchedStep(models, optimizers, noises, batch_size, x_all.device)
+            if not self.cuda_graph:
+                return step
+            graphed = GraphedStep(step, x_all, generators)
+            graphed.prepare()
+            return graphed
+        if self.cuda_graph:
+            raise ConfigError("trainer.cuda_graph=true needs the fused step: model.name=da, model.loss=cross_entropy, "
+                              "trainer.fused=true, trainer.precision fp32 or tf32")
+        if len(models) > 1:
+            raise ConfigError("trainer.parallel needs the plain fused step: model.name=da, model.loss=cross_entropy, "
+                              "optim.momentum=0, optim.weight_decay=0")
+        return OneModel(AutogradStep(models[0], optimizers[0], noises[0],
+                                     torch.bfloat16 if self.precision == "bf16" else None))
 
 
 class GraphedStep:

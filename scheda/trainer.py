@@ -1,8 +1,11 @@
 """The training loop: plain minibatch SGD over one tensor of training data on the device.
 
-Each epoch draws a permutation from the run's generator and slices minibatches from it, so
-there is no per-sample Python in the hot loop, and a seed (plus a checkpoint's generator
-state on resume) fixes every permutation and corruption.
+:class:`Trainer` holds one model's training state (optimiser, noise, schedule, generator,
+callbacks, epoch, history); :class:`Lockstep` is the one loop, for K >= 1 of them: a run is
+K = 1, a fused sweep (``trainer.parallel``) K > 1 with one batched step for all. Each epoch
+draws a permutation from each model's generator and slices minibatches from it, so there is
+no per-sample Python in the hot loop, and a seed (plus a checkpoint's generator state on
+resume) fixes every permutation and corruption.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from scheda.interrupt import NEVER, Interrupted
 from scheda.model import DenoisingAutoencoder
 from scheda.noise import Noise
 from scheda.schedule import NoiseSchedule
-from scheda.step import BatchedStep, GraphedStep, make_step
+from scheda.step import StepBuilder
 
 log = logging.getLogger(__name__)
 PRECISIONS = ("fp32", "tf32", "bf16")
@@ -86,6 +89,10 @@ class TrainerConfig(Component):
                               f"use trainer.device=auto or cpu")
         return device
 
+    def step_builder(self) -> StepBuilder:
+        """The update these settings ask for (``cuda_graph`` resolved by scheda.rules first)."""
+        return StepBuilder(self.fused, self.precision, bool(self.cuda_graph))
+
     def setup_process(self) -> None:
         """Torch's threads, and TF32 matmuls on CUDA only when asked for (off by default, for exactness)."""
         if self.num_threads:
@@ -128,6 +135,9 @@ class EpochState:
 
 
 class Trainer:
+    """One model's training: its state and callbacks; ``step`` says which update trains it
+    (built by the loop). ``fit`` runs it alone: a :class:`Lockstep` of one."""
+
     def __init__(
         self,
         model: DenoisingAutoencoder,
@@ -138,9 +148,7 @@ class Trainer:
         batch_size: int,
         generator: torch.Generator,
         callbacks: Sequence[Callback] = (),
-        fused: bool = True,
-        precision: str = "fp32",
-        cuda_graph: bool = False,
+        step: StepBuilder = StepBuilder(),
     ):
         self.model = model
         self.optimizer = optimizer
@@ -149,8 +157,7 @@ class Trainer:
         self.train_x = train_x
         self.batch_size = batch_size
         self.generator = generator
-        self.fused, self.precision, self.cuda_graph = fused, precision, cuda_graph
-        self._step_fn = None
+        self.step_builder = step
         self.callbacks: list[Callback] = list(callbacks)
         self.epoch = 0  # completed epochs
         self.step = 0  # completed minibatch updates
@@ -159,6 +166,7 @@ class Trainer:
         self.on_batch = None  # called with each minibatch's size (a progress bar), if set
         self.partial: EpochState | None = None  # the epoch an interrupt stopped, or one to finish
         self._partial_state: dict[str, Any] | None = None
+        self._alone: Lockstep | None = None
 
     @property
     def device(self) -> torch.device:
@@ -177,46 +185,20 @@ class Trainer:
         return out
 
     @property
-    def step_fn(self):
-        """The minibatch update (built on first use: a fused sweep never needs its own)."""
-        if self._step_fn is None:
-            self._step_fn = make_step(self.model, self.optimizer, self.noise, self.batch_size, self.device,
-                                      self.fused, self.precision, self.cuda_graph, self.train_x, self.generator)
-            if self.cuda_graph:
-                self._step_fn.graphed.prepare()  # capture before the first epoch, not inside it
-        return self._step_fn
+    def alone(self) -> "Lockstep":
+        """The loop of this model alone (kept: its step is built once)."""
+        if self._alone is None:
+            self._alone = Lockstep([self])
+        return self._alone
 
     def fit(self) -> list[dict[str, Any]]:
         """Train until the schedule ends; returns the per-epoch metrics."""
-        try:
-            for cb in self.callbacks:
-                cb.on_fit_start(self)
-            while self.epoch < self.schedule.total_epochs:
-                self.run_epoch_callbacks(self.train_epoch())
-            for cb in self.callbacks:
-                cb.on_fit_end(self)
-        finally:
-            for cb in self.callbacks:
-                cb.close()
+        self.alone.fit()
         return self.history
 
     def train_epoch(self) -> dict[str, Any]:
-        epoch = self.begin_epoch()
-        self.run_minibatches(epoch)
-        return self.end_epoch(epoch)
-
-    def run_minibatches(self, epoch: "EpochState") -> None:
-        """The epoch's updates: no host-device synchronisation here (the loss and the mean nu
-        accumulate on the device; :meth:`end_epoch` reads them once)."""
-        x_all, n, bs, gen = self.train_x, self.train_x.shape[0], self.batch_size, self.generator
-        for first in range(epoch.next_first, n, bs):
-            idx = epoch.perm[first:first + bs]
-            batch_nu = self.schedule.draw(gen, self.device) if epoch.random_nu else epoch.nu
-            epoch.add(self.step_fn(x_all, idx, batch_nu, gen), idx.shape[0], batch_nu)
-            if self.on_batch is not None:
-                self.on_batch(idx.shape[0])
-            if self.stop.requested and epoch.next_first < n:
-                self.interrupt(epoch)
+        """One epoch, without callbacks (a benchmark's unit)."""
+        return self.end_epoch(self.alone.run_minibatches([self])[0])
 
     def begin_epoch(self) -> "EpochState":
         """Set nu and draw the epoch's permutation (the generator's first draw of the epoch),
@@ -233,13 +215,11 @@ class Trainer:
         perm = torch.randperm(self.train_x.shape[0], generator=self.generator, device=self.device)
         return EpochState(nu, self.schedule.per_minibatch, perm, start, self.device)
 
-    def interrupt(self, epoch: "EpochState") -> None:
-        """Checkpoint the run where it stands (the callbacks write it) and stop."""
+    def hold(self, epoch: "EpochState") -> None:
+        """Keep the epoch an interrupt stopped, and let the callbacks checkpoint it."""
         self.partial = epoch
         for cb in self.callbacks:
             cb.on_interrupt(self)
-        where = f"epoch {self.epoch + 1}, minibatch {epoch.n_batches} of {math.ceil(self.train_x.shape[0] / self.batch_size)}"
-        raise Interrupted(self.stop.signum, f"{self.stop.name} in {where}", forward=self.stop.forward())
 
     def end_epoch(self, epoch: "EpochState") -> dict[str, Any]:
         """Close an epoch: divergence check, metrics, history (callbacks are the caller's)."""
@@ -304,37 +284,36 @@ class Trainer:
             cb.load_state_dict(state["callbacks"].get(type(cb).__name__, {}))
 
 
-class FusedTrainer:
-    """Trains several :class:`Trainer` s in lockstep, one batched step for all of their models
-    (``trainer.parallel``): each keeps its own schedule, generator, callbacks (checkpoints,
-    evaluation, TensorBoard) and history, as if it ran alone. A model whose schedule ends
-    drops out; the rest go on. ``seconds`` per epoch is the time of the whole batched epoch."""
+class Lockstep:
+    """The training loop for K >= 1 trainers, one step for all their models: each keeps its own
+    schedule, generator, callbacks (checkpoints, evaluation, TensorBoard) and history, as if it
+    ran alone. A model whose schedule ends drops out and the step is rebuilt for the rest.
+    ``seconds`` per epoch is the time of the whole lockstep epoch."""
 
     def __init__(self, trainers: Sequence[Trainer]):
         self.trainers = list(trainers)
         first = self.trainers[0]
         if any(t.train_x is not first.train_x or t.batch_size != first.batch_size for t in self.trainers):
-            raise ValueError("fused trainers must share the training tensor and the batch size")
+            raise ValueError("trainers in lockstep must share the training tensor and the batch size")
         self.x_all, self.batch_size = first.train_x, first.batch_size
+        self._step, self._stacked = None, None
+
+    def step_for(self, active: list[Trainer]):
+        """The step of the models in ``active``, built when that set changes."""
+        if self._stacked != [id(t) for t in active]:
+            self._step = active[0].step_builder.build(
+                [t.model for t in active], [t.optimizer for t in active], [t.noise for t in active],
+                self.batch_size, self.x_all, [t.generator for t in active])
+            self._stacked = [id(t) for t in active]
+        return self._step
 
     def fit(self) -> None:
         try:
             for t in self.trainers:
                 for cb in t.callbacks:
                     cb.on_fit_start(t)
-            step, stacked = None, None
-            while True:
-                active = [t for t in self.trainers if t.epoch < t.schedule.total_epochs]
-                if not active:
-                    break
-                if stacked != [id(t) for t in active]:
-                    step = BatchedStep([t.model for t in active], [t.optimizer for t in active],
-                                       [t.noise for t in active], self.batch_size, self.x_all.device)
-                    if all(t.cuda_graph for t in active):
-                        step = GraphedStep(step, self.x_all, [t.generator for t in active])
-                        step.prepare()
-                    stacked = [id(t) for t in active]
-                self._epoch(active, step)
+            while active := [t for t in self.trainers if t.epoch < t.schedule.total_epochs]:
+                self.run_epoch(active)
             for t in self.trainers:
                 for cb in t.callbacks:
                     cb.on_fit_end(t)
@@ -343,25 +322,33 @@ class FusedTrainer:
                 for cb in t.callbacks:
                     cb.close()
 
-    def _epoch(self, active: list[Trainer], step: BatchedStep | GraphedStep) -> None:
+    def run_epoch(self, active: list[Trainer]) -> None:
+        """One epoch of every active model, each closed and its callbacks run in turn."""
+        for t, e in zip(active, self.run_minibatches(active)):
+            t.run_epoch_callbacks(t.end_epoch(e))
+
+    def run_minibatches(self, active: list[Trainer]) -> list[EpochState]:
+        """The epoch's updates: no host-device synchronisation here (the losses and the mean nu
+        accumulate on the device; ``end_epoch`` reads them once). An interrupt checkpoints every
+        model where it stands and stops."""
+        step = self.step_for(active)
         epochs = [t.begin_epoch() for t in active]
         generators = [t.generator for t in active]
         n, bs, device = self.x_all.shape[0], self.batch_size, self.x_all.device
         if len({e.next_first for e in epochs}) != 1:
             raise ValueError("the models of a fused sweep stopped at different minibatches: resume them alone")
+        lead = active[0]
         for first in range(epochs[0].next_first, n, bs):
             idx = torch.stack([e.perm[first:first + bs] for e in epochs])
             nus = [t.schedule.draw(t.generator, device) if e.random_nu else e.nu for t, e in zip(active, epochs)]
             losses = step(self.x_all, idx, nus, generators)
             for k, e in enumerate(epochs):
                 e.add(losses[k], idx.shape[1], nus[k])
-            if active[0].on_batch is not None:
-                active[0].on_batch(idx.shape[1])
-            if active[0].stop.requested and epochs[0].next_first < n:
-                for t, e in zip(active[1:], epochs[1:]):
-                    t.partial = e
-                    for cb in t.callbacks:
-                        cb.on_interrupt(t)
-                active[0].interrupt(epochs[0])
-        for t, e in zip(active, epochs):
-            t.run_epoch_callbacks(t.end_epoch(e))
+            if lead.on_batch is not None:
+                lead.on_batch(idx.shape[1])
+            if lead.stop.requested and epochs[0].next_first < n:
+                for t, e in zip(active, epochs):
+                    t.hold(e)
+                where = f"epoch {lead.epoch + 1}, minibatch {epochs[0].n_batches} of {math.ceil(n / bs)}"
+                raise Interrupted(lead.stop.signum, f"{lead.stop.name} in {where}", forward=lead.stop.forward())
+        return epochs

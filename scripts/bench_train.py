@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from scheda.model import DenoisingAutoencoder
 from scheda.noise import Masking, masking
 from scheda.schedule import NoiseSchedule, Stage
-from scheda.step import BatchedStep, GraphedStep
+from scheda.step import BatchedStep, GraphedStep, StepBuilder
 from scheda.trainer import Trainer
 
 D, NU, LR = 3072, 0.3, 0.01
@@ -103,7 +103,7 @@ def scheda_epoch(data, n_batches, bs, H, device, fused=True, cuda_graph=False) -
     x = data[: n_batches * bs]
     n_batches = math.ceil(x.shape[0] / bs)
     trainer = Trainer(model, opt, masking, NoiseSchedule("constant", [Stage(NU, 2)]), x, bs,
-                      torch.Generator(device=device).manual_seed(0), fused=fused, cuda_graph=cuda_graph)
+                      torch.Generator(device=device).manual_seed(0), step=StepBuilder(fused=fused, cuda_graph=cuda_graph))
     trainer.train_epoch()  # warm-up: allocation, kernels, caches
     sync(device)
     start = time.perf_counter()

@@ -16,7 +16,7 @@ from scheda.model import DenoisingAutoencoder
 from scheda.noise import masking
 from scheda.run import run
 from scheda.schedule import NoiseSchedule, Stage
-from scheda.step import AutogradStep, BatchedStep, FusedStep, GraphedStep
+from scheda.step import AutogradStep, BatchedStep, FusedStep, GraphedStep, StepBuilder
 from scheda.trainer import Trainer
 
 from helpers import N_VAL, REPO, STAGES, TINY, compose_cfg
@@ -70,12 +70,11 @@ def test_graphed_step_equals_the_eager_step_and_advances_the_generator_alike():
 def test_an_epoch_makes_no_host_device_synchronisation(cuda_graph):
     m, opt = _model(d=3072, H=100)
     trainer = Trainer(m, opt, masking, NoiseSchedule("constant", [Stage(0.3, 3)]), _data(n=1000, d=3072), 20,
-                      torch.Generator(device=CUDA).manual_seed(0), cuda_graph=cuda_graph)
+                      torch.Generator(device=CUDA).manual_seed(0), step=StepBuilder(cuda_graph=cuda_graph))
     trainer.train_epoch()  # the first epoch builds (and captures) the step
-    epoch = trainer.begin_epoch()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        trainer.run_minibatches(epoch)
+        [epoch] = trainer.alone.run_minibatches([trainer])
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert trainer.end_epoch(epoch)["epoch"] == 2

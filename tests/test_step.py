@@ -5,7 +5,8 @@ import torch
 
 from scheda.model import DenoisingAutoencoder
 from scheda.noise import gaussian, masking, salt_pepper
-from scheda.step import AutogradStep, FusedStep, make_step
+from scheda.errors import ConfigError
+from scheda.step import AutogradStep, BatchedStep, FusedStep, OneModel, StepBuilder
 
 
 def _pair(activation="sigmoid", momentum=0.0, weight_decay=0.0, noise=masking, d=40, H=12, bs=16):
@@ -48,15 +49,26 @@ def test_fused_step_with_another_noise():
     torch.testing.assert_close(fused.model.W, auto.model.W, rtol=1e-4, atol=1e-6)
 
 
-def test_make_step_falls_back_to_autograd():
+def test_the_step_builder_falls_back_to_autograd_for_one_model_and_refuses_it_for_several():
+    x = torch.rand(30, 10)
+    g = torch.Generator()
+
+    def build(builder, *models):
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
+        return builder.build(list(models), opts, [masking] * len(models), 8, x, [g] * len(models))
+
     m = DenoisingAutoencoder(10, 4)
-    opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    cpu = torch.device("cpu")
-    assert isinstance(make_step(m, opt, masking, 8, cpu), FusedStep)
-    assert isinstance(make_step(m, opt, masking, 8, cpu, fused=False), AutogradStep)
-    assert isinstance(make_step(m, opt, masking, 8, cpu, precision="bf16"), AutogradStep)
+    assert isinstance(build(StepBuilder(), m), BatchedStep)
+    for builder in (StepBuilder(fused=False), StepBuilder(precision="bf16")):
+        step = build(builder, m)
+        assert isinstance(step, OneModel) and isinstance(step.step, AutogradStep)
+        assert step(x, torch.arange(8).unsqueeze(0), [0.3], [g]).shape == (1,)  # called like K models, K = 1
     se = DenoisingAutoencoder(10, 4, loss="squared_error")
-    assert isinstance(make_step(se, torch.optim.SGD(se.parameters(), lr=0.1), masking, 8, cpu), AutogradStep)
+    assert isinstance(build(StepBuilder(), se).step, AutogradStep)
+    with pytest.raises(ConfigError, match="trainer.parallel needs the plain fused step"):
+        build(StepBuilder(), se, DenoisingAutoencoder(10, 4, loss="squared_error"))
+    with pytest.raises(ConfigError, match="trainer.cuda_graph=true needs the fused step"):
+        build(StepBuilder(cuda_graph=True), se)
 
 
 @pytest.mark.parametrize("noise", [masking, gaussian, salt_pepper])

@@ -25,14 +25,13 @@ sleep = float(os.environ.get("SCHEDA_FAULT_EPOCH_SLEEP", "0"))
 hang = os.environ.get("SCHEDA_FAULT_HANG_WRITE")
 
 if sleep:
-    train_epoch = scheda.trainer.Trainer.train_epoch
+    run_epoch = scheda.trainer.Lockstep.run_epoch
 
-    def slow_epoch(self):
-        metrics = train_epoch(self)
+    def slow_epoch(self, active):
+        run_epoch(self, active)
         time.sleep(sleep)
-        return metrics
 
-    scheda.trainer.Trainer.train_epoch = slow_epoch
+    scheda.trainer.Lockstep.run_epoch = slow_epoch
 
 if hang:
     atomic_write = scheda.checkpoint.atomic_write

@@ -44,16 +44,16 @@ def test_divergence_after_good_epochs_keeps_the_last_good_checkpoint(cifar_array
     import scheda.trainer
 
     calls = {"n": 0}
-    original = scheda.trainer.Trainer.train_epoch
+    original = scheda.trainer.Lockstep.run_minibatches
 
-    def poisoned(self):
+    def poisoned(self, active):
         calls["n"] += 1
         if calls["n"] == 3:
             with torch.no_grad():
-                self.model.W.fill_(float("nan"))
-        return original(self)
+                active[0].model.W.fill_(float("nan"))
+        return original(self, active)
 
-    monkeypatch.setattr(scheda.trainer.Trainer, "train_epoch", poisoned)
+    monkeypatch.setattr(scheda.trainer.Lockstep, "run_minibatches", poisoned)
     cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, "trainer.checkpoint_every=1",
                        "evaluate.enabled=false", "logger=none"])
     with pytest.raises(scheda.errors.DivergenceError, match=r"epoch 3 \(nu=0.2\)"):
