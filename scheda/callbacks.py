@@ -5,16 +5,34 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, Optional, Protocol
 
+import torch
 from tqdm import tqdm
 
 from scheda.checkpoint import checkpoint_name, save_checkpoint
 
-if TYPE_CHECKING:
-    from scheda.trainer import Trainer
-
 log = logging.getLogger(__name__)
+
+
+class Trainer(Protocol):
+    """What a callback reads of the trainer that calls it (scheda.trainer.Trainer is one): the
+    callbacks sit beside the loop, not above it, so they name no module of it."""
+
+    model: torch.nn.Module
+    schedule: Any
+    train_x: torch.Tensor
+    epoch: int
+    partial: Any  # the epoch an interrupt stopped (its n_batches), or None
+    on_batch: Optional[Callable[[int], None]]
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def switches(self) -> list[dict[str, Any]]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
 
 
 class Callback:

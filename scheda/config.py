@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
-import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, List, Optional
@@ -28,8 +27,21 @@ from scheda.errors import ConfigError
 
 # The modules whose schemas make up a training run's groups (imported by register_configs),
 # after every module of the scheda.data package (one per data set, found by themselves).
-COMPONENT_MODULES = ("scheda.model", "scheda.noise", "scheda.schedule", "scheda.optim", "scheda.trainer",
-                     "scheda.loggers", "scheda.evaluate", "scheda.classifiers", "scheda.finetune")
+# Where each config group's schemas live: importing a module registers them (``@register``).
+# The one way scheda finds its components: a new data set, classifier or schedule module is
+# named here, under its group (tests/test_config.py checks each module fills its group).
+COMPONENT_MODULES: dict[str, tuple[str, ...]] = {
+    "dataset": ("scheda.data.cifar10", "scheda.data.amazon"),
+    "model": ("scheda.model",),
+    "noise": ("scheda.noise",),
+    "schedule": ("scheda.schedule",),
+    "optim": ("scheda.optim",),
+    "trainer": ("scheda.trainer",),
+    "logger": ("scheda.loggers",),
+    "evaluate": ("scheda.evaluate",),
+    "classifier": ("scheda.classifiers",),
+    "finetune": ("scheda.finetune",),
+}
 GROUPS: dict[str, dict[str, type]] = {}
 
 
@@ -121,11 +133,9 @@ def load_components() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        import scheda.data
-
-        data_sets = [f"scheda.data.{m.name}" for m in pkgutil.iter_modules(scheda.data.__path__)]
-        for module in [*data_sets, *COMPONENT_MODULES]:
-            importlib.import_module(module)
+        for modules in COMPONENT_MODULES.values():
+            for module in modules:
+                importlib.import_module(module)
 
 
 # --- the run's top level ------------------------------------------------------------------

@@ -13,12 +13,11 @@ from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig
 
-from scheda.config import typed
+from scheda.config import COMPONENT_MODULES, typed
 from scheda.errors import ConfigError
 from scheda.schedule import nu_key, options_with_nu_key
 
-GROUPS = ("dataset", "model", "noise", "schedule", "optim", "trainer", "logger", "evaluate", "classifier",
-          "finetune")
+GROUPS = tuple(COMPONENT_MODULES)
 
 
 @dataclass

@@ -48,6 +48,20 @@ def test_an_unknown_name_lists_the_known_ones(group):
     assert str(exc.value) == f"{group}.name='nonesuch' is unknown: use one of {', '.join(GROUPS[group])}"
 
 
+def test_every_component_module_is_named_once_under_the_group_it_fills():
+    """COMPONENT_MODULES is how scheda finds its components: each schema lives in a module named
+    under its own group, every named module registers something there, and every module of
+    scheda/data/ but its __init__ is a data set named under dataset."""
+    from scheda.config import COMPONENT_MODULES
+
+    homes = {(group, cls.__module__) for group, schemas in GROUPS.items() for cls in schemas.values()}
+    named = {(group, module) for group, modules in COMPONENT_MODULES.items() for module in modules}
+    assert homes == named
+    data_modules = {f"scheda.data.{p.stem}" for p in (REPO / "scheda" / "data").glob("*.py") if p.stem != "__init__"}
+    assert set(COMPONENT_MODULES["dataset"]) == data_modules
+    assert sorted(GROUPS) == sorted(COMPONENT_MODULES)
+
+
 def test_a_wrong_type_in_a_saved_config_is_one_line():
     with pytest.raises(ConfigError, match="schedule") as exc:
         typed("schedule", {"name": "constant", "nu": "high", "epochs": 3})
