@@ -155,6 +155,9 @@ class TrainConfig:
     train_seed: Optional[int] = None
     resume: Optional[str] = None
     force_resume: bool = False
+    # A run directory that already holds a run (a sweep run again into its folder): false skips
+    # a completed job, resumes a stopped one and reruns a failed one; true reruns every job.
+    rerun: bool = False
     init_from: Optional[str] = None
     # Keys that must be set (not null) for this composition: a preset that continues a
     # checkpoint lists init_from. (A preset's ``???`` cannot do it: merged over a default, it is dropped.)

@@ -1,4 +1,5 @@
-"""``python train.py resume=RUN``: continue a run as itself.
+"""``python train.py resume=RUN``: continue a run as itself; and what a job does with a run
+directory that already holds a run (a sweep run again into its folder: :func:`previous_attempt`).
 
 The run's own overrides (``RUN/.hydra/overrides.yaml``) are composed again with the ones on
 the command line on top, and the run writes into its own directory, so its checkpoints,
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 # Keys a resumed run may change: where and how it runs and is measured, not what it trains.
-MAY_CHANGE = ("resume", "init_from", "force_resume", "requires", "trainer.device", "trainer.num_threads",
+MAY_CHANGE = ("resume", "init_from", "force_resume", "rerun", "requires", "trainer.device", "trainer.num_threads",
               "trainer.progress_bar", "trainer.max_epochs", "trainer.checkpoint_every", "logger.", "evaluate.",
               "classifier.", "finetune.", "dataset.root", "dataset.download")
 DROPPED = ("resume", "init_from", "hydra.run.dir", "hydra.output_subdir")  # of the run's own overrides
@@ -56,12 +57,26 @@ def resume_argv(argv: list[str]) -> list[str]:
     return [argv[0], *saved, *args, *extra]
 
 
+def config_changes(saved: dict[str, Any], cfg: Any) -> tuple[list[str], list[str], str]:
+    """The keys that differ between a run's saved config and ``cfg``, those of them that alter
+    what it trains, and the first few of those as ``key: old -> new`` text."""
+    from omegaconf import OmegaConf
+
+    from scheda.config import flatten
+
+    saved = flatten(saved)
+    now = flatten(OmegaConf.to_container(cfg, resolve=True))
+    changed = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
+    altering = [k for k in changed if not k.startswith(MAY_CHANGE)]
+    shown = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in altering[:3])
+    return changed, altering, shown + (", ..." if len(altering) > 3 else "")
+
+
 def check_resume_config(cfg: Any, resume: str | Path) -> list[str]:
     """The differences between ``cfg`` and the config the resumed run was started with; a
     ConfigError when one of them alters training and ``force_resume`` is not set."""
     from omegaconf import OmegaConf
 
-    from scheda.config import flatten
     from scheda.errors import ConfigError
 
     path = Path(resume).expanduser()
@@ -69,12 +84,72 @@ def check_resume_config(cfg: Any, resume: str | Path) -> list[str]:
              for name in (".hydra/config.yaml", "config.yaml") if (c / name).is_file()]
     if not found:
         return []
-    saved = flatten(OmegaConf.to_container(OmegaConf.load(found[0]), resolve=True))
-    now = flatten(OmegaConf.to_container(cfg, resolve=True))
-    changed = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
-    altering = [k for k in changed if not k.startswith(MAY_CHANGE)]
+    changed, altering, shown = config_changes(OmegaConf.to_container(OmegaConf.load(found[0]), resolve=True), cfg)
     if altering and not cfg.get("force_resume"):
-        shown = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in altering[:3])
-        raise ConfigError(f"resume would change what the run trains ({shown}{', ...' if len(altering) > 3 else ''}): "
+        raise ConfigError(f"resume would change what the run trains ({shown}): "
                           f"drop those overrides, or add force_resume=true")
     return changed
+
+
+# What a job did with its directory, as results.json's ``attempts`` and a sweep's summary count it.
+ACTIONS = ("ran", "skipped", "resumed", "reran")
+KEPT = {".hydra", "train.log", ".lock", "attempts"}  # left in place when an attempt is set aside
+
+
+def _has_checkpoint(run_dir: Path) -> bool:
+    from scheda.checkpoint import CHECKPOINT_RE
+
+    folders = [run_dir / "checkpoints", *sorted((run_dir / "models").glob("*/checkpoints"))]
+    return any(CHECKPOINT_RE.match(p.name) for folder in folders if folder.is_dir() for p in folder.iterdir())
+
+
+def previous_attempt(cfg: Any, run_dir: Path) -> tuple[str, str, dict[str, Any] | None]:
+    """What this job does with what an earlier attempt left in ``run_dir`` (read before the new
+    results.json replaces it): ``ran`` (nothing there), ``skipped`` (completed with the same
+    config; its results are returned), ``resumed`` (stopped: interrupted, killed, out of time,
+    with a checkpoint), or ``reran`` (it failed or diverged, stopped before any checkpoint, or
+    ``rerun=true``). A config that alters what the earlier attempt trained is refused with one
+    line naming the difference. Returns the action, a line saying why, and the earlier results."""
+    import json
+
+    from scheda.errors import ConfigError
+
+    path = run_dir / "results.json"
+    if not path.is_file():
+        if _has_checkpoint(run_dir):  # written before results.json was (an older scheda)
+            return "resumed", "checkpoints and no results.json: resuming from its newest checkpoint", None
+        return "ran", "", None
+    try:
+        before = json.loads(path.read_text())
+        status, saved = before["status"], before["config"]
+    except (ValueError, KeyError, TypeError):
+        return "reran", "its results.json is unreadable: running it again (the old files under attempts/)", None
+    if cfg.get("rerun"):
+        return "reran", f"rerun=true: running it again ({status} before; its files under attempts/)", before
+    _, altering, shown = config_changes(saved, cfg)
+    if altering:
+        raise ConfigError(f"{run_dir.name} holds a run of another config ({shown}): give the sweep a new "
+                          f"hydra.sweep.dir, or add rerun=true to run it again")
+    if status == "completed":
+        return "skipped", "completed before with the same config: skipped", before
+    if status in ("failed", "diverged"):
+        return "reran", f"{status} before ({before.get('error', 'no error recorded')}): running it again " \
+                        f"(its files under attempts/)", before
+    if _has_checkpoint(run_dir):
+        return "resumed", f"{status} before: resuming from its newest checkpoint", before
+    return "reran", f"{status} before, with no checkpoint: running it again", before
+
+
+def set_aside(run_dir: Path) -> Path:
+    """Move an earlier attempt's files (results, checkpoints, curves, models) into
+    ``attempts/<n>/``: a rerun never deletes what a run wrote."""
+    import os
+
+    attempts = run_dir / "attempts"
+    n = 1 + max((int(p.name) for p in attempts.glob("*") if p.name.isdigit()), default=0)
+    target = attempts / str(n)
+    target.mkdir(parents=True)
+    for item in sorted(run_dir.iterdir()):
+        if item.name not in KEPT:
+            os.replace(item, target / item.name)
+    return target

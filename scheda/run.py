@@ -18,7 +18,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from scheda.callbacks import CheckpointCallback, ProgressBar
 from scheda.checkpoint import (
-    CHECKPOINT_RE,
     find_checkpoint_dir,
     load_checkpoint,
     load_model_weights,
@@ -36,14 +35,14 @@ from scheda.evaluate import (
 )
 from scheda.finetune import FineTuner
 from scheda.interrupt import Interrupted, stop_on_signals
-from scheda.io import atomic_write, shown_path
+from scheda.io import atomic_write, atomic_write_json, shown_path
 from scheda.lock import hold
 from scheda.loggers import hparams
 from scheda.model import build_model
 from scheda.noise import build_noise
 from scheda.optim import build_optimizer
 from scheda.results import RunResults
-from scheda.resume import check_resume_config
+from scheda.resume import check_resume_config, previous_attempt, set_aside
 from scheda.rules import TypedRun, check_run
 from scheda.schedule import build_schedule, check_nu, nu_key
 from scheda.seeding import derive_seed, train_seed
@@ -65,15 +64,29 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
 
 def _run(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     check_composed(cfg)
-    if not cfg.resume and os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0") \
-            and any(CHECKPOINT_RE.match(p.name) for p in (output_dir / "checkpoints").glob("*.pt")):
-        cfg.resume = str(output_dir)  # a job Slurm requeued (time limit, preemption) continues where it stopped
-        log.info("requeued by Slurm (restart %s): resuming %s", os.environ["SLURM_RESTART_COUNT"], output_dir)
+    # A directory that already holds a run: a sweep run again into its folder, a job Slurm
+    # requeued (time limit, preemption), the same hydra.run.dir twice.
+    action, why, before = previous_attempt(cfg, output_dir) if not cfg.resume else ("ran", "", None)
+    attempts = [*(before or {}).get("attempts", []), {"action": action, "at": time.strftime("%Y-%m-%dT%H:%M:%S")}]
+    if why:
+        restart = os.environ.get("SLURM_RESTART_COUNT", "0")
+        requeued = f"requeued by Slurm (restart {restart}): " if restart not in ("", "0") else ""
+        log.info("%s%s: %s", requeued, shown_path(output_dir), why)
+    if action == "skipped":
+        before["attempts"] = attempts
+        atomic_write_json(output_dir / "results.json", before)
+        return before
+    if action == "resumed":
+        cfg.resume = str(output_dir)
+    elif action == "reran" and (output_dir / "results.json").exists():
+        set_aside(output_dir)
     if cfg.resume:
         changed = check_resume_config(cfg, cfg.resume)
         if changed:
             log.warning("resuming with changed settings: %s", ", ".join(changed))
-    results = RunResults(output_dir / "results.json", config=OmegaConf.to_container(cfg, resolve=True))
+    results = RunResults(output_dir / "results.json", config=OmegaConf.to_container(cfg, resolve=True),
+                         attempts=attempts)
+    results.save()  # status running from the start: a rerun tells a killed run from a fresh directory
     try:
         typed_cfg = check_run(cfg)  # every group and every rule between groups, before any data, logger or checkpoint
         trains = typed_cfg.model.trains  # model=raw evaluates the inputs themselves
@@ -155,7 +168,7 @@ class Job:
         generator = torch.Generator(device=device).manual_seed(train_seed(cfg.seed, start_epoch, cfg.train_seed))
         self.results.data.update(schedule=self.schedule.describe(), device=str(device), cuda_graph=run.trainer.cuda_graph,
                                  cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
-        self.tensorboard = run.logger.build(self.output_dir, hparams(cfg, self.schedule), data,
+        self.tensorboard = run.logger.build(self.output_dir, hparams(run, cfg.seed, self.schedule), data,
                                              purge_step=self.resume_state["epoch"] + 1 if self.resume_state else None)
         # Order matters: evaluation runs before the epoch's checkpoint, which then carries it.
         callbacks = []
@@ -260,6 +273,8 @@ def train_parallel(cfg: DictConfig, output_dir: Path, results: RunResults) -> di
         cfg_k = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{key}={v}" for key, v in overrides.items()]))
         for axis in ("nu", "lr", "seed"):
             cfg_k.trainer.parallel[axis] = []
+        if cfg_k.logger.get("log_dir"):  # each model's curves named by its own values
+            cfg_k.logger.log_dir = f"{cfg.logger.log_dir}/" + ",".join(f"{key}={v}" for key, v in overrides.items())
         if cfg.resume:
             model_dir = Path(cfg.resume) / "models" / str(k)
             if not model_dir.is_dir():

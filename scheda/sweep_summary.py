@@ -15,17 +15,18 @@ from omegaconf import DictConfig, OmegaConf
 from scheda.io import atomic_write, shown_path
 
 
-def job_line(job_dir: Path) -> tuple[str, float | None]:
-    """One job's summary line and its validation error (None without an evaluation)."""
+def job_line(job_dir: Path) -> tuple[str, float | None, str | None]:
+    """One job's summary line, its validation error (None without an evaluation) and what this
+    invocation did with it (scheda.resume.ACTIONS; None when it did not get to it)."""
     overrides_file = job_dir / ".hydra" / "overrides.yaml"
     overrides = " ".join(str(o) for o in OmegaConf.load(overrides_file)) if overrides_file.exists() else ""
     results_file = job_dir / "results.json"
     if not results_file.exists():
-        return f"{job_dir.name}: {overrides}: no results.json", None
+        return f"{job_dir.name}: {overrides}: no results.json", None, None
     try:
         results: dict[str, Any] = json.loads(results_file.read_text())
     except json.JSONDecodeError:
-        return f"{job_dir.name}: {overrides}: unreadable results.json", None
+        return f"{job_dir.name}: {overrides}: unreadable results.json", None, None
     val = results.get("best_val_error")
     evaluations = results.get("evaluations") or []
     test = evaluations[-1]["test_error"] if evaluations else None
@@ -33,7 +34,28 @@ def job_line(job_dir: Path) -> tuple[str, float | None]:
         val = evaluations[-1]["val_error"]
     errors = f", val {100 * val:.2f} %" if val is not None else ""
     errors += f", test {100 * test:.2f} %" if test is not None else ""
-    return f"{job_dir.name}: {overrides}: {results.get('status', '?')}{errors}", val
+    action = (results.get("attempts") or [{}])[-1].get("action")
+    done = f" ({action})" if action else ""
+    return f"{job_dir.name}: {overrides}: {results.get('status', '?')}{done}{errors}", val, action
+
+
+def swept_label(sweep_dir: Path, job_overrides: list[str]) -> str:
+    """What tells this job apart in its sweep: its values of the keys the sweep varies (those
+    given with several values, read from the sweep's multirun.yaml), as ``key=value,...``;
+    "" outside a sweep or when nothing varies. TensorBoard names the job's curves by it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    saved = sweep_dir / "multirun.yaml"
+    if not saved.is_file():
+        return ""
+    parser = OverridesParser.create()
+    try:
+        swept = {o.get_key_element() for o in parser.parse_overrides(list(OmegaConf.load(saved).hydra.overrides.task))
+                 if o.is_sweep_override()}
+        mine = parser.parse_overrides(job_overrides)
+    except Exception:  # noqa: BLE001 - a label is a convenience: never fail a job over it
+        return ""
+    return ",".join(f"{o.get_key_element()}={o.value()}" for o in mine if o.get_key_element() in swept)
 
 
 class SweepSummary(Callback):
@@ -44,11 +66,17 @@ class SweepSummary(Callback):
             if sweep_dir.is_dir() else []
         if not jobs:
             return
+        from scheda.resume import ACTIONS
+
         lines = [job_line(job) for job in jobs]
-        print(f"sweep of {len(jobs)} jobs in {sweep_dir}:")
-        for text, _ in lines:
+        print(f"sweep of {len(jobs)} jobs in {shown_path(sweep_dir)}:")
+        for text, _, _ in lines:
             print(f"  {text}")
-        scored = [(val, text) for text, val in lines if val is not None]
+        counts = {a: sum(1 for _, _, action in lines if action == a) for a in ACTIONS}
+        print("jobs: " + ", ".join(f"{n} {a}" for a, n in counts.items())
+              + " (skipped: completed before with the same config; resumed: from its newest checkpoint; "
+                "reran: failed before, or rerun=true)")
+        scored = [(val, text) for text, val, _ in lines if val is not None]
         if scored:
             print(f"best on validation: {min(scored)[1]}")
         from scheda.gather import gather  # torch, only once a sweep has run

@@ -35,6 +35,12 @@ def train(cfg: DictConfig) -> float | None:
     from scheda.run import run
 
     output_dir = Path(hydra_cfg.runtime.output_dir)
+    if hydra_cfg.mode == RunMode.MULTIRUN and cfg.logger.get("log_dir"):
+        from scheda.sweep_summary import swept_label
+
+        label = swept_label(Path(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task))
+        if label:  # TensorBoard names each job's curves by its swept values, not by its number
+            cfg.logger.log_dir = f"{cfg.logger.log_dir}/{label}"
     try:
         summary = run(cfg, output_dir)
     except Interrupted as exc:
@@ -53,11 +59,27 @@ def train(cfg: DictConfig) -> float | None:
     return evaluations[-1]["val_error"] if evaluations else summary.get("final_train_loss")
 
 
+def _fresh(output_dir: Path) -> bool:
+    """Whether the directory holds nothing but this refused run's own files (not an earlier
+    run's results, which a refused rerun into the same directory must keep)."""
+    import json
+
+    if not output_dir.is_dir() or not {p.name for p in output_dir.iterdir()} <= FRESH_RUN_FILES:
+        return False
+    try:
+        results = json.loads((output_dir / "results.json").read_text())
+    except FileNotFoundError:
+        return True
+    except ValueError:
+        return False
+    return results.get("status") == "failed" and len(results.get("attempts", [])) <= 1
+
+
 def _remove_failed_run_dir(output_dir: Path) -> None:
     """A run refused by its config checks leaves no directory behind (nothing was trained)."""
     import logging
 
-    if output_dir.is_dir() and {p.name for p in output_dir.iterdir()} <= FRESH_RUN_FILES:
+    if _fresh(output_dir):
         logging.shutdown()  # close train.log before it is removed
         shutil.rmtree(output_dir, ignore_errors=True)
         if output_dir.parent.is_dir() and not any(output_dir.parent.iterdir()):

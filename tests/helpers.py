@@ -90,9 +90,11 @@ def run_train(args: list[str], cwd: Path = REPO, env_extra: dict | None = None) 
                           capture_output=True, text=True, timeout=300)
 
 
-def start_train(args: list[str], cwd: Path) -> subprocess.Popen:
-    """``python train.py ...`` started in the background (for interrupts, kills, second writers)."""
+def start_train(args: list[str], cwd: Path, new_session: bool = False) -> subprocess.Popen:
+    """``python train.py ...`` started in the background (for interrupts, kills, second writers);
+    ``new_session``: in its own process group, so that its workers can be killed with it."""
     env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
     env["OMP_NUM_THREADS"] = "1"
     return subprocess.Popen([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=new_session)

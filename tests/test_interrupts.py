@@ -116,7 +116,8 @@ def test_a_schedulers_usr2_gets_the_signal_after_the_checkpoint_and_a_requeued_j
     assert json.loads((run_dir / "results.json").read_text())["status"] == "interrupted"
     requeued = run_train(args, cwd=tmp_path, env_extra={"SLURM_RESTART_COUNT": "1"})
     assert requeued.returncode == 0, requeued.stderr
-    assert "requeued by Slurm (restart 1): resuming" in (run_dir / "train.log").read_text()
+    log = (run_dir / "train.log").read_text()
+    assert "requeued by Slurm (restart 1): run: interrupted before: resuming from its newest checkpoint" in log
     final = load_checkpoint(run_dir)
     for key, value in golden_state["model"].items():
         assert torch.equal(final["model"][key], value), key

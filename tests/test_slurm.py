@@ -197,7 +197,8 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_ends_as_the_uninter
     stdout, stderr = proc.communicate()
     assert proc.returncode == 0, stderr[-3000:]
     log = (sweep / "0" / "train.log").read_text()
-    assert "requeued by Slurm (restart 1): resuming" in log and "resumed from" in log, log[-2000:]
+    assert "requeued by Slurm (restart 1): " in log and "resuming from its newest checkpoint" in log, log[-2000:]
+    assert "resumed from" in log, log[-2000:]
     assert any("_batch_" in p.name for p in (sweep / "0" / "checkpoints").iterdir())  # taken mid-epoch at the signal
     results = json.loads((sweep / "0" / "results.json").read_text())
     assert results["status"] == "completed" and results["epochs"] == epochs

@@ -1,0 +1,142 @@
+"""A sweep run again into its folder continues it (scheda.resume.previous_attempt): a completed
+job is skipped, a killed one resumes from its newest checkpoint and ends where it would have
+without the kill, a failed one runs again with its old files kept, a job whose config changed is
+refused with one line, and rerun=true runs everything again. Real ``train.py -m`` processes,
+killed with SIGKILL, with the basic and the joblib launchers."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from scheda.checkpoint import load_checkpoint
+
+from helpers import TINY, run_train, start_train
+
+EPOCHS = 400
+SWEEP = ["-m", "schedule=constant", "schedule.nu=0.3,0.5,0.7", f"schedule.epochs={EPOCHS}",
+         "trainer.checkpoint_every=25", "evaluate.enabled=false", "logger=none"]
+
+
+def _sweep(cifar_arrays, sweep_dir, *extra):
+    return [*SWEEP[:1], f"dataset.root={cifar_arrays}", *TINY, *SWEEP[1:], f"hydra.sweep.dir={sweep_dir}", *extra]
+
+
+def _results(job_dir):
+    return json.loads((job_dir / "results.json").read_text())
+
+
+def _actions(sweep_dir):
+    return [[a["action"] for a in _results(sweep_dir / str(k))["attempts"]] for k in range(3)]
+
+
+def _kill_during_job_1(proc, sweep_dir, group=False):
+    """SIGKILL the sweep once job 1 has a checkpoint and has not finished."""
+    deadline = time.time() + 240
+    try:
+        while not (sweep_dir / "1" / "checkpoints" / "epoch_00050.pt").exists():
+            assert proc.poll() is None, f"the sweep ended before job 1 checkpointed: {proc.stderr.read()[-2000:]}"
+            assert time.time() < deadline, "job 1 never checkpointed"
+            time.sleep(0.05)
+    finally:
+        if group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert _results(sweep_dir / "0")["status"] == "completed"
+    assert _results(sweep_dir / "1")["status"] == "running"  # killed: no chance to say so
+
+
+@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=1"]],
+                         ids=["basic", "joblib"])
+def test_a_killed_sweep_run_again_ends_with_every_job_completed_once(cifar_arrays, tmp_path, launcher):
+    sweep_dir = tmp_path / "sweep"
+    args = _sweep(cifar_arrays, sweep_dir, *launcher)
+    _kill_during_job_1(start_train(args, tmp_path, new_session=True), sweep_dir, group=True)
+    done_before = (sweep_dir / "0" / "results.json").stat().st_mtime_ns, load_checkpoint(sweep_dir / "0")["model"]
+
+    again = run_train(args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _actions(sweep_dir) == [["ran", "skipped"], ["ran", "resumed"], ["ran"]]
+    for k in range(3):
+        assert _results(sweep_dir / str(k))["status"] == "completed" and _results(sweep_dir / str(k))["epochs"] == EPOCHS
+    # The skipped job was not trained again; the resumed one ends where an uninterrupted run ends.
+    assert torch.equal(load_checkpoint(sweep_dir / "0")["model"]["W"], done_before[1]["W"])
+    golden = run_train([f"dataset.root={cifar_arrays}", *TINY, *SWEEP[1:2], "schedule.nu=0.5", *SWEEP[3:],
+                        f"hydra.run.dir={tmp_path / 'golden'}"], cwd=tmp_path)
+    assert golden.returncode == 0, golden.stderr[-2000:]
+    assert torch.equal(load_checkpoint(sweep_dir / "1")["model"]["W"], load_checkpoint(tmp_path / "golden")["model"]["W"])
+    log = again.stdout + again.stderr
+    assert "completed before with the same config: skipped" in log and "resuming from its newest checkpoint" in log
+    assert "jobs: 1 ran, 1 skipped, 1 resumed, 0 reran" in again.stdout
+
+    # A third time: nothing left to do.
+    third = run_train(args, cwd=tmp_path)
+    assert third.returncode == 0 and "jobs: 0 ran, 3 skipped, 0 resumed, 0 reran" in third.stdout
+
+
+def test_failed_jobs_run_again_keeping_their_files_and_rerun_true_runs_everything(cifar_arrays, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    short = ["schedule.epochs=2", "trainer.checkpoint_every=1"]
+    failing = run_train(_sweep(tmp_path / "no_data_here", sweep_dir, "dataset.download=false", *short), cwd=tmp_path)
+    assert failing.returncode != 0
+    assert _results(sweep_dir / "0")["status"] == "failed"
+    # dataset.root may change between attempts (where the data are, not what is trained)
+    again = run_train(_sweep(cifar_arrays, sweep_dir, *short), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _actions(sweep_dir) == [["ran", "reran"]] * 3
+    kept = json.loads((sweep_dir / "0" / "attempts" / "1" / "results.json").read_text())
+    assert kept["status"] == "failed" and "not found" in kept["error"]
+    assert "jobs: 0 ran, 0 skipped, 0 resumed, 3 reran" in again.stdout
+
+    forced = run_train(_sweep(cifar_arrays, sweep_dir, *short, "rerun=true"), cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    assert _actions(sweep_dir) == [["ran", "reran", "reran"]] * 3
+    assert _results(sweep_dir / "0" / "attempts" / "2")["status"] == "completed"  # the completed run, set aside
+    assert _results(sweep_dir / "0")["status"] == "completed"
+
+
+def test_a_job_whose_config_changed_is_refused_with_one_line_and_keeps_its_results(cifar_arrays, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    short = ["schedule.epochs=2", "trainer.checkpoint_every=1"]
+    first = run_train(_sweep(cifar_arrays, sweep_dir, *short), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = (sweep_dir / "1" / "results.json").read_text()
+    changed = run_train(_sweep(cifar_arrays, sweep_dir, *short, "optim.lr=0.02"), cwd=tmp_path)
+    assert changed.returncode != 0
+    lines = [line for line in changed.stderr.splitlines() if "holds a run of another config" in line]
+    assert lines and "optim.lr: 0.01 -> 0.02" in lines[0] and "rerun=true" in lines[0]
+    assert (sweep_dir / "1" / "results.json").read_text() == before
+    assert (sweep_dir / "0" / "checkpoints").is_dir()
+
+
+def test_a_killed_fused_sweep_run_again_resumes_every_model(cifar_arrays, tmp_path):
+    """A fused sweep (trainer.parallel) is one job: killed, the same command resumes all its
+    models from their checkpoints, and each ends with the weights of an uninterrupted run."""
+    sweep_dir = tmp_path / "sweep"
+    args = ["-m", f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", f"schedule.epochs={EPOCHS}",
+            "trainer.checkpoint_every=25", "evaluate.enabled=false", "logger=none", "trainer.parallel.nu=[0.3,0.5]",
+            "optim.lr=0.01,0.02", f"hydra.sweep.dir={sweep_dir}"]
+    proc = start_train(args, tmp_path, new_session=True)
+    deadline = time.time() + 240
+    try:
+        while not (sweep_dir / "1" / "models" / "1" / "checkpoints" / "epoch_00050.pt").exists():
+            assert proc.poll() is None, proc.stderr.read()[-2000:]
+            assert time.time() < deadline
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    again = run_train(args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "jobs: 0 ran, 1 skipped, 1 resumed, 0 reran" in again.stdout
+    fixed = [a for a in args[1:-1] if not a.startswith("optim.lr=")]
+    golden = run_train([*fixed, "optim.lr=0.02", f"hydra.run.dir={tmp_path / 'golden'}"], cwd=tmp_path)
+    assert golden.returncode == 0, golden.stderr[-2000:]
+    for k in range(2):
+        assert torch.equal(load_checkpoint(sweep_dir / "1" / "models" / str(k))["model"]["W"],
+                           load_checkpoint(tmp_path / "golden" / "models" / str(k))["model"]["W"])
