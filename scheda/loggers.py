@@ -1,13 +1,13 @@
 """TensorBoard logging inside the run directory: per-epoch scalars, filter images at each
-stage end, and hparams with the same keys in every run (so runs compare in the HParams tab).
+stage end, and each run's hyper-parameters for the HParams table.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -78,27 +78,24 @@ def top_words(filters: torch.Tensor, vocabulary: list[str], n_units: int = 100, 
     return "| unit | top words |\n|---|---|\n" + "\n".join(rows)
 
 
-# The curves the HParams table shows beside each run's settings (its last value of each).
-HPARAM_METRICS = ("eval/val_error", "eval/test_error", "train/reconstruction_ce")
-
-
-def hparams(cfg: Mapping, schedule: NoiseSchedule) -> dict[str, Any]:
-    """The settings that tell the paper's runs apart, with the same keys in every run (nan
-    where a run has none): the HParams table shows exactly these columns."""
-    fixed = [s.nu for s in schedule.stages if s.nu is not None]
-    sched = cfg["schedule"]
-    return {
-        "schedule": str(sched["name"]),
-        "nu0": fixed[0] if fixed else math.nan,
-        "delta_nu": float(sched["delta_nu"]) if "delta_nu" in sched else math.nan,
-        "K": int(sched["K"]) if "K" in sched else math.nan,
-        "nu_last": fixed[-1] if fixed else math.nan,
-        "lr": float(cfg["optim"]["lr"]),
-        "hidden": int(cfg["model"]["hidden"]),
-        "epochs": schedule.total_epochs,
-        "noise": str(cfg["noise"]["name"]),
-        "seed": int(cfg["seed"]),
-    }
+def hparams(run: Any, seed: int, schedule: NoiseSchedule) -> dict[str, Any]:
+    """The settings the HParams table compares, named by their config keys: the schedule's own
+    (a constant schedule has no K; a list of stages gives its first and last nu), the model's
+    hidden units, lr, the noise, the seed and the epochs. No run writes the experiment summary:
+    TensorBoard then builds it from every run and lists first the keys whose values differ (a
+    sweep's), which its table shows without a click."""
+    out: dict[str, Any] = {"schedule": run.schedule.name}
+    for f in dataclasses.fields(run.schedule):
+        value = getattr(run.schedule, f.name)
+        if f.name != "name" and isinstance(value, (bool, int, float, str)):
+            out[f"schedule.{f.name}"] = value
+        elif isinstance(value, (list, tuple)):
+            fixed = [s.nu for s in schedule.stages if s.nu is not None]
+            if fixed:
+                out.update({"schedule.nu_first": fixed[0], "schedule.nu_last": fixed[-1]})
+    out.update({"model.hidden": int(run.model.hidden), "optim.lr": float(run.optim.lr), "noise": run.noise.name,
+                "seed": int(seed), "epochs": schedule.total_epochs})
+    return out
 
 
 class TensorBoardLogger(Callback):
@@ -119,9 +116,11 @@ class TensorBoardLogger(Callback):
         from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
         self.writer = SummaryWriter(str(self.log_dir), purge_step=self.purge_step)
-        # The HParams plugin's records, in the run's own event file, with metrics that name the
-        # run's curves: no one-point hparam/* charts in Scalars (SummaryWriter.add_hparams writes those).
-        for summary in hparams_summaries(self.hparams, {tag: math.nan for tag in HPARAM_METRICS}):
+        # The run's session records only, in its own event file: an experiment summary per run
+        # would make TensorBoard take one run's (where nothing differs, so the table's columns are
+        # the first keys by name); and no one-point hparam/* charts in Scalars (add_hparams writes those).
+        _, session_start, session_end = hparams_summaries(self.hparams, {})
+        for summary in (session_start, session_end):
             self.writer.file_writer.add_summary(summary)
         self.switches_logged = len(trainer.switches)
 
