@@ -211,3 +211,52 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_ends_as_the_uninter
     requeued, golden = load_checkpoint(sweep / "0"), load_checkpoint(tmp_path / "reference")
     for key in golden["model"]:
         assert torch.equal(requeued["model"][key], golden["model"][key]), key
+
+
+def test_a_killed_slurm_sweep_run_again_resumes_its_jobs(cifar_arrays, tmp_path):
+    """The launcher and its job array killed (SIGKILL, scancel) once a job has checkpointed: the
+    same command submits again, and each job resumes from its checkpoint (or is skipped when it
+    had completed) to the weights of a run that was never stopped."""
+    import signal
+
+    import torch
+
+    from scheda.checkpoint import load_checkpoint
+
+    from helpers import start_train
+
+    config = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=4000", "logger=none",
+              "evaluate.enabled=false", "trainer.checkpoint_every=100"]
+    sweep = tmp_path / "sweep"
+    args = ["-m", *LAUNCHER, *config, "schedule.nu=0.3,0.5", f"hydra.sweep.dir={sweep}"]
+    first = start_train(args, tmp_path, new_session=True)
+    deadline = time.time() + 300
+    try:
+        while not list(sweep.glob("*/checkpoints/epoch_00200.pt")):
+            assert first.poll() is None, first.stderr.read()[-2000:]
+            assert time.time() < deadline, "no job checkpointed"
+            time.sleep(0.2)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
+        if jobs:
+            subprocess.run(["scancel", "--signal=KILL", "--full", *jobs], check=False)
+    while subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.strip():
+        assert time.time() < deadline + 120, "the killed jobs never left the queue"
+        time.sleep(1)
+    statuses = [json.loads((sweep / str(k) / "results.json").read_text())["status"] for k in range(2)]
+    # at least one stopped mid-run: killed (still "running") or, when Slurm's cancel reached it as a
+    # signal first, checkpointed where it stood ("interrupted")
+    assert set(statuses) <= {"running", "interrupted", "completed"} and set(statuses) != {"completed"}
+
+    again = run_train(args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    for k, nu in enumerate((0.3, 0.5)):
+        results = json.loads((sweep / str(k) / "results.json").read_text())
+        assert results["status"] == "completed" and results["epochs"] == 4000
+        actions = [a["action"] for a in results["attempts"]]
+        assert actions == ["ran", "skipped" if statuses[k] == "completed" else "resumed"]
+        golden = run_train([*config, f"schedule.nu={nu}", f"hydra.run.dir={tmp_path / f'golden{k}'}"], cwd=tmp_path)
+        assert golden.returncode == 0, golden.stderr[-2000:]
+        assert torch.equal(load_checkpoint(sweep / str(k))["model"]["W"], load_checkpoint(tmp_path / f"golden{k}")["model"]["W"])
