@@ -53,6 +53,20 @@ def _reproduce(tmp_path: Path, data_root: Path, *args: str, wait: bool = True):
     return subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
 
 
+def _wait_releasing_requeued(proc: subprocess.Popen, timeout: float) -> None:
+    """Wait for ``proc``, starting at once any job Slurm requeued and holds (its BeginTime,
+    about two minutes later): the test checks the requeue, not Slurm's back-off. Reading the
+    pipes is left to the caller, so the commands here must not fill them (they print little)."""
+    deadline = time.time() + timeout
+    while proc.poll() is None:
+        assert time.time() < deadline, "the command did not finish"
+        for line in subprocess.run(["squeue", "-h", "-o", "%i %T %r"], capture_output=True, text=True).stdout.splitlines():
+            job, state, reason = line.split(maxsplit=2)
+            if state == "PENDING" and reason == "BeginTime":
+                subprocess.run(["scontrol", "update", f"jobid={job}", "starttime=now"], check=False)
+        time.sleep(1)
+
+
 def test_a_sweep_runs_as_a_slurm_job_array(cifar_arrays, tmp_path):
     sweep = tmp_path / "sweep"
     proc = run_train(["-m", *LAUNCHER, f"dataset.root={cifar_arrays}", *TINY, "schedule=constant",
@@ -84,7 +98,7 @@ def test_the_smoke_protocol_through_slurm_and_a_rerun_submits_nothing(cifar_arra
 def test_a_cancelled_job_is_reported_and_the_command_fails(cifar_arrays, tmp_path):
     # DAs long enough (about 20 s here) to be cancelled while they train. The launcher waits for the
     # array's tasks in order: the last one is cancelled, so the first is waited on and completes.
-    proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=20000", "scale.da.eval_every=10000", "table.raw=false",
+    proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=5000", "scale.da.eval_every=2500", "table.raw=false",
                       "scale.finetune=null", wait=False)
     deadline = time.time() + 120
     running: list[str] = []
@@ -127,7 +141,7 @@ def _wait_running(proc, timeout=120):
 
 
 def test_jobs_whose_node_went_down_are_reported_and_none_is_left_behind(cifar_arrays, tmp_path):
-    proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=20000", "scale.da.eval_every=10000", "table.raw=false",
+    proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=5000", "scale.da.eval_every=2500", "table.raw=false",
                       "scale.finetune=null", wait=False)
     try:
         _wait_running(proc)
@@ -185,15 +199,7 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_ends_as_the_uninter
                "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=30", "hydra.launcher.max_num_timeout=3",
                "hydra.launcher.cpus_per_task=1", *config, f"schedule.epochs={epochs}", f"hydra.sweep.dir={sweep}"]
     proc = subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline, released = time.time() + 420, 0
-    while proc.poll() is None:
-        assert time.time() < deadline, "the job did not finish"
-        for line in subprocess.run(["squeue", "-h", "-o", "%i %T %r"], capture_output=True, text=True).stdout.splitlines():
-            job, state, reason = line.split(maxsplit=2)
-            if state == "PENDING" and reason == "BeginTime":  # Slurm holds a requeued job: start it now
-                subprocess.run(["scontrol", "update", f"jobid={job}", "starttime=now"], check=True)
-                released += 1
-        time.sleep(1)
+    _wait_releasing_requeued(proc, 420)
     stdout, stderr = proc.communicate()
     assert proc.returncode == 0, stderr[-3000:]
     log = (sweep / "0" / "train.log").read_text()
