@@ -85,14 +85,11 @@ def hparams(run: Any, seed: int, schedule: NoiseSchedule) -> dict[str, Any]:
     TensorBoard then builds it from every run and lists first the keys whose values differ (a
     sweep's), which its table shows without a click."""
     out: dict[str, Any] = {"schedule": run.schedule.name}
-    for f in dataclasses.fields(run.schedule):
-        value = getattr(run.schedule, f.name)
-        if f.name != "name" and isinstance(value, (bool, int, float, str)):
-            out[f"schedule.{f.name}"] = value
-        elif isinstance(value, (list, tuple)):
-            fixed = [s.nu for s in schedule.stages if s.nu is not None]
-            if fixed:
-                out.update({"schedule.nu_first": fixed[0], "schedule.nu_last": fixed[-1]})
+    values = {f.name: getattr(run.schedule, f.name) for f in dataclasses.fields(run.schedule) if f.name != "name"}
+    out.update({f"schedule.{k}": v for k, v in values.items() if isinstance(v, (bool, int, float, str))})
+    fixed = [s.nu for s in schedule.stages if s.nu is not None]
+    if fixed and any(isinstance(v, (list, tuple)) for v in values.values()):
+        out.update({"schedule.nu_first": fixed[0], "schedule.nu_last": fixed[-1]})
     out.update({"model.hidden": int(run.model.hidden), "optim.lr": float(run.optim.lr), "noise": run.noise.name,
                 "seed": int(seed), "epochs": schedule.total_epochs})
     return out

@@ -55,7 +55,7 @@ class TrainerConfig(Component):
     num_threads: Optional[int] = None  # torch CPU threads; null: torch's default
     progress_bar: bool = True
     fused: bool = True  # the hand-written tied-DA step (cross-entropy + SGD); false: autograd
-    # Capture the fused step in a CUDA graph (one launch per minibatch instead of ~30): 2.8-4.2x
+    # Capture the fused step in a CUDA graph (one launch per minibatch instead of ~30): 2.75-4.2x
     # faster on an H100 (docs/results/gpu_h100.md). null: on wherever it applies (a CUDA device,
     # the fused step, plain SGD, fp32/tf32; scheda.rules.resolve); true: refuse a run it cannot take.
     cuda_graph: Optional[bool] = None
@@ -339,7 +339,9 @@ class Lockstep:
             raise ValueError("the models of a fused sweep stopped at different minibatches: resume them alone")
         lead = active[0]
         for first in range(epochs[0].next_first, n, bs):
-            idx = torch.stack([e.perm[first:first + bs] for e in epochs])
+            # one model: a view of its permutation, no copy on the hot path
+            idx = epochs[0].perm[first:first + bs].unsqueeze(0) if len(epochs) == 1 else \
+                torch.stack([e.perm[first:first + bs] for e in epochs])
             nus = [t.schedule.draw(t.generator, device) if e.random_nu else e.nu for t, e in zip(active, epochs)]
             losses = step(self.x_all, idx, nus, generators)
             for k, e in enumerate(epochs):
