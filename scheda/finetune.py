@@ -30,6 +30,7 @@ from scheda.data import Splits
 from scheda.errors import ConfigError, DivergenceError
 from scheda.evaluate import pack_correct
 from scheda.model import ACTIVATIONS, DenoisingAutoencoder
+from scheda.optim import SGD
 from scheda.progress import bar
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,7 @@ class FineTuner:
     def _fit_one(self, index: int, lr: float) -> dict[str, Any]:
         cfg, x, y = self.cfg, self.x, self.y
         net = FineTuneNet(self.da, self.n_classes, self.init).to(self.device)
-        opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=cfg["momentum"])
+        opt = SGD(net.parameters(), lr=lr, momentum=cfg["momentum"])
         gen = torch.Generator(device=self.device).manual_seed(self.seed + 1000 * (index + 1))
         history: list[dict[str, Any]] = []
         best = {"epoch": 0, "val_error": net.error(x["val"], y["val"]), **self._test(net)}

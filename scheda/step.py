@@ -28,6 +28,7 @@ import torch
 from scheda.errors import ConfigError
 from scheda.model import DenoisingAutoencoder
 from scheda.noise import Noise
+from scheda.optim import SGD
 
 
 def summed_cross_entropy(logits: torch.Tensor, x: torch.Tensor, tmp: torch.Tensor,
@@ -55,7 +56,7 @@ class AutogradStep:
     """Corrupt, the model's own training loss, backward, the model's after-backward hook
     (the composite DA freezes inactive groups there), the optimiser's step."""
 
-    def __init__(self, model: DenoisingAutoencoder, optimizer: torch.optim.Optimizer, noise: Noise,
+    def __init__(self, model: DenoisingAutoencoder, optimizer: SGD, noise: Noise,
                  autocast_dtype: torch.dtype | None = None):
         self.model, self.optimizer, self.noise = model, optimizer, noise
         self.autocast_dtype = autocast_dtype
@@ -72,7 +73,7 @@ class AutogradStep:
         return loss.detach()
 
 
-def plain_sgd(optimizer: torch.optim.Optimizer) -> bool:
+def plain_sgd(optimizer: SGD) -> bool:
     group = optimizer.param_groups[0]
     return group["momentum"] == 0 and group["weight_decay"] == 0 and not group.get("nesterov")
 
@@ -88,7 +89,7 @@ class BatchedStep:
     optimiser may also have momentum or weight decay (the gradient goes to ``.grad`` and the
     optimiser steps); a sweep needs plain SGD, fused into the product."""
 
-    def __init__(self, models: list[DenoisingAutoencoder], optimizers: list[torch.optim.Optimizer],
+    def __init__(self, models: list[DenoisingAutoencoder], optimizers: list[SGD],
                  noises: list[Noise], batch_size: int, device: torch.device):
         for m, opt in zip(models, optimizers):
             if not self.supports(m, opt) or (len(models) > 1 and not plain_sgd(opt)):
@@ -127,8 +128,8 @@ class BatchedStep:
         self.neg_lr()
 
     @staticmethod
-    def supports(model: DenoisingAutoencoder, optimizer: torch.optim.Optimizer) -> bool:
-        return model.fusable and isinstance(optimizer, torch.optim.SGD) and len(optimizer.param_groups) == 1
+    def supports(model: DenoisingAutoencoder, optimizer: SGD) -> bool:
+        return model.fusable and isinstance(optimizer, SGD) and len(optimizer.param_groups) == 1
 
     def neg_lr(self) -> torch.Tensor:
         """-lr_k per model on the device, remade only when a learning rate changes: a step makes
@@ -187,7 +188,7 @@ class BatchedStep:
 class FusedStep(BatchedStep):
     """The fused step of one model: the batched step with K = 1, called like :class:`AutogradStep`."""
 
-    def __init__(self, model: DenoisingAutoencoder, optimizer: torch.optim.Optimizer, noise: Noise,
+    def __init__(self, model: DenoisingAutoencoder, optimizer: SGD, noise: Noise,
                  batch_size: int, device: torch.device):
         super().__init__([model], [optimizer], [noise], batch_size, device)
         self.model, self.optimizer, self.noise = model, optimizer, noise
@@ -217,7 +218,7 @@ class StepBuilder:
     precision: str = "fp32"
     cuda_graph: bool = False
 
-    def build(self, models: list[DenoisingAutoencoder], optimizers: list[torch.optim.Optimizer],
+    def build(self, models: list[DenoisingAutoencoder], optimizers: list[SGD],
               noises: list[Noise], batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator]):
         """The fused step where it applies (and precision is fp32/tf32), captured in a CUDA graph
         when asked for (before the first epoch, not inside it); else autograd, for one model."""

@@ -24,6 +24,7 @@ from scheda.errors import ConfigError, DivergenceError
 from scheda.interrupt import NEVER, Interrupted
 from scheda.model import DenoisingAutoencoder
 from scheda.noise import Noise
+from scheda.optim import SGD
 from scheda.schedule import NoiseSchedule
 from scheda.step import StepBuilder
 
@@ -141,7 +142,7 @@ class Trainer:
     def __init__(
         self,
         model: DenoisingAutoencoder,
-        optimizer: torch.optim.Optimizer,
+        optimizer: SGD,
         noise: Noise,
         schedule: NoiseSchedule,
         train_x: torch.Tensor,

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 
 from scheda.model import DenoisingAutoencoder
 from scheda.noise import Masking, masking
+from scheda.optim import SGD
 from scheda.schedule import NoiseSchedule, Stage
 from scheda.step import BatchedStep, GraphedStep, StepBuilder
 from scheda.trainer import Trainer
@@ -99,7 +100,7 @@ def timed_batches(wanted: int, bs: int) -> int:
 def scheda_epoch(data, n_batches, bs, H, device, fused=True, cuda_graph=False) -> float:
     """Seconds per N-example epoch of the real Trainer, from ``n_batches`` timed minibatches."""
     model = DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(0)).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    opt = SGD(model.parameters(), lr=LR)
     x = data[: n_batches * bs]
     n_batches = math.ceil(x.shape[0] / bs)
     trainer = Trainer(model, opt, masking, NoiseSchedule("constant", [Stage(NU, 2)]), x, bs,
@@ -117,7 +118,7 @@ def naive_epoch(data, n_batches, bs, H, device) -> float:
     W = torch.nn.Parameter(DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(0)).W.detach().to(device))
     b = torch.nn.Parameter(torch.zeros(H, device=device))
     b_prime = torch.nn.Parameter(torch.zeros(D, device=device))
-    opt = torch.optim.SGD([W, b, b_prime], lr=LR)
+    opt = SGD([W, b, b_prime], lr=LR)
     dataset = torch.utils.data.TensorDataset(data[: (n_batches + 2) * bs].cpu())
     loader = torch.utils.data.DataLoader(dataset, batch_size=bs, shuffle=True)
     times = []
@@ -142,7 +143,7 @@ def naive_epoch(data, n_batches, bs, H, device) -> float:
 def grid_epoch(data, n_batches, bs, H, device, K, graphed) -> float:
     """Seconds per N-example epoch of a fused sweep of K models (one batched step for all)."""
     models = [DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(k)).to(device) for k in range(K)]
-    opts = [torch.optim.SGD(m.parameters(), lr=LR) for m in models]
+    opts = [SGD(m.parameters(), lr=LR) for m in models]
     gens = [torch.Generator(device=device).manual_seed(k) for k in range(K)]
     step = BatchedStep(models, opts, [Masking() for _ in range(K)], bs, device)
     x = data[: n_batches * bs]

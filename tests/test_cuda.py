@@ -14,6 +14,7 @@ from scheda.checkpoint import load_checkpoint
 from scheda.classifiers import Liblinear, TorchLogReg, objective
 from scheda.model import DenoisingAutoencoder
 from scheda.noise import masking
+from scheda.optim import SGD
 from scheda.run import run
 from scheda.schedule import NoiseSchedule, Stage
 from scheda.step import AutogradStep, BatchedStep, FusedStep, GraphedStep, StepBuilder
@@ -29,7 +30,7 @@ ON_CUDA = [o for o in TINY if not o.startswith("trainer.device")] + ["trainer.de
 
 def _model(d=64, H=24, seed=0, device=CUDA, dtype=torch.float32):
     m = DenoisingAutoencoder(d, H, generator=torch.Generator().manual_seed(seed)).to(device=device, dtype=dtype)
-    return m, torch.optim.SGD(m.parameters(), lr=0.05)
+    return m, SGD(m.parameters(), lr=0.05)
 
 
 def _data(n=203, d=64, device=CUDA, dtype=torch.float32):

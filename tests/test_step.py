@@ -5,6 +5,7 @@ import torch
 
 from scheda.model import DenoisingAutoencoder
 from scheda.noise import gaussian, masking, salt_pepper
+from scheda.optim import SGD
 from scheda.errors import ConfigError
 from scheda.step import AutogradStep, BatchedStep, FusedStep, OneModel, StepBuilder
 
@@ -15,7 +16,7 @@ def _pair(activation="sigmoid", momentum=0.0, weight_decay=0.0, noise=masking, d
         model = DenoisingAutoencoder(d, H, activation=activation, generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
             model.b.uniform_(-0.1, 0.1, generator=torch.Generator().manual_seed(1))
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=momentum, weight_decay=weight_decay)
+        opt = SGD(model.parameters(), lr=0.05, momentum=momentum, weight_decay=weight_decay)
         steps.append((model, opt))
     fused = FusedStep(steps[0][0], steps[0][1], noise, bs, torch.device("cpu"))
     auto = AutogradStep(steps[1][0], steps[1][1], noise)
@@ -54,7 +55,7 @@ def test_the_step_builder_falls_back_to_autograd_for_one_model_and_refuses_it_fo
     g = torch.Generator()
 
     def build(builder, *models):
-        opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
+        opts = [SGD(m.parameters(), lr=0.1) for m in models]
         return builder.build(list(models), opts, [masking] * len(models), 8, x, [g] * len(models))
 
     m = DenoisingAutoencoder(10, 4)

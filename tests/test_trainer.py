@@ -8,6 +8,7 @@ from scheda.checkpoint import load_checkpoint
 from scheda.errors import ConfigError, DivergenceError
 from scheda.model import DenoisingAutoencoder
 from scheda.noise import masking
+from scheda.optim import SGD
 from scheda.run import run
 from scheda.schedule import build_schedule
 from scheda.trainer import Trainer
@@ -25,7 +26,7 @@ def _synthetic(n=256, d=64, seed=0):
 
 def _trainer(schedule_cfg, x, seed=0, callbacks=(), lr=0.1):
     model = DenoisingAutoencoder(x.shape[1], 16, generator=torch.Generator().manual_seed(seed))
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    opt = SGD(model.parameters(), lr=lr)
     return Trainer(model, opt, masking, build_schedule(schedule_cfg), x, 32,
                    torch.Generator().manual_seed(seed), callbacks)
 
