@@ -122,7 +122,12 @@ def run_stage(cfg: DictConfig, out_dir: Path, stage: str, jobs: list[JobSpec]) -
             try:
                 process.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                if watch is not None and watch.gave_up():
+                if watch is None:
+                    continue
+                watch.gave_up()  # cancels the pending jobs no node can run
+                if watch.launcher_stranded():
+                    log.warning("stage %s: no job of it is left in Slurm's queue, but the launcher still "
+                                "waits (submitit asks sacct rarely): stopping it", stage)
                     stop_stage(process)
         code = process.returncode
         if code != 0:
