@@ -1,12 +1,28 @@
-"""Fixtures: tiny CIFAR-10 data sets written in the real file formats (tests/helpers.py)."""
+"""Fixtures: tiny CIFAR-10 data sets written in the real file formats (tests/helpers.py); how
+xdist spreads the suite when a Slurm cluster answers."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from helpers import write_cifar_arrays, write_cifar_batches
+from helpers import slurm_cluster_answers, write_cifar_arrays, write_cifar_batches
+
+
+def pytest_xdist_auto_num_workers(config) -> int | None:
+    """``-n auto``: one worker per core, and one more when the Slurm tests will run. They share
+    one worker (one queue, one node they may down) and spend most of their time waiting on
+    Slurm, so that worker needs no core of its own."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores + 1 if slurm_cluster_answers() else None
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The Slurm tests first: xdist hands out groups in collection order, and theirs is the
+    longest chain of the suite, so it starts at once on its worker."""
+    items.sort(key=lambda item: item.get_closest_marker("slurm") is None)
 
 
 @pytest.fixture

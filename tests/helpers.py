@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,15 @@ def start_train(args: list[str], cwd: Path, new_session: bool = False) -> subpro
     return subprocess.Popen([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=new_session)
+
+
+def slurm_cluster_answers() -> bool:
+    """A slurmctld listening on this machine (its default port), checked without Slurm's own
+    10 s client timeouts."""
+    if not Path("/etc/slurm/slurm.conf").exists():
+        return False
+    try:
+        with socket.create_connection(("localhost", 6817), timeout=0.5):
+            return True
+    except OSError:
+        return False

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,23 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from helpers import N_VAL, REPO, TINY, run_train
-
-
-def _cluster_answers() -> bool:
-    """A slurmctld listening on this machine (its default port), checked without Slurm's own
-    10 s client timeouts."""
-    if not Path("/etc/slurm/slurm.conf").exists():
-        return False
-    try:
-        with socket.create_connection(("localhost", 6817), timeout=0.5):
-            return True
-    except OSError:
-        return False
+from helpers import N_VAL, REPO, TINY, slurm_cluster_answers, run_train
 
 
 pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm"),  # one worker: one job queue at a time
-              pytest.mark.skipif(not _cluster_answers(), reason="no Slurm cluster here (bash .ci/slurm.sh start)")]
+              pytest.mark.skipif(not slurm_cluster_answers(), reason="no Slurm cluster here (bash .ci/slurm.sh start)")]
 
 LAUNCHER = ["hydra/launcher=submitit_slurm", "hydra.launcher.timeout_min=10", "hydra.launcher.cpus_per_task=1"]
 
@@ -96,9 +83,9 @@ def test_the_smoke_protocol_through_slurm_and_a_rerun_submits_nothing(cifar_arra
 
 
 def test_a_cancelled_job_is_reported_and_the_command_fails(cifar_arrays, tmp_path):
-    # DAs long enough (about 20 s here) to be cancelled while they train. The launcher waits for the
+    # DAs long enough (about 10 s here) to be cancelled while they train. The launcher waits for the
     # array's tasks in order: the last one is cancelled, so the first is waited on and completes.
-    proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=5000", "scale.da.eval_every=2500", "table.raw=false",
+    proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=2000", "scale.da.eval_every=1000", "table.raw=false",
                       "scale.finetune=null", wait=False)
     deadline = time.time() + 120
     running: list[str] = []
@@ -141,40 +128,40 @@ def _wait_running(proc, timeout=120):
 
 
 def test_jobs_whose_node_went_down_are_reported_and_none_is_left_behind(cifar_arrays, tmp_path):
+    """A node downed under its running DAs: Slurm requeues them (JobRequeue=1), the node stays
+    down (the test cluster's ReturnToService=1 brings back only a node that stopped answering),
+    so after scheduler_wait_min the protocol cancels them, stops the launcher that still waits
+    on them, reports them and fails; no job is left in the queue."""
+    started = time.time()
     proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=5000", "scale.da.eval_every=2500", "table.raw=false",
-                      "scale.finetune=null", wait=False)
+                      "scale.finetune=null", "scheduler_wait_min=0.1", wait=False)
     try:
         _wait_running(proc)
-        # Down the node once a DA is training. Slurm may requeue the node's jobs (JobRequeue=1) and rerun
-        # them when the node registers again (ReturnToService=2), or the launcher sees them fail:
-        # either way the command ends (requeued and completed, or reported) and leaves no job behind.
         deadline = time.time() + 120
         while not list((tmp_path / "runs" / "da").glob("da_*/train.log")):
             assert proc.poll() is None and time.time() < deadline, "no DA started training"
             time.sleep(0.2)
         subprocess.run(["scontrol", "update", f"nodename={_node()}", "state=down", "reason=scheda-test"], check=True)
+        downed = time.time()
         _, stderr = proc.communicate(timeout=300)
     finally:
         subprocess.run(["scontrol", "update", f"nodename={_node()}", "state=resume"], capture_output=True)
-    assert not _left_in_queue(tmp_path / "runs" / "da")  # no orphan job, either way
-    arrays = sorted({p.name.split("_")[0] for p in (tmp_path / "runs" / "da" / ".submitit").glob("*_*") if p.is_dir()})
-    history = subprocess.run(["sacct", "-D", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(arrays)],
-                             capture_output=True, text=True).stdout
-    if proc.returncode == 0:  # Slurm requeued the node's jobs (JobRequeue=1) and reran them when it came back
-        assert "REQUEUED" in history or "NODE_FAIL" in history, history
-        assert all(json.loads(p.read_text())["status"] == "completed"
-                   for p in (tmp_path / "runs" / "da").glob("da_*/results.json"))
-        return
-    assert proc.returncode == 1  # or the launcher saw them fail: reported, and the command fails
+    print(f"node down: the command ended {time.time() - downed:.0f} s after the node went down "
+          f"({time.time() - started:.0f} s in all)")
+    assert not _left_in_queue(tmp_path / "runs" / "da")
+    assert proc.returncode == 1, stderr[-3000:]
     line = stderr.strip().splitlines()[-1]  # both DAs ran on the one node: nothing to continue from
-    assert line.startswith("error: no DA of stage 1 completed") and "Slurm job" in line
-    assert "the launcher had stopped waiting for it" in (tmp_path / "runs" / "da" / "scheduler.json").read_text()
+    assert line.startswith("error: no DA of stage 1 completed") and "Slurm job" in line, line
+    states = json.loads((tmp_path / "runs" / "da" / "scheduler.json").read_text())
+    assert len(states) == 2 and all("no node of partition debug could run it" in s or "NODE_FAIL" in s
+                                    for s in states.values()), states
+    assert time.time() - downed < 90  # not the launcher's own sacct polling (minutes)
 
 
 def test_jobs_no_node_can_run_are_not_waited_on_for_ever(cifar_arrays, tmp_path):
     subprocess.run(["scontrol", "update", f"nodename={_node()}", "state=drain", "reason=scheda-test"], check=True)
     try:
-        proc = _reproduce(tmp_path, cifar_arrays, "table.raw=false", "scale.finetune=null", "scheduler_wait_min=0.2")
+        proc = _reproduce(tmp_path, cifar_arrays, "table.raw=false", "scale.finetune=null", "scheduler_wait_min=0.1")
     finally:
         subprocess.run(["scontrol", "update", f"nodename={_node()}", "state=resume"], capture_output=True)
     assert proc.returncode == 1
@@ -184,16 +171,19 @@ def test_jobs_no_node_can_run_are_not_waited_on_for_ever(cifar_arrays, tmp_path)
     assert not _left_in_queue(tmp_path / "runs" / "da")
 
 
-def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_ends_as_the_uninterrupted_run(cifar_arrays, tmp_path):
-    """Slurm's warning signal 30 s before a 1-minute limit (submitit: signal_delay_s, USR2): the run
-    checkpoints where it stands, submitit requeues it, and the requeued job resumes to the weights
-    of a run that was never stopped."""
+def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_resumes_to_its_last_epoch(cifar_arrays, tmp_path):
+    """Slurm's warning signal 30 s before a 1-minute limit (submitit: signal_delay_s, USR2):
+    slurmctld sends it at its first time-limit check (every 30 s) once the warning is due, so
+    within 30 s of the start. The run checkpoints where it stands, submitit requeues it, and the
+    requeued job resumes from that checkpoint to its last epoch. That such a resume ends with the
+    uninterrupted run's weights is checked without Slurm (test_interrupts), where it costs no
+    minute-long limit."""
     config = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.nu=0.3", "logger=none",
               "evaluate.enabled=false", "trainer.checkpoint_every=0"]
     calibrate = run_train([*config, "schedule.epochs=300", f"hydra.run.dir={tmp_path / 'calibrate'}"], cwd=tmp_path)
     assert calibrate.returncode == 0, calibrate.stderr
     per_epoch = sum(h["seconds"] for h in json.loads((tmp_path / "calibrate" / "results.json").read_text())["history"]) / 300
-    epochs = min(200_000, max(2_000, int(40 / per_epoch)))  # about 40 s of training: the warning comes by 30 s
+    epochs = min(200_000, max(2_000, int(36 / per_epoch)))  # about 36 s of training: the warning comes by 30 s
     sweep = tmp_path / "sweep"
     command = [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=submitit_slurm",
                "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=30", "hydra.launcher.max_num_timeout=3",
@@ -205,18 +195,11 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_ends_as_the_uninter
     log = (sweep / "0" / "train.log").read_text()
     assert "requeued by Slurm (restart 1): " in log and "resuming from its newest checkpoint" in log, log[-2000:]
     assert "resumed from" in log, log[-2000:]
-    assert any("_batch_" in p.name for p in (sweep / "0" / "checkpoints").iterdir())  # taken mid-epoch at the signal
+    mid_epoch = [p.name for p in (sweep / "0" / "checkpoints").iterdir() if "_batch_" in p.name]
+    assert mid_epoch  # taken mid-epoch at the signal
     results = json.loads((sweep / "0" / "results.json").read_text())
     assert results["status"] == "completed" and results["epochs"] == epochs
-    reference = run_train([*config, f"schedule.epochs={epochs}", f"hydra.run.dir={tmp_path / 'reference'}"], cwd=tmp_path)
-    assert reference.returncode == 0, reference.stderr
-    import torch
-
-    from scheda.checkpoint import load_checkpoint
-
-    requeued, golden = load_checkpoint(sweep / "0"), load_checkpoint(tmp_path / "reference")
-    for key in golden["model"]:
-        assert torch.equal(requeued["model"][key], golden["model"][key]), key
+    assert [h["epoch"] for h in results["history"]] == list(range(1, epochs + 1))  # each epoch once, none lost
 
 
 def test_a_killed_slurm_sweep_run_again_resumes_its_jobs(cifar_arrays, tmp_path):
@@ -231,7 +214,7 @@ def test_a_killed_slurm_sweep_run_again_resumes_its_jobs(cifar_arrays, tmp_path)
 
     from helpers import start_train
 
-    config = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=4000", "logger=none",
+    config = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1500", "logger=none",
               "evaluate.enabled=false", "trainer.checkpoint_every=100"]
     sweep = tmp_path / "sweep"
     args = ["-m", *LAUNCHER, *config, "schedule.nu=0.3,0.5", f"hydra.sweep.dir={sweep}"]
@@ -260,7 +243,7 @@ def test_a_killed_slurm_sweep_run_again_resumes_its_jobs(cifar_arrays, tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     for k, nu in enumerate((0.3, 0.5)):
         results = json.loads((sweep / str(k) / "results.json").read_text())
-        assert results["status"] == "completed" and results["epochs"] == 4000
+        assert results["status"] == "completed" and results["epochs"] == 1500
         actions = [a["action"] for a in results["attempts"]]
         assert actions == ["ran", "skipped" if statuses[k] == "completed" else "resumed"]
         golden = run_train([*config, f"schedule.nu={nu}", f"hydra.run.dir={tmp_path / f'golden{k}'}"], cwd=tmp_path)
