@@ -91,7 +91,7 @@ def test_bench_train_runs_the_real_trainer(tmp_path):
     from helpers import REPO
 
     # 40 minibatches asked for, an epoch of 13 (400 / 32): the timing covers what ran, no more.
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_train.py"), "--hidden", "16", "200",
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_train.py"), "--hidden", "200",
                            "--batch-sizes", "32", "--batches", "40", "--n", "400", "--grid", "3",
                            "--lr-search", "300", "20", "--json", str(tmp_path / "b.json")],
                           capture_output=True, text=True, timeout=300)
