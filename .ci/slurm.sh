@@ -62,6 +62,8 @@ SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1024
 MpiDefault=none
 MailProg=/bin/true
+# A node downed by hand stays down until "scontrol update ... state=resume" (the node-down test
+# relies on it); one that stopped answering comes back when it registers.
 ReturnToService=1
 JobRequeue=1
 KillWait=5

@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+# One thread per worker (before torch loads, and inherited by every subprocess): xdist already
+# runs one worker per core, and torch's own threads on top of them only wait for each other.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from helpers import slurm_cluster_answers, write_cifar_arrays, write_cifar_batches
 
 
