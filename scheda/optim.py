@@ -49,20 +49,31 @@ class SGD:
 
     @torch.no_grad()
     def step(self) -> None:
+        """torch.optim.SGD's multi-tensor update: one kernel per operation for all parameters
+        (what it does on a GPU, where a small model's step is bound by kernel launches)."""
         for group in self.param_groups:
             lr, momentum, weight_decay = group["lr"], group["momentum"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                d_p = p.grad if weight_decay == 0 else p.grad.add(p, alpha=weight_decay)
-                if momentum != 0:
-                    buf = self.state.setdefault(p, {}).get("momentum_buffer")
-                    if buf is None:
-                        buf = self.state[p]["momentum_buffer"] = torch.clone(d_p).detach()
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            grads = [p.grad for p in params]
+            if weight_decay != 0:
+                grads = torch._foreach_add(grads, params, alpha=weight_decay)
+            if momentum != 0:
+                bufs, old = [], []
+                for p, g in zip(params, grads):
+                    state = self.state.setdefault(p, {})
+                    if "momentum_buffer" in state:
+                        old.append((state["momentum_buffer"], g))
                     else:
-                        buf.mul_(momentum).add_(d_p)
-                    d_p = buf
-                p.add_(d_p, alpha=-lr)
+                        state["momentum_buffer"] = torch.clone(g).detach()
+                    bufs.append(state["momentum_buffer"])
+                if old:
+                    old_bufs, old_grads = (list(t) for t in zip(*old))
+                    torch._foreach_mul_(old_bufs, momentum)
+                    torch._foreach_add_(old_bufs, old_grads)
+                grads = bufs
+            torch._foreach_add_(params, grads, alpha=-lr)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for group in self.param_groups:
