@@ -75,7 +75,7 @@ class AutogradStep:
 
 def plain_sgd(optimizer: SGD) -> bool:
     group = optimizer.param_groups[0]
-    return group["momentum"] == 0 and group["weight_decay"] == 0 and not group.get("nesterov")
+    return group["momentum"] == 0 and group["weight_decay"] == 0
 
 
 class BatchedStep:

@@ -45,9 +45,8 @@ class NodeWatch:
         arrays = self._arrays()
         if not arrays:
             return None
-        command = ["squeue", "-h", "-r", "-j", ",".join(arrays), "-o", "%i|%P"]
-        if states:
-            command[3:3] = ["-t", ",".join(states)]
+        command = ["squeue", "-h", "-r", "-j", ",".join(arrays), "-o", "%i|%P",
+                   *(["-t", ",".join(states)] if states else [])]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired):
@@ -85,10 +84,8 @@ class NodeWatch:
         """A job of this submission has not finished (no final results.json), yet none has been
         in the queue for ``grace`` seconds: the launcher waits on a job Slurm ended without a
         result (a finished job hands the launcher its result within a second)."""
-        queued = self._queue()
-        unfinished = [n for n in self.names
-                      if (read_results(self.stage_dir / n) or {}).get("status") not in FINAL_STATUSES]
-        if queued is None or queued or not unfinished:
+        if self._queue() != [] or all((read_results(self.stage_dir / n) or {}).get("status") in FINAL_STATUSES
+                                      for n in self.names):
             self.empty_since = None
             return False
         self.empty_since = self.empty_since or time.time()
