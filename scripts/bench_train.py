@@ -5,7 +5,8 @@ For each hidden size H and minibatch size it prints
       rate among the step's own shapes (each timed on its own, before and after every timing
       below, the best kept), and its bytes (about five passes over W per
       minibatch: three products read it, the update reads and writes it) over the measured
-      memory bandwidth;
+      memory bandwidth of a copy of W's own size (a small W stays in cache, and its passes run
+      at the cache's rate, not memory's);
   (b) scheda's trainer (scheda.trainer.Trainer, the real code path): the fused step (eager), the
       same step captured in a CUDA graph (CUDA only), and the autograd step (trainer.fused=false),
       timed over a fixed number of minibatches (at most one epoch's) after a warm-up and
@@ -77,9 +78,10 @@ def gemm_rate(n, H, device, seconds=0.5) -> float:
     return max(rates)
 
 
-def bandwidth(device, seconds=0.5) -> float:
-    """Bytes/s of a large device-to-device copy (read + write)."""
-    a = torch.empty(64 << 20 if device.type == "cuda" else 16 << 20, device=device)
+def bandwidth(device, numel=None, seconds=0.5) -> float:
+    """Bytes/s of a device-to-device copy (read + write) of ``numel`` floats (default: large,
+    memory's rate); the floor uses W's size, the working set its passes stream through."""
+    a = torch.empty(numel or (64 << 20 if device.type == "cuda" else 16 << 20), device=device)
     b = torch.empty_like(a)
     b.copy_(a)
     sync(device)
@@ -215,15 +217,15 @@ def main(argv=None) -> int:
         for bs in args.batch_sizes:
             # The matmul rate is measured around every timing and the best kept: a busy machine
             # only slows a measurement down, so the floor stays a floor when the load changes.
-            peaks = [(gemm_rate(bs, H, device), bytes_per_s)]
+            peaks = [(gemm_rate(bs, H, device), bandwidth(device, H * D))]
             n_batches = timed_batches(args.batches or max(4, int(8 * peaks[0][0] / (10 * bs * D * H))), bs)
             eager = scheda_epoch(data, n_batches, bs, H, device)
-            peaks.append((gemm_rate(bs, H, device), bandwidth(device)))
+            peaks.append((gemm_rate(bs, H, device), bandwidth(device, H * D)))
             graphed = scheda_epoch(data, n_batches, bs, H, device, cuda_graph=True) if cuda else math.nan
             autograd = scheda_epoch(data, n_batches, bs, H, device, fused=False)
-            peaks.append((gemm_rate(bs, H, device), bandwidth(device)))
+            peaks.append((gemm_rate(bs, H, device), bandwidth(device, H * D)))
             naive = math.nan if args.skip_naive else naive_epoch(data, n_batches, bs, H, device)
-            peaks.append((gemm_rate(bs, H, device), bandwidth(device)))
+            peaks.append((gemm_rate(bs, H, device), bandwidth(device, H * D)))
             rate, bw, steps = max(p[0] for p in peaks), max(p[1] for p in peaks), math.ceil(N / bs)
             floor = max(10 * N * D * H / rate, steps * 5 * 4 * H * D / bw)
             best = eager if math.isnan(graphed) else min(eager, graphed)
