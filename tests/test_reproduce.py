@@ -165,7 +165,7 @@ def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch
     class Launched:  # the stage's multirun, recorded instead of run
         returncode = 0
 
-        def __init__(self, command, **kw):
+        def __init__(self, command):
             launched.append(command)
 
         def poll(self):
@@ -174,7 +174,7 @@ def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch
         def wait(self, timeout=None):
             return 0
 
-    monkeypatch.setattr(launch.subprocess, "Popen", Launched)
+    monkeypatch.setattr(launch, "StageProcess", Launched)
     counts = launch.run_stage(cfg, tmp_path, "da", list(jobs.values()))
     assert counts == {"skipped": 1, "run": 1}
     assert f"+protocol_job={killed.name}" in launched[0]

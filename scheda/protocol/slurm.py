@@ -111,7 +111,7 @@ def _quiet(command: list[str]) -> str:
         return ""
 
 
-def stop_stage(stage: subprocess.Popen) -> None:
+def stop_stage(stage) -> None:
     """End a launcher that waits on jobs Slurm no longer has (their results are on disk already)."""
     stage.terminate()
     try:
