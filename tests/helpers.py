@@ -8,12 +8,14 @@ import pickle
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 from hydra import compose, initialize_config_dir
 
 from scheda.config import register_configs
+from scheda.fork import ForkedCommand
 from scheda.protocol.config import register_protocol_configs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,13 +84,31 @@ def smoke_cfg(*overrides: str):
         return compose(config_name="reproduce", overrides=["scale=smoke", *overrides])
 
 
-def run_train(args: list[str], cwd: Path = REPO, env_extra: dict | None = None) -> subprocess.CompletedProcess:
-    """Run the users' entry point ``python train.py ...`` in a subprocess."""
+def run_command(module: str, argv0: Path, args: list[str], cwd: Path = REPO, env_extra: dict | None = None,
+                timeout: float = 300) -> subprocess.CompletedProcess:
+    """The users' command ``python <argv0> ...`` (whose code is ``module``'s ``main``) in a
+    process of its own, as the protocol runs its stages (scheda.fork): forked from a server that
+    imported the training code once, so a test pays no Python start and torch import (about 2 s
+    of CPU each, a third of the suite's); its output, exit code and signals are its own. The
+    tests of the interpreter's own start (the entry points, an install) run real subprocesses."""
     env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
     env.update(env_extra or {})
     env.setdefault("OMP_NUM_THREADS", "1")
-    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        proc = ForkedCommand(module, str(argv0), [str(a) for a in args], cwd=cwd, env=env, stdout=out, stderr=err)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out.read_text(), err.read_text())
+
+
+def run_train(args: list[str], cwd: Path = REPO, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    """The users' entry point ``python train.py ...`` (see run_command)."""
+    return run_command("scheda.train", REPO / "train.py", args, cwd, env_extra)
 
 
 def start_train(args: list[str], cwd: Path, new_session: bool = False) -> subprocess.Popen:

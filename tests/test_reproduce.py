@@ -7,7 +7,6 @@ import json
 import re
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,19 +18,17 @@ from scheda.protocol import selection as select
 from scheda.protocol.jobs import STEP_KINDS, fmt
 from scheda.errors import ConfigError
 from scheda.schedule import build_schedule
-from helpers import N_VAL, REPO, compose_cfg, smoke_cfg
+from helpers import N_VAL, REPO, compose_cfg, run_command, smoke_cfg
 
 SCRIPT = REPO / "scripts" / "reproduce.py"
 
 
 def reproduce(tmp_path: Path, data_root: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
-    env.setdefault("OMP_NUM_THREADS", "1")
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), "scale=smoke", "out_dir=runs",  # relative to the user's directory
-         f"report_dir={tmp_path / 'reports'}", f"overrides=['dataset.root={data_root}','dataset.val_size={N_VAL}',"
-         "'trainer.device=cpu','dataset.download=false']", *args],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    """``python scripts/reproduce.py scale=smoke ...`` in tmp_path (helpers.run_command)."""
+    return run_command("scheda.protocol.reproduce", SCRIPT, [
+        "scale=smoke", "out_dir=runs",  # relative to the user's directory
+        f"report_dir={tmp_path / 'reports'}", f"overrides=['dataset.root={data_root}','dataset.val_size={N_VAL}',"
+        "'trainer.device=cpu','dataset.download=false']", *args], cwd=tmp_path)
 
 
 def table_rows(report: str) -> list[str]:
@@ -165,8 +162,8 @@ def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch
     class Launched:  # the stage's multirun, recorded instead of run
         returncode = 0
 
-        def __init__(self, command):
-            launched.append(command)
+        def __init__(self, module, argv0, args):
+            launched.append(args)
 
         def poll(self):
             return 0
@@ -174,7 +171,7 @@ def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch
         def wait(self, timeout=None):
             return 0
 
-    monkeypatch.setattr(launch, "StageProcess", Launched)
+    monkeypatch.setattr(launch, "ForkedCommand", Launched)
     counts = launch.run_stage(cfg, tmp_path, "da", list(jobs.values()))
     assert counts == {"skipped": 1, "run": 1}
     assert f"+protocol_job={killed.name}" in launched[0]

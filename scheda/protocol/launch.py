@@ -1,22 +1,18 @@
 """Running a stage: each stage is ONE ``python -m scheda.train -m`` multirun of generated job
 configs (``<out_dir>/jobs/protocol_job/<name>.yaml``), so the user's Hydra launcher (basic,
 joblib, submitit) runs its jobs, with run directories ``<out_dir>/<stage>/<name>``; it runs in a
-process of its own, forked from a server that imported the training code once. A job whose
+process of its own, forked from a server that imported the training code once (scheda.fork). A job whose
 results.json says completed (or diverged: a result too) is not rerun; one that was killed
 resumes from its latest checkpoint; a finished job run with other settings is refused."""
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
-import multiprocessing
 import os
 import subprocess
 import sys
-import threading
 import time
-import traceback
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -25,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from scheda.checkpoint import CHECKPOINT_RE
 from scheda.errors import ConfigError
+from scheda.fork import ForkedCommand
 from scheda.io import atomic_write, atomic_write_json
 from scheda.protocol.jobs import FINAL_STATUSES, JobSpec, read_results
 from scheda.protocol.slurm import (
@@ -99,73 +96,6 @@ def stage_command(cfg: DictConfig, jobs_dir: Path, stage_dir: Path, names: list[
             *cfg.scale.train, *cfg.overrides, *launcher_overrides(cfg)]
 
 
-class StageProcess:
-    """``command`` (a ``stage_command``) run as a child of a fork server that has imported
-    scheda.train: a stage then costs a fork, not a Python start and torch's import (about 2 s,
-    paid by every stage of every invocation). The child is what that command would be: its own
-    process, in this directory and environment, signals and exit code its own; it has Popen's
-    interface, which run_stage and stop_stage use."""
-
-    def __init__(self, command: list[str]):
-        if command[1:3] != ["-m", "scheda.train"]:
-            raise ValueError(f"not a stage command: {command[:3]}")
-        self.args = command
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["scheda.train"])
-        self._process = context.Process(target=_stage_main, args=(command[3:], os.getcwd(), dict(os.environ)),
-                                        name="scheda-stage")
-        self._process.start()
-        self.pid = self._process.pid
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None and not self._process.is_alive():
-            self._process.join()
-            self.returncode = self._process.exitcode
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        self._process.join(timeout)
-        if self.poll() is None:
-            raise subprocess.TimeoutExpired(self.args, timeout)
-        return self.returncode
-
-    def terminate(self) -> None:
-        self._process.terminate()
-
-    def kill(self) -> None:
-        self._process.kill()
-
-
-def _stage_main(argv: list[str], cwd: str, environ: dict[str, str]) -> None:
-    """``python -m scheda.train *argv`` in the forked child, ended the way the interpreter ends a
-    program: threads and their exit callbacks first (joblib's executor stops its workers there),
-    then the exit handlers (logging's flush). Multiprocessing's own ending would join the workers
-    first, and wait on them for ever."""
-    os.chdir(cwd)
-    os.environ.clear()
-    os.environ.update(environ)
-    import scheda.train
-
-    sys.argv = [scheda.train.__file__, *argv]
-    code = 1
-    try:
-        scheda.train.main()
-        code = 0
-    except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            code = exc.code or 0
-        else:
-            print(exc.code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-    threading._shutdown()
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 def run_stage(cfg: DictConfig, out_dir: Path, stage: str, jobs: list[JobSpec]) -> dict[str, int]:
     """Launch the jobs of one stage that are not done; returns how many were skipped / run."""
     jobs_dir = out_dir / "jobs"
@@ -187,7 +117,8 @@ def run_stage(cfg: DictConfig, out_dir: Path, stage: str, jobs: list[JobSpec]) -
         log.info("running: %s", " ".join(command))
         submitted = time.time()
         forget_scheduler_states(stage_dir, todo)  # this submission's word replaces the last one's
-        process = StageProcess(command)  # in the user's directory: relative overrides keep their meaning
+        # in the user's directory: relative overrides keep their meaning
+        process = ForkedCommand("scheda.train", str(Path(__file__).parents[1] / "train.py"), command[3:])
         watch = NodeWatch(stage_dir, todo, submitted, 60 * cfg.scheduler_wait_min) \
             if cfg.launcher == "submitit_slurm" else None
         while process.poll() is None:
