@@ -199,6 +199,8 @@ def main(argv=None) -> int:
     parser.add_argument("--grid", type=int, default=0, help="also a fused sweep of this many models vs one")
     parser.add_argument("--lr-search", type=int, nargs=2, default=None, metavar=("N", "F"),
                         help="also time torch_lr's C search on N x F features")
+    parser.add_argument("--rate-seconds", type=float, default=0.5,
+                        help="how long each matmul rate and copy bandwidth is timed (the floor's inputs)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     N = args.n
@@ -207,7 +209,8 @@ def main(argv=None) -> int:
     g = torch.Generator().manual_seed(0)
     data = torch.randint(0, 256, (N, D), dtype=torch.uint8, generator=g).to(device).float().div_(255)
     name = torch.cuda.get_device_name(device) if cuda else "CPU"
-    bytes_per_s = bandwidth(device)
+    rate_s = args.rate_seconds
+    bytes_per_s = bandwidth(device, seconds=rate_s)
     print(f"device {device} ({name}), torch {torch.__version__}, threads {torch.get_num_threads()}; "
           f"N={N}, d={D}, nu={NU}; copy bandwidth {bytes_per_s / 1e9:.1f} GB/s")
     print(f"{'H':>5} {'batch':>5} {'GFLOP/s':>8} {'floor s':>8} {'eager s':>8} {'graphed s':>9} {'autograd s':>10} "
@@ -217,15 +220,15 @@ def main(argv=None) -> int:
         for bs in args.batch_sizes:
             # The matmul rate is measured around every timing and the best kept: a busy machine
             # only slows a measurement down, so the floor stays a floor when the load changes.
-            peaks = [(gemm_rate(bs, H, device), bandwidth(device, H * D))]
+            peaks = [(gemm_rate(bs, H, device, rate_s), bandwidth(device, H * D, rate_s))]
             n_batches = timed_batches(args.batches or max(4, int(8 * peaks[0][0] / (10 * bs * D * H))), bs)
             eager = scheda_epoch(data, n_batches, bs, H, device)
-            peaks.append((gemm_rate(bs, H, device), bandwidth(device, H * D)))
+            peaks.append((gemm_rate(bs, H, device, rate_s), bandwidth(device, H * D, rate_s)))
             graphed = scheda_epoch(data, n_batches, bs, H, device, cuda_graph=True) if cuda else math.nan
             autograd = scheda_epoch(data, n_batches, bs, H, device, fused=False)
-            peaks.append((gemm_rate(bs, H, device), bandwidth(device, H * D)))
+            peaks.append((gemm_rate(bs, H, device, rate_s), bandwidth(device, H * D, rate_s)))
             naive = math.nan if args.skip_naive else naive_epoch(data, n_batches, bs, H, device)
-            peaks.append((gemm_rate(bs, H, device), bandwidth(device, H * D)))
+            peaks.append((gemm_rate(bs, H, device, rate_s), bandwidth(device, H * D, rate_s)))
             rate, bw, steps = max(p[0] for p in peaks), max(p[1] for p in peaks), math.ceil(N / bs)
             floor = max(10 * N * D * H / rate, steps * 5 * 4 * H * D / bw)
             best = eager if math.isnan(graphed) else min(eager, graphed)

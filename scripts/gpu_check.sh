@@ -66,7 +66,7 @@ if [ "$mode" = "--tiny" ]; then
   export SCHEDA_DATA="$WORK/data"
   step fixture-data $PY -c "import sys; sys.path.insert(0, 'tests'); from helpers import write_cifar_arrays; \
 write_cifar_arrays(__import__('pathlib').Path('$WORK/data/cifar10'), n_train=400, n_test=100)"
-  BENCH=(--device cpu --hidden 16 --batch-sizes 20 --batches 3 --n 400 --grid 2 --lr-search 300 20)
+  BENCH=(--device cpu --hidden 16 --batch-sizes 20 --batches 3 --n 400 --grid 2 --lr-search 300 20 --rate-seconds 0.05)
   SCALE=(scale=smoke "overrides=['dataset.val_size=50','trainer.device=cpu']")
 else
   DEVICE=cuda

@@ -98,7 +98,7 @@ def test_a_cancelled_job_is_reported_and_the_command_fails(cifar_arrays, tmp_pat
     # DAs long enough (about 10 s here) to be cancelled while they train. The launcher waits for the
     # array's tasks in order: the last one is cancelled, so the first is waited on and completes.
     proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=2000", "scale.da.eval_every=1000", "table.raw=false",
-                      "scale.finetune=null", wait=False)
+                      "stages=[da,select,report]", wait=False)
     deadline = time.time() + 120
     running: list[str] = []
     while len(running) < 2:
@@ -184,12 +184,14 @@ def test_jobs_no_node_can_run_are_not_waited_on_for_ever(cifar_arrays, tmp_path)
 
 
 def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_resumes_to_its_last_epoch(cifar_arrays, tmp_path):
-    """Slurm's warning signal 30 s before a 1-minute limit (submitit: signal_delay_s, USR2):
-    slurmctld sends it at its first time-limit check (every 30 s) once the warning is due, so
-    within 30 s of the start. The run checkpoints where it stands, submitit requeues it, and the
-    requeued job resumes from that checkpoint to its last epoch. That such a resume ends with the
-    uninterrupted run's weights is checked without Slurm (test_interrupts), where it costs no
-    minute-long limit."""
+    """Slurm's warning signal before a 2-minute limit (submitit: signal_delay_s, USR2). slurmctld
+    checks time limits every 30 s and sends the warning at the first check with
+    now + delay + 30 s >= the limit: with a delay of 80 s, between 10 and 40 s into the job, never
+    while Python still starts (a 1-minute limit with a 30 s delay sent it at any time from the
+    start, and killed a job whose handlers were not yet in place). The run checkpoints where it
+    stands, submitit requeues it, and the requeued job resumes from that checkpoint to its last
+    epoch. That such a resume ends with the uninterrupted run's weights is checked without Slurm
+    (test_interrupts), where it costs no minute-long limit."""
     config = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.nu=0.3", "logger=none",
               "evaluate.enabled=false", "trainer.checkpoint_every=0"]
     calibrate = run_train([*config, "schedule.epochs=300", f"hydra.run.dir={tmp_path / 'calibrate'}"], cwd=tmp_path)
@@ -197,10 +199,10 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_resumes_to_its_last
     # The fastest epoch: the suite's other tests slow the calibration more than they may slow the
     # job, and a job that ends before the warning checks nothing.
     per_epoch = max(1e-5, min(h["seconds"] for h in json.loads((tmp_path / "calibrate" / "results.json").read_text())["history"]))
-    epochs = min(200_000, max(2_000, int(36 / per_epoch)))  # at least 36 s of training: the warning comes by 30 s
+    epochs = min(200_000, max(2_000, int(42 / per_epoch)))  # at least 42 s of training: the warning comes by 40 s
     sweep = tmp_path / "sweep"
     command = [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=submitit_slurm",
-               "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=30", "hydra.launcher.max_num_timeout=3",
+               "hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=80", "hydra.launcher.max_num_timeout=3",
                "hydra.launcher.cpus_per_task=1", *config, f"schedule.epochs={epochs}", f"hydra.sweep.dir={sweep}"]
     proc = subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_releasing_requeued(proc, 420)
@@ -228,7 +230,7 @@ def test_a_killed_slurm_sweep_run_again_resumes_its_jobs(cifar_arrays, tmp_path)
 
     from helpers import start_train
 
-    config = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1500", "logger=none",
+    config = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1000", "logger=none",
               "evaluate.enabled=false", "trainer.checkpoint_every=100"]
     sweep = tmp_path / "sweep"
     args = ["-m", *LAUNCHER, *config, "schedule.nu=0.3,0.5", f"hydra.sweep.dir={sweep}"]
@@ -257,7 +259,7 @@ def test_a_killed_slurm_sweep_run_again_resumes_its_jobs(cifar_arrays, tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     for k, nu in enumerate((0.3, 0.5)):
         results = json.loads((sweep / str(k) / "results.json").read_text())
-        assert results["status"] == "completed" and results["epochs"] == 1500
+        assert results["status"] == "completed" and results["epochs"] == 1000
         actions = [a["action"] for a in results["attempts"]]
         assert actions == ["ran", "skipped" if statuses[k] == "completed" else "resumed"]
         golden = run_train([*config, f"schedule.nu={nu}", f"hydra.run.dir={tmp_path / f'golden{k}'}"], cwd=tmp_path)
