@@ -68,14 +68,21 @@ def test_a_wrong_type_in_a_saved_config_is_one_line():
     assert "\n" not in str(exc.value)
 
 
-def test_the_training_side_does_not_import_the_protocol_layer():
+def test_the_training_side_does_not_import_the_protocol_layer_nor_start_cuda():
+    """Nor does importing it ask CUDA anything: the fork server (scheda.fork) imports
+    scheda.train and forks the stages, and CUDA started before a fork fails in every child."""
     import subprocess
     import sys
 
-    code = ("import sys, scheda.train, scheda.run, scheda.checkpoint; scheda.config.load_components(); "
+    code = ("import sys, torch, torch.cuda\n"
+            "def touched(*args, **kwargs): raise SystemExit('CUDA asked at import')\n"
+            "torch.cuda.is_available = torch.cuda.init = torch.cuda.device_count = touched\n"
+            "torch._C._cuda_getDeviceCount = touched\n"
+            "import scheda.train, scheda.run, scheda.checkpoint; scheda.config.load_components()\n"
             "print(sorted(m for m in sys.modules if m.startswith('scheda.protocol')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
 
 
 def test_a_checkout_imported_without_installing_reads_its_configs_folder(tmp_path):
