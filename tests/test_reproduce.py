@@ -275,6 +275,48 @@ def test_bad_protocol_values_fail_with_one_line(tmp_path, cifar_arrays):
     assert proc.returncode == 1 and "table.continuations has 'sheda'" in proc.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.parametrize("whom", ["group", "protocol"])
+def test_ctrl_c_stops_the_stage_with_a_checkpoint_and_says_so_in_one_line(tmp_path, cifar_arrays, whom):
+    """Ctrl-C at a terminal reaches the protocol and its stage (the process group); a SIGINT to
+    the protocol alone reaches the stage as a SIGTERM. Either way the running job checkpoints
+    where it stands, nothing is left running, and the command says how to go on in one line."""
+    import signal
+    import sys
+    import time
+
+    command = [sys.executable, str(SCRIPT), "scale=smoke", "out_dir=runs", f"report_dir={tmp_path / 'reports'}",
+               f"overrides=['dataset.root={cifar_arrays}','dataset.val_size={N_VAL}','trainer.device=cpu']",
+               "table.raw=false", "scale.da.epochs=100000", "scale.da.eval_every=50000"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 120
+    while "epoch" not in "".join(p.read_text() for p in (tmp_path / "runs" / "da").glob("*/train.log")):
+        assert proc.poll() is None and time.time() < deadline, "no DA started training"
+        time.sleep(0.2)
+    time.sleep(0.5)
+    if whom == "group":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == ("interrupted: finished jobs are kept and a stopped one resumes from "
+                                               "its checkpoint: run the same command again")
+    results = json.loads((tmp_path / "runs" / "da" / "da_h16_nu0.5_lr0.1" / "results.json").read_text())
+    assert results["status"] == "interrupted"
+    assert list((tmp_path / "runs" / "da" / "da_h16_nu0.5_lr0.1" / "checkpoints").glob("epoch_*_batch_*.pt"))
+    assert not (tmp_path / "runs" / "da" / "da_h16_nu0.3_lr0.1").exists()  # the sweep stopped
+    left = time.time() + 10  # nothing of the group is left (its fork server ends on the protocol's exit)
+    while True:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.time() < left, subprocess.run(["ps", "-o", "pid,args", "-g", str(proc.pid)],
+                                                  capture_output=True, text=True).stdout
+        time.sleep(0.1)
+
+
 def test_a_failed_job_makes_the_command_fail_and_names_the_retry(tmp_path, cifar_arrays):
     proc = reproduce(tmp_path, cifar_arrays, "scale.scheda.lr=-1", "scale.finetune=null")
     assert proc.returncode == 1

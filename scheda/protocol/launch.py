@@ -29,7 +29,6 @@ from scheda.protocol.slurm import (
     forget_scheduler_states,
     record_scheduler_states,
     scheduler_states,
-    stop_stage,
 )
 
 log = logging.getLogger(__name__)
@@ -89,11 +88,28 @@ def launcher_overrides(cfg: DictConfig) -> list[str]:
     return out + list(cfg.launcher_overrides)
 
 
-def stage_command(cfg: DictConfig, jobs_dir: Path, stage_dir: Path, names: list[str]) -> list[str]:
-    return [sys.executable, "-m", "scheda.train", "-m", f"+protocol_job={','.join(names)}",
+def stage_args(cfg: DictConfig, jobs_dir: Path, stage_dir: Path, names: list[str]) -> list[str]:
+    """The stage's ``python -m scheda.train`` arguments: one multirun of the named job configs."""
+    return ["-m", f"+protocol_job={','.join(names)}",
             f"hydra.searchpath=[file://{jobs_dir.resolve()}]", f"hydra.sweep.dir={stage_dir.resolve()}",
             "hydra.sweep.subdir=${hydra:runtime.choices.protocol_job}", "trainer.progress_bar=false",
             *cfg.scale.train, *cfg.overrides, *launcher_overrides(cfg)]
+
+
+def stop_stage(stage: ForkedCommand, grace: float = 0) -> None:
+    """End a stage: a Ctrl-C that reached only this process (a Ctrl-C at the terminal reaches the
+    stage too: ``grace`` lets it stop by itself), or a launcher that waits on jobs Slurm no longer
+    has. SIGTERM: a running job checkpoints where it stands and the sweep stops."""
+    try:
+        stage.wait(timeout=grace)
+        return
+    except subprocess.TimeoutExpired:
+        stage.terminate()
+    try:
+        stage.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        stage.kill()
+        stage.wait()
 
 
 def run_stage(cfg: DictConfig, out_dir: Path, stage: str, jobs: list[JobSpec]) -> dict[str, int]:
@@ -113,25 +129,29 @@ def run_stage(cfg: DictConfig, out_dir: Path, stage: str, jobs: list[JobSpec]) -
         todo.append(job.name)
     log.info("stage %s: %d jobs, %d already done, %d to run", stage, len(jobs), len(jobs) - len(todo), len(todo))
     if todo:
-        command = stage_command(cfg, jobs_dir, stage_dir, todo)
-        log.info("running: %s", " ".join(command))
+        args = stage_args(cfg, jobs_dir, stage_dir, todo)
+        log.info("running: %s", " ".join([sys.executable, "-m", "scheda.train", *args]))
         submitted = time.time()
         forget_scheduler_states(stage_dir, todo)  # this submission's word replaces the last one's
         # in the user's directory: relative overrides keep their meaning
-        process = ForkedCommand("scheda.train", str(Path(__file__).parents[1] / "train.py"), command[3:])
+        process = ForkedCommand("scheda.train", str(Path(__file__).parents[1] / "train.py"), args)
         watch = NodeWatch(stage_dir, todo, submitted, 60 * cfg.scheduler_wait_min) \
             if cfg.launcher == "submitit_slurm" else None
-        while process.poll() is None:
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                if watch is None:
-                    continue
-                watch.gave_up()  # cancels the pending jobs no node can run
-                if watch.launcher_stranded():
-                    log.warning("stage %s: no job of it is left in Slurm's queue, but the launcher still "
-                                "waits (submitit asks sacct rarely): stopping it", stage)
-                    stop_stage(process)
+        try:
+            while process.poll() is None:
+                try:
+                    process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    if watch is None:
+                        continue
+                    watch.gave_up()  # cancels the pending jobs no node can run
+                    if watch.launcher_stranded():
+                        log.warning("stage %s: no job of it is left in Slurm's queue, but the launcher still "
+                                    "waits (submitit asks sacct rarely): stopping it", stage)
+                        stop_stage(process)
+        except KeyboardInterrupt:
+            stop_stage(process, grace=2)
+            raise
         code = process.returncode
         if code != 0:
             log.warning("stage %s: some jobs failed (exit %d); the report lists them", stage, code)

@@ -143,6 +143,10 @@ def main(cfg: DictConfig) -> None:
     except SchedaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt:
+        print("interrupted: finished jobs are kept and a stopped one resumes from its checkpoint: "
+              "run the same command again", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

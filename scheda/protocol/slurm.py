@@ -111,16 +111,6 @@ def _quiet(command: list[str]) -> str:
         return ""
 
 
-def stop_stage(stage) -> None:
-    """End a launcher that waits on jobs Slurm no longer has (their results are on disk already)."""
-    stage.terminate()
-    try:
-        stage.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        stage.kill()
-        stage.wait()
-
-
 def record_scheduler_states(stage_dir: Path, names: list[str], since: float) -> None:
     """What Slurm says of each job of this submission that did not finish (cancelled, timed out,
     node failure, out of memory), kept in ``<stage>/scheduler.json`` for the report: a job
