@@ -3,12 +3,13 @@ run settings, composing a config, and running the users' command (``from helpers
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pickle
 import socket
 import subprocess
-import sys
 import tempfile
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -106,19 +107,56 @@ def run_command(module: str, argv0: Path, args: list[str], cwd: Path = REPO, env
         return subprocess.CompletedProcess(proc.args, proc.returncode, out.read_text(), err.read_text())
 
 
+def run_module(module: str, args: list, cwd: Path = REPO, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m <module> ...`` (see run_command)."""
+    return run_command(module, Path(importlib.util.find_spec(module).origin), args, cwd, timeout=timeout)
+
+
 def run_train(args: list[str], cwd: Path = REPO, env_extra: dict | None = None) -> subprocess.CompletedProcess:
     """The users' entry point ``python train.py ...`` (see run_command)."""
     return run_command("scheda.train", REPO / "train.py", args, cwd, env_extra)
 
 
-def start_train(args: list[str], cwd: Path, new_session: bool = False) -> subprocess.Popen:
+class Started:
+    """start_train's process: a ForkedCommand with the parts of Popen the tests use (stderr as
+    a file to read, send_signal, communicate)."""
+
+    def __init__(self, args: list[str], cwd: Path, new_session: bool):
+        env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
+        env["OMP_NUM_THREADS"] = "1"
+        fd, err = tempfile.mkstemp(prefix="train-", suffix=".stderr")
+        os.close(fd)
+        self._err = Path(err)
+        weakref.finalize(self, self._err.unlink, missing_ok=True)
+        self._proc = ForkedCommand("scheda.train", str(REPO / "train.py"), [str(a) for a in args], cwd=cwd, env=env,
+                                   stdout=Path(os.devnull), stderr=self._err, new_session=new_session)
+        self.pid, self.args = self._proc.pid, self._proc.args
+        self.stderr = open(self._err)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    def poll(self) -> int | None:
+        return self._proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self._proc.wait(timeout)
+
+    def send_signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
+
+    def communicate(self, timeout: float | None = None) -> tuple[None, str]:
+        self.wait(timeout)
+        text = self.stderr.read()
+        self.stderr.close()
+        return None, text
+
+
+def start_train(args: list[str], cwd: Path, new_session: bool = False) -> Started:
     """``python train.py ...`` started in the background (for interrupts, kills, second writers);
     ``new_session``: in its own process group, so that its workers can be killed with it."""
-    env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
-    env["OMP_NUM_THREADS"] = "1"
-    return subprocess.Popen([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=new_session)
+    return Started(args, cwd, new_session)
 
 
 def slurm_cluster_answers() -> bool:

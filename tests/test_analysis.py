@@ -1,11 +1,9 @@
-import subprocess
-import sys
 
 import torch
 
 from scheda.protocol.analysis import closest_counts, max_cosine_similarity, run_label
 
-from helpers import STAGES, TINY, compose_cfg
+from helpers import STAGES, TINY, compose_cfg, run_module
 
 
 def test_every_feature_is_closest_to_itself():
@@ -42,15 +40,13 @@ def _runs(cifar_arrays, tmp_path):
 def test_run_labels_and_scripts(cifar_arrays, tmp_path):
     runs = _runs(cifar_arrays, tmp_path)
     assert run_label(runs["da"]) == "DA(0.3)" and run_label(runs["scheda"]) == "ScheDA(0.5->0.2)"
-    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.plot_filters", str(runs["da"]),
-                           str(runs["scheda"]), "--n", "8", "--out", str(tmp_path / "f.png")],
-                          capture_output=True, text=True)
+    proc = run_module("scheda.protocol.plot_filters", [runs["da"], runs["scheda"], "--n", "8",
+                                                       "--out", tmp_path / "f.png"])
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.feature_similarity",
-                           "--reference", str(runs["scheda"]), "--baseline", str(runs["da_seed"]),
-                           "--da", f"0.3={runs['da']}", f"0.5={runs['scheda']}", "--out", str(tmp_path / "t2.md")],
-                          capture_output=True, text=True)
+    proc = run_module("scheda.protocol.feature_similarity", [
+        "--reference", runs["scheda"], "--baseline", runs["da_seed"], "--da", f"0.3={runs['da']}",
+        f"0.5={runs['scheda']}", "--out", tmp_path / "t2.md"])
     assert proc.returncode == 0, proc.stderr
     table = (tmp_path / "t2.md").read_text().splitlines()
     assert table[0] == "| nu | C_nu for ScheDA(0.5->0.2) | C_nu for DA(0.3)* |"
@@ -69,9 +65,9 @@ def test_concatenation_grid_from_a_fused_sweep(cifar_arrays, tmp_path):
                        "trainer.parallel.nu=[0.2,0.5]", "trainer.parallel.seed=[1,2]", "evaluate.enabled=false",
                        "logger=none"])
     run(cfg, tmp_path / "sweep")
-    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.concat_eval", "--sweep", str(tmp_path / "sweep"),
-                           "--classifier", "torch_lr", "--c-log2-min", "-3", "--c-log2-max", "0",
-                           "--out", str(tmp_path / "grid.png")], capture_output=True, text=True)
+    proc = run_module("scheda.protocol.concat_eval", ["--sweep", tmp_path / "sweep", "--classifier", "torch_lr",
+                                                      "--c-log2-min", "-3", "--c-log2-max", "0",
+                                                      "--out", tmp_path / "grid.png"])
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "grid.json").read_text())
     assert report["rows"] == [0.2, 0.5] and report["cols"] == [0.2, 0.5]
@@ -80,9 +76,8 @@ def test_concatenation_grid_from_a_fused_sweep(cifar_arrays, tmp_path):
     assert (tmp_path / "grid.png").read_bytes()[:4] == b"\x89PNG"
     # Two runs given directly: their concatenation and each alone.
     a, b = tmp_path / "sweep" / "models" / "0", tmp_path / "sweep" / "models" / "3"
-    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.concat_eval", str(a), str(b),
-                           "--classifier", "torch_lr", "--c-log2-min", "-3", "--c-log2-max", "0"],
-                          capture_output=True, text=True)
+    proc = run_module("scheda.protocol.concat_eval", [a, b, "--classifier", "torch_lr", "--c-log2-min", "-3",
+                                                      "--c-log2-max", "0"])
     assert proc.returncode == 0, proc.stderr
     assert "DA(0.2) + DA(0.5): 16 features" in proc.stdout and proc.stdout.count("alone") == 2
     assert OmegaConf.load(a / "config.yaml").seed == 1

@@ -10,7 +10,7 @@ from scheda.errors import ConfigError
 from scheda.evaluate import evaluate_features, select
 from scheda.run import run
 
-from helpers import STAGES, TINY, compose_cfg, run_train
+from helpers import STAGES, TINY, compose_cfg, run_module, run_train
 
 LIBLINEAR = {"name": "liblinear", "eps": 0.01}
 TORCH_LR = {"name": "torch_lr", "eps": 1e-4, "max_newton": 100, "max_cg": 200, "dtype": "float64"}
@@ -217,8 +217,6 @@ def test_raw_baseline_through_the_entry_point(cifar_arrays, tmp_path):
 
 
 def test_export_features_is_readable_by_liblinear(cifar_arrays, tmp_path):
-    import subprocess
-    import sys
 
     from liblinear.liblinearutil import svm_read_problem
 
@@ -230,8 +228,7 @@ def test_export_features_is_readable_by_liblinear(cifar_arrays, tmp_path):
     (tmp_path / "run" / ".hydra").mkdir()
     (tmp_path / "run" / ".hydra" / "config.yaml").write_text(
         json.dumps(json.loads((tmp_path / "run" / "results.json").read_text())["config"]))
-    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.export_features", str(tmp_path / "run"),
-                           "--out", str(tmp_path / "feat")], capture_output=True, text=True)
+    proc = run_module("scheda.protocol.export_features", [tmp_path / "run", "--out", tmp_path / "feat"])
     assert proc.returncode == 0, proc.stderr
     cfg, model, _ = load_run_model(tmp_path / "run")
     data = load_dataset(cfg.dataset)
@@ -243,13 +240,10 @@ def test_export_features_is_readable_by_liblinear(cifar_arrays, tmp_path):
 
 
 def test_export_features_bad_path_is_one_line(tmp_path):
-    import subprocess
-    import sys
 
 
 
-    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.export_features", str(tmp_path / "nope")],
-                          capture_output=True, text=True)
+    proc = run_module("scheda.protocol.export_features", [tmp_path / "nope"])
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "does not exist" in proc.stderr
 
 

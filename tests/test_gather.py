@@ -7,14 +7,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import subprocess
-import sys
 
 import pytest
 
 from scheda import stats
 from scheda.gather import gather
-from helpers import STAGES, TINY, run_train
+from helpers import STAGES, TINY, run_module, run_train
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +29,7 @@ def sweep(tmp_path_factory):
 
 
 def _rows(sweep, *args):
-    proc = subprocess.run([sys.executable, "-m", "scheda.gather", str(sweep), "--format", "csv", *args],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_module("scheda.gather", [sweep, "--format", "csv", *args], timeout=120)
     assert proc.returncode == 0, proc.stderr
     return list(csv.DictReader(io.StringIO(proc.stdout)))
 
@@ -78,5 +75,5 @@ def test_a_fused_sweep_counts_as_its_models(cifar_arrays, tmp_path):
 
 
 def test_no_results_is_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "scheda.gather", str(tmp_path)], capture_output=True, text=True)
+    proc = run_module("scheda.gather", [tmp_path])
     assert proc.returncode == 1 and proc.stderr.strip() == f"error: no results.json under {tmp_path}"
