@@ -190,8 +190,10 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_resumes_to_its_last
     while Python still starts (a 1-minute limit with a 30 s delay sent it at any time from the
     start, and killed a job whose handlers were not yet in place). The run checkpoints where it
     stands, submitit requeues it, and the requeued job resumes from that checkpoint to its last
-    epoch. That such a resume ends with the uninterrupted run's weights is checked without Slurm
-    (test_interrupts), where it costs no minute-long limit."""
+    epoch (a loaded machine trains slower, and the requeued job may get the warning again: up to
+    10 requeues are allowed, so it then takes longer instead of failing). That such a resume ends
+    with the uninterrupted run's weights is checked without Slurm (test_interrupts), where it
+    costs no minute-long limit."""
     config = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.nu=0.3", "logger=none",
               "evaluate.enabled=false", "trainer.checkpoint_every=0"]
     calibrate = run_train([*config, "schedule.epochs=300", f"hydra.run.dir={tmp_path / 'calibrate'}"], cwd=tmp_path)
@@ -202,7 +204,7 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_resumes_to_its_last
     epochs = min(200_000, max(2_000, int(42 / per_epoch)))  # at least 42 s of training: the warning comes by 40 s
     sweep = tmp_path / "sweep"
     command = [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=submitit_slurm",
-               "hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=80", "hydra.launcher.max_num_timeout=3",
+               "hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=80", "hydra.launcher.max_num_timeout=10",
                "hydra.launcher.cpus_per_task=1", *config, f"schedule.epochs={epochs}", f"hydra.sweep.dir={sweep}"]
     proc = subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_releasing_requeued(proc, 420)
