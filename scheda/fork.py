@@ -20,8 +20,8 @@ PRELOAD = ["scheda.train"]  # what the server imports before its first fork
 
 class ForkedCommand:
     """``module``'s ``main()`` with ``sys.argv = [argv0, *args]`` (its exit status: what it
-    returns or passes to sys.exit), started at once; Popen's
-    interface (``poll``, ``wait``, ``terminate``, ``kill``, ``pid``, ``returncode``).
+    returns or passes to sys.exit), started at once; Popen's interface (``poll``, ``wait``,
+    ``terminate``, ``kill``, ``pid``, ``returncode``).
     ``stdout``/``stderr``: files that take the child's output (default: this process's own);
     ``new_session``: the child leads a process group of its own (its workers can be signalled
     with it)."""

@@ -85,6 +85,15 @@ def smoke_cfg(*overrides: str):
         return compose(config_name="reproduce", overrides=["scale=smoke", *overrides])
 
 
+def _user_env(extra: dict | None = None) -> dict[str, str]:
+    """This environment as a user's shell would have it: no data root unless a test sets one,
+    one torch thread."""
+    env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
+    env.update(extra or {})
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
 def run_command(module: str, argv0: Path, args: list[str], cwd: Path = REPO, env_extra: dict | None = None,
                 timeout: float = 300) -> subprocess.CompletedProcess:
     """The users' command ``python <argv0> ...`` (whose code is ``module``'s ``main``) in a
@@ -92,9 +101,7 @@ def run_command(module: str, argv0: Path, args: list[str], cwd: Path = REPO, env
     imported the training code once, so a test pays no Python start and torch import (about 2 s
     of CPU each, a third of the suite's); its output, exit code and signals are its own. The
     tests of the interpreter's own start (the entry points, an install) run real subprocesses."""
-    env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
-    env.update(env_extra or {})
-    env.setdefault("OMP_NUM_THREADS", "1")
+    env = _user_env(env_extra)
     with tempfile.TemporaryDirectory() as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
         proc = ForkedCommand(module, str(argv0), [str(a) for a in args], cwd=cwd, env=env, stdout=out, stderr=err)
@@ -122,8 +129,7 @@ class Started:
     a file to read, send_signal, communicate)."""
 
     def __init__(self, args: list[str], cwd: Path, new_session: bool):
-        env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
-        env["OMP_NUM_THREADS"] = "1"
+        env = _user_env()
         fd, err = tempfile.mkstemp(prefix="train-", suffix=".stderr")
         os.close(fd)
         self._err = Path(err)
