@@ -220,15 +220,18 @@ def main(argv=None) -> int:
         for bs in args.batch_sizes:
             # The matmul rate is measured around every timing and the best kept: a busy machine
             # only slows a measurement down, so the floor stays a floor when the load changes.
-            peaks = [(gemm_rate(bs, H, device, rate_s), bandwidth(device, H * D, rate_s))]
+            def peak():
+                return gemm_rate(bs, H, device, rate_s), bandwidth(device, H * D, rate_s)
+
+            peaks = [peak()]
             n_batches = timed_batches(args.batches or max(4, int(8 * peaks[0][0] / (10 * bs * D * H))), bs)
             eager = scheda_epoch(data, n_batches, bs, H, device)
-            peaks.append((gemm_rate(bs, H, device, rate_s), bandwidth(device, H * D, rate_s)))
+            peaks.append(peak())
             graphed = scheda_epoch(data, n_batches, bs, H, device, cuda_graph=True) if cuda else math.nan
             autograd = scheda_epoch(data, n_batches, bs, H, device, fused=False)
-            peaks.append((gemm_rate(bs, H, device, rate_s), bandwidth(device, H * D, rate_s)))
+            peaks.append(peak())
             naive = math.nan if args.skip_naive else naive_epoch(data, n_batches, bs, H, device)
-            peaks.append((gemm_rate(bs, H, device, rate_s), bandwidth(device, H * D, rate_s)))
+            peaks.append(peak())
             rate, bw, steps = max(p[0] for p in peaks), max(p[1] for p in peaks), math.ceil(N / bs)
             floor = max(10 * N * D * H / rate, steps * 5 * 4 * H * D / bw)
             best = eager if math.isnan(graphed) else min(eager, graphed)

@@ -23,12 +23,17 @@ from helpers import N_VAL, REPO, compose_cfg, run_command, smoke_cfg
 SCRIPT = REPO / "scripts" / "reproduce.py"
 
 
+def reproduce_args(tmp_path: Path, data_root: Path, *args: str) -> list[str]:
+    """``scale=smoke`` on the fixture data, its runs in tmp_path (``out_dir`` relative to the
+    user's directory, as a user would type it)."""
+    return ["scale=smoke", "out_dir=runs", f"report_dir={tmp_path / 'reports'}",
+            f"overrides=['dataset.root={data_root}','dataset.val_size={N_VAL}','trainer.device=cpu',"
+            "'dataset.download=false']", *args]
+
+
 def reproduce(tmp_path: Path, data_root: Path, *args: str) -> subprocess.CompletedProcess:
     """``python scripts/reproduce.py scale=smoke ...`` in tmp_path (helpers.run_command)."""
-    return run_command("scheda.protocol.reproduce", SCRIPT, [
-        "scale=smoke", "out_dir=runs",  # relative to the user's directory
-        f"report_dir={tmp_path / 'reports'}", f"overrides=['dataset.root={data_root}','dataset.val_size={N_VAL}',"
-        "'trainer.device=cpu','dataset.download=false']", *args], cwd=tmp_path)
+    return run_command("scheda.protocol.reproduce", SCRIPT, reproduce_args(tmp_path, data_root, *args), cwd=tmp_path)
 
 
 def table_rows(report: str) -> list[str]:
@@ -284,9 +289,8 @@ def test_ctrl_c_stops_the_stage_with_a_checkpoint_and_says_so_in_one_line(tmp_pa
     import sys
     import time
 
-    command = [sys.executable, str(SCRIPT), "scale=smoke", "out_dir=runs", f"report_dir={tmp_path / 'reports'}",
-               f"overrides=['dataset.root={cifar_arrays}','dataset.val_size={N_VAL}','trainer.device=cpu']",
-               "table.raw=false", "scale.da.epochs=100000", "scale.da.eval_every=50000"]
+    command = [sys.executable, str(SCRIPT), *reproduce_args(tmp_path, cifar_arrays, "table.raw=false",
+                                                              "scale.da.epochs=100000", "scale.da.eval_every=50000")]
     proc = subprocess.Popen(command, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, text=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 120

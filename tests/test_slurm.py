@@ -112,9 +112,18 @@ def _node() -> str:
     return subprocess.run(["sinfo", "-h", "-o", "%N"], capture_output=True, text=True).stdout.split()[0]
 
 
+def _submitted_ids(stage_dir: Path) -> list[str]:
+    """The Slurm jobs submitted from ``stage_dir``: submitit names its folders there by job id,
+    ``<id>`` or ``<array>_<task>``."""
+    folder = stage_dir / ".submitit"
+    return sorted({p.name.split("_")[0] for p in folder.iterdir() if p.is_dir() and p.name.split("_")[0].isdigit()}) \
+        if folder.is_dir() else []
+
+
 def _left_in_queue(stage_dir: Path) -> str:
-    arrays = sorted({p.name.split("_")[0] for p in (stage_dir / ".submitit").glob("*_*") if p.is_dir()})
-    return subprocess.run(["squeue", "-h", "-j", ",".join(arrays)], capture_output=True, text=True).stdout.strip()
+    ids = _submitted_ids(stage_dir)
+    return subprocess.run(["squeue", "-h", "-j", ",".join(ids)], capture_output=True, text=True).stdout.strip() \
+        if ids else ""
 
 
 def _wait_running(proc, timeout=120):
@@ -183,6 +192,7 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_resumes_where_it_st
     import re
     import signal
 
+    epoch_line = re.compile(r"\] - epoch (\d+) nu=")  # the trainer's line at the end of each epoch
     sweep = tmp_path / "sweep"
     command = [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=submitit_slurm",
                "hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=80", "hydra.launcher.max_num_timeout=3",
@@ -196,7 +206,7 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_resumes_where_it_st
     try:
         while True:
             log = train_log.read_text() if train_log.exists() else ""
-            if "resumed from" in log and len(re.findall(r"\] - epoch \d+ nu=", log.split("resumed from", 1)[1])) >= 20:
+            if "resumed from" in log and len(epoch_line.findall(log.split("resumed from", 1)[1])) >= 20:
                 break
             assert proc.poll() is None, proc.stderr.read()[-3000:]
             assert time.time() < deadline, f"no requeued run trained on: {log[-2000:]}"
@@ -208,8 +218,8 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_resumes_where_it_st
         proc.wait()
     assert "requeued by Slurm (restart 1): " in log and "resuming from its newest checkpoint" in log, log[-2000:]
     assert [p.name for p in (sweep / "0" / "checkpoints").iterdir() if "_batch_" in p.name]  # mid-epoch, at the signal
-    epochs = [int(e) for e in re.findall(r"\] - epoch (\d+) nu=", log)]
-    before = len(re.findall(r"\] - epoch \d+ nu=", log.split("resumed from", 1)[0]))
+    epochs = [int(e) for e in epoch_line.findall(log)]
+    before = len(epoch_line.findall(log.split("resumed from", 1)[0]))
     assert before >= 1 and epochs == list(range(1, len(epochs) + 1)), epochs  # each epoch once, none lost
 
 
@@ -223,11 +233,8 @@ def _release_held_jobs() -> None:
 
 
 def _cancel_own_jobs(sweep: Path, timeout: float = 120) -> None:
-    """Cancel the jobs submitted from ``sweep`` (submitit's folders there are named by job id,
-    ``<id>`` or ``<array>_<task>``) and wait until Slurm no longer has them."""
-    folder = sweep / ".submitit"
-    ids = sorted({p.name.split("_")[0] for p in folder.iterdir() if p.name.split("_")[0].isdigit()}) \
-        if folder.is_dir() else []
+    """Cancel the jobs submitted from ``sweep`` and wait until Slurm no longer has them."""
+    ids = _submitted_ids(sweep)
     deadline = time.time() + timeout
     while ids and (left := subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(ids)],
                                           capture_output=True, text=True).stdout.split()):
