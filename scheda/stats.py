@@ -6,6 +6,9 @@ standard deviation and a t-interval, and a comparison of two models trained on t
 (paired) gets the paired differences' mean, a paired t-interval and a sign-flip permutation
 p-value. *Test-set noise*: one model's error on N test images has a binomial standard error,
 and two models of the same seed can be compared image by image (McNemar's exact test).
+
+scipy.stats is imported where it is used: it costs about a second of CPU, and most importers of
+this module (every sweep's summary table, through scheda.gather) never call it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy import stats
 
 CONFIDENCE = 0.95
 
@@ -46,6 +48,8 @@ def summarize(values: Sequence[float], confidence: float = CONFIDENCE) -> Summar
     sd = float(x.std(ddof=1))
     if sd == 0.0:  # scipy's interval is NaN at scale 0; the limit is the point itself
         return Summary(int(x.size), mean, 0.0, mean, mean)
+    from scipy import stats
+
     low, high = stats.t.interval(confidence, df=x.size - 1, loc=mean, scale=sd / math.sqrt(x.size))
     return Summary(int(x.size), mean, sd, float(low), float(high))
 
@@ -82,6 +86,8 @@ def sign_flip_p(diffs: Sequence[float]) -> float | None:
         return None
     if not np.any(d) or d.size == 1:  # one difference: both signs are as extreme
         return 1.0
+    from scipy import stats
+
     result = stats.permutation_test((d,), lambda x, axis: np.mean(x, axis=axis), permutation_type="samples",
                                     n_resamples=np.inf if d.size <= 20 else 100_000, alternative="two-sided",
                                     random_state=0)
@@ -110,5 +116,8 @@ def mcnemar(correct_a: np.ndarray, correct_b: np.ndarray) -> McNemar:
     if a.shape != b.shape:
         raise ValueError(f"McNemar's test needs the same test images, not {a.shape} and {b.shape}")
     only_a, only_b = int(np.sum(a & ~b)), int(np.sum(~a & b))
-    p = 1.0 if only_a + only_b == 0 else float(stats.binomtest(only_a, only_a + only_b, 0.5).pvalue)
-    return McNemar(only_a, only_b, p)
+    if only_a + only_b == 0:
+        return McNemar(only_a, only_b, 1.0)
+    from scipy import stats
+
+    return McNemar(only_a, only_b, float(stats.binomtest(only_a, only_a + only_b, 0.5).pvalue))
