@@ -125,16 +125,15 @@ def run_train(args: list[str], cwd: Path = REPO, env_extra: dict | None = None) 
 
 
 class Started:
-    """start_train's process: a ForkedCommand with the parts of Popen the tests use (stderr as
+    """start_command's process: a ForkedCommand with the parts of Popen the tests use (stderr as
     a file to read, send_signal, communicate)."""
 
-    def __init__(self, args: list[str], cwd: Path, new_session: bool):
-        env = _user_env()
-        fd, err = tempfile.mkstemp(prefix="train-", suffix=".stderr")
+    def __init__(self, module: str, argv0: Path, args: list[str], cwd: Path, new_session: bool):
+        fd, err = tempfile.mkstemp(prefix="scheda-", suffix=".stderr")
         os.close(fd)
         self._err = Path(err)
         weakref.finalize(self, self._err.unlink, missing_ok=True)
-        self._proc = ForkedCommand("scheda.train", str(REPO / "train.py"), [str(a) for a in args], cwd=cwd, env=env,
+        self._proc = ForkedCommand(module, str(argv0), [str(a) for a in args], cwd=cwd, env=_user_env(),
                                    stdout=Path(os.devnull), stderr=self._err, new_session=new_session)
         self.pid, self.args = self._proc.pid, self._proc.args
         self.stderr = open(self._err)
@@ -159,10 +158,16 @@ class Started:
         return None, text
 
 
+def start_command(module: str, argv0: Path, args: list[str], cwd: Path, new_session: bool = False) -> Started:
+    """The users' command ``python <argv0> ...`` started in the background (see run_command), for
+    interrupts, kills and second writers; ``new_session``: in its own process group, so that its
+    workers can be killed with it."""
+    return Started(module, argv0, args, cwd, new_session)
+
+
 def start_train(args: list[str], cwd: Path, new_session: bool = False) -> Started:
-    """``python train.py ...`` started in the background (for interrupts, kills, second writers);
-    ``new_session``: in its own process group, so that its workers can be killed with it."""
-    return Started(args, cwd, new_session)
+    """``python train.py ...`` started in the background (see start_command)."""
+    return start_command("scheda.train", REPO / "train.py", args, cwd, new_session)
 
 
 def slurm_cluster_answers() -> bool:

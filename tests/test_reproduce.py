@@ -18,7 +18,7 @@ from scheda.protocol import selection as select
 from scheda.protocol.jobs import STEP_KINDS, fmt
 from scheda.errors import ConfigError
 from scheda.schedule import build_schedule
-from helpers import N_VAL, REPO, compose_cfg, run_command, smoke_cfg
+from helpers import N_VAL, REPO, compose_cfg, run_command, smoke_cfg, start_command
 
 SCRIPT = REPO / "scripts" / "reproduce.py"
 
@@ -286,13 +286,11 @@ def test_ctrl_c_stops_the_stage_with_a_checkpoint_and_says_so_in_one_line(tmp_pa
     the protocol alone reaches the stage as a SIGTERM. Either way the running job checkpoints
     where it stands, nothing is left running, and the command says how to go on in one line."""
     import signal
-    import sys
     import time
 
-    command = [sys.executable, str(SCRIPT), *reproduce_args(tmp_path, cifar_arrays, "table.raw=false",
-                                                              "scale.da.epochs=100000", "scale.da.eval_every=50000")]
-    proc = subprocess.Popen(command, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    proc = start_command("scheda.protocol.reproduce", SCRIPT,
+                         reproduce_args(tmp_path, cifar_arrays, "table.raw=false", "scale.da.epochs=100000",
+                                        "scale.da.eval_every=50000"), tmp_path, new_session=True)
     deadline = time.time() + 120
     while "epoch" not in "".join(p.read_text() for p in (tmp_path / "runs" / "da").glob("*/train.log")):
         assert proc.poll() is None and time.time() < deadline, "no DA started training"

@@ -8,13 +8,13 @@ import fcntl
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from helpers import N_VAL, REPO, TINY, slurm_cluster_answers, run_train
+from helpers import TINY, run_command, run_train, slurm_cluster_answers, start_command, start_train
+from test_reproduce import SCRIPT, reproduce_args
 
 
 pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm"),  # one worker: one job queue at a time
@@ -34,22 +34,14 @@ def _one_at_a_time(tmp_path_factory):
 LAUNCHER = ["hydra/launcher=submitit_slurm", "hydra.launcher.timeout_min=10", "hydra.launcher.cpus_per_task=1"]
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
 def _reproduce(tmp_path: Path, data_root: Path, *args: str, wait: bool = True):
-    command = [sys.executable, str(REPO / "scripts" / "reproduce.py"), "scale=smoke", "out_dir=runs",
-               f"report_dir={tmp_path / 'reports'}",
-               f"overrides=['dataset.root={data_root}','dataset.val_size={N_VAL}','trainer.device=cpu']",
-               "launcher=submitit_slurm",
-               "launcher_overrides=['hydra.launcher.timeout_min=10','hydra.launcher.cpus_per_task=1']", *args]
+    """scale=smoke through Slurm (test_reproduce.reproduce_args); ``wait=False``: started in the
+    background."""
+    args = reproduce_args(tmp_path, data_root, "launcher=submitit_slurm",
+                          "launcher_overrides=['hydra.launcher.timeout_min=10','hydra.launcher.cpus_per_task=1']", *args)
     if not wait:
-        return subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-    return subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+        return start_command("scheda.protocol.reproduce", SCRIPT, args, tmp_path)
+    return run_command("scheda.protocol.reproduce", SCRIPT, args, cwd=tmp_path, timeout=600)
 
 
 def test_a_sweep_runs_as_a_slurm_job_array(cifar_arrays, tmp_path):
@@ -66,18 +58,26 @@ def test_a_sweep_runs_as_a_slurm_job_array(cifar_arrays, tmp_path):
     assert all(list((sweep / ".submitit" / name).glob("*_log.out")) for name in arrays)  # Slurm's logs
 
 
-def test_the_smoke_protocol_through_slurm_and_a_rerun_submits_nothing(cifar_arrays, tmp_path):
+def test_a_protocol_through_slurm_continues_its_das_and_a_rerun_submits_nothing(cifar_arrays, tmp_path):
+    """The DA grid and the ScheDA that continues the selected DA, each stage a job array, then the
+    report; the other stages launch the same way (test_reproduce runs them all locally)."""
     started = time.time()
-    proc = _reproduce(tmp_path, cifar_arrays)
+    trimmed = ("table.raw=false", "scale.control=false", "scale.finetune=null")
+    proc = _reproduce(tmp_path, cifar_arrays, *trimmed)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = tmp_path / "runs"
+    selected = json.loads((runs / "selection.json").read_text())["hidden"]["16"]["by_nu"]["0.5"]["checkpoint"]
+    scheda = json.loads((runs / "continue" / "scheda_h16_nu0.5_dnu0.1_K1" / "results.json").read_text())
+    assert scheda["status"] == "completed" and scheda["config"]["init_from"] == selected
+    assert len(_submitted_ids(runs / "da")) == len(_submitted_ids(runs / "continue")) == 1  # one array each
     report = (tmp_path / "reports" / "table1_smoke.md").read_text()
     assert "launcher: submitit_slurm" in report and "| completed |" in report
     assert not [line for line in report.split("## Jobs")[1].splitlines()
                 if line.startswith("| ") and "completed" not in line and "Status" not in line and "---" not in line]
-    print(f"smoke protocol through Slurm: {time.time() - started:.0f} s")
-    again = _reproduce(tmp_path, cifar_arrays)
+    print(f"protocol through Slurm: {time.time() - started:.0f} s")
+    again = _reproduce(tmp_path, cifar_arrays, *trimmed)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "Submitit" not in again.stdout and again.stdout.count("0 to run") == 4
+    assert "Submitit" not in again.stdout and again.stdout.count("0 to run") == 2
 
 
 def test_a_cancelled_job_is_reported_and_the_command_fails(cifar_arrays, tmp_path):
@@ -194,13 +194,11 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_resumes_where_it_st
 
     epoch_line = re.compile(r"\] - epoch (\d+) nu=")  # the trainer's line at the end of each epoch
     sweep = tmp_path / "sweep"
-    command = [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=submitit_slurm",
-               "hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=80", "hydra.launcher.max_num_timeout=3",
-               "hydra.launcher.cpus_per_task=1", f"dataset.root={cifar_arrays}", *TINY, "schedule=constant",
-               "schedule.nu=0.3", "schedule.epochs=1000000", "logger=none", "evaluate.enabled=false",
-               "trainer.checkpoint_every=0", f"hydra.sweep.dir={sweep}"]
-    proc = subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = start_train(["-m", "hydra/launcher=submitit_slurm", "hydra.launcher.timeout_min=2",
+                        "hydra.launcher.signal_delay_s=80", "hydra.launcher.max_num_timeout=3",
+                        "hydra.launcher.cpus_per_task=1", f"dataset.root={cifar_arrays}", *TINY, "schedule=constant",
+                        "schedule.nu=0.3", "schedule.epochs=1000000", "logger=none", "evaluate.enabled=false",
+                        "trainer.checkpoint_every=0", f"hydra.sweep.dir={sweep}"], tmp_path, new_session=True)
     train_log = sweep / "0" / "train.log"
     deadline = time.time() + 240
     try:
@@ -252,8 +250,6 @@ def test_a_killed_slurm_sweep_run_again_resumes_its_jobs(cifar_arrays, tmp_path)
     import torch
 
     from scheda.checkpoint import load_checkpoint
-
-    from helpers import start_train
 
     config = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1000", "logger=none",
               "evaluate.enabled=false", "trainer.checkpoint_every=100"]
