@@ -1,21 +1,44 @@
 """A scheda command (``python -m scheda.train ...``, ``python scripts/reproduce.py ...``) run as
-a fork of a server that imported the training code once: the command then costs a fork, not a
-Python start and torch's import (about 2 s, paid by every stage of every protocol invocation).
-The child is what the command would be: its own process, in the given directory and
-environment, its signals, output and exit code its own."""
+a fork of a process that imported the training code once: the command then costs a fork, not a
+Python start and torch's import (about 2 s of CPU, paid by every stage of every protocol
+invocation). The child is what the command would be: its own process, in the given directory
+and environment, its signals, output and exit code its own.
+
+Which process is forked: this one, when that is safe (Linux, a single thread, CUDA not started:
+a CUDA context does not survive a fork), as in the protocol, which has imported the training
+code for its own work anyway; otherwise (a test runner's threads) a fork server that imported it
+(multiprocessing's forkserver), at the cost of one Python start per server."""
 
 from __future__ import annotations
 
 import atexit
+import importlib
+import logging
 import multiprocessing
+import multiprocessing.util
 import os
 import subprocess
 import sys
 import threading
 import traceback
+import weakref
 from pathlib import Path
 
-PRELOAD = ["scheda.train"]  # what the server imports before its first fork
+from hydra.core.global_hydra import GlobalHydra
+
+from scheda.lock import release_inherited_locks
+
+PRELOAD = ["scheda.train"]  # imported before the first fork (by the server, or by this process)
+
+
+def fork_is_safe() -> bool:
+    """This process can be forked as it stands: Linux (elsewhere system libraries may not survive
+    a fork), one thread (another could hold a lock the child would wait on for ever), and CUDA
+    not initialised here."""
+    if sys.platform != "linux" or threading.active_count() > 1:
+        return False
+    torch = sys.modules.get("torch")
+    return torch is None or not torch.cuda.is_initialized()
 
 
 class ForkedCommand:
@@ -30,8 +53,13 @@ class ForkedCommand:
                  env: dict[str, str] | None = None, stdout: Path | None = None, stderr: Path | None = None,
                  new_session: bool = False):
         self.args = [sys.executable, argv0, *args]
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(PRELOAD)
+        if fork_is_safe():
+            context = multiprocessing.get_context("fork")
+            for name in PRELOAD:
+                importlib.import_module(name)  # once here, not in every child
+        else:
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(PRELOAD)
         self._process = context.Process(
             target=_child, name=f"scheda-{module}",
             args=(module, [argv0, *args], str(cwd or os.getcwd()), dict(os.environ if env is None else env),
@@ -65,13 +93,16 @@ def _child(module: str, argv: list[str], cwd: str, environ: dict[str, str], stdo
     callbacks first (joblib's executor stops its workers there), then the exit handlers
     (logging's flush). Multiprocessing's own ending would join those workers first, and wait on
     them for ever."""
+    _forget_parent()
     if new_session:
         os.setsid()
-    for path, fd in ((stdout, 1), (stderr, 2)):
+    for path, fd, name in ((stdout, 1, "stdout"), (stderr, 2, "stderr")):
         if path is not None:
             target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(target, fd)
             os.close(target)
+            # the parent's sys.stdout may write elsewhere than its fd 1 (a test runner's capture)
+            setattr(sys, name, open(fd, "w", buffering=1, closefd=False))
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(environ)
@@ -92,3 +123,18 @@ def _child(module: str, argv: list[str], cwd: str, environ: dict[str, str], stdo
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _forget_parent() -> None:
+    """Let go of what the forked parent owns, so that the command starts and ends as a program of
+    its own: its directory locks (a child would hold them after the parent died), Hydra's global
+    state (the command's ``@hydra.main`` sets it up), and its exit work (a test runner's clean-up
+    of its temporary folders, objects' finalizers): the child keeps the standard exit handlers
+    and runs those it registers itself."""
+    release_inherited_locks()
+    GlobalHydra.instance().clear()
+    for finalizer in list(weakref.finalize._registry):  # the parent's objects
+        finalizer.detach()
+    atexit._clear()
+    for handler in (logging.shutdown, multiprocessing.util._exit_function, weakref.finalize._exitfunc):
+        atexit.register(handler)  # in the order importing them registers them: run last to first

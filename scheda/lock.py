@@ -20,6 +20,7 @@ from scheda.errors import BusyError
 from scheda.io import shown_path
 
 LOCK = ".lock"
+_held: set[int] = set()  # this process's lock descriptors, for release_inherited_locks
 
 
 @contextlib.contextmanager
@@ -40,6 +41,17 @@ def hold(directory: str | os.PathLike, what: str = "run") -> Iterator[Path]:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
                       f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+        _held.add(fd)
         yield path
     finally:
+        _held.discard(fd)
         os.close(fd)  # closing releases the lock
+
+
+def release_inherited_locks() -> None:
+    """In a forked child: close the lock descriptors inherited from the parent. A lock stays held
+    while any copy of its descriptor is open, so a child that kept them would hold its parent's
+    directory after the parent died."""
+    for fd in _held:
+        os.close(fd)
+    _held.clear()

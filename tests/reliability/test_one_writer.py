@@ -9,10 +9,13 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
+
+from scheda.errors import BusyError
 from scheda.lock import hold
 
-from helpers import TINY, run_train, start_train
-from test_reproduce import reproduce
+from helpers import TINY, run_train, start_command, start_train
+from test_reproduce import SCRIPT, reproduce, reproduce_args
 
 LONG = ["schedule=constant", "schedule.nu=0.3", "schedule.epochs=1500", "trainer.checkpoint_every=100",
         "evaluate.enabled=false", "logger=none"]
@@ -59,6 +62,30 @@ def test_a_second_protocol_on_a_live_out_dir_is_refused(cifar_arrays, tmp_path):
     # Released (the holder's block ended): the same command runs.
     again = reproduce(tmp_path, cifar_arrays, "stages=[da,select,report]")
     assert again.returncode == 0, again.stderr[-2000:]
+
+
+def test_a_stage_forked_from_the_protocol_does_not_keep_the_protocols_lock(cifar_arrays, tmp_path):
+    """The protocol forks its stages from itself (scheda.fork): a stage inherits its descriptors,
+    the out_dir lock among them, and lets that one go. So a protocol killed with SIGKILL frees its
+    out_dir at once, while its orphaned stage still holds (only) its job's run."""
+    proc = start_command("scheda.protocol.reproduce", SCRIPT,
+                         reproduce_args(tmp_path, cifar_arrays, "table.raw=false", "scale.da.epochs=100000",
+                                        "scale.da.eval_every=50000"), tmp_path, new_session=True)
+    run = tmp_path / "runs" / "da" / "da_h16_nu0.5_lr0.1"
+    try:
+        _wait(lambda: "epoch" in ((run / "train.log").read_text() if (run / "train.log").exists() else ""), proc,
+              "a DA's first epoch")
+        stage = int((run / ".lock").read_text().split()[1])
+        assert int(Path(f"/proc/{stage}/stat").read_text().rsplit(")", 1)[1].split()[1]) == proc.pid  # forked here
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        with hold(tmp_path / "runs", "scheda-reproduce"):
+            pass
+        with pytest.raises(BusyError, match=f"in use by pid {stage} "):
+            with hold(run):
+                pass
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def test_the_lock_file_names_its_holder_and_is_reusable(tmp_path):
