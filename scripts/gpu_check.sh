@@ -67,7 +67,8 @@ if [ "$mode" = "--tiny" ]; then
   step fixture-data $PY -c "import sys; sys.path.insert(0, 'tests'); from helpers import write_cifar_arrays; \
 write_cifar_arrays(__import__('pathlib').Path('$WORK/data/cifar10'), n_train=400, n_test=100)"
   BENCH=(--device cpu --hidden 16 --batch-sizes 20 --batches 3 --n 400 --grid 2 --lr-search 300 20 --rate-seconds 0.05)
-  SCALE=(scale=smoke "overrides=['dataset.val_size=50','trainer.device=cpu']")
+  # the DA grid and the ScheDA stage: the controls and fine-tuning launch the same way
+  SCALE=(scale=smoke "overrides=['dataset.val_size=50','trainer.device=cpu']" scale.control=false scale.finetune=null)
 else
   DEVICE=cuda
   if [ -d "$WHEELS" ]; then

@@ -1,7 +1,6 @@
 """The users' command, ``python train.py ...``, end to end on tiny fixture data."""
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -160,28 +159,26 @@ def test_local_parallel_jobs_each_get_their_own_gpu(cifar_arrays, tmp_path):
     assert set(seen) == {"0", "1"}, seen  # one GPU each, both used
 
 
-def _claim_and_hold(lock_dir, results):
-    import time
-
-    from scheda.devices import claim_gpu
-
-    results.put(claim_gpu(Path(lock_dir)))
-    time.sleep(5)  # hold the lock while the others try
+# A process that claims a GPU and holds it until its stdin closes (only scheda.devices imported).
+CLAIM = ("import sys; from pathlib import Path; from scheda.devices import claim_gpu; "
+         "print(claim_gpu(Path(sys.argv[1])), flush=True); sys.stdin.read()")
 
 
-def test_claiming_gpus_gives_each_holder_its_own(tmp_path, monkeypatch):
-    import multiprocessing
+def test_claiming_gpus_gives_each_holder_its_own(tmp_path):
+    import os
+    import subprocess
+    import sys
 
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
-    holders = [context.Process(target=_claim_and_hold, args=(str(tmp_path), results)) for _ in range(3)]
-    for p in holders:
-        p.start()
-    claimed = [results.get(timeout=60) for _ in holders]
-    for p in holders:
-        p.join(timeout=60)
-    assert sorted(claimed, key=str) == ["3", "5", None]  # a third process finds both taken
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "3,5"}
+    holders = [subprocess.Popen([sys.executable, "-c", CLAIM, str(tmp_path)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env=env) for _ in range(3)]
+    try:
+        claimed = [p.stdout.readline().strip() for p in holders]  # each holds its claim meanwhile
+    finally:
+        for p in holders:
+            p.stdin.close()
+            p.wait(timeout=60)
+    assert sorted(claimed) == ["3", "5", "None"]  # a third process finds both taken
 
 
 def test_a_regular_install_trains_and_reproduces_outside_the_checkout(cifar_arrays, tmp_path):

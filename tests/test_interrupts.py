@@ -16,9 +16,11 @@ from scheda.checkpoint import load_checkpoint
 
 from helpers import REPO, TINY, run_train, start_train
 
-# 80 training images one at a time: 80 minibatches an epoch, long enough to be interrupted.
+# 80 training images one at a time: 80 minibatches an epoch, long enough to be interrupted; the
+# signal comes after epoch 3, and 57 epochs (two noise switches) are left for the resumed run.
+EPOCHS = 60
 ARGS = [*TINY, "trainer.batch_size=1", "schedule=decreasing", "schedule.nu0=0.5", "schedule.delta_nu=0.1",
-        "schedule.K=60", "schedule.initial_epochs=60", "schedule.steps=2", "evaluate.enabled=false",
+        "schedule.K=20", "schedule.initial_epochs=20", "schedule.steps=2", "evaluate.enabled=false",
         "logger=none"]
 
 
@@ -54,7 +56,7 @@ def test_a_signal_checkpoints_and_resume_gives_the_uninterrupted_run(golden, tmp
     assert len(lines) == 1 and lines[0].startswith(f"interrupted by {sig.name} in epoch ")
     assert lines[0].endswith("continue with python train.py resume=run")  # as typed where it ran
     results = json.loads((run_dir / "results.json").read_text())
-    assert results["status"] == "interrupted" and results["epochs"] < 180
+    assert results["status"] == "interrupted" and results["epochs"] < EPOCHS
     checkpoint = load_checkpoint(run_dir)
     assert "_batch_" in checkpoint["path"] and "partial_epoch" in checkpoint  # mid-epoch, where it stopped
 
@@ -62,7 +64,7 @@ def test_a_signal_checkpoints_and_resume_gives_the_uninterrupted_run(golden, tmp
     assert resumed.returncode == 0, resumed.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no new run directory
     final = load_checkpoint(run_dir)
-    assert final["epoch"] == 180
+    assert final["epoch"] == EPOCHS
     for key, value in golden_state["model"].items():
         assert torch.equal(final["model"][key], value), key
     results = json.loads((run_dir / "results.json").read_text())

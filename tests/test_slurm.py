@@ -81,9 +81,10 @@ def test_a_protocol_through_slurm_continues_its_das_and_a_rerun_submits_nothing(
 
 
 def test_a_cancelled_job_is_reported_and_the_command_fails(cifar_arrays, tmp_path):
-    # DAs long enough (about 10 s here) to be cancelled while they train. The launcher waits for the
-    # array's tasks in order: the last one is cancelled, so the first is waited on and completes.
-    proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=2000", "scale.da.eval_every=1000", "table.raw=false",
+    # DAs long enough (about 5 s here, after a Python start of 2-3 s) to be cancelled while they run.
+    # The launcher waits for the array's tasks in order: the last one is cancelled, so the first is
+    # waited on and completes.
+    proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=1000", "scale.da.eval_every=500", "table.raw=false",
                       "stages=[da,select,report]", wait=False)
     deadline = time.time() + 120
     running: list[str] = []
@@ -251,7 +252,7 @@ def test_a_killed_slurm_sweep_run_again_resumes_its_jobs(cifar_arrays, tmp_path)
 
     from scheda.checkpoint import load_checkpoint
 
-    config = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1000", "logger=none",
+    config = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=600", "logger=none",
               "evaluate.enabled=false", "trainer.checkpoint_every=100"]
     sweep = tmp_path / "sweep"
     args = ["-m", *LAUNCHER, *config, "schedule.nu=0.3,0.5", f"hydra.sweep.dir={sweep}"]
@@ -280,7 +281,7 @@ def test_a_killed_slurm_sweep_run_again_resumes_its_jobs(cifar_arrays, tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     for k, nu in enumerate((0.3, 0.5)):
         results = json.loads((sweep / str(k) / "results.json").read_text())
-        assert results["status"] == "completed" and results["epochs"] == 1000
+        assert results["status"] == "completed" and results["epochs"] == 600
         actions = [a["action"] for a in results["attempts"]]
         assert actions == ["ran", "skipped" if statuses[k] == "completed" else "resumed"]
         golden = run_train([*config, f"schedule.nu={nu}", f"hydra.run.dir={tmp_path / f'golden{k}'}"], cwd=tmp_path)
