@@ -34,7 +34,8 @@ PRELOAD = ["scheda.train"]  # imported before the first fork (by the server, or 
 def fork_is_safe() -> bool:
     """This process can be forked as it stands: Linux (elsewhere system libraries may not survive
     a fork), one thread (another could hold a lock the child would wait on for ever), and CUDA
-    not initialised here."""
+    not initialised here. ``torch.cuda.is_available()`` starts the CUDA driver without torch
+    counting it as initialised: the protocol asks it only after its last stage."""
     if sys.platform != "linux" or threading.active_count() > 1:
         return False
     torch = sys.modules.get("torch")

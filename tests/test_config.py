@@ -85,6 +85,26 @@ def test_the_training_side_does_not_import_the_protocol_layer_nor_start_cuda():
     assert out.stdout.strip() == "[]"
 
 
+def test_a_process_with_threads_or_cuda_started_forks_through_the_server(monkeypatch):
+    """scheda.fork forks the calling process itself only when that is safe; a test runner's
+    threads or a CUDA context send it to the fork server."""
+    import sys
+    import threading
+
+    import torch
+
+    from scheda.fork import fork_is_safe
+
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert fork_is_safe() == (sys.platform == "linux")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert not fork_is_safe()
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(threading, "active_count", lambda: 2)
+    assert not fork_is_safe()
+
+
 def test_a_checkout_imported_without_installing_reads_its_configs_folder(tmp_path):
     """PYTHONPATH=<checkout> with no install (a bare GPU machine): no scheda.configs package, so
     Hydra reads the checkout's configs/ folder itself."""

@@ -180,28 +180,30 @@ def test_jobs_no_node_can_run_are_not_waited_on_for_ever(cifar_arrays, tmp_path)
 
 
 def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_resumes_where_it_stopped(cifar_arrays, tmp_path):
-    """Slurm's warning signal before a 2-minute limit (submitit: signal_delay_s, USR2). slurmctld
+    """Slurm's warning signal before a time limit (submitit: signal_delay_s, USR2). slurmctld
     checks time limits every 30 s and sends the warning at the first check with
-    now + delay + 30 s >= the limit: with a delay of 80 s, between 10 and 40 s into the job, never
-    while Python still starts (a 1-minute limit with a 30 s delay sent it at any time from the
-    start, and killed a job whose handlers were not yet in place). The run checkpoints where it
-    stands, submitit requeues it, and the requeued job resumes from that checkpoint: its epochs
-    follow the first run's without a gap or a repeat. The job trains longer than the test, which
-    stops it once the requeued run has trained on (a training length fitted to the warning would
-    depend on the machine's load); that a resumed run ends with the uninterrupted run's weights is
-    checked without Slurm (test_interrupts), with the same signal and requeue."""
+    elapsed + delay + 30 s >= the limit. The job starts with a 10-minute limit (no warning in
+    sight); once it has trained an epoch (its handlers in place: a warning during Python's start
+    kills a job) the test lowers the limit to 2 minutes, and with a delay of 80 s the warning comes
+    at slurmctld's next check, within 30 s. The run checkpoints where it stands, submitit requeues
+    it, and the requeued job resumes from that checkpoint: its epochs follow the first run's
+    without a gap or a repeat (the requeued job would get its own warning 10 s into its run at the
+    earliest; the test has what it needs before). The job trains longer than the test, which
+    stops it; that a resumed run ends with the uninterrupted run's weights is checked without
+    Slurm (test_interrupts), with the same signal and requeue."""
     import re
     import signal
 
     epoch_line = re.compile(r"\] - epoch (\d+) nu=")  # the trainer's line at the end of each epoch
     sweep = tmp_path / "sweep"
-    proc = start_train(["-m", "hydra/launcher=submitit_slurm", "hydra.launcher.timeout_min=2",
+    proc = start_train(["-m", "hydra/launcher=submitit_slurm", "hydra.launcher.timeout_min=10",
                         "hydra.launcher.signal_delay_s=80", "hydra.launcher.max_num_timeout=3",
                         "hydra.launcher.cpus_per_task=1", f"dataset.root={cifar_arrays}", *TINY, "schedule=constant",
                         "schedule.nu=0.3", "schedule.epochs=1000000", "logger=none", "evaluate.enabled=false",
                         "trainer.checkpoint_every=0", f"hydra.sweep.dir={sweep}"], tmp_path, new_session=True)
     train_log = sweep / "0" / "train.log"
     deadline = time.time() + 240
+    limited = False
     try:
         while True:
             log = train_log.read_text() if train_log.exists() else ""
@@ -209,8 +211,12 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_resumes_where_it_st
                 break
             assert proc.poll() is None, proc.stderr.read()[-3000:]
             assert time.time() < deadline, f"no requeued run trained on: {log[-2000:]}"
+            if not limited and epoch_line.search(log):
+                for job in _submitted_ids(sweep):
+                    subprocess.run(["scontrol", "update", f"jobid={job}", "timelimit=2"], check=True)
+                limited = True
             _release_held_jobs()
-            time.sleep(1)
+            time.sleep(0.5)
     finally:
         _cancel_own_jobs(sweep)
         os.killpg(proc.pid, signal.SIGKILL)
