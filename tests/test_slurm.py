@@ -44,20 +44,6 @@ def _reproduce(tmp_path: Path, data_root: Path, *args: str, wait: bool = True):
     return run_command("scheda.protocol.reproduce", SCRIPT, args, cwd=tmp_path, timeout=600)
 
 
-def test_a_sweep_runs_as_a_slurm_job_array(cifar_arrays, tmp_path):
-    sweep = tmp_path / "sweep"
-    proc = run_train(["-m", *LAUNCHER, f"dataset.root={cifar_arrays}", *TINY, "schedule=constant",
-                      "schedule.epochs=2", "schedule.nu=0.3,0.5", "classifier=torch_lr", "classifier.c_log2_min=-2",
-                      "classifier.c_log2_max=0", "logger=none", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Submitit 'slurm' sweep output dir" in proc.stdout and "sweep of 2 jobs" in proc.stdout
-    for job in ("0", "1"):
-        assert json.loads((sweep / job / "results.json").read_text())["status"] == "completed"
-    arrays = [p.name for p in (sweep / ".submitit").iterdir() if p.is_dir() and "_" in p.name]
-    assert len(arrays) == 2 and len({name.split("_")[0] for name in arrays}) == 1  # one array of two tasks
-    assert all(list((sweep / ".submitit" / name).glob("*_log.out")) for name in arrays)  # Slurm's logs
-
-
 def test_a_protocol_through_slurm_continues_its_das_and_a_rerun_submits_nothing(cifar_arrays, tmp_path):
     """The DA grid and the ScheDA that continues the selected DA, each stage a job array, then the
     report; the other stages launch the same way (test_reproduce runs them all locally)."""
@@ -249,9 +235,10 @@ def _cancel_own_jobs(sweep: Path, timeout: float = 120) -> None:
 
 
 def test_a_killed_slurm_sweep_run_again_resumes_its_jobs(cifar_arrays, tmp_path):
-    """The launcher and its job array killed (SIGKILL, scancel) once a job has checkpointed: the
-    same command submits again, and each job resumes from its checkpoint (or is skipped when it
-    had completed) to the weights of a run that was never stopped."""
+    """A sweep is one Slurm job array (a task per job, Slurm's logs in each task's folder). The
+    launcher and its array killed (SIGKILL, scancel) once a job has checkpointed: the same
+    command submits again, and each job resumes from its checkpoint (or is skipped when it had
+    completed) to the weights of a run that was never stopped."""
     import signal
 
     import torch
@@ -272,12 +259,7 @@ def test_a_killed_slurm_sweep_run_again_resumes_its_jobs(cifar_arrays, tmp_path)
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
-        jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
-        if jobs:
-            subprocess.run(["scancel", "--signal=KILL", "--full", *jobs], check=False)
-    while subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.strip():
-        assert time.time() < deadline + 120, "the killed jobs never left the queue"
-        time.sleep(1)
+        _cancel_own_jobs(sweep)
     statuses = [json.loads((sweep / str(k) / "results.json").read_text())["status"] for k in range(2)]
     # at least one stopped mid-run: killed (still "running") or, when Slurm's cancel reached it as a
     # signal first, checkpointed where it stood ("interrupted")
@@ -285,6 +267,11 @@ def test_a_killed_slurm_sweep_run_again_resumes_its_jobs(cifar_arrays, tmp_path)
 
     again = run_train(args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
+    assert "Submitit 'slurm' sweep output dir" in again.stdout and "sweep of 2 jobs" in again.stdout
+    tasks = [p for p in (sweep / ".submitit").iterdir() if p.is_dir() and "_" in p.name]
+    arrays = _submitted_ids(sweep)
+    assert len(arrays) == 2 and sorted(p.name for p in tasks) == sorted(f"{a}_{k}" for a in arrays for k in (0, 1))
+    assert all(list(task.glob("*_log.out")) for task in tasks)  # Slurm's logs
     for k, nu in enumerate((0.3, 0.5)):
         results = json.loads((sweep / str(k) / "results.json").read_text())
         assert results["status"] == "completed" and results["epochs"] == 600
