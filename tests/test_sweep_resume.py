@@ -16,7 +16,7 @@ from scheda.checkpoint import load_checkpoint
 
 from helpers import TINY, run_train, start_train
 
-EPOCHS = 400
+EPOCHS = 250  # job 1 is killed at its epoch-50 checkpoint: 200 epochs to spare
 SWEEP = ["-m", "schedule=constant", "schedule.nu=0.3,0.5,0.7", f"schedule.epochs={EPOCHS}",
          "trainer.checkpoint_every=25", "evaluate.enabled=false", "logger=none"]
 
