@@ -31,9 +31,20 @@ def reproduce_args(tmp_path: Path, data_root: Path, *args: str) -> list[str]:
             "'dataset.download=false']", *args]
 
 
-def reproduce(tmp_path: Path, data_root: Path, *args: str) -> subprocess.CompletedProcess:
+def reproduce(tmp_path: Path, data_root: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python scripts/reproduce.py scale=smoke ...`` in tmp_path (helpers.run_command)."""
-    return run_command("scheda.protocol.reproduce", SCRIPT, reproduce_args(tmp_path, data_root, *args), cwd=tmp_path)
+    return run_command("scheda.protocol.reproduce", SCRIPT, reproduce_args(tmp_path, data_root, *args), cwd=tmp_path,
+                       timeout=timeout)
+
+
+def start_reproduce(tmp_path: Path, data_root: Path, *args: str, new_session: bool = False):
+    """``reproduce`` started in the background (helpers.start_command)."""
+    return start_command("scheda.protocol.reproduce", SCRIPT, reproduce_args(tmp_path, data_root, *args), tmp_path,
+                         new_session)
+
+
+# A DA stage that trains until it is stopped (its first DA, da_h16_nu0.5_lr0.1, runs first).
+ENDLESS_DAS = ("table.raw=false", "scale.da.epochs=100000", "scale.da.eval_every=50000")
 
 
 def table_rows(report: str) -> list[str]:
@@ -288,9 +299,7 @@ def test_ctrl_c_stops_the_stage_with_a_checkpoint_and_says_so_in_one_line(tmp_pa
     import signal
     import time
 
-    proc = start_command("scheda.protocol.reproduce", SCRIPT,
-                         reproduce_args(tmp_path, cifar_arrays, "table.raw=false", "scale.da.epochs=100000",
-                                        "scale.da.eval_every=50000"), tmp_path, new_session=True)
+    proc = start_reproduce(tmp_path, cifar_arrays, *ENDLESS_DAS, new_session=True)
     deadline = time.time() + 120
     while "epoch" not in "".join(p.read_text() for p in (tmp_path / "runs" / "da").glob("*/train.log")):
         assert proc.poll() is None and time.time() < deadline, "no DA started training"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import TINY, run_command, run_train, slurm_cluster_answers, start_command, start_train
-from test_reproduce import SCRIPT, reproduce_args
+from helpers import TINY, run_train, slurm_cluster_answers, start_train
+from test_reproduce import reproduce, start_reproduce
 
 
 pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm"),  # one worker: one job queue at a time
@@ -37,11 +37,11 @@ LAUNCHER = ["hydra/launcher=submitit_slurm", "hydra.launcher.timeout_min=10", "h
 def _reproduce(tmp_path: Path, data_root: Path, *args: str, wait: bool = True):
     """scale=smoke through Slurm (test_reproduce.reproduce_args); ``wait=False``: started in the
     background."""
-    args = reproduce_args(tmp_path, data_root, "launcher=submitit_slurm",
-                          "launcher_overrides=['hydra.launcher.timeout_min=10','hydra.launcher.cpus_per_task=1']", *args)
+    args = ("launcher=submitit_slurm",
+            "launcher_overrides=['hydra.launcher.timeout_min=10','hydra.launcher.cpus_per_task=1']", *args)
     if not wait:
-        return start_command("scheda.protocol.reproduce", SCRIPT, args, tmp_path)
-    return run_command("scheda.protocol.reproduce", SCRIPT, args, cwd=tmp_path, timeout=600)
+        return start_reproduce(tmp_path, data_root, *args)
+    return reproduce(tmp_path, data_root, *args, timeout=600)
 
 
 def test_a_protocol_through_slurm_continues_its_das_and_a_rerun_submits_nothing(cifar_arrays, tmp_path):

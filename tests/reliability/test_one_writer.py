@@ -14,8 +14,8 @@ import pytest
 from scheda.errors import BusyError
 from scheda.lock import hold
 
-from helpers import TINY, run_train, start_command, start_train
-from test_reproduce import SCRIPT, reproduce, reproduce_args
+from helpers import TINY, run_train, start_train
+from test_reproduce import ENDLESS_DAS, reproduce, start_reproduce
 
 LONG = ["schedule=constant", "schedule.nu=0.3", "schedule.epochs=1500", "trainer.checkpoint_every=100",
         "evaluate.enabled=false", "logger=none"]
@@ -68,9 +68,7 @@ def test_a_stage_forked_from_the_protocol_does_not_keep_the_protocols_lock(cifar
     """The protocol forks its stages from itself (scheda.fork): a stage inherits its descriptors,
     the out_dir lock among them, and lets that one go. So a protocol killed with SIGKILL frees its
     out_dir at once, while its orphaned stage still holds (only) its job's run."""
-    proc = start_command("scheda.protocol.reproduce", SCRIPT,
-                         reproduce_args(tmp_path, cifar_arrays, "table.raw=false", "scale.da.epochs=100000",
-                                        "scale.da.eval_every=50000"), tmp_path, new_session=True)
+    proc = start_reproduce(tmp_path, cifar_arrays, *ENDLESS_DAS, new_session=True)
     run = tmp_path / "runs" / "da" / "da_h16_nu0.5_lr0.1"
     try:
         _wait(lambda: "epoch" in ((run / "train.log").read_text() if (run / "train.log").exists() else ""), proc,
