@@ -2,8 +2,8 @@
 
 For each hidden size H and minibatch size it prints
   (a) the floor: the larger of the epoch's FLOPs (10 N d H) over the best float32 matrix-product
-      rate among the step's own shapes (each timed on its own, before and after every timing
-      below, the best kept), and its bytes (about five passes over W per
+      rate among the step's own shapes (each timed on its own in 10 ms bursts, before and after
+      every timing below, the best burst kept), and its bytes (about five passes over W per
       minibatch: three products read it, the update reads and writes it) over the measured
       memory bandwidth of a copy of W's own size (a small W stays in cache, and its passes run
       at the cache's rate, not memory's);
@@ -51,6 +51,25 @@ def sync(device):
         torch.cuda.synchronize()
 
 
+def best_rate(run, work: float, device, seconds: float) -> float:
+    """The best rate (``work`` per second) of ``run`` over bursts of about 10 ms, for ``seconds``.
+    A burst is as short as the shortest timing below, so a quiet moment of a busy machine that
+    speeds a timing up speeds some burst up too; a rate averaged over all ``seconds`` would
+    not, and a timing could then beat the floor."""
+    for _ in range(3):
+        run()
+    sync(device)
+    best, end = 0.0, time.perf_counter() + seconds
+    while not best or time.perf_counter() < end:
+        reps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < 0.01 or reps < 3:
+            run()
+            reps += 1
+        sync(device)
+        best = max(best, reps * work / (time.perf_counter() - start))
+    return best
+
+
 def gemm_rate(n, H, device, seconds=0.5) -> float:
     """The best FLOP/s among the step's product shapes (encoder x W^T: n x d x H; decoder h W:
     n x H x d; the stacked weight gradient A^T B: H x 2n x d), each timed for ``seconds``: the
@@ -64,18 +83,7 @@ def gemm_rate(n, H, device, seconds=0.5) -> float:
     products = [(lambda: torch.mm(x, W.t(), out=out_h), 2 * n * D * H),
                 (lambda: torch.mm(h, W, out=out_d), 2 * n * D * H),
                 (lambda: torch.mm(A.t(), B, out=out_W), 2 * 2 * n * D * H)]
-    rates = []
-    for product, flops in products:
-        for _ in range(3):
-            product()
-        sync(device)
-        reps, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds or reps < 3:
-            product()
-            reps += 1
-        sync(device)
-        rates.append(reps * flops / (time.perf_counter() - start))
-    return max(rates)
+    return max(best_rate(product, flops, device, seconds) for product, flops in products)
 
 
 def bandwidth(device, numel=None, seconds=0.5) -> float:
@@ -83,14 +91,7 @@ def bandwidth(device, numel=None, seconds=0.5) -> float:
     memory's rate); the floor uses W's size, the working set its passes stream through."""
     a = torch.empty(numel or (64 << 20 if device.type == "cuda" else 16 << 20), device=device)
     b = torch.empty_like(a)
-    b.copy_(a)
-    sync(device)
-    reps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        b.copy_(a)
-        reps += 1
-    sync(device)
-    return reps * 2 * a.numel() * 4 / (time.perf_counter() - start)
+    return best_rate(lambda: b.copy_(a), 2 * a.numel() * 4, device, seconds)
 
 
 def timed_batches(wanted: int, bs: int) -> int:
