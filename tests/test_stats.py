@@ -8,13 +8,21 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats as sps
 
 from scheda import stats
 from scheda.evaluate import pack_correct, unpack_correct
 
 
-def test_summary_matches_scipy_t_interval():
+@pytest.fixture
+def sps():
+    """scipy.stats for the tests that compare with it, imported when one runs: every xdist worker
+    collects this module, and scipy.stats costs each about a second of CPU."""
+    from scipy import stats as sps
+
+    return sps
+
+
+def test_summary_matches_scipy_t_interval(sps):
     x = [49.85, 50.55, 50.10, 51.02, 49.40]
     s = stats.summarize(x)
     assert s.n == 5 and s.mean == pytest.approx(np.mean(x)) and s.sd == pytest.approx(np.std(x, ddof=1))
@@ -44,7 +52,7 @@ def test_zero_variance_gives_a_point_interval():
     assert same.summary.mean == 0 and not same.resolved and same.p_value == 1.0
 
 
-def test_paired_interval_is_scipys_paired_t():
+def test_paired_interval_is_scipys_paired_t(sps):
     a, b = [50.1, 49.8, 51.0, 50.4, 49.9], [54.2, 54.9, 53.8, 55.0, 54.1]
     d = stats.paired(a, b)
     ci = sps.ttest_rel(a, b).confidence_interval(0.95)
@@ -68,7 +76,7 @@ def test_binomial_standard_error():
         stats.binomial_se(0.5, 0)
 
 
-def test_mcnemar_is_the_exact_binomial_test_on_discordant_images():
+def test_mcnemar_is_the_exact_binomial_test_on_discordant_images(sps):
     a = np.array([1, 1, 1, 1, 1, 1, 0, 0, 1, 0], dtype=bool)
     b = np.array([1, 0, 0, 0, 0, 1, 1, 0, 1, 0], dtype=bool)
     m = stats.mcnemar(a, b)
