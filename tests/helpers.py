@@ -128,12 +128,13 @@ class Started:
     """start_command's process: a ForkedCommand with the parts of Popen the tests use (stderr as
     a file to read, send_signal, communicate)."""
 
-    def __init__(self, module: str, argv0: Path, args: list[str], cwd: Path, new_session: bool):
+    def __init__(self, module: str, argv0: Path, args: list[str], cwd: Path, new_session: bool,
+                 env_extra: dict | None = None):
         fd, err = tempfile.mkstemp(prefix="scheda-", suffix=".stderr")
         os.close(fd)
         self._err = Path(err)
         weakref.finalize(self, self._err.unlink, missing_ok=True)
-        self._proc = ForkedCommand(module, str(argv0), [str(a) for a in args], cwd=cwd, env=_user_env(),
+        self._proc = ForkedCommand(module, str(argv0), [str(a) for a in args], cwd=cwd, env=_user_env(env_extra),
                                    stdout=Path(os.devnull), stderr=self._err, new_session=new_session)
         self.pid, self.args = self._proc.pid, self._proc.args
         self.stderr = open(self._err)
@@ -158,16 +159,24 @@ class Started:
         return None, text
 
 
-def start_command(module: str, argv0: Path, args: list[str], cwd: Path, new_session: bool = False) -> Started:
+def start_command(module: str, argv0: Path, args: list[str], cwd: Path, new_session: bool = False,
+                  env_extra: dict | None = None) -> Started:
     """The users' command ``python <argv0> ...`` started in the background (see run_command), for
     interrupts, kills and second writers; ``new_session``: in its own process group, so that its
     workers can be killed with it."""
-    return Started(module, argv0, args, cwd, new_session)
+    return Started(module, argv0, args, cwd, new_session, env_extra)
 
 
 def start_train(args: list[str], cwd: Path, new_session: bool = False) -> Started:
     """``python train.py ...`` started in the background (see start_command)."""
     return start_command("scheda.train", REPO / "train.py", args, cwd, new_session)
+
+
+def start_faulty_train(args: list[str], cwd: Path, **faults) -> Started:
+    """``python train.py ...`` with faults injected (tests/reliability/faulty_train.py:
+    ``epoch_sleep``, ``hang_write``, ``usr2_handler``), started in the background."""
+    return start_command("reliability.faulty_train", REPO / "train.py", args, cwd,
+                         env_extra={f"SCHEDA_FAULT_{name.upper()}": str(value) for name, value in faults.items()})
 
 
 def slurm_cluster_answers() -> bool:

@@ -3,10 +3,7 @@ results.json, says how to resume, exits 128 + the signal; ``resume=RUN`` then co
 same run, in its own directory, to the uninterrupted result."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -14,7 +11,7 @@ import torch
 
 from scheda.checkpoint import load_checkpoint
 
-from helpers import REPO, TINY, run_train, start_train
+from helpers import TINY, run_train, start_faulty_train, start_train
 
 # 80 training images one at a time: 80 minibatches an epoch, long enough to be interrupted; the
 # signal comes after epoch 3, and 57 epochs (two noise switches) are left for the resumed run.
@@ -105,11 +102,8 @@ def test_a_schedulers_usr2_gets_the_signal_after_the_checkpoint_and_a_requeued_j
     SLURM_RESTART_COUNT) resumes in its directory to the uninterrupted result."""
     data, golden_state, _ = golden
     run_dir, marker = tmp_path / "run", tmp_path / "requeued"
-    env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
-    env.update(OMP_NUM_THREADS="1", SCHEDA_FAULT_USR2_HANDLER=str(marker))
     args = [f"dataset.root={data}", *ARGS, f"hydra.run.dir={run_dir}"]
-    proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "reliability" / "faulty_train.py"), *args],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = start_faulty_train(args, tmp_path, usr2_handler=marker)
     _wait_for_epoch(run_dir / "train.log", proc, 3)
     proc.send_signal(signal.SIGUSR2)
     _, stderr = proc.communicate(timeout=60)

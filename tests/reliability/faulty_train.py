@@ -1,4 +1,5 @@
-"""``python train.py`` with faults injected, for the kill/resume tests.
+"""``python train.py`` with faults injected, for the kill/resume tests: ``main()`` (forked like
+the other commands, helpers.start_command) or ``python tests/reliability/faulty_train.py ...``.
 
 Environment:
   SCHEDA_FAULT_EPOCH_SLEEP=S   sleep S seconds after every epoch (so a kill lands mid-run);
@@ -10,53 +11,63 @@ Environment:
 """
 
 import os
-import runpy
+import signal
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
 
-import scheda.checkpoint  # noqa: E402
-import scheda.trainer  # noqa: E402
 
-sleep = float(os.environ.get("SCHEDA_FAULT_EPOCH_SLEEP", "0"))
-hang = os.environ.get("SCHEDA_FAULT_HANG_WRITE")
+def inject_faults() -> None:
+    """The faults the environment asks for, patched into this process's training code (a fork's
+    own copy: the process it was forked from keeps the real code)."""
+    import scheda.checkpoint
+    import scheda.trainer
 
-if sleep:
-    run_epoch = scheda.trainer.Lockstep.run_epoch
+    sleep = float(os.environ.get("SCHEDA_FAULT_EPOCH_SLEEP", "0"))
+    if sleep:
+        run_epoch = scheda.trainer.Lockstep.run_epoch
 
-    def slow_epoch(self, active):
-        run_epoch(self, active)
-        time.sleep(sleep)
+        def slow_epoch(self, active):
+            run_epoch(self, active)
+            time.sleep(sleep)
 
-    scheda.trainer.Lockstep.run_epoch = slow_epoch
+        scheda.trainer.Lockstep.run_epoch = slow_epoch
 
-if hang:
-    atomic_write = scheda.checkpoint.atomic_write
+    hang = os.environ.get("SCHEDA_FAULT_HANG_WRITE")
+    if hang:
+        atomic_write = scheda.checkpoint.atomic_write
 
-    def hanging_write(path, write):
-        def write_then_hang(f):
-            write(f)
-            if Path(path).name == hang:
-                f.flush()
-                Path(str(path) + ".hanging").touch()
-                time.sleep(600)
+        def hanging_write(path, write):
+            def write_then_hang(f):
+                write(f)
+                if Path(path).name == hang:
+                    f.flush()
+                    Path(str(path) + ".hanging").touch()
+                    time.sleep(600)
 
-        return atomic_write(path, write_then_hang)
+            return atomic_write(path, write_then_hang)
 
-    scheda.checkpoint.atomic_write = hanging_write
+        scheda.checkpoint.atomic_write = hanging_write
 
-usr2 = os.environ.get("SCHEDA_FAULT_USR2_HANDLER")
-if usr2:
-    import signal
+    usr2 = os.environ.get("SCHEDA_FAULT_USR2_HANDLER")
+    if usr2:
+        def scheduler(signum, frame):
+            Path(usr2).write_text("\n".join(sorted(p.name for p in Path.cwd().glob("**/checkpoints/*.pt"))))
+            os._exit(3)
 
-    def scheduler(signum, frame):
-        Path(usr2).write_text("\n".join(sorted(p.name for p in Path.cwd().glob("**/checkpoints/*.pt"))))
-        os._exit(3)
+        signal.signal(signal.SIGUSR2, scheduler)  # before the run's own handler, which hands it on
 
-    signal.signal(signal.SIGUSR2, scheduler)
 
-sys.argv = [str(REPO / "train.py"), *sys.argv[1:]]
-runpy.run_path(str(REPO / "train.py"), run_name="__main__")
+def main() -> None:
+    inject_faults()
+    from scheda.train import main as train
+
+    train()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    sys.argv[0] = str(REPO / "train.py")
+    main()

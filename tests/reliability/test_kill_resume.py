@@ -1,11 +1,8 @@
 """SIGKILL a training run at random points, resume it, and get the uninterrupted run's weights."""
 
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,9 +11,8 @@ import torch
 
 from scheda.checkpoint import load_checkpoint
 
-from helpers import TINY, run_train
+from helpers import TINY, run_train, start_faulty_train
 
-HERE = Path(__file__).resolve().parent
 EPOCHS = 8
 SCHEDULE = ["schedule=decreasing", "schedule.nu0=0.6", "schedule.delta_nu=0.1", "schedule.K=2",
             "schedule.initial_epochs=2", "schedule.steps=3", "trainer.checkpoint_every=1",
@@ -25,14 +21,6 @@ SCHEDULE = ["schedule=decreasing", "schedule.nu0=0.6", "schedule.delta_nu=0.1", 
 
 def _args(root, out):
     return [f"dataset.root={root}", *TINY, *SCHEDULE, f"hydra.run.dir={out}"]
-
-
-def _start_faulty(args, cwd, **faults):
-    env = {k: v for k, v in os.environ.items() if k != "SCHEDA_DATA"}
-    env["OMP_NUM_THREADS"] = "1"
-    env.update({f"SCHEDA_FAULT_{k.upper()}": str(v) for k, v in faults.items()})
-    return subprocess.Popen([sys.executable, str(HERE / "faulty_train.py"), *args], cwd=cwd, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def _wait_for(path: Path, proc, timeout=120):
@@ -80,7 +68,7 @@ def test_kill_at_a_random_point_then_resume(golden, tmp_path, seed):
     rng = random.Random(seed)
     data = golden[0]
     killed = tmp_path / "killed"
-    proc = _start_faulty(_args(data, killed), tmp_path, epoch_sleep=0.15)
+    proc = start_faulty_train(_args(data, killed), tmp_path, epoch_sleep=0.15)
     _wait_for(killed / "checkpoints" / "epoch_00001.pt", proc)
     time.sleep(rng.uniform(0.0, 0.15 * (EPOCHS - 2)))
     _kill(proc)
@@ -93,7 +81,7 @@ def test_kill_during_a_checkpoint_write_then_resume(golden, tmp_path):
     data = golden[0]
     killed = tmp_path / "killed"
     target = killed / "checkpoints" / "epoch_00004.pt"
-    proc = _start_faulty(_args(data, killed), tmp_path, hang_write=target.name)
+    proc = start_faulty_train(_args(data, killed), tmp_path, hang_write=target.name)
     _wait_for(Path(str(target) + ".hanging"), proc)
     _kill(proc)
     assert not target.exists()  # the half-written file never took the checkpoint's name

@@ -7,7 +7,7 @@ completed or failed.
 
 import json
 
-from helpers import STAGES, TINY, run_train
+from helpers import STAGES, TINY, run_train, start_train
 
 
 def test_a_failing_job_does_not_stop_the_others(cifar_arrays, tmp_path):
@@ -28,15 +28,8 @@ def test_a_failing_job_does_not_stop_the_others(cifar_arrays, tmp_path):
 
 
 def test_two_sweeps_started_together_get_distinct_directories(cifar_arrays, tmp_path):
-    import subprocess
-    import sys
-
-    from helpers import REPO
-
-    args = [sys.executable, str(REPO / "train.py"), "-m", f"dataset.root={cifar_arrays}", *TINY, *STAGES,
-            "evaluate.enabled=false", "logger=none", "seed=1,2"]
-    procs = [subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    args = ["-m", f"dataset.root={cifar_arrays}", *TINY, *STAGES, "evaluate.enabled=false", "logger=none", "seed=1,2"]
+    procs = [start_train(args, tmp_path) for _ in range(2)]
     for p in procs:
         assert p.wait(timeout=300) == 0, p.stderr.read()
     job_dirs = sorted(p.parent for p in (tmp_path / "outputs" / "multirun").rglob("results.json"))
