@@ -4,6 +4,7 @@ xdist spreads the suite when a Slurm cluster answers."""
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,11 @@ import pytest
 # One thread per worker (before torch loads, and inherited by every subprocess): xdist already
 # runs one worker per core, and torch's own threads on top of them only wait for each other.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# A suite started in the background by a shell without job control (``python -m pytest &`` in a
+# script) inherits SIGINT ignored, and so would every command the tests start: the tests that
+# press Ctrl-C need what a terminal gives its commands.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from helpers import slurm_cluster_answers, write_cifar_arrays, write_cifar_batches
 
