@@ -300,32 +300,38 @@ def test_ctrl_c_stops_the_stage_with_a_checkpoint_and_says_so_in_one_line(tmp_pa
     import time
 
     proc = start_reproduce(tmp_path, cifar_arrays, *ENDLESS_DAS, new_session=True)
-    deadline = time.time() + 120
-    while "epoch" not in "".join(p.read_text() for p in (tmp_path / "runs" / "da").glob("*/train.log")):
-        assert proc.poll() is None and time.time() < deadline, "no DA started training"
-        time.sleep(0.2)
-    time.sleep(0.5)
-    if whom == "group":
-        os.killpg(proc.pid, signal.SIGINT)
-    else:
-        proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr[-3000:]
-    assert stderr.strip().splitlines()[-1] == ("interrupted: finished jobs are kept and a stopped one resumes from "
-                                               "its checkpoint: run the same command again")
-    results = json.loads((tmp_path / "runs" / "da" / "da_h16_nu0.5_lr0.1" / "results.json").read_text())
-    assert results["status"] == "interrupted"
-    assert list((tmp_path / "runs" / "da" / "da_h16_nu0.5_lr0.1" / "checkpoints").glob("epoch_*_batch_*.pt"))
-    assert not (tmp_path / "runs" / "da" / "da_h16_nu0.3_lr0.1").exists()  # the sweep stopped
-    left = time.time() + 10  # nothing of the group is left (its fork server ends on the protocol's exit)
-    while True:
+    try:
+        deadline = time.time() + 120
+        while "epoch" not in "".join(p.read_text() for p in (tmp_path / "runs" / "da").glob("*/train.log")):
+            assert proc.poll() is None and time.time() < deadline, "no DA started training"
+            time.sleep(0.2)
+        time.sleep(0.5)
+        if whom == "group":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 130, stderr[-3000:]
+        assert stderr.strip().splitlines()[-1] == ("interrupted: finished jobs are kept and a stopped one resumes from "
+                                                   "its checkpoint: run the same command again")
+        results = json.loads((tmp_path / "runs" / "da" / "da_h16_nu0.5_lr0.1" / "results.json").read_text())
+        assert results["status"] == "interrupted"
+        assert list((tmp_path / "runs" / "da" / "da_h16_nu0.5_lr0.1" / "checkpoints").glob("epoch_*_batch_*.pt"))
+        assert not (tmp_path / "runs" / "da" / "da_h16_nu0.3_lr0.1").exists()  # the sweep stopped
+        left = time.time() + 10  # nothing of the group is left (its fork server ends on the protocol's exit)
+        while True:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            assert time.time() < left, subprocess.run(["ps", "-o", "pid,args", "-g", str(proc.pid)],
+                                                      capture_output=True, text=True).stdout
+            time.sleep(0.1)
+    finally:  # a failed check leaves no endless DA behind
         try:
-            os.killpg(proc.pid, 0)
+            os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
-            break
-        assert time.time() < left, subprocess.run(["ps", "-o", "pid,args", "-g", str(proc.pid)],
-                                                  capture_output=True, text=True).stdout
-        time.sleep(0.1)
+            pass
 
 
 def test_a_failed_job_makes_the_command_fail_and_names_the_retry(tmp_path, cifar_arrays):
