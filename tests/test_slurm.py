@@ -190,19 +190,19 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_resumes_where_it_st
     train_log = sweep / "0" / "train.log"
     deadline = time.time() + 240
     limited = False
+    held: dict[str, float] = {}
     try:
         while True:
             log = train_log.read_text() if train_log.exists() else ""
             if "resumed from" in log and len(epoch_line.findall(log.split("resumed from", 1)[1])) >= 20:
                 break
-            # not: the launcher still waits. Its watcher may catch the first run's state between
-            # the requeue and the restart (FAILED) and give up on a job that Slurm runs again.
+            assert proc.poll() is None, f"the sweep's command ended with its job requeued: {proc.stderr.read()[-2000:]}"
             assert time.time() < deadline, f"no requeued run trained on: {log[-2000:]}\n{proc.stderr.read()[-2000:]}"
             if not limited and epoch_line.search(log):
                 for job in _submitted_ids(sweep):
                     subprocess.run(["scontrol", "update", f"jobid={job}", "timelimit=2"], check=True)
                 limited = True
-            _release_held_jobs()
+            _release_held_jobs(held)
             time.sleep(0.5)
     finally:
         _cancel_own_jobs(sweep)
@@ -215,12 +215,16 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_resumes_where_it_st
     assert before >= 1 and epochs == list(range(1, len(epochs) + 1)), epochs  # each epoch once, none lost
 
 
-def _release_held_jobs() -> None:
-    """Start at once any job Slurm requeued and holds (its BeginTime, about two minutes later):
-    the tests check the requeue, not Slurm's back-off."""
+def _release_held_jobs(held: dict[str, float]) -> None:
+    """Start any job Slurm requeued and holds (its BeginTime, about two minutes later) once it
+    has been held for 2 s (``held``: when each was first seen held): the tests check the requeue,
+    not Slurm's back-off. Not at once: slurmd refuses to start a job in the same second as its
+    previous run's credential was revoked ("Job credential revoked"), and that job then ends
+    failed instead of resuming (seen once here)."""
+    now = time.time()
     for line in subprocess.run(["squeue", "-h", "-o", "%i %T %r"], capture_output=True, text=True).stdout.splitlines():
         job, state, reason = line.split(maxsplit=2)
-        if state == "PENDING" and reason == "BeginTime":
+        if state == "PENDING" and reason == "BeginTime" and now - held.setdefault(job, now) >= 2:
             subprocess.run(["scontrol", "update", f"jobid={job}", "starttime=now"], check=False)
 
 
