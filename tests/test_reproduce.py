@@ -332,6 +332,7 @@ def test_ctrl_c_stops_the_stage_with_a_checkpoint_and_says_so_in_one_line(tmp_pa
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        proc.wait(timeout=30)
 
 
 def test_a_failed_job_makes_the_command_fail_and_names_the_retry(tmp_path, cifar_arrays):
