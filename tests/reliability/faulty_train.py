@@ -1,5 +1,5 @@
 """``python train.py`` with faults injected, for the kill/resume tests: ``main()`` (forked like
-the other commands, helpers.start_command) or ``python tests/reliability/faulty_train.py ...``.
+the other commands, helpers.start_faulty_train) or ``python tests/reliability/faulty_train.py ...``.
 
 Environment:
   SCHEDA_FAULT_EPOCH_SLEEP=S   sleep S seconds after every epoch (so a kill lands mid-run);
