@@ -166,7 +166,14 @@ class TrainConfig:
 
 def register_configs() -> None:
     """Put every schema in the ConfigStore (``<group>/<name>``) and the run's top level
-    (``train_schema``); the protocol registers its own (scheda.protocol.config)."""
+    (``train_schema``), and register the sweeper (``hydra/sweeper=compose_once``) with Hydra
+    itself: its scan of ``hydra_plugins`` misses it in an editable install. The protocol
+    registers its own configs (scheda.protocol.config)."""
+    from hydra.core.plugins import Plugins
+
+    from hydra_plugins.scheda_sweeper import ComposeOnceSweeper
+
+    Plugins.instance().register(ComposeOnceSweeper)
     load_components()
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)

@@ -20,6 +20,7 @@ from scheda.fork import ForkedCommand
 from scheda.protocol.config import register_protocol_configs
 
 REPO = Path(__file__).resolve().parents[1]
+SOURCES = ("scheda", "configs", "hydra_plugins")  # the checkout's folders that a build or PYTHONPATH=. needs
 N_TRAIN, N_TEST, N_VAL = 100, 30, 20
 
 register_configs()

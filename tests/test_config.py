@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 from scheda.config import GROUPS, groups_text, load_components, typed
 from scheda.errors import ConfigError
 
-from helpers import REPO, compose_cfg
+from helpers import REPO, SOURCES, compose_cfg
 
 load_components()
 OPTIONS = [(group, name) for group, schemas in GROUPS.items() for name in schemas]
@@ -113,7 +113,7 @@ def test_a_checkout_imported_without_installing_reads_its_configs_folder(tmp_pat
     import sys
 
     checkout = tmp_path / "checkout"
-    for part in ("scheda", "configs"):
+    for part in SOURCES:
         shutil.copytree(REPO / part, checkout / part, ignore=shutil.ignore_patterns("__pycache__"))
     code = ("import scheda.config as c; print(c.CONFIGS); "
             "from hydra import compose, initialize_config_dir; c.register_configs(); "

@@ -189,10 +189,10 @@ def test_a_regular_install_trains_and_reproduces_outside_the_checkout(cifar_arra
     import subprocess
     import sys
 
-    from helpers import N_VAL, REPO
+    from helpers import N_VAL, REPO, SOURCES
 
     wheel_dir, target, source = tmp_path / "wheel", tmp_path / "site", tmp_path / "source"
-    for part in ("scheda", "configs"):  # built from a copy: a build writes build/ beside the sources
+    for part in SOURCES:  # built from a copy: a build writes build/ beside the sources
         shutil.copytree(REPO / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
     for part in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / part, source / part)
