@@ -171,8 +171,10 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_resumes_where_it_st
     elapsed + delay + 30 s >= the limit. The job starts with a 10-minute limit (no warning in
     sight); once it has trained an epoch (its handlers in place: a warning during Python's start
     kills a job) the test lowers the limit to 2 minutes, and with a delay of 80 s the warning comes
-    at slurmctld's next check, within 30 s. The run checkpoints where it stands, submitit requeues
-    it, and the requeued job resumes from that checkpoint: its epochs follow the first run's
+    at slurmctld's next check, within 30 s. Until then the job is stopped (SIGSTOP) rather than
+    training on a core the rest of the suite needs; the warning waits as a pending signal and is
+    handled when the test lets the job continue. The run checkpoints where it stands, submitit
+    requeues it, and the requeued job resumes from that checkpoint: its epochs follow the first run's
     without a gap or a repeat (the requeued job would get its own warning 10 s into its run at the
     earliest; the test has what it needs before). The job trains longer than the test, which
     stops it; that a resumed run ends with the uninterrupted run's weights is checked without
@@ -190,6 +192,7 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_resumes_where_it_st
     train_log = sweep / "0" / "train.log"
     deadline = time.time() + 240
     limited = False
+    stopped = None  # the job's process while it waits for the warning
     held: dict[str, float] = {}
     try:
         while True:
@@ -199,9 +202,14 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_resumes_where_it_st
             assert proc.poll() is None, f"the sweep's command ended with its job requeued: {proc.stderr.read()[-2000:]}"
             assert time.time() < deadline, f"no requeued run trained on: {log[-2000:]}\n{proc.stderr.read()[-2000:]}"
             if not limited and epoch_line.search(log):
+                stopped = _job_process(sweep)
+                os.kill(stopped, signal.SIGSTOP)  # before the limit: no warning can come while it runs
                 for job in _submitted_ids(sweep):
                     subprocess.run(["scontrol", "update", f"jobid={job}", "timelimit=2"], check=True)
                 limited = True
+            if stopped is not None and _pending(stopped, signal.SIGUSR2):
+                os.kill(stopped, signal.SIGCONT)
+                stopped = None
             _release_held_jobs(held)
             time.sleep(0.5)
     finally:
@@ -213,6 +221,29 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_resumes_where_it_st
     epochs = [int(e) for e in epoch_line.findall(log)]
     before = len(epoch_line.findall(log.split("resumed from", 1)[0]))
     assert before >= 1 and epochs == list(range(1, len(epochs) + 1)), epochs  # each epoch once, none lost
+
+
+def _job_process(sweep: Path) -> int:
+    """The process of the Slurm task (submitit's ``_submit``) that runs a job of ``sweep``."""
+    folder = str(sweep / ".submitit").encode()
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:  # ended meanwhile
+            continue
+        if b"submitit.core._submit" in argv and any(arg.startswith(folder) for arg in argv) \
+                and Path(argv[0].decode()).name.startswith("python"):  # not srun, whose arguments name it too
+            return int(entry.name)
+    raise AssertionError(f"no process runs a job of {sweep}")
+
+
+def _pending(pid: int, signum: int) -> bool:
+    """Whether the signal waits, undelivered, for the process (a stopped one gets it on SIGCONT)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return False
+    return any(int(line.split()[1], 16) >> (signum - 1) & 1 for line in status if line.startswith(("SigPnd:", "ShdPnd:")))
 
 
 def _release_held_jobs(held: dict[str, float]) -> None:
