@@ -132,18 +132,10 @@ def test_a_swept_nu_is_rounded_where_it_is_read(cifar_arrays, tmp_path):
 
 
 def test_help_and_completion_list_only_real_options(tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    from helpers import REPO
-
     help_text = run_train(["--help"], cwd=tmp_path).stdout
     assert "schedule: constant, decreasing, decreasing_0.7" in help_text and "base_" not in help_text
-    env = {**os.environ, "COMP_LINE": "python train.py model="}
-    completion = subprocess.run([sys.executable, str(REPO / "train.py"), "-sc", "query=bash"], cwd=tmp_path, env=env,
-                                capture_output=True, text=True, timeout=120).stdout.split()
-    assert completion == ["model=composite", "model=da", "model=raw"]
+    completion = run_train(["-sc", "query=bash"], cwd=tmp_path, env_extra={"COMP_LINE": "python train.py model="})
+    assert completion.stdout.split() == ["model=composite", "model=da", "model=raw"], completion.stderr[-2000:]
 
 
 def test_local_parallel_jobs_each_get_their_own_gpu(cifar_arrays, tmp_path):
