@@ -68,11 +68,12 @@ def test_a_wrong_type_in_a_saved_config_is_one_line():
     assert "\n" not in str(exc.value)
 
 
-def test_the_fork_servers_imports_leave_the_protocol_out_cuda_unasked_and_a_run_little_to_import(cifar_arrays, tmp_path):
+def test_the_fork_preload_asks_no_cuda_holds_no_protocol_and_leaves_a_run_little_to_import(cifar_arrays, tmp_path):
     """What scheda.fork imports before forking (``PRELOAD``) asks CUDA nothing (CUDA started
     before a fork fails in every child) and holds no part of the protocol layer; and a run
     started from there imports little of its own, TensorBoard's writer least (360 modules, about
     0.3 s of CPU in every forked run)."""
+    import ast
     import subprocess
     import sys
 
@@ -96,10 +97,11 @@ def test_the_fork_servers_imports_leave_the_protocol_out_cuda_unasked_and_a_run_
                           "schedule.epochs=1", f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.strip().splitlines()
-    protocol, imported = lines[0], lines[-1]
-    assert protocol == "[]"
-    assert (tmp_path / "run" / "tensorboard").is_dir() and "torch.utils.tensorboard" not in imported
-    assert imported.count(",") < 100, imported
+    protocol, imported = ast.literal_eval(lines[0]), ast.literal_eval(lines[-1])
+    assert protocol == []
+    assert (tmp_path / "run" / "tensorboard").is_dir()  # the run wrote its curves, with the preloaded writer
+    assert not [m for m in imported if m.startswith(("torch.utils.tensorboard", "tensorboard.compat"))], imported
+    assert len(imported) < 100, imported
 
 
 def test_a_process_with_threads_or_cuda_started_forks_through_the_server(monkeypatch):
