@@ -328,11 +328,6 @@ def build_classifier(cfg: Mapping, x, y, device: torch.device | str = "cpu"):
     return typed("classifier", cfg).build(x, y, device)
 
 
-def params_text(params: Mapping[str, float]) -> str:
-    """A chosen setting as the report and the logs print it: ``C=0.125``, ``k=20``."""
-    return ", ".join(f"{k}={v:g}" for k, v in params.items())
-
-
 @register("classifier")
 @dataclass
 class KNNConfig(ClassifierConfig):

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from scheda.callbacks import Callback
-from scheda.classifiers import params_text
 from scheda.config import Component, register, typed
 from scheda.data import Splits
 from scheda.progress import bar
+from scheda.results import params_text
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +43,6 @@ class EvaluateConfig(Component):
             raise self.invalid("every", "must be >= 0 (0: never periodically)")
         if self.chunk_size < 1:
             raise self.invalid("chunk_size", "must be >= 1")
-
-
-def params_of(evaluation: Mapping[str, Any]) -> dict[str, float]:
-    """The classifier setting an evaluation chose (results written before classifiers owned
-    their grids hold only ``C``)."""
-    if "params" in evaluation:
-        return dict(evaluation["params"])
-    return {"C": evaluation["C"]} if "C" in evaluation else {}
 
 
 def pack_correct(correct: np.ndarray | torch.Tensor) -> str:

@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from scheda import stats
-from scheda.classifiers import params_text
 from scheda.config import flatten
-from scheda.evaluate import params_of
 from scheda.io import shown_path
+from scheda.results import params_of, params_text
 
 COLUMNS = ("status", "epochs", "classifier", "val_error", "test_error", "minutes")
 ALL_BUT_SEED = "all-but-seed"

@@ -5,11 +5,24 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from scheda.io import atomic_write_json
 
 log = logging.getLogger(__name__)
+
+
+def params_of(evaluation: Mapping[str, Any]) -> dict[str, float]:
+    """The classifier setting an evaluation chose (results written before classifiers owned
+    their grids hold only ``C``)."""
+    if "params" in evaluation:
+        return dict(evaluation["params"])
+    return {"C": evaluation["C"]} if "C" in evaluation else {}
+
+
+def params_text(params: Mapping[str, float]) -> str:
+    """A chosen setting as the report and the logs print it: ``C=0.125``, ``k=20``."""
+    return ", ".join(f"{k}={v:g}" for k, v in params.items())
 
 
 class RunResults:

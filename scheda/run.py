@@ -22,7 +22,6 @@ from scheda.checkpoint import (
     load_checkpoint,
     load_model_weights,
 )
-from scheda.classifiers import params_text
 from scheda.config import check_composed
 from scheda.data import input_size, load_dataset
 from scheda.errors import CheckpointError, ConfigError
@@ -30,7 +29,6 @@ from scheda.evaluate import (
     EvaluationCallback,
     evaluate_features,
     labels_of,
-    params_of,
     raw_features,
 )
 from scheda.finetune import FineTuner
@@ -41,7 +39,7 @@ from scheda.loggers import hparams
 from scheda.model import build_model
 from scheda.noise import build_noise
 from scheda.optim import build_optimizer
-from scheda.results import RunResults
+from scheda.results import RunResults, params_of, params_text
 from scheda.resume import check_resume_config, previous_attempt, set_aside
 from scheda.rules import TypedRun, check_run
 from scheda.schedule import build_schedule, check_nu, nu_key

@@ -13,11 +13,11 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from scheda import stats
-from scheda.classifiers import params_text
-from scheda.evaluate import params_of, unpack_correct
+from scheda.evaluate import unpack_correct
 from scheda.io import atomic_write
 from scheda.protocol.analysis import pyplot, save_png
 from scheda.protocol.jobs import CONTROLS, STEP_KINDS, Kind, fmt
+from scheda.results import params_of, params_text
 
 KIND_LABEL = {Kind.SCHEDA: "ScheDA", Kind.INCREASING: "Increasing schedule", Kind.RANDOM_UNIFORM: "Random nu, uniform",
               Kind.RANDOM_DISCRETE: "Random nu, discrete", Kind.CONTROL: "Control: same start, constant nu",

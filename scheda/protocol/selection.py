@@ -13,12 +13,12 @@ from omegaconf import DictConfig
 
 from scheda.checkpoint import checkpoint_name
 from scheda.errors import SchedaError
-from scheda.evaluate import params_of
 from scheda.io import atomic_write_json
 from scheda.protocol.jobs import (CONTROLS, FINAL_STATUSES, FINETUNES, STEP_KINDS, JobSpec, Kind, best_evaluation,
                                   fmt, read_results)
 from scheda.protocol.launch import job_statuses
 from scheda.protocol.plan import controls_of
+from scheda.results import params_of
 
 log = logging.getLogger(__name__)
 
