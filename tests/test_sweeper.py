@@ -63,17 +63,54 @@ def test_a_config_composed_ahead_is_handed_out_once_and_never_sent_to_another_pr
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         master = compose(config_name="train", return_hydra_config=True)
         loader = ComposedAhead(GlobalHydra.instance().config_loader())
-        loader.compose_ahead(master, ["model.hidden=8"])
-        assert len(compositions) == 2
-        ahead = loader.ahead[(id(master), ("model.hidden=8",))]
+        loader.keep = True
+        ahead = loader.load_sweep_config(master, ["model.hidden=8"])  # the sweeper's check
+        assert len(compositions) == 2 and ahead.model.hidden == 8
 
         sent = pickle.loads(pickle.dumps(loader))  # as joblib's and Slurm's launchers send it
-        assert sent.ahead == {}
+        assert sent.ahead == {} and not sent.keep
         assert sent.load_sweep_config(master, ["model.hidden=8"]).model.hidden == 8
         assert len(compositions) == 3
 
-        assert loader.load_sweep_config(master, ["model.hidden=8"]) is ahead
+        assert loader.load_sweep_config(master, ["model.hidden=8"]) is ahead  # the launcher's call
         assert len(compositions) == 3
+        loader.keep = False
         again = loader.load_sweep_config(master, ["model.hidden=8"])  # a job run a second time composes anew
         assert again is not ahead and again.model.hidden == 8
-        assert len(compositions) == 4
+        assert len(compositions) == 4 and loader.ahead == {}
+
+
+# The order of an installed ``scheda-train -m`` outside a checkout: the sweeper's module (and with
+# it any Hydra core plugin it imports) is imported before Hydra's first plugin scan, which executes
+# the core plugins' modules again, and the scan does not see the sweeper itself (an editable install
+# hides it; here a path without the checkout's hydra_plugins stands for that).
+IMPORTED_BEFORE_THE_SCAN = """
+import sys
+sys.path = [p for p in sys.path if p not in ("", {repo!r})]
+import hydra_plugins.scheda_sweeper as sweeper
+from hydra.core.plugins import Plugins
+Plugins.instance().register(sweeper.ComposeOnceSweeper)
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from scheda.config import register_configs
+register_configs()
+ran = []
+with initialize_config_dir(config_dir={configs!r}, version_base="1.3"):
+    GlobalHydra.instance().hydra.multirun(config_name="train", task_function=lambda cfg: ran.append(cfg.model.hidden),
+                                          overrides=["model.hidden=8,16", "hydra.sweep.dir={sweep}", *{quiet!r}],
+                                          with_log_configuration=False)
+print(sorted(ran))
+"""
+
+
+def test_the_sweeper_works_when_imported_before_hydras_plugin_scan(tmp_path):
+    """Hydra's scan makes a new BasicSweeper class; a sweeper subclassing the class imported
+    before it failed every installed sweep (``super(type, obj)``)."""
+    import subprocess
+    import sys
+
+    code = IMPORTED_BEFORE_THE_SCAN.format(repo=str(REPO), configs=str(REPO / "configs"),
+                                           sweep=str(tmp_path / "sweep"), quiet=QUIET)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[8, 16]"

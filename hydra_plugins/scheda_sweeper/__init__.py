@@ -7,6 +7,14 @@ composed; one that runs them in other processes (joblib, Slurm) composes there, 
 configs of a batch wait for their jobs in memory (about 0.2 MB each; ``hydra.sweeper.max_batch_size``
 bounds a batch).
 
+It wraps Hydra's basic sweeper instead of subclassing it. Hydra's plugin scan executes the
+modules of ``hydra._internal.core_plugins`` again when they are already imported, which makes a
+new ``BasicSweeper`` class; a subclass made from the class imported before the scan then fails
+in ``BasicSweeper.__init__`` (``super(type, obj): obj must be an instance or subtype of type``).
+That happened whenever this module was imported before Hydra's first scan: in every installed
+``scheda-train -m`` and ``scheda-reproduce`` outside a checkout. The classes it needs are taken
+from Hydra's modules when a sweep starts, after any scan.
+
 This package is in ``hydra_plugins`` because Hydra instantiates sweepers from there only.
 ``scheda.config.register_configs`` registers it with Hydra: an editable install (setuptools'
 default import hook) hides it from Hydra's scan of the namespace (facebookresearch/hydra#2359).
@@ -17,12 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from hydra._internal.core_plugins.basic_launcher import BasicLauncher
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.config_store import ConfigStore
+from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
+
+IN_PROCESS_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 
 @dataclass
@@ -39,25 +48,28 @@ ConfigStore.instance().store(group="hydra/sweeper", name="compose_once", node=Co
 
 
 class ComposedAhead(ConfigLoader):
-    """Hydra's config loader, whose ``load_sweep_config`` hands out, once, the config that
-    ``compose_ahead`` composed for the same job; anything else goes to Hydra's loader."""
+    """Hydra's config loader that, once ``keep`` is set, keeps each job's config that the sweeper's
+    check composes and hands it, once, to the launcher that asks for the same job; anything
+    else goes to Hydra's loader."""
 
     def __init__(self, loader: ConfigLoader) -> None:
         self.loader = loader
+        self.keep = False
         self.ahead: dict[tuple[int, tuple[str, ...]], DictConfig] = {}
 
-    def compose_ahead(self, master_config: DictConfig, sweep_overrides: Sequence[str]) -> None:
-        config = self.loader.load_sweep_config(master_config, list(sweep_overrides))
-        self.ahead[(id(master_config), tuple(sweep_overrides))] = config
-
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: List[str]) -> DictConfig:
-        config = self.ahead.pop((id(master_config), tuple(sweep_overrides)), None)
-        return config if config is not None else self.loader.load_sweep_config(master_config, sweep_overrides)
+        key = (id(master_config), tuple(sweep_overrides))
+        config = self.ahead.pop(key, None)
+        if config is None:
+            config = self.loader.load_sweep_config(master_config, list(sweep_overrides))
+            if self.keep:  # the check's composition: the launcher's call takes it
+                self.ahead[key] = config
+        return config
 
     def __getstate__(self) -> dict[str, Any]:
         """A launcher that sends its context to other processes sends the loader without the
         configs composed here (those processes compose their own)."""
-        return {"loader": self.loader, "ahead": {}}
+        return {"loader": self.loader, "keep": False, "ahead": {}}
 
     def load_configuration(self, *args: Any, **kwargs: Any) -> DictConfig:
         return self.loader.load_configuration(*args, **kwargs)
@@ -78,19 +90,24 @@ class ComposedAhead(ConfigLoader):
         return self.loader.compute_defaults_list(*args, **kwargs)
 
 
-class ComposeOnceSweeper(BasicSweeper):
-    """Hydra's basic sweeper (the same jobs, batches and check), whose launcher reuses the
-    configs the check composed."""
+class ComposeOnceSweeper(Sweeper):
+    """Hydra's basic sweeper (the same jobs, batches and check), whose in-process launcher reuses
+    the configs the check composed."""
+
+    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None) -> None:
+        self.max_batch_size, self.params = max_batch_size, params
+        self.basic: Optional[Sweeper] = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        self.composed = ComposedAhead(hydra_context.config_loader)
-        super().setup(hydra_context=HydraContext(config_loader=self.composed, callbacks=hydra_context.callbacks),
-                      task_function=task_function, config=config)
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # as Hydra's last scan left it
 
-    def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
-        """Composes every job of the batch before any runs (a bad one fails the sweep here), and
-        keeps the configs for a launcher that runs the jobs in this process."""
-        if not isinstance(self.launcher, BasicLauncher):
-            return super().validate_batch_is_legal(batch)
-        for overrides in batch:
-            self.composed.compose_ahead(self.config, overrides)
+        composed = ComposedAhead(hydra_context.config_loader)
+        self.basic = BasicSweeper(max_batch_size=self.max_batch_size, params=self.params)
+        self.basic.setup(hydra_context=HydraContext(config_loader=composed, callbacks=hydra_context.callbacks),
+                         task_function=task_function, config=config)
+        launcher = type(self.basic.launcher)
+        composed.keep = f"{launcher.__module__}.{launcher.__qualname__}" == IN_PROCESS_LAUNCHER
+
+    def sweep(self, arguments: List[str]) -> Any:
+        assert self.basic is not None, "setup() first"
+        return self.basic.sweep(arguments)
