@@ -26,7 +26,12 @@ from scheda.config import flatten
 from scheda.io import shown_path
 from scheda.results import params_of, params_text
 
-COLUMNS = ("status", "epochs", "classifier", "val_error", "test_error", "minutes")
+COLUMNS = ("status", "epochs", "classifier", "val_error %", "test_error %", "minutes")
+# How a markdown table prints a column's numbers (as the sweep's own lines do: errors in % to two decimals).
+DIGITS = {"val_error %": 2, "test_error %": 2, "minutes": 1}
+# Keys a run or its launcher sets for its own bookkeeping, never a difference the user made: a
+# sweep's job names its curves (logger.log_dir), a rerun resumes itself (resume).
+BOOKKEEPING = ("logger.log_dir", "resume", "force_resume", "rerun", "requires", "trainer.progress_bar")
 ALL_BUT_SEED = "all-but-seed"
 
 
@@ -63,21 +68,22 @@ def read_row(path: Path, at: str = "last", base: Path | None = None) -> dict[str
     return {"run": name, "config": flatten(results["config"]),
             "status": results.get("status", "?"), "epochs": results.get("epochs"),
             "classifier": params_text(params_of(chosen)) if chosen else None,
-            "val_error": chosen["val_error"] if chosen else None,
-            "test_error": chosen["test_error"] if chosen else None,
+            "val_error %": 100 * chosen["val_error"] if chosen else None,
+            "test_error %": 100 * chosen["test_error"] if chosen else None,
             "minutes": seconds / 60 if seconds is not None else None}
 
 
 def differing_keys(rows: list[dict[str, Any]]) -> list[str]:
-    """The config keys whose values are not the same in every run (a key a run lacks differs)."""
-    keys = sorted({k for r in rows for k in r["config"]})
+    """The config keys whose values are not the same in every run (a key a run lacks differs),
+    bookkeeping keys left out."""
+    keys = sorted({k for r in rows for k in r["config"] if k not in BOOKKEEPING})
     return [k for k in keys if len({json.dumps(r["config"].get(k), sort_keys=True) for r in rows}) > 1]
 
 
 def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     """Header and body, sorted by validation error (runs without one last)."""
     keys = differing_keys(rows)
-    ordered = sorted(rows, key=lambda r: (r["val_error"] is None, r["val_error"] or 0.0, r["run"]))
+    ordered = sorted(rows, key=lambda r: (r["val_error %"] is None, r["val_error %"] or 0.0, r["run"]))
     return (["run", *keys, *COLUMNS],
             [[r["run"], *(r["config"].get(k) for k in keys), *(r[c] for c in COLUMNS)] for r in ordered])
 
@@ -92,19 +98,21 @@ def grouped(rows: list[dict[str, Any]], by: Sequence[str]) -> tuple[list[str], l
     body = []
     for key, members in groups.items():
         line = [json.loads(v) for v in key] + [len(members)]
-        for column in ("val_error", "test_error"):
-            values = [100 * m[column] for m in members if m[column] is not None]
+        for column in ("val_error %", "test_error %"):
+            values = [m[column] for m in members if m[column] is not None]
             line.append(stats.summarize(values) if values else None)
         body.append(line)
     body.sort(key=lambda line: (line[-2] is None, line[-2].mean if line[-2] else 0.0))
     return [*by, "n", "val_error %", "test_error %"], body
 
 
-def cell(value: Any) -> str:
+def cell(value: Any, digits: int | None = None) -> str:
     if isinstance(value, stats.Summary):
         return f"{value.mean:.2f}" if value.sd is None else f"{value.mean:.2f} ± {value.sd:.2f} ({value.n})"
     if isinstance(value, float):
-        return f"{value:.4g}" if not math.isnan(value) else "nan"
+        if math.isnan(value):
+            return "nan"
+        return f"{value:.{digits}f}" if digits is not None else f"{value:.4g}"
     return "—" if value is None else str(value)
 
 
@@ -118,7 +126,8 @@ def render(header: list[str], body: list[list[Any]], fmt: str) -> str:
         writer.writerows([[_csv(v) for v in line] for line in body])
         return out.getvalue()
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(v) for v in line) + " |" for line in body]
+    digits = [DIGITS.get(h) for h in header]
+    lines += ["| " + " | ".join(cell(v, d) for v, d in zip(line, digits)) + " |" for line in body]
     return "\n".join(lines) + "\n"
 
 

@@ -138,19 +138,6 @@ def test_help_and_completion_list_only_real_options(tmp_path):
     assert completion.stdout.split() == ["model=composite", "model=da", "model=raw"], completion.stderr[-2000:]
 
 
-def test_local_parallel_jobs_each_get_their_own_gpu(cifar_arrays, tmp_path):
-    """hydra/launcher=joblib with two GPUs visible: each worker pins itself to one, so two jobs
-    at once never share a GPU (checked on the CPU by what each job sees)."""
-    sweep = tmp_path / "sweep"
-    proc = run_train(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"dataset.root={cifar_arrays}", *TINY,
-                      "schedule=constant", "schedule.epochs=1", "schedule.nu=0.1,0.2,0.3,0.4", "evaluate.enabled=false",
-                      "logger=none", f"hydra.sweep.dir={sweep}"], cwd=tmp_path,
-                     env_extra={"CUDA_VISIBLE_DEVICES": "0,1", "TMPDIR": str(tmp_path)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    seen = [json.loads((sweep / str(k) / "results.json").read_text())["cuda_visible_devices"] for k in range(4)]
-    assert set(seen) == {"0", "1"}, seen  # one GPU each, both used
-
-
 # A process that claims a GPU and holds it until its stdin closes (only scheda.devices imported).
 CLAIM = ("import sys; from pathlib import Path; from scheda.devices import claim_gpu; "
          "print(claim_gpu(Path(sys.argv[1])), flush=True); sys.stdin.read()")

@@ -39,20 +39,20 @@ def test_a_sweep_is_one_table_of_its_differing_keys_sorted_by_validation(sweep):
     assert len(rows) == 4
     assert {"schedule.nu", "seed"} <= set(rows[0]) and "model.hidden" not in rows[0]  # the same in every run
     assert {(r["schedule.nu"], r["seed"]) for r in rows} == {(nu, s) for nu in ("0.2", "0.5") for s in ("1", "2")}
-    vals = [float(r["val_error"]) for r in rows]
+    vals = [float(r["val_error %"]) for r in rows]
     assert vals == sorted(vals) and all(r["status"] == "completed" and r["epochs"] == "2" for r in rows)
     for r in rows:
         results = json.loads((sweep / r["run"].rstrip("/").split("/")[-1] / "results.json").read_text())
-        assert float(r["test_error"]) == pytest.approx(results["evaluations"][-1]["test_error"])
+        assert float(r["test_error %"]) == pytest.approx(100 * results["evaluations"][-1]["test_error"])
         assert r["classifier"] == f"C={results['evaluations'][-1]['C']:g}"
 
 
 def test_groups_over_seeds_give_mean_sd_and_n(sweep):
     as_json = json.loads(gather([sweep], ["all-but-seed"], "json"))
     assert [g["schedule.nu"] for g in as_json] and all(g["n"] == 2 for g in as_json)
-    flat = {r["seed"] + "/" + r["schedule.nu"]: float(r["test_error"]) for r in _rows(sweep)}
+    flat = {r["seed"] + "/" + r["schedule.nu"]: float(r["test_error %"]) for r in _rows(sweep)}
     for g in as_json:
-        expected = stats.summarize([100 * flat[f"{s}/{g['schedule.nu']}"] for s in ("1", "2")])
+        expected = stats.summarize([flat[f"{s}/{g['schedule.nu']}"] for s in ("1", "2")])
         assert g["test_error %"]["mean"] == pytest.approx(expected.mean)
         assert g["test_error %"]["sd"] == pytest.approx(expected.sd)
     md = gather([sweep], ["schedule.nu"], "md")
@@ -62,7 +62,7 @@ def test_groups_over_seeds_give_mean_sd_and_n(sweep):
 def test_the_sweep_writes_its_own_summary(sweep):
     assert (sweep / "summary.md").read_text() == gather([sweep], fmt="md", base=sweep)
     assert str(sweep) not in (sweep / "summary.md").read_text()  # runs named inside the sweep
-    assert list(csv.DictReader(io.StringIO((sweep / "summary.csv").read_text())))[0].keys() >= {"seed", "val_error"}
+    assert list(csv.DictReader(io.StringIO((sweep / "summary.csv").read_text())))[0].keys() >= {"seed", "val_error %"}
 
 
 def test_a_fused_sweep_counts_as_its_models(cifar_arrays, tmp_path):

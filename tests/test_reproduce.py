@@ -52,18 +52,6 @@ def table_rows(report: str) -> list[str]:
     return [line.split("|")[1].strip() for line in results.splitlines() if line.startswith("| ")][1:]
 
 
-def test_local_parallel_launcher_runs_the_jobs(tmp_path, cifar_arrays):
-    proc = reproduce(tmp_path, cifar_arrays, "launcher=joblib", "n_jobs=2", "stages=[da,select,report]")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Joblib.Parallel" in proc.stdout
-    for name in ("raw", "da_h16_nu0.5_lr0.1", "da_h16_nu0.3_lr0.1"):
-        results = json.loads((tmp_path / "runs" / "da" / name / "results.json").read_text())
-        assert results["status"] == "completed"
-        if name != "raw":
-            assert results["config"]["trainer"]["num_threads"] == max(1, (os.cpu_count() or 1) // 2)
-    assert table_rows((tmp_path / "reports" / "table1_smoke.md").read_text())[:2] == ["Raw pixels", "DA"]
-
-
 def test_fused_grid_selects_among_the_models_of_each_job(tmp_path, cifar_arrays):
     proc = reproduce(tmp_path, cifar_arrays, "scale.da.fused=true", "scale.finetune=null", "table.raw=false")
     assert proc.returncode == 0, proc.stderr[-3000:]

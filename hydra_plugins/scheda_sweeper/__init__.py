@@ -23,7 +23,7 @@ default import hook) hides it from Hydra's scan of the namespace (facebookresear
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.config_store import ConfigStore
