@@ -1,5 +1,6 @@
-"""Rules between config groups, held in one place and checked once, before a run creates
-anything (results.json, TensorBoard, checkpoints) or loads its data.
+"""Rules between config groups, held in one place and checked once, before a run loads its data
+or writes anything but its results.json (written first, with status running, so that a refused
+run leaves its one-line error where a sweep reads it): no TensorBoard, no checkpoint.
 
 Each group's own values are checked by its schema (``check()``); what can only be judged from
 two groups together lives here, as one function per rule returning the one-line error (or
@@ -16,6 +17,7 @@ from omegaconf import DictConfig
 from scheda.config import COMPONENT_MODULES, typed
 from scheda.errors import ConfigError
 from scheda.schedule import nu_key, options_with_nu_key
+from scheda.step import graph_refusal, parallel_refusal
 
 GROUPS = tuple(COMPONENT_MODULES)
 
@@ -43,8 +45,8 @@ def typed_run(cfg: DictConfig) -> TypedRun:
     return TypedRun(**{g: typed(g, cfg[g]) for g in GROUPS}, resume=cfg.get("resume"), init_from=cfg.get("init_from"))
 
 
-def _fused_step(run: TypedRun) -> bool:
-    """Whether the hand-written tied-DA step (scheda.step) can train this model."""
+def _fusable(run: TypedRun) -> bool:
+    """Whether the model is one the hand-written step (scheda.step) trains: a tied cross-entropy DA."""
     return run.model.name == "da" and run.model.loss == "cross_entropy"
 
 
@@ -57,24 +59,18 @@ def _parallel(run: TypedRun) -> bool:
     return bool(par.nu or par.lr or par.seed)
 
 
-def graph_needs_the_fused_step(run: TypedRun) -> str | None:
-    if run.trainer.cuda_graph and not (_fused_step(run) and run.trainer.fused and run.trainer.precision != "bf16"):
-        return ("trainer.cuda_graph=true needs the fused step: model.name=da, model.loss=cross_entropy, "
-                "trainer.fused=true, trainer.precision fp32 or tf32")
-    return None
+def _graph_refusal(run: TypedRun) -> str | None:
+    """What keeps a CUDA graph from this run's step (scheda.step decides), the device aside."""
+    t = run.trainer
+    return graph_refusal(_fusable(run), t.fused, t.precision, _plain_sgd(run), run.schedule.build().per_minibatch)
 
 
-def graph_needs_plain_sgd(run: TypedRun) -> str | None:
-    if run.trainer.cuda_graph and not _plain_sgd(run):
-        return "trainer.cuda_graph=true needs plain SGD: optim.momentum=0 and optim.weight_decay=0"
-    return None
+def graph_can_capture_the_step(run: TypedRun) -> str | None:
+    return _graph_refusal(run) if run.trainer.cuda_graph else None
 
 
 def parallel_needs_the_fused_step(run: TypedRun) -> str | None:
-    if _parallel(run) and not (_fused_step(run) and _plain_sgd(run)):
-        return ("trainer.parallel needs the plain fused step: model.name=da, model.loss=cross_entropy, "
-                "optim.momentum=0, optim.weight_decay=0")
-    return None
+    return parallel_refusal(_fusable(run), _plain_sgd(run)) if _parallel(run) else None
 
 
 def parallel_nu_needs_a_noise_level(run: TypedRun) -> str | None:
@@ -118,7 +114,7 @@ def raw_needs_evaluation(run: TypedRun) -> str | None:
 
 
 RULES: tuple[Callable[[TypedRun], str | None], ...] = (
-    graph_needs_the_fused_step, graph_needs_plain_sgd, parallel_needs_the_fused_step, parallel_nu_needs_a_noise_level,
+    graph_can_capture_the_step, parallel_needs_the_fused_step, parallel_nu_needs_a_noise_level,
     parallel_trains, resume_or_init_from, standalone_needs_init_from, finetune_output_needs_a_linear_classifier,
     raw_needs_evaluation,
 )
@@ -126,8 +122,7 @@ RULES: tuple[Callable[[TypedRun], str | None], ...] = (
 
 def graph_applies(run: TypedRun) -> bool:
     """Whether a CUDA graph can capture this run's step: what ``trainer.cuda_graph=null`` turns into."""
-    return (run.trainer.resolve_device().type == "cuda" and _fused_step(run) and run.trainer.fused
-            and run.trainer.precision != "bf16" and _plain_sgd(run))
+    return run.trainer.resolve_device().type == "cuda" and _graph_refusal(run) is None
 
 
 def resolve(run: TypedRun) -> TypedRun:

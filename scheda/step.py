@@ -78,6 +78,40 @@ def plain_sgd(optimizer: SGD) -> bool:
     return group["momentum"] == 0 and group["weight_decay"] == 0
 
 
+# Which step trains a run, decided here from the run's settings alone: scheda.rules refuses a
+# config with these lines before anything is built, and StepBuilder builds by the same answers.
+FUSED_STEP = "model.name=da, model.loss=cross_entropy, trainer.fused=true, trainer.precision fp32 or tf32"
+PLAIN_SGD = "optim.momentum=0 and optim.weight_decay=0"
+
+
+def fused_applies(fusable: bool, fused: bool, precision: str) -> bool:
+    """Whether the hand-written step trains the models: tied cross-entropy DAs with one SGD
+    group each (``fusable``), asked for (``trainer.fused``), in fp32 or tf32."""
+    return fusable and fused and precision != "bf16"
+
+
+def graph_refusal(fusable: bool, fused: bool, precision: str, sgd_is_plain: bool, nu_per_minibatch: bool) -> str | None:
+    """Why a CUDA graph cannot capture this run's step, as the line that refuses
+    ``trainer.cuda_graph=true`` (None: it can; ``trainer.cuda_graph=null`` then turns it on on CUDA).
+    A graph replays the fused step with plain SGD folded into it and a noise level fixed for
+    the epoch: a schedule that draws nu per minibatch would replay a stale one."""
+    if not fused_applies(fusable, fused, precision):
+        return f"trainer.cuda_graph=true needs the fused step: {FUSED_STEP}"
+    if not sgd_is_plain:
+        return f"trainer.cuda_graph=true needs plain SGD: {PLAIN_SGD}"
+    if nu_per_minibatch:
+        return ("trainer.cuda_graph=true needs one noise level per epoch, and this schedule draws nu per "
+                "minibatch: use trainer.cuda_graph=null (it then runs eager) or false")
+    return None
+
+
+def parallel_refusal(fusable: bool, sgd_is_plain: bool) -> str | None:
+    """Why a fused sweep (``trainer.parallel``) cannot train these models together (None: it can)."""
+    if not (fusable and sgd_is_plain):
+        return f"trainer.parallel needs the plain fused step: model.name=da, model.loss=cross_entropy, {PLAIN_SGD}"
+    return None
+
+
 class BatchedStep:
     """The hand-written step (see the module docstring) for K >= 1 tied DAs at once: a fused
     sweep stacks K models' weights into one [K, H, d] tensor, which each model's parameters
@@ -92,9 +126,9 @@ class BatchedStep:
     def __init__(self, models: list[DenoisingAutoencoder], optimizers: list[SGD],
                  noises: list[Noise], batch_size: int, device: torch.device):
         for m, opt in zip(models, optimizers):
-            if not self.supports(m, opt) or (len(models) > 1 and not plain_sgd(opt)):
-                raise ConfigError("trainer.parallel needs the plain fused step: model.name=da, model.loss=cross_entropy, "
-                                  "optim.momentum=0, optim.weight_decay=0")
+            refusal = parallel_refusal(self.supports(m, opt), len(models) == 1 or plain_sgd(opt))
+            if refusal:
+                raise ConfigError(refusal)
         if len({(m.n_input, m.n_hidden, m.activation) for m in models}) != 1:
             raise ConfigError("trainer.parallel models must share model.hidden, model.activation and the data")
         self.models, self.optimizers, self.noises = models, optimizers, noises
@@ -220,21 +254,24 @@ class StepBuilder:
 
     def build(self, models: list[DenoisingAutoencoder], optimizers: list[SGD],
               noises: list[Noise], batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator]):
-        """The fused step where it applies (and precision is fp32/tf32), captured in a CUDA graph
-        when asked for (before the first epoch, not inside it); else autograd, for one model."""
-        if self.fused and self.precision != "bf16" and all(map(BatchedStep.supports, models, optimizers)):
+        """The fused step where it applies (:func:`fused_applies`), captured in a CUDA graph when
+        asked for (before the first epoch, not inside it); else autograd, for one model. A run's
+        settings were checked by the same functions (scheda.rules) before it got here."""
+        fusable = all(map(BatchedStep.supports, models, optimizers))
+        if self.cuda_graph:
+            refusal = graph_refusal(fusable, self.fused, self.precision, all(map(plain_sgd, optimizers)), False)
+            if refusal:
+                raise ConfigError(refusal)
+        if fused_applies(fusable, self.fused, self.precision):
             step = BatchedStep(models, optimizers, noises, batch_size, x_all.device)
             if not self.cuda_graph:
                 return step
             graphed = GraphedStep(step, x_all, generators)
             graphed.prepare()
             return graphed
-        if self.cuda_graph:
-            raise ConfigError("trainer.cuda_graph=true needs the fused step: model.name=da, model.loss=cross_entropy, "
-                              "trainer.fused=true, trainer.precision fp32 or tf32")
         if len(models) > 1:
-            raise ConfigError("trainer.parallel needs the plain fused step: model.name=da, model.loss=cross_entropy, "
-                              "optim.momentum=0, optim.weight_decay=0")
+            raise ConfigError(parallel_refusal(fusable, all(map(plain_sgd, optimizers))) or
+                              f"trainer.parallel needs the fused step: {FUSED_STEP}")
         return OneModel(AutogradStep(models[0], optimizers[0], noises[0],
                                      torch.bfloat16 if self.precision == "bf16" else None))
 
@@ -246,13 +283,12 @@ class GraphedStep:
     model, copied in on the device before each replay. The run's generators are registered with
     the graph, so each replay advances them as an eager step would: masks stay seeded, and a
     checkpoint's generator state resumes the run. A minibatch of another size (an epoch's
-    partial last one) runs the eager step. ``trainer.cuda_graph=true`` turns it on (CUDA only,
-    plain SGD, a fixed nu per epoch)."""
+    partial last one) runs the eager step. ``trainer.cuda_graph`` turns it on (CUDA only; what
+    else it needs: :func:`graph_refusal`)."""
 
     def __init__(self, step: BatchedStep, x_all: torch.Tensor, generators: list[torch.Generator]):
-        if x_all.device.type != "cuda" or not step.plain_sgd:
-            raise ConfigError("trainer.cuda_graph=true needs trainer.device=cuda and plain SGD "
-                              "(optim.momentum=0, optim.weight_decay=0)")
+        if x_all.device.type != "cuda":
+            raise ConfigError(f"trainer.cuda_graph=true needs a CUDA device, not {x_all.device}")
         self.step, self.x_all, self.generators = step, x_all, generators
         self.eager = functools.partial(BatchedStep.__call__, step)  # the K-model call, also for a FusedStep
         K, n = step.x.shape[0], step.x.shape[1]
@@ -294,7 +330,10 @@ class GraphedStep:
 
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> torch.Tensor:
         """The batched step's signature: ``idx`` [K, n], one nu (a float) per model."""
-        if idx.shape[1] != self.batch_size or any(isinstance(nu, torch.Tensor) for nu in nus):
+        if any(isinstance(nu, torch.Tensor) for nu in nus):
+            raise ValueError("a CUDA graph replays one noise level per epoch, not one drawn per minibatch "
+                             "(scheda.rules refuses such a run)")
+        if idx.shape[1] != self.batch_size:
             return self.eager(x_all, idx, nus, generators)
         self.prepare()
         self.idx.copy_(idx)

@@ -411,3 +411,17 @@ def test_device_hours_use_graphed_times_unless_the_runs_cannot_use_cuda_graphs(o
                                                         "graphed_s": float("nan")}]}
     assert estimate.estimate(smoke_cfg("scale.control=false", "scale.finetune=null"), cpu, 20)["train_hours"] \
         * 3600 == pytest.approx(6 * 4.0)  # measured without a graph: eager
+
+
+def test_device_hours_of_random_nu_runs_use_eager_times():
+    """A schedule that draws nu per minibatch runs eager even where graphs apply (scheda.rules)."""
+    from scheda.protocol import estimate
+
+    bench = {"device_name": "X", "n": 45000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 4.0, "graphed_s": 1.0}]}
+    cfg = smoke_cfg("table=random_nu", "scale.control=false", "scale.finetune=null")
+    est = estimate.estimate(cfg, bench, 20)
+    p = estimate.plan(cfg)
+    graphed_epochs = sum(i["epochs"] * i["models"] for i in p["items"] if i["hidden"] and not i.get("eager"))
+    eager_epochs = sum(i["epochs"] * i["models"] for i in p["items"] if i["hidden"] and i.get("eager"))
+    assert eager_epochs > 0 and graphed_epochs > 0
+    assert est["train_hours"] * 3600 == pytest.approx(graphed_epochs * 1.0 + eager_epochs * 4.0)

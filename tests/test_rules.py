@@ -16,9 +16,8 @@ from helpers import STAGES, TINY, compose_cfg
 
 # rule -> overrides that break it (and only it), and the start of its message
 CASES = {
-    "graph_needs_the_fused_step": (["trainer.cuda_graph=true", "trainer.precision=bf16"],
+    "graph_can_capture_the_step": (["trainer.cuda_graph=true", "trainer.precision=bf16"],
                                    "trainer.cuda_graph=true needs the fused step"),
-    "graph_needs_plain_sgd": (["trainer.cuda_graph=true", "optim.momentum=0.9"], "trainer.cuda_graph=true needs plain SGD"),
     "parallel_needs_the_fused_step": (["model.loss=squared_error", "trainer.parallel.lr=[0.1,0.2]"],
                                       "trainer.parallel needs the plain fused step"),
     "parallel_nu_needs_a_noise_level": (["schedule=random_uniform", "trainer.parallel.nu=[0.1,0.2]"],
@@ -32,7 +31,17 @@ CASES = {
                                                   "finetune.init_output=classifier starts"),
     "raw_needs_evaluation": (["model=raw", "evaluate.enabled=false"], "model=raw only evaluates"),
 }
-NEEDS_CUDA = {"graph_needs_the_fused_step", "graph_needs_plain_sgd"}  # the trainer's own check comes first off CUDA
+NEEDS_CUDA = {"graph_can_capture_the_step"}  # the trainer's own check comes first off CUDA
+# Every reason a CUDA graph refuses a run (scheda.step.graph_refusal), each alone.
+GRAPH_REFUSALS = [
+    (["trainer.precision=bf16"], "trainer.cuda_graph=true needs the fused step"),
+    (["trainer.fused=false"], "trainer.cuda_graph=true needs the fused step"),
+    (["model.loss=squared_error"], "trainer.cuda_graph=true needs the fused step"),
+    (["optim.momentum=0.9"], "trainer.cuda_graph=true needs plain SGD"),
+    (["optim.weight_decay=0.001"], "trainer.cuda_graph=true needs plain SGD"),
+    (["schedule=random_uniform"], "trainer.cuda_graph=true needs one noise level per epoch"),
+    (["schedule=random_discrete"], "trainer.cuda_graph=true needs one noise level per epoch"),
+]
 
 
 def test_the_cases_cover_every_rule():
@@ -82,13 +91,18 @@ def _typed_without_device_checks(cfg) -> rules.TypedRun:
     return dataclasses.replace(typed, trainer=dataclasses.replace(typed.trainer, cuda_graph=graph))
 
 
+@pytest.mark.parametrize("overrides, message", GRAPH_REFUSALS)
+def test_cuda_graph_true_refuses_each_run_a_graph_cannot_take(cifar_arrays, overrides, message):
+    cfg = _cfg(cifar_arrays, ["trainer.cuda_graph=true", *overrides])
+    typed = _typed_without_device_checks(cfg)
+    assert [rule.__name__ for rule in rules.RULES if rule(typed)] == ["graph_can_capture_the_step"]
+    assert rules.graph_can_capture_the_step(typed).startswith(message)
+
+
 @pytest.mark.parametrize("overrides, graphed", [
     ([], True),
     (["trainer.cuda_graph=false"], False),
-    (["optim.momentum=0.9"], False),
-    (["trainer.precision=bf16"], False),
-    (["trainer.fused=false"], False),
-    (["model.loss=squared_error"], False),
+    *[(overrides, False) for overrides, _ in GRAPH_REFUSALS],
 ])
 def test_cuda_graph_null_turns_on_only_where_a_graph_can_take_the_step(cifar_arrays, monkeypatch, overrides, graphed):
     """trainer.cuda_graph defaults to null: on a CUDA device it becomes true exactly when the run

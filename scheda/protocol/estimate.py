@@ -43,7 +43,8 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
         epochs = job.meta.get("epochs", scale.random_nu.epochs)
         # a schedule evaluates after each level; a random-nu run every evaluate.every epochs
         evals = job.meta["levels"] if "levels" in job.meta else epochs // job.values["evaluate.every"]
-        items.append({"stage": "continue", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1})
+        items.append({"stage": "continue", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1,
+                      "eager": kind in (Kind.RANDOM_UNIFORM, Kind.RANDOM_DISCRETE)})  # nu per minibatch: no graph
         if kind in STEP_KINDS:
             longest[(hidden, kind)] = max(longest.get((hidden, kind), 0), epochs)
     if scale.control:
@@ -120,7 +121,7 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
         out["evaluations"] += item["evals"]
         if bench is None or not item["hidden"]:
             continue
-        one = epoch_seconds(bench, item["hidden"], batch_size, graphed)
+        one = epoch_seconds(bench, item["hidden"], batch_size, graphed and not item.get("eager"))
         fused = grid["grid_over_one"] / grid["models"] * item["models"] if grid and item["models"] > 1 else item["models"]
         seconds_train += item["epochs"] * one * fused
         if search:
