@@ -93,32 +93,52 @@ def check_resume_config(cfg: Any, resume: str | Path) -> list[str]:
 
 # What a job did with its directory, as results.json's ``attempts`` and a sweep's summary count it.
 ACTIONS = ("ran", "skipped", "resumed", "reran")
+# A run that ended with one of these is a result: run again with the same config and seed it
+# would end the same way (a diverged run diverges again), so it is kept, not rerun.
+FINAL_STATUSES = ("completed", "diverged")
 KEPT = {".hydra", "train.log", ".lock", "attempts"}  # left in place when an attempt is set aside
 
 
-def _has_checkpoint(run_dir: Path) -> bool:
+def has_checkpoint(run_dir: Path) -> bool:
     from scheda.checkpoint import CHECKPOINT_RE
 
     folders = [run_dir / "checkpoints", *sorted((run_dir / "models").glob("*/checkpoints"))]
     return any(CHECKPOINT_RE.match(p.name) for folder in folders if folder.is_dir() for p in folder.iterdir())
 
 
+def reentry(status: str | None, has_checkpoint: bool) -> tuple[str, str]:
+    """The one policy for a run directory that already holds a run, used by a sweep run again
+    (:func:`previous_attempt`) and by the protocol (scheda.protocol.launch.job_state): from the
+    earlier attempt's status (None: no results.json) and whether it left a checkpoint, the
+    action (``ACTIONS``) and a line saying why. A final status (completed, diverged) is kept;
+    a failure reruns from the start (what failed may be in its checkpoints); a run that stopped
+    (interrupted, killed, out of time) resumes from its newest checkpoint."""
+    if status is None:
+        if has_checkpoint:  # written before results.json was (an older scheda)
+            return "resumed", "checkpoints and no results.json: resuming from its newest checkpoint"
+        return "ran", ""
+    if status in FINAL_STATUSES:
+        return "skipped", f"{status} before with the same config: skipped (rerun=true runs it again)"
+    if status == "failed":
+        return "reran", f"{status} before: running it again (its files under attempts/)"
+    if has_checkpoint:
+        return "resumed", f"{status} before: resuming from its newest checkpoint"
+    return "reran", f"{status} before, with no checkpoint: running it again"
+
+
 def previous_attempt(cfg: Any, run_dir: Path) -> tuple[str, str, dict[str, Any] | None]:
     """What this job does with what an earlier attempt left in ``run_dir`` (read before the new
-    results.json replaces it): ``ran`` (nothing there), ``skipped`` (completed with the same
-    config; its results are returned), ``resumed`` (stopped: interrupted, killed, out of time,
-    with a checkpoint), or ``reran`` (it failed or diverged, stopped before any checkpoint, or
-    ``rerun=true``). A config that alters what the earlier attempt trained is refused with one
-    line naming the difference. Returns the action, a line saying why, and the earlier results."""
+    results.json replaces it), by :func:`reentry`, or ``reran`` for ``rerun=true`` and an
+    unreadable results.json. A config that alters what the earlier attempt trained is refused
+    with one line naming the difference. Returns the action, a line saying why, and the earlier
+    results (those of a skipped run are its result)."""
     import json
 
     from scheda.errors import ConfigError
 
     path = run_dir / "results.json"
     if not path.is_file():
-        if _has_checkpoint(run_dir):  # written before results.json was (an older scheda)
-            return "resumed", "checkpoints and no results.json: resuming from its newest checkpoint", None
-        return "ran", "", None
+        return (*reentry(None, has_checkpoint(run_dir)), None)
     try:
         before = json.loads(path.read_text())
         status, saved = before["status"], before["config"]
@@ -130,14 +150,10 @@ def previous_attempt(cfg: Any, run_dir: Path) -> tuple[str, str, dict[str, Any] 
     if altering:
         raise ConfigError(f"{run_dir.name} holds a run of another config ({shown}): give the sweep a new "
                           f"hydra.sweep.dir, or add rerun=true to run it again")
-    if status == "completed":
-        return "skipped", "completed before with the same config: skipped", before
-    if status in ("failed", "diverged"):
-        return "reran", f"{status} before ({before.get('error', 'no error recorded')}): running it again " \
-                        f"(its files under attempts/)", before
-    if _has_checkpoint(run_dir):
-        return "resumed", f"{status} before: resuming from its newest checkpoint", before
-    return "reran", f"{status} before, with no checkpoint: running it again", before
+    action, why = reentry(status, has_checkpoint(run_dir))
+    if status == "failed":
+        why = why.replace("before:", f"before ({before.get('error', 'no error recorded')}):", 1)
+    return action, why, before
 
 
 def set_aside(run_dir: Path) -> Path:

@@ -74,8 +74,8 @@ def _run(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
         before["attempts"] = attempts
         atomic_write_json(output_dir / "results.json", before)
         return before
-    if action == "resumed":
-        cfg.resume = str(output_dir)
+    if action == "resumed":  # its checkpoint holds where it stands: where it started no longer counts
+        cfg.resume, cfg.init_from = str(output_dir), None
     elif action == "reran" and (output_dir / "results.json").exists():
         set_aside(output_dir)
     if cfg.resume:

@@ -74,8 +74,8 @@ class SweepSummary(Callback):
             print(f"  {text}")
         counts = {a: sum(1 for _, _, action in lines if action == a) for a in ACTIONS}
         print("jobs: " + ", ".join(f"{n} {a}" for a, n in counts.items())
-              + " (skipped: completed before with the same config; resumed: from its newest checkpoint; "
-                "reran: failed before, or rerun=true)")
+              + " (skipped: completed or diverged before with the same config; resumed: from its newest "
+                "checkpoint; reran: failed before, or rerun=true)")
         scored = [(val, text) for text, val, _ in lines if val is not None]
         if scored:
             print(f"best on validation: {min(scored)[1]}")

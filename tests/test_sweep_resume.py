@@ -140,3 +140,65 @@ def test_a_killed_fused_sweep_run_again_resumes_every_model(cifar_arrays, tmp_pa
     for k in range(2):
         assert torch.equal(load_checkpoint(sweep_dir / "1" / "models" / str(k))["model"]["W"],
                            load_checkpoint(tmp_path / "golden" / "models" / str(k))["model"]["W"])
+
+
+def test_a_diverged_job_is_a_result_that_a_rerun_keeps(cifar_arrays, tmp_path):
+    """Run again with its config and seed, a diverged job would diverge again: the sweep keeps
+    it, as the protocol does (one policy: scheda.resume.reentry); rerun=true runs it anyway."""
+    sweep_dir = tmp_path / "sweep"
+    args = ["-m", f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1",
+            "optim.lr=0.01,1e38", "evaluate.enabled=false", "logger=none", f"hydra.sweep.dir={sweep_dir}"]
+    first = run_train(args, cwd=tmp_path)
+    assert [_results(sweep_dir / str(k))["status"] for k in range(2)] == ["completed", "diverged"], first.stderr[-2000:]
+    again = run_train(args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "jobs: 0 ran, 2 skipped, 0 resumed, 0 reran" in again.stdout
+    assert [[a["action"] for a in _results(sweep_dir / str(k))["attempts"]] for k in range(2)] == [["ran", "skipped"]] * 2
+    assert _results(sweep_dir / "1")["status"] == "diverged"
+    forced = run_train([*args, "rerun=true"], cwd=tmp_path)
+    assert _results(sweep_dir / "1" / "attempts" / "1")["status"] == "diverged"
+    assert _results(sweep_dir / "1")["attempts"][-1]["action"] == "reran", forced.stderr[-2000:]
+
+
+@pytest.mark.parametrize("status, checkpoint, action", [
+    (None, False, "ran"), (None, True, "resumed"), ("completed", True, "skipped"), ("diverged", True, "skipped"),
+    ("failed", True, "reran"), ("failed", False, "reran"), ("interrupted", True, "resumed"),
+    ("running", True, "resumed"), ("running", False, "reran"),
+])
+def test_the_sweep_and_the_protocol_follow_one_reentry_policy(tmp_path, status, checkpoint, action):
+    """A sweep's job (previous_attempt, through reentry) and the protocol (job_state) decide alike."""
+    from scheda.protocol.jobs import JobSpec
+    from scheda.protocol.launch import job_state
+    from scheda.resume import reentry
+
+    assert reentry(status, checkpoint)[0] == action
+    run_dir = tmp_path / "da" / "job"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    if checkpoint:
+        (run_dir / "checkpoints" / "epoch_00001.pt").write_bytes(b"")
+    if status is not None:
+        (run_dir / "results.json").write_text(json.dumps({"status": status, "config": {"seed": 0}}))
+    assert job_state(run_dir, JobSpec("job", "da", values={"seed": 0})) == \
+        {"skipped": "done", "resumed": "resume"}.get(action, "new")
+
+
+def test_a_killed_continuation_resumes_from_its_own_checkpoint(cifar_arrays, tmp_path):
+    """A job that continues another run (init_from, as a ScheDA continues its DA) and was killed
+    resumes from its own checkpoint; where it started no longer counts (resume and init_from
+    together are refused when a user gives both)."""
+    common = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=2", "evaluate.enabled=false",
+              "logger=none"]
+    start = run_train([*common, f"hydra.run.dir={tmp_path / 'da'}"], cwd=tmp_path)
+    assert start.returncode == 0, start.stderr[-2000:]
+    sweep_dir = tmp_path / "sweep"
+    args = ["-m", *common, "schedule.epochs=3", f"init_from={tmp_path / 'da'}", "trainer.checkpoint_every=1",
+            f"hydra.sweep.dir={sweep_dir}"]
+    first = run_train(args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    killed = _results(sweep_dir / "0")
+    killed["status"] = "running"  # what a SIGKILL leaves
+    (sweep_dir / "0" / "results.json").write_text(json.dumps(killed))
+    again = run_train(args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "jobs: 0 ran, 0 skipped, 1 resumed, 0 reran" in again.stdout
+    assert _results(sweep_dir / "0")["status"] == "completed"

@@ -13,6 +13,8 @@ from typing import Any, Iterable
 
 from omegaconf import OmegaConf
 
+from scheda.resume import FINAL_STATUSES  # noqa: F401 - statuses that are a result, for the protocol's modules
+
 log = logging.getLogger(__name__)
 
 
@@ -38,9 +40,6 @@ STEP_KINDS = {Kind.SCHEDA: -1, Kind.INCREASING: 1}  # the direction of each kind
 CONTINUATIONS = (Kind.SCHEDA, Kind.INCREASING, Kind.RANDOM_UNIFORM, Kind.RANDOM_DISCRETE)
 CONTROLS = (Kind.CONTROL, Kind.JUMP)
 FINETUNES = {Kind.FINETUNE_DA: Kind.DA, Kind.FINETUNE_SCHEDA: Kind.SCHEDA}  # and the row each fine-tunes
-
-
-FINAL_STATUSES = ("completed", "diverged")
 
 
 @dataclass

@@ -19,11 +19,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scheda.checkpoint import CHECKPOINT_RE
 from scheda.errors import ConfigError
 from scheda.fork import ForkedCommand
 from scheda.io import atomic_write, atomic_write_json
 from scheda.protocol.jobs import FINAL_STATUSES, JobSpec, read_results
+from scheda.resume import has_checkpoint, reentry
 from scheda.protocol.slurm import (
     NodeWatch,
     forget_scheduler_states,
@@ -38,7 +38,8 @@ LAUNCHERS = ("basic", "joblib", "submitit_slurm", "submitit_local")
 
 
 def job_state(run_dir: Path, job: JobSpec) -> str:
-    """'done', 'resume' (a checkpoint to continue from) or 'new'. A finished job run with other
+    """'done', 'resume' (a checkpoint to continue from) or 'new' (a failed job reruns), by the
+    policy a sweep run again follows too (scheda.resume.reentry). A finished job run with other
     settings is an error: the protocol directory belongs to one scale."""
     results = read_results(run_dir)
     if results is not None and "config" in results:
@@ -53,12 +54,8 @@ def job_state(run_dir: Path, job: JobSpec) -> str:
             if found != value and not (isinstance(found, list) and list(found) == list(value)):
                 raise ConfigError(f"{run_dir} was run with {key}={found}, this scale says {value}: "
                                   f"delete that run or choose another out_dir")
-        if results.get("status") in FINAL_STATUSES:
-            return "done"
-    ckpts = run_dir / "checkpoints"
-    if ckpts.is_dir() and any(CHECKPOINT_RE.match(p.name) for p in ckpts.iterdir()):
-        return "resume"
-    return "new"
+    action, _ = reentry(results.get("status") if results is not None else None, has_checkpoint(run_dir))
+    return {"skipped": "done", "resumed": "resume"}.get(action, "new")
 
 
 def _same_start(found: str | None, wanted: str, out_dir: Path) -> bool:
