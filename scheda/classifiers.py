@@ -1,6 +1,8 @@
-"""L2-regularised logistic regression on encoded features, as the paper evaluates them.
+"""The classifier group: the probes that measure a representation (scheda.evaluate fits one
+per evaluation), each with its own grid of settings chosen on validation error.
 
-Both solvers minimise, for each class k against the rest (one-vs-rest),
+``torch_lr`` and ``liblinear``: L2-regularised logistic regression, as the paper evaluates. Both
+minimise, for each class k against the rest (one-vs-rest),
 
     0.5 * ||w_k||^2 + C * sum_i log(1 + exp(-y_ik * w_k . [x_i, 1]))
 
@@ -11,6 +13,9 @@ A solver is built once per feature set and then fitted along a grid of C; with
 ``warm_start`` each fit starts from the previous C's solution, else from w = 0. Both stop
 relative to the gradient at w = 0, so a warm start needs a tolerance tight enough not to stop
 before it moves (see the eps of each schema below).
+
+``knn``: a k-nearest-neighbour probe (cosine similarity, similarity-weighted votes) over a grid
+of k; nothing is fitted, so it is cheap enough for a curve at every epoch.
 """
 
 from __future__ import annotations

@@ -25,11 +25,10 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from scheda.errors import ConfigError
 
-# The modules whose schemas make up a training run's groups (imported by register_configs),
-# after every module of the scheda.data package (one per data set, found by themselves).
-# Where each config group's schemas live: importing a module registers them (``@register``).
-# The one way scheda finds its components: a new data set, classifier or schedule module is
-# named here, under its group (tests/test_config.py checks each module fills its group).
+# Where each config group's schemas live: importing a module registers them (``@register``), and
+# load_components imports exactly these. The one way scheda finds its components: a new data
+# set, classifier or schedule module is named here, under its group (tests/test_config.py checks
+# that each module fills its group and that every module of scheda.data is named).
 COMPONENT_MODULES: dict[str, tuple[str, ...]] = {
     "dataset": ("scheda.data.cifar10", "scheda.data.amazon"),
     "model": ("scheda.model",),

@@ -1,6 +1,8 @@
-"""The paper's measure of a representation: encode without noise, fit an L2-regularised
-logistic regression on the training split for each C of a grid, choose C by validation
-error, report the test error at that C.
+"""The paper's measure of a representation: encode without noise, fit the classifier group's
+model on the training split for each setting of the classifier's own grid (C of an
+L2-regularised logistic regression by default, scheda.classifiers), choose the setting by
+validation error, report the test error there. This module decides when to evaluate and
+records what each evaluation gave.
 """
 
 from __future__ import annotations

@@ -191,11 +191,12 @@ class CompositeConfig(DAConfig):
             raise self.invalid("hidden", f"must be divisible by the {len(self.group_nus)} groups of model.group_nus")
         if self.update not in ("alternating", "joint"):
             raise self.invalid("update", "must be alternating or joint")
+
+    def build(self, n_input: int, generator: torch.Generator | None = None) -> DenoisingAutoencoder:
+        """The model, once per run (a config is checked more often than that: the warning is said here)."""
         if None not in self.group_nus:
             log.warning("model.group_nus fixes every group's noise level: the schedule sets only the epochs, "
                         "and the nu it logs is not used")
-
-    def build(self, n_input: int, generator: torch.Generator | None = None) -> DenoisingAutoencoder:
         return CompositeDA(n_input, self.hidden, self.group_nus, self.update, generator=generator, **self.kwargs())
 
 

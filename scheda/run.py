@@ -141,7 +141,9 @@ class Job:
         self.started = time.time()
 
     def check(self) -> None:
-        """Everything that only reads the config, before any data is loaded."""
+        """What the run is, before any data is loaded: its schedule, noise, device and model
+        (seeded: this seeds torch's global generator and draws the initial weights), and the
+        checkpoint it resumes (loaded here, so a bad one fails before the data)."""
         cfg, run = self.cfg, self.run
         self.trainer_cfg = run.trainer
         self.schedule = build_schedule(run.schedule, run.trainer.max_epochs)

@@ -1,9 +1,14 @@
-"""One minibatch update of a DA, the trainer's inner loop.
+"""One minibatch update of K >= 1 DAs, the trainer's inner loop, and which update a run gets.
 
-Two implementations of the same step:
+:class:`StepBuilder` builds the step the run's settings ask for, by the answers of
+:func:`fused_applies`, :func:`graph_refusal` and :func:`parallel_refusal`, which scheda.rules
+asks too before the run starts (one decision, one set of error lines):
 
-* :class:`AutogradStep`: ``model.training_loss`` (corrupt, reconstruct), ``backward``, ``optimizer.step``. Serves every
-  option (any noise, squared error, any optimizer settings, mixed precision).
+* :class:`AutogradStep` (called as K = 1 through :class:`OneModel`): ``model.training_loss``
+  (corrupt, reconstruct), ``backward``, ``optimizer.step``. Serves every option (any noise,
+  squared error, any optimizer settings, bf16 autocast).
+* :class:`GraphedStep`: the batched step below captured once in a CUDA graph and replayed per
+  minibatch (launch-bound at minibatch 20), where :func:`graph_refusal` has no objection.
 * :class:`BatchedStep` (:class:`FusedStep` for one model): the tied-weight cross-entropy DA
   with SGD, written out by hand, for K models of a fused sweep at once (K = 1: one run). With
   ``a = x~ W^T + b``, ``h = s(a)``, ``l = h W + b'``, ``dz = sigmoid(l) - x`` (summed loss):

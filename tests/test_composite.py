@@ -39,12 +39,14 @@ def test_alternating_updates_train_one_group_per_epoch(cifar_arrays, tmp_path):
     assert torch.equal(two["W"][:4], after["W"][:4]) and not torch.equal(two["W"][4:], init.W[4:])
 
 
-def test_composite_is_evaluated_on_all_groups(cifar_arrays, tmp_path):
+def test_composite_is_evaluated_on_all_groups(cifar_arrays, tmp_path, caplog):
     summary = run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, "logger=none", "schedule=constant",
                                "schedule.epochs=2", "model=composite", "model.hidden=8", "classifier=torch_lr",
                                "classifier.c_log2_min=-2", "classifier.c_log2_max=0"]), tmp_path / "run")
     assert len(summary["evaluations"]) == 1 and 0 <= summary["evaluations"][0]["test_error"] <= 1
     assert json.loads((tmp_path / "run" / "results.json").read_text())["config"]["model"]["group_nus"] == [0.7, 0.1]
+    # group_nus fixes both groups' noise: said once per run, not at every check of the config
+    assert sum("model.group_nus fixes every group's noise level" in r.getMessage() for r in caplog.records) == 1
 
 
 @pytest.mark.parametrize("overrides, match", [
