@@ -6,6 +6,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import pickle
+import re
+import shlex
+import sys
 import socket
 import subprocess
 import tempfile
@@ -190,3 +193,64 @@ def slurm_cluster_answers() -> bool:
             return True
     except OSError:
         return False
+
+
+# --- README's commands, as a user runs them (tests/test_readme.py, tests/test_smoke_protocol.py) ----
+README = REPO / "README.md"
+# What every training command adds on 100 images: a validation split that fits, the CPU, no bar.
+TINY_DATA = [f"dataset.val_size={N_VAL}", "trainer.device=cpu", "trainer.progress_bar=false"]
+# A sweep's jobs train one epoch of a small model (README's sweeps train 400 epochs of 1000 units).
+TINY_SWEEP = [*TINY_DATA, "schedule.epochs=1", "model.hidden=16"]
+TINY_PROTOCOL = [f"overrides=['dataset.val_size={N_VAL}','trainer.device=cpu']"]
+
+
+def readme_blocks() -> list[list[list[str]]]:
+    """README's ``bash`` code blocks, each a list of commands (argv lists; comments dropped,
+    continued lines joined, ``export`` lines left out: the test sets the environment)."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", README.read_text(), flags=re.S | re.M)
+    commands = []
+    for block in blocks:
+        text = block.replace("\\\n", " ")
+        argvs = [shlex.split(line, comments=True) for line in text.splitlines()]
+        commands.append([argv for argv in argvs if argv and argv[0] != "export"])
+    return commands
+
+
+def readme_block(*starts: str, exact: bool = False) -> list[list[str]]:
+    """The one README block whose first command starts with (``exact``: is) ``starts``."""
+    found = [b for b in readme_blocks() if b and b[0][:len(starts)] == list(starts)
+             and (not exact or len(b[0]) == len(starts))]
+    assert len(found) == 1, f"README.md has {len(found)} bash blocks starting with {' '.join(starts)!r}"
+    return found[0]
+
+
+def readme_commands(*starts: str) -> list[list[str]]:
+    """Every README command that starts with ``starts``, in README's order."""
+    found = [argv for block in readme_blocks() for argv in block if argv[:len(starts)] == list(starts)]
+    assert found, f"README.md shows no command starting with {' '.join(starts)!r}"
+    return found
+
+
+class User:
+    """A user's folder outside the checkout, with tiny data (``SCHEDA_DATA`` names it) and their
+    shell's environment, in which README's commands run as the installed commands."""
+
+    def __init__(self, root: Path):
+        self.data = write_cifar_arrays(root / "data" / "cifar10")
+        self.work = root / "work"
+        self.work.mkdir()
+        self.env = {k: v for k, v in os.environ.items() if k not in ("SCHEDA_DATA", "PYTHONPATH")}
+        self.env.update(SCHEDA_DATA=str(root / "data"), OMP_NUM_THREADS="1", TMPDIR=str(root))
+
+    def run(self, argv: list[str], *extra: str, env: dict[str, str] | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
+        """``argv`` (a README command) with ``extra`` appended, as the installed command; fails
+        the test on a non-zero exit, with its output."""
+        command = Path(sys.executable).parent / argv[0]
+        assert command.exists(), f"{argv[0]} is not installed beside {sys.executable}: pip install -e '.[dev]'"
+        proc = subprocess.run([str(command), *argv[1:], *extra], cwd=self.work, env={**self.env, **(env or {})},
+                              capture_output=True, text=True, timeout=timeout)
+        proc.output = output = proc.stdout + proc.stderr
+        assert proc.returncode == 0, f"{shlex.join(argv)} exited {proc.returncode}:\n{output[-4000:]}"
+        assert "Traceback" not in output, output[-4000:]
+        return proc

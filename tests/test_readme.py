@@ -3,84 +3,24 @@ interpreter of the installed commands (``scheda-train``, ``scheda-results``, ``s
 beside this Python), in a folder outside the checkout, with ``SCHEDA_DATA`` naming tiny data the
 test writes. No fork server and no preload: the order of imports is the user's. The suite's
 shortcuts (scheda.fork, the sweeper that composes once) are judged here; README's commands are
-only lengthened by the settings tiny data need (``TINY_DATA``), never changed."""
+only lengthened by the settings tiny data need (``TINY_DATA``), never changed. README's
+``scheda-reproduce scale=smoke`` and its rerun run in tests/test_smoke_protocol.py, whose stages
+are asserted on that run."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shlex
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from helpers import N_VAL, REPO, write_cifar_arrays
-
-README = REPO / "README.md"
-# What every training command adds on 100 images: a validation split that fits, the CPU, no bar.
-TINY_DATA = [f"dataset.val_size={N_VAL}", "trainer.device=cpu", "trainer.progress_bar=false"]
-# A sweep's jobs train one epoch of a small model (README's sweeps train 400 epochs of 1000 units).
-TINY_SWEEP = [*TINY_DATA, "schedule.epochs=1", "model.hidden=16"]
-TINY_PROTOCOL = [f"overrides=['dataset.val_size={N_VAL}','trainer.device=cpu']"]
-
-
-def readme_blocks() -> list[list[list[str]]]:
-    """README's ``bash`` code blocks, each a list of commands (argv lists; comments dropped,
-    continued lines joined, ``export`` lines left out: the test sets the environment)."""
-    blocks = re.findall(r"^```bash\n(.*?)^```", README.read_text(), flags=re.S | re.M)
-    commands = []
-    for block in blocks:
-        text = block.replace("\\\n", " ")
-        argvs = [shlex.split(line, comments=True) for line in text.splitlines()]
-        commands.append([argv for argv in argvs if argv and argv[0] != "export"])
-    return commands
-
-
-def readme_block(*starts: str, exact: bool = False) -> list[list[str]]:
-    """The one README block whose first command starts with (``exact``: is) ``starts``."""
-    found = [b for b in readme_blocks() if b and b[0][:len(starts)] == list(starts)
-             and (not exact or len(b[0]) == len(starts))]
-    assert len(found) == 1, f"README.md has {len(found)} bash blocks starting with {' '.join(starts)!r}"
-    return found[0]
-
-
-def readme_commands(*starts: str) -> list[list[str]]:
-    """Every README command that starts with ``starts``, in README's order."""
-    found = [argv for block in readme_blocks() for argv in block if argv[:len(starts)] == list(starts)]
-    assert found, f"README.md shows no command starting with {' '.join(starts)!r}"
-    return found
+from helpers import TINY_DATA, TINY_PROTOCOL, TINY_SWEEP, User, readme_block, readme_commands
 
 
 @pytest.fixture
 def user(tmp_path):
-    """A user's folder outside the checkout, and a command runner for it."""
-    write_cifar_arrays(tmp_path / "data" / "cifar10")
-    work = tmp_path / "work"
-    work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("SCHEDA_DATA", "PYTHONPATH")}
-    env.update(SCHEDA_DATA=str(tmp_path / "data"), OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
-    return User(work, env)
-
-
-class User:
-    def __init__(self, work: Path, env: dict[str, str]):
-        self.work, self.env = work, env
-
-    def run(self, argv: list[str], *extra: str, env: dict[str, str] | None = None,
-            timeout: float = 300) -> subprocess.CompletedProcess:
-        """``argv`` (a README command) with ``extra`` appended, as the installed command; fails
-        the test on a non-zero exit, with its output."""
-        command = Path(sys.executable).parent / argv[0]
-        assert command.exists(), f"{argv[0]} is not installed beside {sys.executable}: pip install -e '.[dev]'"
-        proc = subprocess.run([str(command), *argv[1:], *extra], cwd=self.work, env={**self.env, **(env or {})},
-                              capture_output=True, text=True, timeout=timeout)
-        proc.output = output = proc.stdout + proc.stderr
-        assert proc.returncode == 0, f"{shlex.join(argv)} exited {proc.returncode}:\n{output[-4000:]}"
-        assert "Traceback" not in output, output[-4000:]
-        return proc
+    return User(tmp_path)
 
 
 def test_the_quick_start_prints_what_readme_shows(user):
@@ -140,23 +80,6 @@ def test_a_sweep_of_local_parallel_jobs_gives_each_its_own_gpu(user):
     sweep = user.work / next(a.split("=", 1)[1] for a in joblib if a.startswith("hydra.sweep.dir="))
     seen = [json.loads((sweep / str(k) / "results.json").read_text())["cuda_visible_devices"] for k in range(3)]
     assert set(seen) == {"0", "1"}, seen
-
-
-def test_the_protocol_at_smoke_scale_then_again_trains_nothing(user):
-    smoke, _joblib, again = readme_commands("scheda-reproduce", "scale=smoke")
-    assert smoke == again
-    user.run(smoke, *TINY_PROTOCOL)
-    out_dir = user.work / "outputs" / "reproduce" / "smoke"
-    report = user.work / "outputs" / "reports" / "table1_smoke.md"
-    assert report.exists() and (out_dir / "selection.json").exists()
-    runs = sorted(out_dir.glob("*/*/results.json"))
-    assert runs and all(json.loads(p.read_text())["status"] == "completed" for p in runs)
-    written = {p: p.stat().st_mtime_ns for p in runs}
-
-    proc = user.run(again, *TINY_PROTOCOL)
-    stages = re.findall(r"stage (\w+): (\d+) jobs, (\d+) already done, (\d+) to run", proc.output)
-    assert stages and all(todo == "0" for *_, todo in stages), stages
-    assert {p: p.stat().st_mtime_ns for p in runs} == written
 
 
 def test_the_protocol_at_smoke_scale_with_local_parallel_jobs(user):

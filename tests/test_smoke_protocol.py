@@ -1,31 +1,37 @@
 """scale=smoke end to end, run ONCE with two seeds (a module fixture), each stage asserted in a
 test of its own on the files the protocol writes (selection.json, each run's results.json,
-seeds_table1.json), so that one broken stage does not hide the others. Tests that rerun the
+seeds_table1.json), so that one broken stage does not hide the others. That run and the rerun
+that trains nothing are README's commands run as a user runs them (helpers.User: the installed
+command, a fresh interpreter, a folder outside the checkout); the other tests that rerun the
 command work on a copy of that directory (the protocol reads a moved directory's runs)."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
 from scheda import stats
-from helpers import write_cifar_arrays
+from helpers import TINY_PROTOCOL, User, readme_commands
 from test_reproduce import reproduce, table_rows
 
 pytestmark = pytest.mark.xdist_group("smoke_protocol")  # one worker: the fixture runs once
 
 
+# Where the tests read the protocol's runs and report: README's command writes them under the
+# user's folder; the tests' own reruns (test_reproduce.reproduce) name the same places.
+PLACES = ["out_dir=runs", "report_dir=reports"]
+
+
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    """The smoke protocol with seeds 0 (selection) and 1: its directory and data."""
-    root = tmp_path_factory.mktemp("smoke")
-    data = write_cifar_arrays(root / "data" / "cifar10")
-    proc = reproduce(root, data, "scale.seeds=[0,1]")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return root, data
+    """README's ``scheda-reproduce scale=smoke`` with seeds 0 (selection) and 1: its directory and data."""
+    user = User(tmp_path_factory.mktemp("smoke"))
+    user.run(readme_commands("scheda-reproduce", "scale=smoke")[0], *TINY_PROTOCOL, "scale.seeds=[0,1]", *PLACES)
+    return user.work, user.data
 
 
 def load(path: Path) -> dict:
@@ -133,12 +139,17 @@ def test_the_report_has_every_row_the_seeds_and_the_figures(smoke):
 
 
 def test_a_rerun_reads_every_finished_job(smoke, tmp_path):
-    work = copy_of(smoke, tmp_path)
-    mtimes = {p: p.stat().st_mtime for p in (work / "runs").glob("*/*/results.json")}
-    again = reproduce(work, smoke[1], "scale.seeds=[0,1]")
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert {p: p.stat().st_mtime for p in mtimes} == mtimes
-    assert load(work / "runs" / "invocations.json")[-1]["ran_jobs"] is False
+    """README's second ``scheda-reproduce scale=smoke``: every stage finds its jobs done."""
+    smoke_command, *_, again = readme_commands("scheda-reproduce", "scale=smoke")
+    assert again == smoke_command
+    user = User(tmp_path)
+    shutil.copytree(smoke[0] / "runs", user.work / "runs")
+    mtimes = {p: p.stat().st_mtime_ns for p in (user.work / "runs").glob("*/*/results.json")}
+    proc = user.run(again, *TINY_PROTOCOL, "scale.seeds=[0,1]", *PLACES)
+    stages = re.findall(r"stage (\w+): (\d+) jobs, (\d+) already done, (\d+) to run", proc.output)
+    assert len(stages) >= 4 and all(todo == "0" for *_, todo in stages), stages
+    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
+    assert load(user.work / "runs" / "invocations.json")[-1]["ran_jobs"] is False
 
 
 @pytest.mark.parametrize("override, saved", [("scale.da.epochs=3", "scale.da.epochs=2"),
