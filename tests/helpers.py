@@ -199,8 +199,9 @@ def slurm_cluster_answers() -> bool:
 README = REPO / "README.md"
 # What every training command adds on 100 images: a validation split that fits, the CPU, no bar.
 TINY_DATA = [f"dataset.val_size={N_VAL}", "trainer.device=cpu", "trainer.progress_bar=false"]
-# A sweep's jobs train one epoch of a small model (README's sweeps train 400 epochs of 1000 units).
-TINY_SWEEP = [*TINY_DATA, "schedule.epochs=1", "model.hidden=16"]
+# A sweep's jobs train one epoch of a small model (README's sweeps train 400 epochs of 1000 units)
+# and choose C among three.
+TINY_SWEEP = [*TINY_DATA, "schedule.epochs=1", "model.hidden=16", "classifier.c_log2_min=-2", "classifier.c_log2_max=0"]
 TINY_PROTOCOL = [f"overrides=['dataset.val_size={N_VAL}','trainer.device=cpu']"]
 
 

@@ -83,13 +83,15 @@ def test_a_sweep_of_local_parallel_jobs_gives_each_its_own_gpu(user):
 
 
 def test_the_protocol_at_smoke_scale_with_local_parallel_jobs(user):
+    """README's protocol with joblib's workers, its first stage: every stage launches the same way
+    (scheda.protocol.launch), and the basic launcher's run checks them all (test_smoke_protocol)."""
     joblib = readme_commands("scheda-reproduce", "scale=smoke", "launcher=joblib")[0]
-    out = user.run(joblib, *TINY_PROTOCOL).output
+    out = user.run(joblib, *TINY_PROTOCOL, "stages=[da,select,report]").output
     assert "Joblib.Parallel" in out
     out_dir = user.work / next(a.split("=", 1)[1] for a in joblib if a.startswith("out_dir="))
     n_jobs = int(next(a.split("=", 1)[1] for a in joblib if a.startswith("n_jobs=")))
     assert (out_dir / "selection.json").exists()
     runs = sorted(out_dir.glob("*/*/results.json"))
-    assert len(runs) >= 8 and all(json.loads(p.read_text())["status"] == "completed" for p in runs)
+    assert len(runs) == 3 and all(json.loads(p.read_text())["status"] == "completed" for p in runs)
     trained = [json.loads(p.read_text())["config"] for p in runs if "raw" not in p.parent.name]
     assert {c["trainer"]["num_threads"] for c in trained} == {max(1, (os.cpu_count() or 1) // n_jobs)}
