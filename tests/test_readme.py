@@ -53,22 +53,21 @@ def test_a_run_cut_short_is_resumed_to_its_end(user):
 
 def test_a_sweep_run_again_skips_its_jobs_and_its_results_are_gathered(user):
     first, again, _joblib = readme_block("scheda-train", "-m", "schedule=constant", "schedule.nu=0.3,0.5,0.7",
-                                         "hydra.sweep.dir=outputs/nu_sweep")
+                                         "seed=1,2,3", "hydra.sweep.dir=outputs/nu_sweep")
     assert first == again
     out = user.run(first, *TINY_SWEEP).stdout
-    assert "jobs: 3 ran, 0 skipped, 0 resumed, 0 reran" in out, out[-2000:]
+    assert "jobs: 9 ran, 0 skipped, 0 resumed, 0 reran" in out, out[-2000:]
     out = user.run(again, *TINY_SWEEP).stdout
-    assert "jobs: 0 ran, 3 skipped, 0 resumed, 0 reran" in out, out[-2000:]
+    assert "jobs: 0 ran, 9 skipped, 0 resumed, 0 reran" in out, out[-2000:]
 
-    sweep, *gather = readme_block("scheda-train", "-m", "schedule=constant", "schedule.nu=0.3,0.5,0.7", "seed=1,2,3")
-    user.run(sweep, *TINY_SWEEP)
-    table = user.run(gather[0]).stdout.splitlines()
-    assert table[0] == "| run | schedule.nu | seed | status | epochs | classifier | val_error % | test_error % | minutes |"
-    rows = [line.split(" | ") for line in table[2:]]
+    table, grouped, *_ = readme_block("scheda-results", "outputs/nu_sweep")
+    lines = user.run(table).stdout.splitlines()
+    assert lines[0] == "| run | schedule.nu | seed | status | epochs | classifier | val_error % | test_error % | minutes |"
+    rows = [line.split(" | ") for line in lines[2:]]
     assert len(rows) == 9 and all(re.fullmatch(r"\d+\.\d\d", r[6]) and re.fullmatch(r"\d+\.\d\d", r[7])
-                                  and re.fullmatch(r"\d+\.\d \|", r[8]) for r in rows), table
-    grouped = user.run(gather[1]).stdout
-    assert len([line for line in grouped.splitlines() if "(3)" in line]) == 3, grouped
+                                  and re.fullmatch(r"\d+\.\d \|", r[8]) for r in rows), lines
+    means = user.run(grouped).stdout
+    assert len([line for line in means.splitlines() if "(3)" in line]) == 3, means
 
 
 def test_a_sweep_of_local_parallel_jobs_gives_each_its_own_gpu(user):
