@@ -106,22 +106,22 @@ def has_checkpoint(run_dir: Path) -> bool:
     return any(CHECKPOINT_RE.match(p.name) for folder in folders if folder.is_dir() for p in folder.iterdir())
 
 
-def reentry(status: str | None, has_checkpoint: bool) -> tuple[str, str]:
+def reentry(status: str | None, checkpointed: bool, error: str | None = None) -> tuple[str, str]:
     """The one policy for a run directory that already holds a run, used by a sweep run again
     (:func:`previous_attempt`) and by the protocol (scheda.protocol.launch.job_state): from the
-    earlier attempt's status (None: no results.json) and whether it left a checkpoint, the
-    action (``ACTIONS``) and a line saying why. A final status (completed, diverged) is kept;
+    earlier attempt's status (None: no results.json), whether it left a checkpoint and the error
+    it recorded, the action (``ACTIONS``) and a line saying why. A final status (completed, diverged) is kept;
     a failure reruns from the start (what failed may be in its checkpoints); a run that stopped
     (interrupted, killed, out of time) resumes from its newest checkpoint."""
     if status is None:
-        if has_checkpoint:  # written before results.json was (an older scheda)
+        if checkpointed:  # written before results.json was (an older scheda)
             return "resumed", "checkpoints and no results.json: resuming from its newest checkpoint"
         return "ran", ""
     if status in FINAL_STATUSES:
         return "skipped", f"{status} before with the same config: skipped (rerun=true runs it again)"
     if status == "failed":
-        return "reran", f"{status} before: running it again (its files under attempts/)"
-    if has_checkpoint:
+        return "reran", f"failed before ({error or 'no error recorded'}): running it again (its files under attempts/)"
+    if checkpointed:
         return "resumed", f"{status} before: resuming from its newest checkpoint"
     return "reran", f"{status} before, with no checkpoint: running it again"
 
@@ -150,10 +150,7 @@ def previous_attempt(cfg: Any, run_dir: Path) -> tuple[str, str, dict[str, Any] 
     if altering:
         raise ConfigError(f"{run_dir.name} holds a run of another config ({shown}): give the sweep a new "
                           f"hydra.sweep.dir, or add rerun=true to run it again")
-    action, why = reentry(status, has_checkpoint(run_dir))
-    if status == "failed":
-        why = why.replace("before:", f"before ({before.get('error', 'no error recorded')}):", 1)
-    return action, why, before
+    return (*reentry(status, has_checkpoint(run_dir), before.get("error")), before)
 
 
 def set_aside(run_dir: Path) -> Path:

@@ -70,7 +70,8 @@ def graph_can_capture_the_step(run: TypedRun) -> str | None:
 
 
 def parallel_needs_the_fused_step(run: TypedRun) -> str | None:
-    return parallel_refusal(_fusable(run), _plain_sgd(run)) if _parallel(run) else None
+    t = run.trainer
+    return parallel_refusal(_fusable(run), t.fused, t.precision, _plain_sgd(run)) if _parallel(run) else None
 
 
 def parallel_nu_needs_a_noise_level(run: TypedRun) -> str | None:

@@ -110,10 +110,11 @@ def graph_refusal(fusable: bool, fused: bool, precision: str, sgd_is_plain: bool
     return None
 
 
-def parallel_refusal(fusable: bool, sgd_is_plain: bool) -> str | None:
-    """Why a fused sweep (``trainer.parallel``) cannot train these models together (None: it can)."""
-    if not (fusable and sgd_is_plain):
-        return f"trainer.parallel needs the plain fused step: model.name=da, model.loss=cross_entropy, {PLAIN_SGD}"
+def parallel_refusal(fusable: bool, fused: bool, precision: str, sgd_is_plain: bool) -> str | None:
+    """Why a fused sweep (``trainer.parallel``) cannot train these models together (None: it can):
+    its models share the hand-written step, with plain SGD folded into it."""
+    if not (fused_applies(fusable, fused, precision) and sgd_is_plain):
+        return f"trainer.parallel needs the plain fused step: {FUSED_STEP}, {PLAIN_SGD}"
     return None
 
 
@@ -130,8 +131,8 @@ class BatchedStep:
 
     def __init__(self, models: list[DenoisingAutoencoder], optimizers: list[SGD],
                  noises: list[Noise], batch_size: int, device: torch.device):
-        for m, opt in zip(models, optimizers):
-            refusal = parallel_refusal(self.supports(m, opt), len(models) == 1 or plain_sgd(opt))
+        for m, opt in zip(models, optimizers):  # built where fused_applies: the models' own part
+            refusal = parallel_refusal(self.supports(m, opt), True, "fp32", len(models) == 1 or plain_sgd(opt))
             if refusal:
                 raise ConfigError(refusal)
         if len({(m.n_input, m.n_hidden, m.activation) for m in models}) != 1:
@@ -275,8 +276,7 @@ class StepBuilder:
             graphed.prepare()
             return graphed
         if len(models) > 1:
-            raise ConfigError(parallel_refusal(fusable, all(map(plain_sgd, optimizers))) or
-                              f"trainer.parallel needs the fused step: {FUSED_STEP}")
+            raise ConfigError(parallel_refusal(fusable, self.fused, self.precision, all(map(plain_sgd, optimizers))))
         return OneModel(AutogradStep(models[0], optimizers[0], noises[0],
                                      torch.bfloat16 if self.precision == "bf16" else None))
 

@@ -91,6 +91,15 @@ def _typed_without_device_checks(cfg) -> rules.TypedRun:
     return dataclasses.replace(typed, trainer=dataclasses.replace(typed.trainer, cuda_graph=graph))
 
 
+@pytest.mark.parametrize("overrides", [["model.loss=squared_error"], ["optim.momentum=0.9"], ["trainer.fused=false"],
+                                       ["trainer.precision=bf16"]])
+def test_a_fused_sweep_is_refused_before_its_data_for_each_step_it_cannot_share(cifar_arrays, overrides):
+    """Every setting without the plain fused step refuses trainer.parallel among the rules, not
+    once the data are loaded and the step is built."""
+    typed = _typed_without_device_checks(_cfg(cifar_arrays, ["trainer.parallel.lr=[0.1,0.2]", *overrides]))
+    assert [rule.__name__ for rule in rules.RULES if rule(typed)] == ["parallel_needs_the_fused_step"]
+
+
 @pytest.mark.parametrize("overrides, message", GRAPH_REFUSALS)
 def test_cuda_graph_true_refuses_each_run_a_graph_cannot_take(cifar_arrays, overrides, message):
     cfg = _cfg(cifar_arrays, ["trainer.cuda_graph=true", *overrides])

@@ -23,13 +23,13 @@ from scheda.errors import ConfigError
 from scheda.fork import ForkedCommand
 from scheda.io import atomic_write, atomic_write_json
 from scheda.protocol.jobs import FINAL_STATUSES, JobSpec, read_results
-from scheda.resume import has_checkpoint, reentry
 from scheda.protocol.slurm import (
     NodeWatch,
     forget_scheduler_states,
     record_scheduler_states,
     scheduler_states,
 )
+from scheda.resume import has_checkpoint, reentry
 
 log = logging.getLogger(__name__)
 
