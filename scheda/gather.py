@@ -33,6 +33,8 @@ DIGITS = {"val_error %": 2, "test_error %": 2, "minutes": 1}
 # sweep's job names its curves (logger.log_dir), a rerun resumes itself (resume).
 BOOKKEEPING = ("logger.log_dir", "resume", "force_resume", "rerun", "requires", "trainer.progress_bar")
 ALL_BUT_SEED = "all-but-seed"
+# --env: what each run ran on (results.json's ``environment``, scheda.environment), as columns.
+ENV_COLUMNS = ("scheda", "git_commit", "git_dirty", "python", "torch", "cuda", "cudnn", "device_name", "host")
 
 
 def find_results(folders: Sequence[str | Path]) -> list[Path]:
@@ -70,7 +72,8 @@ def read_row(path: Path, at: str = "last", base: Path | None = None) -> dict[str
             "classifier": params_text(params_of(chosen)) if chosen else None,
             "val_error %": 100 * chosen["val_error"] if chosen else None,
             "test_error %": 100 * chosen["test_error"] if chosen else None,
-            "minutes": seconds / 60 if seconds is not None else None}
+            "minutes": seconds / 60 if seconds is not None else None,
+            **{f"env.{k}": (results.get("environment") or {}).get(k) for k in ENV_COLUMNS}}
 
 
 def differing_keys(rows: list[dict[str, Any]]) -> list[str]:
@@ -80,12 +83,14 @@ def differing_keys(rows: list[dict[str, Any]]) -> list[str]:
     return [k for k in keys if len({json.dumps(r["config"].get(k), sort_keys=True) for r in rows}) > 1]
 
 
-def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
-    """Header and body, sorted by validation error (runs without one last)."""
+def table(rows: list[dict[str, Any]], env: bool = False) -> tuple[list[str], list[list[Any]]]:
+    """Header and body, sorted by validation error (runs without one last); ``env``: each run's
+    environment after its results."""
     keys = differing_keys(rows)
+    columns = [*COLUMNS, *(f"env.{k}" for k in ENV_COLUMNS if env)]
     ordered = sorted(rows, key=lambda r: (r["val_error %"] is None, r["val_error %"] or 0.0, r["run"]))
-    return (["run", *keys, *COLUMNS],
-            [[r["run"], *(r["config"].get(k) for k in keys), *(r[c] for c in COLUMNS)] for r in ordered])
+    return (["run", *keys, *columns],
+            [[r["run"], *(r["config"].get(k) for k in keys), *(r[c] for c in columns)] for r in ordered])
 
 
 def grouped(rows: list[dict[str, Any]], by: Sequence[str]) -> tuple[list[str], list[list[Any]]]:
@@ -144,11 +149,11 @@ def _csv(value: Any) -> Any:
 
 
 def gather(folders: Sequence[str | Path], group_by: Sequence[str] = (), fmt: str = "md", at: str = "last",
-           base: Path | None = None) -> str:
+           base: Path | None = None, env: bool = False) -> str:
     rows = [r for r in (read_row(p, at, base) for p in find_results(folders)) if r is not None]
     if not rows:
         return ""
-    return render(*(grouped(rows, group_by) if group_by else table(rows)), fmt)
+    return render(*(grouped(rows, group_by) if group_by else table(rows, env)), fmt)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -160,12 +165,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"config keys (e.g. schedule.nu optim.lr), or {ALL_BUT_SEED}")
     parser.add_argument("--at", choices=("last", "best"), default="last",
                         help="each run's last evaluation, or its best on validation")
+    parser.add_argument("--env", action="store_true",
+                        help="also each run's environment: scheda version, git commit, Python, torch, CUDA, device, host")
     args = parser.parse_args(argv)
+    if args.env and args.group_by:
+        parser.error("--env shows each run's environment: use it without --group-by")
     missing = [f for f in args.folders if not Path(f).is_dir()]
     if missing:
         print(f"error: {', '.join(missing)}: no such directory", file=sys.stderr)
         return 1
-    text = gather(args.folders, args.group_by, args.format, args.at)
+    text = gather(args.folders, args.group_by, args.format, args.at, env=args.env)
     if not text:
         print(f"error: no results.json under {', '.join(args.folders)}", file=sys.stderr)
         return 1

@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from scheda.callbacks import CheckpointCallback, ProgressBar
+from scheda import environment
 from scheda.checkpoint import (
     find_checkpoint_dir,
     load_checkpoint,
@@ -167,7 +168,8 @@ class Job:
         start_epoch = int(self.init_state["epoch"]) if self.init_state is not None else 0
         generator = torch.Generator(device=device).manual_seed(train_seed(cfg.seed, start_epoch, cfg.train_seed))
         self.results.data.update(schedule=self.schedule.describe(), device=str(device), cuda_graph=run.trainer.cuda_graph,
-                                 cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+                                 cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                 environment=environment.describe(device))
         self.tensorboard = run.logger.build(self.output_dir, hparams(run, cfg.seed, self.schedule), data,
                                              purge_step=self.resume_state["epoch"] + 1 if self.resume_state else None)
         # Order matters: evaluation runs before the epoch's checkpoint, which then carries it.
@@ -357,7 +359,7 @@ def run_raw(cfg: DictConfig, run: TypedRun, results: RunResults) -> dict[str, An
     started = time.time()
     device = run.trainer.resolve_device()
     data = load_dataset(run.dataset)
-    results.data.update(device=str(device))
+    results.data.update(device=str(device), environment=environment.describe(device))
     result = evaluate_features(raw_features(data, device), labels_of(data), run.classifier, device)
     results.add_evaluation({"epoch": 0, "nu": None, "reason": "raw", **result})
     log.info("raw %s: %s val %.4f test %.4f", data.name, params_text(result["params"]), result["val_error"],

@@ -189,7 +189,9 @@ def test_a_regular_install_trains_and_reproduces_outside_the_checkout(cifar_arra
     train = subprocess.run([sys.executable, "-m", "scheda.train", f"dataset.root={cifar_arrays}", *_common(work / "run")],
                            cwd=work, env=env, capture_output=True, text=True, timeout=300)
     assert train.returncode == 0, train.stderr
-    assert json.loads((work / "run" / "results.json").read_text())["status"] == "completed"
+    results = json.loads((work / "run" / "results.json").read_text())
+    assert results["status"] == "completed"
+    assert results["environment"]["git_commit"] is None  # an installed copy: no checkout to name
     reproduce = subprocess.run(
         [sys.executable, "-m", "scheda.protocol.reproduce", "scale=smoke", "out_dir=runs", "stages=[da,select]",
          f"overrides=['dataset.root={cifar_arrays}','dataset.val_size={N_VAL}','trainer.device=cpu']"],

@@ -91,3 +91,32 @@ def test_the_command_answers_without_the_training_code(sweep):
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(list(csv.DictReader(io.StringIO(proc.stdout)))) == 4 and proc.stderr.strip() == "False"
+
+
+def test_each_run_records_its_environment_and_env_shows_it(sweep):
+    """results.json's environment (scheda.environment) traces a number to its code and machine;
+    ``--env`` shows it as columns."""
+    import platform
+    import socket
+    import subprocess
+
+    import torch
+
+    import scheda
+    from helpers import REPO
+
+    rows = _rows(sweep, "--env")
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    for r in rows:
+        env = json.loads((sweep / r["run"].rstrip("/").split("/")[-1] / "results.json").read_text())["environment"]
+        assert env["scheda"] == scheda.__version__ == r["env.scheda"]
+        assert env["torch"] == torch.__version__ == r["env.torch"] and env["python"] == platform.python_version()
+        assert env["host"] == socket.gethostname() == r["env.host"] and env["device"] == "cpu"
+        assert env["cuda"] is None and r["env.cuda"] == ""  # a CPU run names no CUDA
+        assert env["git_commit"] == commit == r["env.git_commit"] and env["git_dirty"] in (True, False)
+    assert "env.torch" not in _rows(sweep)[0]  # only when asked for
+
+
+def test_env_is_per_run_not_per_group(sweep):
+    proc = run_module("scheda.gather", [sweep, "--env", "--group-by", "all-but-seed"])
+    assert proc.returncode == 2 and "--env shows each run's environment" in proc.stderr
