@@ -41,8 +41,15 @@ def source_revision() -> tuple[str | None, bool | None]:
 
 
 def device_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU's model where the system says it (Linux), else its architecture."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
     return platform.processor() or platform.machine() or device.type
 
 
