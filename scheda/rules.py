@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from scheda.config import COMPONENT_MODULES, typed
 from scheda.errors import ConfigError
 from scheda.schedule import nu_key, options_with_nu_key
-from scheda.step import graph_refusal, parallel_refusal
+from scheda.step import graph_refusal, parallel_refusal, triton_refusal
 
 GROUPS = tuple(COMPONENT_MODULES)
 
@@ -69,6 +69,17 @@ def graph_can_capture_the_step(run: TypedRun) -> str | None:
     return _graph_refusal(run) if run.trainer.cuda_graph else None
 
 
+def _triton_refusal(run: TypedRun) -> str | None:
+    """What keeps the Triton step from this run (scheda.step decides), the device aside."""
+    t = run.trainer
+    return triton_refusal(_fusable(run), t.fused, t.precision, _plain_sgd(run), run.noise.name == "masking",
+                          run.schedule.build().per_minibatch)
+
+
+def triton_can_take_the_step(run: TypedRun) -> str | None:
+    return _triton_refusal(run) if run.trainer.triton else None
+
+
 def parallel_needs_the_fused_step(run: TypedRun) -> str | None:
     t = run.trainer
     return parallel_refusal(_fusable(run), t.fused, t.precision, _plain_sgd(run)) if _parallel(run) else None
@@ -115,7 +126,7 @@ def raw_needs_evaluation(run: TypedRun) -> str | None:
 
 
 RULES: tuple[Callable[[TypedRun], str | None], ...] = (
-    graph_can_capture_the_step, parallel_needs_the_fused_step, parallel_nu_needs_a_noise_level,
+    graph_can_capture_the_step, triton_can_take_the_step, parallel_needs_the_fused_step, parallel_nu_needs_a_noise_level,
     parallel_trains, resume_or_init_from, standalone_needs_init_from, finetune_output_needs_a_linear_classifier,
     raw_needs_evaluation,
 )
@@ -126,10 +137,17 @@ def graph_applies(run: TypedRun) -> bool:
     return run.trainer.resolve_device().type == "cuda" and _graph_refusal(run) is None
 
 
+def triton_applies(run: TypedRun) -> bool:
+    """Whether the Triton step trains this run: what ``trainer.triton=null`` turns into."""
+    return run.trainer.resolve_device().type == "cuda" and _triton_refusal(run) is None
+
+
 def resolve(run: TypedRun) -> TypedRun:
     """Settings whose default depends on other groups, decided once (after the rules passed)."""
     if run.trainer.cuda_graph is None:
         run.trainer.cuda_graph = graph_applies(run)
+    if run.trainer.triton is None:
+        run.trainer.triton = triton_applies(run)
     return run
 
 

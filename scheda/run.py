@@ -167,7 +167,7 @@ class Job:
         optimizer = build_optimizer(run.optim, model.parameters())
         start_epoch = int(self.init_state["epoch"]) if self.init_state is not None else 0
         generator = torch.Generator(device=device).manual_seed(train_seed(cfg.seed, start_epoch, cfg.train_seed))
-        self.results.data.update(schedule=self.schedule.describe(), device=str(device), cuda_graph=run.trainer.cuda_graph,
+        self.results.data.update(schedule=self.schedule.describe(), device=str(device), cuda_graph=run.trainer.cuda_graph, triton=run.trainer.triton,
                                  cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
                                  environment=environment.describe(device))
         self.tensorboard = run.logger.build(self.output_dir, hparams(run, cfg.seed, self.schedule), data,

@@ -1,8 +1,8 @@
 """One minibatch update of K >= 1 DAs, the trainer's inner loop, and which update a run gets.
 
 :class:`StepBuilder` builds the step the run's settings ask for, by the answers of
-:func:`fused_applies`, :func:`graph_refusal` and :func:`parallel_refusal`, which scheda.rules
-asks too before the run starts (one decision, one set of error lines):
+:func:`fused_applies`, :func:`graph_refusal`, :func:`triton_refusal` and :func:`parallel_refusal`,
+which scheda.rules asks too before the run starts (one decision, one set of error lines):
 
 * :class:`AutogradStep` (called as K = 1 through :class:`OneModel`): ``model.training_loss``
   (corrupt, reconstruct), ``backward``, ``optimizer.step``. Serves every option (any noise,
@@ -21,18 +21,23 @@ asks too before the run starts (one decision, one set of error lines):
   page faults that are a large share of a CPU step), the stacked operands are written in
   place, and the loss is accumulated on the device. Five products of n x d x H per step:
   the minimum for a tied DA.
+* :class:`TritonStep`: the same update with the masking noise, its elementwise work in four
+  Triton kernels for all K models (scheda.kernels), graphed several minibatches a replay: the
+  CUDA default where :func:`triton_refusal` has no objection (on a CPU the torch step above
+  measures faster, and Triton has no CPU backend but its interpreter).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 from dataclasses import dataclass
 
 import torch
 
 from scheda.errors import ConfigError
 from scheda.model import DenoisingAutoencoder
-from scheda.noise import Noise
+from scheda.noise import Masking, Noise, mask_threshold
 from scheda.optim import SGD
 
 
@@ -110,6 +115,23 @@ def graph_refusal(fusable: bool, fused: bool, precision: str, sgd_is_plain: bool
     return None
 
 
+TRITON_STEP = "the masking noise, one noise level per epoch"
+
+
+def triton_refusal(fusable: bool, fused: bool, precision: str, sgd_is_plain: bool, masking: bool,
+                   nu_per_minibatch: bool) -> str | None:
+    """Why :class:`TritonStep` cannot train this run (None: it can; ``trainer.triton=null`` then
+    turns it on on CUDA): its kernels hold the plain fused step and the masking noise, with the
+    level fixed for the epoch; triton must be installed."""
+    if not (fused_applies(fusable, fused, precision) and sgd_is_plain):
+        return f"trainer.triton=true needs the plain fused step: {FUSED_STEP}, {PLAIN_SGD}"
+    if not masking or nu_per_minibatch:
+        return f"trainer.triton=true needs {TRITON_STEP}: use trainer.triton=null (it then runs the torch step) or false"
+    if importlib.util.find_spec("triton") is None:
+        return "trainer.triton=true needs triton: pip install triton (Linux), or use trainer.triton=false"
+    return None
+
+
 def parallel_refusal(fusable: bool, fused: bool, precision: str, sgd_is_plain: bool) -> str | None:
     """Why a fused sweep (``trainer.parallel``) cannot train these models together (None: it can):
     its models share the hand-written step, with plain SGD folded into it."""
@@ -118,7 +140,26 @@ def parallel_refusal(fusable: bool, fused: bool, precision: str, sgd_is_plain: b
     return None
 
 
-class BatchedStep:
+class LossSums:
+    """What every step the loop calls shares: the summed training loss of each model since it
+    was last taken, kept on the device (the loop reads it once an epoch, or when an interrupt
+    stops one), and how many minibatches one call may take (``minibatches``: the loop hands a
+    step that many at once, as ``idx`` of [K, minibatches * n] rows)."""
+
+    minibatches = 1
+
+    def _init_loss_sums(self, K: int, device: torch.device) -> None:
+        self.loss_sums = torch.zeros(K, device=device)
+
+    def take_loss_sums(self) -> torch.Tensor:
+        """The sums since the last call (a copy), and zero them in place (a captured graph keeps
+        adding into the same tensor)."""
+        out = self.loss_sums.clone()
+        self.loss_sums.zero_()
+        return out
+
+
+class BatchedStep(LossSums):
     """The hand-written step (see the module docstring) for K >= 1 tied DAs at once: a fused
     sweep stacks K models' weights into one [K, H, d] tensor, which each model's parameters
     then view, and every product is a batched one (``bmm``); one model is the case K = 1 (its
@@ -164,20 +205,21 @@ class BatchedStep:
         self.tmp_d = torch.empty(K, n, d, **f32)
         self.tmp_h = torch.empty(K, n, H, **f32)
         self._lrs: tuple[float, ...] | None = None
-        self._neg_lr: torch.Tensor | None = None
+        self._neg_lr = torch.zeros(K, **f32)
         self.neg_lr()
+        self._init_loss_sums(K, device)
 
     @staticmethod
     def supports(model: DenoisingAutoencoder, optimizer: SGD) -> bool:
         return model.fusable and isinstance(optimizer, SGD) and len(optimizer.param_groups) == 1
 
     def neg_lr(self) -> torch.Tensor:
-        """-lr_k per model on the device, remade only when a learning rate changes: a step makes
-        no host-to-device copy (and a captured graph keeps reading the same tensor)."""
+        """-lr_k per model on the device, copied in only when a learning rate changes: a step makes
+        no host-to-device copy, and a captured graph reads the same tensor, updated in place."""
         lrs = tuple(opt.param_groups[0]["lr"] for opt in self.optimizers)
         if lrs != self._lrs:
             self._lrs = lrs
-            self._neg_lr = torch.tensor([-lr for lr in lrs], dtype=self.W.dtype, device=self.W.device)
+            self._neg_lr.copy_(torch.tensor([-lr for lr in lrs], dtype=self.W.dtype))
         return self._neg_lr
 
     @torch.no_grad()
@@ -222,6 +264,7 @@ class BatchedStep:
             torch.sum(dh[0], 0, out=m.b.grad).div_(n)
             torch.sum(dz[0], 0, out=m.b_prime.grad).div_(n)
             self.optimizers[0].step()
+        self.loss_sums.add_(loss, alpha=n)
         return loss
 
 
@@ -237,14 +280,147 @@ class FusedStep(BatchedStep):
         return super().__call__(x_all, idx.unsqueeze(0), [nu], [generator])[0]
 
 
-class OneModel:
+class TritonStep(BatchedStep):
+    """The plain fused step with masking noise in few kernels (scheda.kernels): per minibatch,
+    each model's random words from its own generator (as :class:`~scheda.noise.Masking` draws
+    them, so the masks are the torch step's), the four products, and four Triton kernels for
+    all K models; the loss stays in per-block slots on the device until the epoch's end.
+    Graphed (CUDA), one replay runs :attr:`minibatches` minibatches, so neither the host's
+    cost per replay nor a launch outside the graph is paid per minibatch; a remainder of whole
+    minibatches replays a one-minibatch graph, and an epoch's partial last one runs eager.
+    The noise level is drawn at every level, 0 included (a graph cannot skip it)."""
+
+    minibatches = 16
+
+    def __init__(self, models: list[DenoisingAutoencoder], optimizers: list[SGD], noises: list[Noise],
+                 batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator], graphed: bool):
+        device = x_all.device
+        super().__init__(models, optimizers, noises, batch_size, device)
+        refusal = triton_refusal(True, True, "fp32", self.plain_sgd,
+                                 all(isinstance(noise, Masking) for noise in noises), False)
+        if refusal:
+            raise ConfigError(refusal)
+        if graphed and device.type != "cuda":
+            raise ConfigError(f"trainer.cuda_graph=true needs a CUDA device, not {device}")
+        from scheda import kernels
+
+        self.kernels = kernels
+        K, n, d = self.x.shape
+        self.x_all, self.generators, self.batch_size = x_all, generators, n
+        self.words = torch.empty(K, (n * d + 3) // 4, dtype=torch.int64, device=device)
+        self.thr = torch.zeros(K, dtype=torch.int32, device=device)
+        self._thr: tuple[int, ...] | None = None
+        self.loss_sums = kernels.loss_slots(K, d, device)
+        self.graphed = graphed
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+
+    def take_loss_sums(self) -> torch.Tensor:
+        out = self.loss_sums.sum(1)
+        self.loss_sums.zero_()
+        return out
+
+    def set_levels(self, nus: list) -> None:
+        """Each model's mask threshold on the device, copied in when a level changes (an epoch's start)."""
+        if any(isinstance(nu, torch.Tensor) for nu in nus):
+            raise ValueError("the Triton step takes one noise level per epoch (scheda.rules refuses a run "
+                             "that draws nu per minibatch)")
+        thr = tuple(mask_threshold(nu) for nu in nus)
+        if thr != self._thr:
+            self._thr = thr
+            self.thr.copy_(torch.tensor(thr, dtype=torch.int32))
+
+    @torch.no_grad()
+    def minibatch(self, x_all: torch.Tensor, idx: torch.Tensor, generators: list) -> None:
+        """One update of every model from ``idx`` [K, n'] (n' <= n), at the levels set last."""
+        K, n = idx.shape
+        d = self.x.shape[2]
+        W, b, b_prime = self.W, self.b, self.b_prime
+        x = self.x.view(-1)[: K * n * d].view(K, n, d)
+        A, B = self.A[:, : 2 * n], self.B[:, : 2 * n]
+        dh, h, x_tilde, dz = A[:, :n], A[:, n:], B[:, :n], B[:, n:]
+        n_words = (n * d + 3) // 4
+        for k, g in enumerate(generators):
+            self.words[k, :n_words].random_(generator=g)
+        kernels = self.kernels
+        kernels.corrupt(x_all, idx, self.words.view(torch.int16), self.thr, x, x_tilde)
+        torch.bmm(x_tilde, W.transpose(1, 2), out=h)
+        sigmoid = self.activation == "sigmoid"
+        kernels.encode(h, b, sigmoid)
+        logits = self.logits[:, :n]
+        torch.bmm(h, W, out=logits)
+        kernels.decode(logits, x, b_prime, self.neg_lr(), dz, self.loss_sums)
+        torch.bmm(dz, W.transpose(1, 2), out=dh)
+        kernels.backprop(A, b, self.neg_lr(), sigmoid)
+        W.baddbmm_(A.transpose(1, 2), B)
+
+    def _graph(self, m: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        """The graph of ``m`` minibatches and the index buffer it reads, captured once: warmed up
+        on a side stream (Triton's compilation, cuBLAS's workspace), the warm-up's updates,
+        draws and losses undone, then captured with the run's generators registered."""
+        if m in self.graphs:
+            return self.graphs[m]
+        n, K = self.batch_size, self.x.shape[0]
+        idx = torch.zeros(K, m * n, dtype=torch.long, device=self.x_all.device)
+        params = [self.W, self.b, self.b_prime]
+        saved = [p.clone() for p in params]
+        states = [g.get_state() for g in self.generators]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self.minibatch(self.x_all, idx[:, :n], self.generators)
+        torch.cuda.current_stream().wait_stream(side)
+        for p, v in zip(params, saved):
+            p.copy_(v)
+        for g, state in zip(self.generators, states):
+            g.set_state(state)
+        self.loss_sums.zero_()
+        graph = torch.cuda.CUDAGraph()
+        for g in self.generators:
+            graph.register_generator_state(g)
+        with torch.cuda.graph(graph):
+            for j in range(m):
+                self.minibatch(self.x_all, idx[:, j * n:(j + 1) * n], self.generators)
+        self.graphs[m] = (graph, idx)
+        return self.graphs[m]
+
+    def prepare(self) -> None:
+        """Capture both graphs now (each synchronises the device once), not inside an epoch; the
+        loss slots must then be empty (a run's first epoch, or one just taken)."""
+        if self.graphed:
+            for m in (self.minibatches, 1):
+                self._graph(m)
+
+    def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> None:
+        """``idx`` [K, rows]: consecutive minibatches of n rows (the last may be shorter)."""
+        self.set_levels(nus)
+        n, rows = self.batch_size, idx.shape[1]
+        if self.graphed and rows == self.minibatches * n:
+            graph, static = self._graph(self.minibatches)
+            static.copy_(idx)
+            graph.replay()
+            return
+        for first in range(0, rows, n):
+            part = idx[:, first:first + n]
+            if self.graphed and part.shape[1] == n:
+                graph, static = self._graph(1)
+                static.copy_(part)
+                graph.replay()
+            else:
+                self.minibatch(x_all, part, generators)
+
+
+class OneModel(LossSums):
     """A one-model step (:class:`AutogradStep`) called like a K-model one, with K = 1."""
 
-    def __init__(self, step: AutogradStep):
+    def __init__(self, step: AutogradStep, device: torch.device):
         self.step = step
+        self._init_loss_sums(1, device)
 
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> torch.Tensor:
-        return self.step(x_all, idx[0], nus[0], generators[0]).unsqueeze(0)
+        loss = self.step(x_all, idx[0], nus[0], generators[0]).unsqueeze(0)
+        self.loss_sums.add_(loss, alpha=idx.shape[1])
+        return loss
 
 
 @dataclass(frozen=True)
@@ -252,22 +428,35 @@ class StepBuilder:
     """Which minibatch update trains a set of models in lockstep, decided once by the run
     (``trainer.fused``, ``trainer.precision``, ``trainer.cuda_graph``) and built by the loop for
     the models it holds (again when a fused sweep's model drops out). Every step it builds is
-    called as ``step(x_all, idx [K, n], nus, generators)`` and returns the K minibatch losses."""
+    called as ``step(x_all, idx [K, rows], nus, generators)`` with ``rows`` at most its
+    ``minibatches`` minibatches, and keeps the K summed losses (:class:`LossSums`)."""
 
     fused: bool = True
     precision: str = "fp32"
     cuda_graph: bool = False
+    triton: bool = False
 
     def build(self, models: list[DenoisingAutoencoder], optimizers: list[SGD],
-              noises: list[Noise], batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator]):
-        """The fused step where it applies (:func:`fused_applies`), captured in a CUDA graph when
-        asked for (before the first epoch, not inside it); else autograd, for one model. A run's
-        settings were checked by the same functions (scheda.rules) before it got here."""
+              noises: list[Noise], batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator],
+              nu_per_minibatch: bool = False):
+        """The Triton step when asked for, else the fused step where it applies
+        (:func:`fused_applies`), captured in a CUDA graph when asked for (before the first epoch,
+        not inside it); else autograd, for one model. A run's settings were checked by the same
+        functions (scheda.rules) before it got here."""
         fusable = all(map(BatchedStep.supports, models, optimizers))
+        sgd_is_plain = all(map(plain_sgd, optimizers))
         if self.cuda_graph:
-            refusal = graph_refusal(fusable, self.fused, self.precision, all(map(plain_sgd, optimizers)), False)
+            refusal = graph_refusal(fusable, self.fused, self.precision, sgd_is_plain, nu_per_minibatch)
             if refusal:
                 raise ConfigError(refusal)
+        if self.triton:
+            refusal = triton_refusal(fusable, self.fused, self.precision, sgd_is_plain,
+                                     all(isinstance(noise, Masking) for noise in noises), nu_per_minibatch)
+            if refusal:
+                raise ConfigError(refusal)
+            step = TritonStep(models, optimizers, noises, batch_size, x_all, generators, self.cuda_graph)
+            step.prepare()
+            return step
         if fused_applies(fusable, self.fused, self.precision):
             step = BatchedStep(models, optimizers, noises, batch_size, x_all.device)
             if not self.cuda_graph:
@@ -278,10 +467,10 @@ class StepBuilder:
         if len(models) > 1:
             raise ConfigError(parallel_refusal(fusable, self.fused, self.precision, all(map(plain_sgd, optimizers))))
         return OneModel(AutogradStep(models[0], optimizers[0], noises[0],
-                                     torch.bfloat16 if self.precision == "bf16" else None))
+                                     torch.bfloat16 if self.precision == "bf16" else None), x_all.device)
 
 
-class GraphedStep:
+class GraphedStep(LossSums):
     """A :class:`BatchedStep` captured in one CUDA graph: at the paper's minibatch of 20 a step is
     a few small products, bound by kernel launches, and a replay launches all of them at once.
     The graph reads static buffers: the minibatch rows (``idx``) and the noise level of each
@@ -302,6 +491,7 @@ class GraphedStep:
         self.nus = torch.zeros(K, dtype=step.W.dtype, device=x_all.device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.loss: torch.Tensor | None = None
+        self.loss_sums = step.loss_sums  # the graph adds into the step's own sums
 
     def _capture(self) -> None:
         """Warm up on a side stream (allocations, lazy init), undo the warm-up's updates and draws,
@@ -321,6 +511,7 @@ class GraphedStep:
             p.copy_(v)
         for g, state in zip(self.generators, states):
             g.set_state(state)
+        self.loss_sums.zero_()
         graph = torch.cuda.CUDAGraph()
         for g in self.generators:
             graph.register_generator_state(g)

@@ -60,6 +60,11 @@ class TrainerConfig(Component):
     # faster on an H100 (docs/results/gpu_h100.md). null: on wherever it applies (a CUDA device,
     # the fused step, plain SGD, fp32/tf32; scheda.rules.resolve); true: refuse a run it cannot take.
     cuda_graph: Optional[bool] = None
+    # The step's elementwise work in four Triton kernels for all models (scheda.kernels): about
+    # 45 kernels a minibatch become K + 8. null: on wherever it applies (a CUDA device, the plain
+    # fused step, the masking noise, one nu per epoch; scheda.rules.resolve); true: refuse a run
+    # it cannot take. The CPU keeps the torch step, which measures faster there.
+    triton: Optional[bool] = None
     precision: str = "fp32"  # fp32 | tf32 (CUDA matmuls in TF32) | bf16 (autocast; autograd step)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
@@ -73,9 +78,10 @@ class TrainerConfig(Component):
         if self.precision not in PRECISIONS:
             raise self.invalid("precision", f"must be {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}")
         device = self.resolve_device()
-        if self.cuda_graph and device.type != "cuda":
-            raise ConfigError(f"trainer.cuda_graph=true needs a CUDA device, not {device}: "
-                              f"use trainer.device=cuda or trainer.cuda_graph=false")
+        for key in ("cuda_graph", "triton"):
+            if getattr(self, key) and device.type != "cuda":
+                raise ConfigError(f"trainer.{key}=true needs a CUDA device, not {device}: "
+                                  f"use trainer.device=cuda or trainer.{key}=false")
 
     def resolve_device(self) -> torch.device:
         """'auto' is CUDA when present, else CPU; an explicit CUDA device must exist."""
@@ -91,8 +97,8 @@ class TrainerConfig(Component):
         return device
 
     def step_builder(self) -> StepBuilder:
-        """The update these settings ask for (``cuda_graph`` resolved by scheda.rules first)."""
-        return StepBuilder(self.fused, self.precision, bool(self.cuda_graph))
+        """The update these settings ask for (``cuda_graph`` and ``triton`` resolved by scheda.rules first)."""
+        return StepBuilder(self.fused, self.precision, bool(self.cuda_graph), bool(self.triton))
 
     def setup_process(self) -> None:
         """Torch's threads, and TF32 matmuls on CUDA only when asked for (off by default, for exactness)."""
@@ -114,11 +120,11 @@ class EpochState:
         self.n_batches = self.n_examples = self.next_first = 0
         self.seconds_before = 0.0  # spent on this epoch before an interrupt
 
-    def add(self, loss: torch.Tensor, n: int, nu) -> None:
-        self.loss_sum += loss * n
+    def add(self, n: int, n_batches: int, nu) -> None:
+        """``n_batches`` minibatches of ``n`` rows in all ran (their losses stay with the step)."""
         if self.random_nu:
             self.nu_sum += nu
-        self.n_batches += 1
+        self.n_batches += n_batches
         self.n_examples += n
         self.next_first += n
 
@@ -304,7 +310,8 @@ class Lockstep:
         if self._stacked != [id(t) for t in active]:
             self._step = active[0].step_builder.build(
                 [t.model for t in active], [t.optimizer for t in active], [t.noise for t in active],
-                self.batch_size, self.x_all, [t.generator for t in active])
+                self.batch_size, self.x_all, [t.generator for t in active],
+                any(t.schedule.per_minibatch for t in active))
             self._stacked = [id(t) for t in active]
         return self._step
 
@@ -339,19 +346,28 @@ class Lockstep:
         if len({e.next_first for e in epochs}) != 1:
             raise ValueError("the models of a fused sweep stopped at different minibatches: resume them alone")
         lead = active[0]
-        for first in range(epochs[0].next_first, n, bs):
+        rows = bs * step.minibatches
+        for first in range(epochs[0].next_first, n, rows):
             # one model: a view of its permutation, no copy on the hot path
-            idx = epochs[0].perm[first:first + bs].unsqueeze(0) if len(epochs) == 1 else \
-                torch.stack([e.perm[first:first + bs] for e in epochs])
+            idx = epochs[0].perm[first:first + rows].unsqueeze(0) if len(epochs) == 1 else \
+                torch.stack([e.perm[first:first + rows] for e in epochs])
             nus = [t.schedule.draw(t.generator, device) if e.random_nu else e.nu for t, e in zip(active, epochs)]
-            losses = step(self.x_all, idx, nus, generators)
+            step(self.x_all, idx, nus, generators)
             for k, e in enumerate(epochs):
-                e.add(losses[k], idx.shape[1], nus[k])
+                e.add(idx.shape[1], math.ceil(idx.shape[1] / bs), nus[k])
             if lead.on_batch is not None:
                 lead.on_batch(idx.shape[1])
             if lead.stop.requested and epochs[0].next_first < n:
+                self.take_losses(step, epochs)
                 for t, e in zip(active, epochs):
                     t.hold(e)
                 where = f"epoch {lead.epoch + 1}, minibatch {epochs[0].n_batches} of {math.ceil(n / bs)}"
                 raise Interrupted(lead.stop.signum, f"{lead.stop.name} in {where}", forward=lead.stop.forward())
+        self.take_losses(step, epochs)
         return epochs
+
+    @staticmethod
+    def take_losses(step, epochs: list[EpochState]) -> None:
+        """Move the losses the step summed on the device into the epochs (no synchronisation)."""
+        for e, loss in zip(epochs, step.take_loss_sums().unbind()):
+            e.loss_sum += loss

@@ -1,25 +1,28 @@
 """Training speed against the hardware: one DA epoch on CIFAR-shaped data, measured in ONE run.
 
-For each hidden size H and minibatch size it prints
-  (a) the floor: the larger of the epoch's FLOPs (10 N d H) over the best float32 matrix-product
-      rate among the step's own shapes (each timed on its own in 10 ms bursts, before and after
-      every timing below, the best burst kept), and its bytes (about five passes over W per
-      minibatch: three products read it, the update reads and writes it) over the measured
-      memory bandwidth of a copy of W's own size (a small W stays in cache, and its passes run
-      at the cache's rate, not memory's);
-  (b) scheda's trainer (scheda.trainer.Trainer, the real code path): the fused step (eager), the
-      same step captured in a CUDA graph (CUDA only), and the autograd step (trainer.fused=false),
-      timed over a fixed number of minibatches (at most one epoch's) after a warm-up and
-      extrapolated to N examples;
-  (c) a naive PyTorch loop: per-sample DataLoader, torch.bernoulli masks, sigmoid +
-      binary_cross_entropy, autograd;
-and the ratios eager/floor, eager/graphed and naive/best. ``--grid K`` also times a fused sweep
-of K models (the paper's 8 noise levels) against one model, and ``--lr-search N F`` the
-torch_lr C search (the evaluation's default grid) on N x F features.
+For each precision, hidden size H and minibatch size it prints the floors, each a time no
+epoch can beat, and every timing's ratio to the largest:
+  (a) the shape floor: the epoch's FLOPs (10 N d H) over the best rate among the step's own
+      product shapes (each timed on its own in 10 ms bursts, before and after the timings, the
+      best burst kept);
+  (b) the peak floor: the same FLOPs over the device's peak dense rate for the precision in
+      use, from a large square product (fp32 and tf32 apart; TF32 is CUDA's);
+  (c) the byte floor: about five passes over W per minibatch (three products read it, the
+      update reads and writes it) over the measured bandwidth of a copy of W's own size;
+  (d) the launch floor (CUDA): the kernels one minibatch of the Triton step launches (counted
+      by the profiler) times the measured cost of one kernel node in a CUDA graph;
+and scheda's trainer (scheda.trainer.Trainer, the real code path) with each step: the torch
+step eager and graphed, the Triton step graphed (CUDA's default), autograd
+(trainer.fused=false), and a naive PyTorch loop (per-sample DataLoader, torch.bernoulli,
+autograd), each timed over a fixed number of minibatches (at most one epoch's) after a warm-up
+and extrapolated to N examples. ``--grid K`` also times a fused sweep of K models (the paper's
+8 noise levels) with the device's default step in every row; ``--lr-search N F`` the torch_lr
+C search on N x F features; ``--finetune`` an epoch of fine-tuning. A timing under the largest
+floor is reported and fails the run: the benchmark, not the hardware, would be wrong.
 
     python scripts/bench_train.py                       # H 1000,2000; batch 128,512; CPU
     python scripts/bench_train.py --device cuda --hidden 1000 2000 5000 --batch-sizes 20 128 \\
-        --grid 8 --lr-search 45000 5000 --json bench_train.json
+        --precisions fp32 tf32 --grid 8 --lr-search 45000 5000 --finetune --json bench_train.json
 """
 
 from __future__ import annotations
@@ -36,11 +39,11 @@ import torch.nn.functional as F
 
 
 from scheda.model import DenoisingAutoencoder
-from scheda.noise import Masking, masking
+from scheda.noise import Masking
 from scheda.optim import SGD
 from scheda.schedule import NoiseSchedule, Stage
-from scheda.step import BatchedStep, GraphedStep, StepBuilder
-from scheda.trainer import Trainer
+from scheda.step import StepBuilder
+from scheda.trainer import Lockstep, Trainer
 
 D, NU, LR = 3072, 0.3, 0.01
 N = 45000  # examples per epoch (--n)
@@ -94,24 +97,88 @@ def bandwidth(device, numel=None, seconds=0.5) -> float:
     return best_rate(lambda: b.copy_(a), 2 * a.numel() * 4, device, seconds)
 
 
+def peak_rate(device, seconds=0.5) -> float:
+    """FLOP/s of a large square product at the precision set now (torch.backends.cuda.matmul
+    .allow_tf32): the device's dense peak as torch reaches it, which no epoch's products beat."""
+    size = 8192 if device.type == "cuda" else 1536
+    g = torch.Generator(device=device).manual_seed(0)
+    a, b = (torch.rand(size, size, device=device, generator=g) for _ in range(2))
+    out = torch.empty_like(a)
+    return best_rate(lambda: torch.mm(a, b, out=out), 2 * size ** 3, device, seconds)
+
+
+def node_seconds(device, nodes=400) -> float:
+    """The cost of one kernel node in a CUDA graph: a graph of ``nodes`` one-element kernels,
+    replayed, its best time per node (what a graphed step pays per kernel, arithmetic aside)."""
+    t = torch.zeros(1, device=device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        t.add_(1)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(nodes):
+            t.add_(1)
+    return 1 / best_rate(graph.replay, nodes, device, 0.3)
+
+
+def kernels_per_minibatch(K, H, bs, device) -> int | None:
+    """Kernels one minibatch of the Triton step launches for K models, counted by the profiler
+    (None where it cannot count)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    data = torch.rand(bs, D, device=device)
+    step = _triton_step(K, H, bs, data, graphed=False)
+    idx = torch.arange(bs, device=device).repeat(K, 1)
+    step(data, idx, [NU] * K, step.generators)  # compiled and warm before counting
+    sync(device)
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step(data, idx, [NU] * K, step.generators)
+            sync(device)
+    except Exception:  # no CUPTI: the floor is then left out, not guessed
+        return None
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA) or None
+
+
+def _triton_step(K, H, bs, data, graphed):
+    from scheda.step import TritonStep
+
+    models = [DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(k)).to(data.device) for k in range(K)]
+    gens = [torch.Generator(device=data.device).manual_seed(k) for k in range(K)]
+    return TritonStep(models, [SGD(m.parameters(), lr=LR) for m in models], [Masking() for _ in range(K)], bs,
+                      data, gens, graphed)
+
+
 def timed_batches(wanted: int, bs: int) -> int:
     """At most one epoch's minibatches: the data hold no more (timing more than ran would
     divide one epoch's time by too many minibatches and beat the floor)."""
     return max(1, min(wanted, math.ceil(N / bs)))
 
 
-def scheda_epoch(data, n_batches, bs, H, device, fused=True, cuda_graph=False) -> float:
-    """Seconds per N-example epoch of the real Trainer, from ``n_batches`` timed minibatches."""
-    model = DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(0)).to(device)
-    opt = SGD(model.parameters(), lr=LR)
+def scheda_epoch(data, n_batches, bs, H, device, models=1, **step) -> float:
+    """Seconds per N-example epoch of the real training loop (a Lockstep of ``models`` trainers,
+    one model each: a fused sweep when more than one), from ``n_batches`` timed minibatches,
+    with the step ``step`` asks StepBuilder for."""
     x = data[: n_batches * bs]
     n_batches = math.ceil(x.shape[0] / bs)
-    trainer = Trainer(model, opt, masking, NoiseSchedule("constant", [Stage(NU, 2)]), x, bs,
-                      torch.Generator(device=device).manual_seed(0), step=StepBuilder(fused=fused, cuda_graph=cuda_graph))
-    trainer.train_epoch()  # warm-up: allocation, kernels, caches
+    trainers = []
+    for k in range(models):
+        model = DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(k)).to(device)
+        trainers.append(Trainer(model, SGD(model.parameters(), lr=LR), Masking(),
+                                NoiseSchedule("constant", [Stage(NU, 2)]), x, bs,
+                                torch.Generator(device=device).manual_seed(k), step=StepBuilder(**step)))
+    loop = Lockstep(trainers)
+
+    def epoch():
+        for t, e in zip(trainers, loop.run_minibatches(trainers)):
+            t.end_epoch(e)
+
+    epoch()  # warm-up: allocation, kernels, caches, the graph's capture
     sync(device)
     start = time.perf_counter()
-    trainer.train_epoch()
+    epoch()
     sync(device)
     return (time.perf_counter() - start) / n_batches * math.ceil(N / bs)
 
@@ -143,28 +210,31 @@ def naive_epoch(data, n_batches, bs, H, device) -> float:
     return sum(times) / len(times) * math.ceil(N / bs)
 
 
-def grid_epoch(data, n_batches, bs, H, device, K, graphed) -> float:
-    """Seconds per N-example epoch of a fused sweep of K models (one batched step for all)."""
-    models = [DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(k)).to(device) for k in range(K)]
-    opts = [SGD(m.parameters(), lr=LR) for m in models]
-    gens = [torch.Generator(device=device).manual_seed(k) for k in range(K)]
-    step = BatchedStep(models, opts, [Masking() for _ in range(K)], bs, device)
+def finetune_epoch(data, n_batches, bs, H, device) -> float:
+    """Seconds per N-example epoch of fine-tuning (scheda.finetune's loop for one learning rate)."""
+    from scheda.finetune import FineTuneNet
+
+    net = FineTuneNet(DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(0)).to(device), 10)
+    opt = SGD(net.parameters(), lr=0.001)
     x = data[: n_batches * bs]
-    n_batches = math.ceil(x.shape[0] / bs)
-    if graphed:
-        step = GraphedStep(step, x, gens)
-    idx = torch.stack([torch.randperm(x.shape[0], device=device, generator=g)[:bs] for g in gens])
+    y = torch.arange(x.shape[0], device=device) % 10
+    gen = torch.Generator(device=device).manual_seed(0)
 
     def epoch():
-        for _ in range(n_batches):
-            step(x, idx, [NU] * K, gens)
+        perm = torch.randperm(x.shape[0], generator=gen, device=device)
+        for first in range(0, x.shape[0], bs):
+            idx = perm[first:first + bs]
+            loss = F.cross_entropy(net(x.index_select(0, idx)), y.index_select(0, idx))
+            opt.zero_grad(set_to_none=False)
+            loss.backward()
+            opt.step()
 
     epoch()
     sync(device)
     start = time.perf_counter()
     epoch()
     sync(device)
-    return (time.perf_counter() - start) / n_batches * math.ceil(N / bs)
+    return (time.perf_counter() - start) / math.ceil(x.shape[0] / bs) * math.ceil(N / bs)
 
 
 def lr_search_seconds(n, features, device) -> float:
@@ -188,73 +258,123 @@ def lr_search_seconds(n, features, device) -> float:
     return time.perf_counter() - start
 
 
+def set_precision(precision: str) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+
+
 def main(argv=None) -> int:
     global N
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hidden", type=int, nargs="+", default=[1000, 2000])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[128, 512])
+    parser.add_argument("--precisions", nargs="+", default=["fp32"], choices=["fp32", "tf32"],
+                        help="tf32: CUDA products in TF32 (trainer.precision=tf32); the torch step, autograd and "
+                             "naive loops are timed in the first precision only")
     parser.add_argument("--batches", type=int, default=None, help="timed minibatches (default: ~8 s of work each)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--n", type=int, default=N, help="examples per epoch (CIFAR-10's training split: 45000)")
     parser.add_argument("--skip-naive", action="store_true")
-    parser.add_argument("--grid", type=int, default=0, help="also a fused sweep of this many models vs one")
+    parser.add_argument("--grid", type=int, default=0, help="also a fused sweep of this many models in every row")
     parser.add_argument("--lr-search", type=int, nargs=2, default=None, metavar=("N", "F"),
                         help="also time torch_lr's C search on N x F features")
+    parser.add_argument("--finetune", action="store_true", help="also time an epoch of fine-tuning in every row")
     parser.add_argument("--rate-seconds", type=float, default=0.5,
-                        help="how long each matmul rate and copy bandwidth is timed (the floor's inputs)")
+                        help="how long each matmul rate and copy bandwidth is timed (the floors' inputs)")
+    parser.add_argument("--no-triton", action="store_true", help="CUDA without the Triton step (triton cannot compile)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     N = args.n
     device = torch.device(args.device)
     cuda = device.type == "cuda"
+    if not cuda and args.precisions != ["fp32"]:
+        parser.error("--precisions tf32 needs --device cuda (TF32 is a CUDA matmul mode)")
     g = torch.Generator().manual_seed(0)
     data = torch.randint(0, 256, (N, D), dtype=torch.uint8, generator=g).to(device).float().div_(255)
-    name = torch.cuda.get_device_name(device) if cuda else "CPU"
+    name = torch.cuda.get_device_name(device) if cuda else cpu_name()
     rate_s = args.rate_seconds
     bytes_per_s = bandwidth(device, seconds=rate_s)
+    peaks = {}
+    for precision in args.precisions:
+        set_precision(precision)
+        peaks[precision] = peak_rate(device, rate_s)
+    node_s = node_seconds(device) if cuda else None
+    triton = cuda and not args.no_triton
+    kernels = {K: kernels_per_minibatch(K, 64, 20, device) for K in {1, args.grid or 1}} if triton else {}
     print(f"device {device} ({name}), torch {torch.__version__}, threads {torch.get_num_threads()}; "
-          f"N={N}, d={D}, nu={NU}; copy bandwidth {bytes_per_s / 1e9:.1f} GB/s")
-    print(f"{'H':>5} {'batch':>5} {'GFLOP/s':>8} {'floor s':>8} {'eager s':>8} {'graphed s':>9} {'autograd s':>10} "
-          f"{'naive s':>8} {'eager/floor':>11} {'graphed/floor':>13} {'eager/graphed':>13} {'naive/best':>10}")
-    rows = []
-    for H in args.hidden:
-        for bs in args.batch_sizes:
-            # The matmul rate is measured around every timing and the best kept: a busy machine
-            # only slows a measurement down, so the floor stays a floor when the load changes.
-            def peak():
-                return gemm_rate(bs, H, device, rate_s), bandwidth(device, H * D, rate_s)
-
-            peaks = [peak()]
-            n_batches = timed_batches(args.batches or max(4, int(8 * peaks[0][0] / (10 * bs * D * H))), bs)
-            eager = scheda_epoch(data, n_batches, bs, H, device)
-            peaks.append(peak())
-            graphed = scheda_epoch(data, n_batches, bs, H, device, cuda_graph=True) if cuda else math.nan
-            autograd = scheda_epoch(data, n_batches, bs, H, device, fused=False)
-            peaks.append(peak())
-            naive = math.nan if args.skip_naive else naive_epoch(data, n_batches, bs, H, device)
-            peaks.append(peak())
-            rate, bw, steps = max(p[0] for p in peaks), max(p[1] for p in peaks), math.ceil(N / bs)
-            floor = max(10 * N * D * H / rate, steps * 5 * 4 * H * D / bw)
-            best = eager if math.isnan(graphed) else min(eager, graphed)
-            row = {"hidden": H, "batch_size": bs, "timed_batches": n_batches, "gemm_gflops": rate / 1e9,
-                   "bandwidth_gbs": bw / 1e9, "floor_s": floor, "eager_s": eager, "graphed_s": graphed,
-                   "autograd_s": autograd, "naive_s": naive, "eager_over_floor": eager / floor,
-                   "graphed_over_floor": graphed / floor, "eager_over_graphed": eager / graphed,
-                   "naive_over_best": naive / best}
-            rows.append(row)
-            print(f"{H:>5} {bs:>5} {rate / 1e9:>8.1f} {floor:>8.2f} {eager:>8.2f} {graphed:>9.2f} {autograd:>10.2f} "
-                  f"{naive:>8.2f} {eager / floor:>11.2f} {graphed / floor:>13.2f} {eager / graphed:>13.2f} "
-                  f"{naive / best:>10.2f}", flush=True)
+          f"N={N}, d={D}, nu={NU}; copy bandwidth {bytes_per_s / 1e9:.1f} GB/s; peak "
+          + ", ".join(f"{p} {r / 1e12:.1f} TFLOP/s" for p, r in peaks.items())
+          + (f"; one graph node {node_s * 1e6:.2f} us" if cuda else "")
+          + ("; Triton step kernels a minibatch " + ", ".join(f"K={K}: {n}" for K, n in sorted(kernels.items()))
+             if triton else ""), flush=True)
+    rows, beaten = [], []
+    steps = {"eager": dict(cuda_graph=False, triton=False)}
+    if cuda:
+        steps["graphed"] = dict(cuda_graph=True, triton=False)
+    if triton:
+        steps["triton"] = dict(cuda_graph=True, triton=True)
+    default = "triton" if triton else "graphed" if cuda else "eager"
+    for precision in args.precisions:
+        set_precision(precision)
+        first = precision == args.precisions[0]
+        for H in args.hidden:
+            for bs in args.batch_sizes:
+                # The shape rate is measured around the timings and the best kept: a busy machine
+                # only slows a measurement down, so the floor stays a floor when the load changes.
+                shape_rates = [gemm_rate(bs, H, device, rate_s)]
+                n_batches = timed_batches(args.batches or max(4, int(8 * shape_rates[0] / (10 * bs * D * H))), bs)
+                times = {}
+                for label, step in steps.items():
+                    if first or label == default:
+                        times[label] = scheda_epoch(data, n_batches, bs, H, device, **step)
+                shape_rates.append(gemm_rate(bs, H, device, rate_s))
+                if first:
+                    times["autograd"] = scheda_epoch(data, n_batches, bs, H, device, fused=False, cuda_graph=False)
+                    if not args.skip_naive:
+                        times["naive"] = naive_epoch(data, n_batches, bs, H, device)
+                if args.finetune:
+                    times["finetune"] = finetune_epoch(data, n_batches, bs, H, device)
+                shape_rates.append(gemm_rate(bs, H, device, rate_s))
+                minibatches = math.ceil(N / bs)
+                flops = 10 * N * D * H
+                floors = {"shape": flops / max(shape_rates), "peak": flops / peaks[precision],
+                          "bytes": minibatches * 5 * 4 * H * D / bandwidth(device, H * D, rate_s)}
+                if kernels.get(1):
+                    floors["launch"] = kernels[1] * node_s * minibatches
+                largest = max(floors.values())
+                row = {"precision": precision, "hidden": H, "batch_size": bs, "timed_batches": n_batches,
+                       "shape_gflops": max(shape_rates) / 1e9, "peak_tflops": peaks[precision] / 1e12,
+                       "bandwidth_gbs": bytes_per_s / 1e9, **{f"{k}_floor_s": v for k, v in floors.items()},
+                       "floor_s": largest, "default_step": default, "default_s": times[default],
+                       **{f"{k}_s": v for k, v in times.items()}}
+                if args.grid:
+                    row["grid_s"] = scheda_epoch(data, n_batches, bs, H, device, models=args.grid, **steps[default])
+                    row["grid_floor_s"] = max(args.grid * floors["shape"], args.grid * floors["peak"],
+                                              args.grid * floors["bytes"],
+                                              (kernels.get(args.grid) or 0) * (node_s or 0) * minibatches)
+                    row["grid_over_one"] = row["grid_s"] / times[default]
+                    row["grid_over_floor"] = row["grid_s"] / row["grid_floor_s"]
+                for k, v in floors.items():
+                    row[f"default_over_{k}_floor"] = times[default] / v
+                row["default_over_floor"] = times[default] / largest
+                for label, seconds in times.items():
+                    if label != "finetune" and seconds < largest:
+                        beaten.append(f"{precision} H {H} batch {bs}: {label} {seconds:.4g} s < floor {largest:.4g} s")
+                if args.grid and row["grid_s"] < row["grid_floor_s"]:
+                    beaten.append(f"{precision} H {H} batch {bs}: grid {row['grid_s']:.4g} s < floor {row['grid_floor_s']:.4g} s")
+                rows.append(row)
+                print(f"{precision} H {H} batch {bs}: floors " + ", ".join(f"{k} {v:.3g}" for k, v in floors.items())
+                      + " s; " + ", ".join(f"{k} {v:.3g}" for k, v in times.items())
+                      + (f", {args.grid} fused {row['grid_s']:.3g} ({row['grid_over_one']:.2f}x one)" if args.grid else "")
+                      + f" s; {default}/floor {row['default_over_floor']:.2f}", flush=True)
     report = {"device": str(device), "device_name": name, "torch": torch.__version__,
-              "threads": torch.get_num_threads(), "n": N, "rows": rows}
-    if args.grid:
-        H, bs = args.hidden[0], args.batch_sizes[0]
-        n_batches = timed_batches(args.batches or 50, bs)
-        one, many = (grid_epoch(data, n_batches, bs, H, device, k, cuda) for k in (1, args.grid))
-        report["grid"] = {"hidden": H, "batch_size": bs, "models": args.grid, "one_s": one, "grid_s": many,
-                          "grid_over_one": many / one}
-        print(f"fused sweep, H {H}, batch {bs}: one model {one:.2f} s/epoch, {args.grid} models {many:.2f} s/epoch "
-              f"({many / one:.2f}x one model's time for {args.grid}x the models)")
+              "threads": torch.get_num_threads(), "n": N, "node_us": node_s * 1e6 if node_s else None,
+              "kernels_per_minibatch": {str(K): n for K, n in kernels.items()},
+              "peak_tflops": {p: r / 1e12 for p, r in peaks.items()}, "rows": rows, "beaten_floors": beaten}
+    if args.grid:  # the first row's sweep, where the estimate looks for it
+        r = rows[0]
+        report["grid"] = {"hidden": r["hidden"], "batch_size": r["batch_size"], "models": args.grid,
+                          "one_s": r["default_s"], "grid_s": r["grid_s"], "grid_over_one": r["grid_over_one"]}
     if args.lr_search:
         seconds = lr_search_seconds(*args.lr_search, device)
         report["lr_search"] = {"n": args.lr_search[0], "features": args.lr_search[1], "seconds": seconds}
@@ -262,7 +382,15 @@ def main(argv=None) -> int:
               f"{seconds:.1f} s")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
-    return 0
+    for line in beaten:
+        print(f"a timing beats its floor (the benchmark is wrong): {line}", file=sys.stderr)
+    return 1 if beaten else 0
+
+
+def cpu_name() -> str:
+    from scheda.environment import describe
+
+    return describe(torch.device("cpu")).get("device_name") or "CPU"
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The GPU check: on a bare machine with a CUDA GPU and torch, in one call and a few minutes,
+# The GPU check: on a bare machine with a CUDA GPU and torch, in one call of about nine minutes,
 # install scheda from packages that travel with the working tree, rebuild CIFAR-10 from the
-# 20 MB tarball, run the CUDA tests, the training and evaluation benchmarks on the GPU, Table 1
-# at scale=gpu and the paper scale's device-hour estimate, and print a short table last.
-# Everything it reports goes to $OUT (at most 8 files).
+# 20 MB tarball, run the CUDA tests of the training step, the training benchmark (every floor;
+# one model and a fused 8 at H 1000/2000/5000, minibatch 20 and 128, fp32 and tf32; fine-tuning's
+# epoch; the C search), the paper's 1000-unit row (scale=paper_h1000) for as many DA epochs as
+# the measured speed fits in its minutes, with one ScheDA and both controls, and the estimates of
+# that row and of the paper's whole scale; a short table last. Everything it reports goes to
+# $OUT (at most 8 files).
 #
 #   bash scripts/gpu_check.sh --prepare   # here, with a package registry: fills .device/ (git-ignored)
 #   bash scripts/gpu_check.sh             # there: needs .device/ beside the checkout's files
@@ -66,9 +69,13 @@ if [ "$mode" = "--tiny" ]; then
   export SCHEDA_DATA="$WORK/data"
   step fixture-data $PY -c "import sys; sys.path.insert(0, 'tests'); from helpers import write_cifar_arrays; \
 write_cifar_arrays(__import__('pathlib').Path('$WORK/data/cifar10'), n_train=400, n_test=100)"
-  BENCH=(--device cpu --hidden 16 --batch-sizes 20 --batches 3 --n 400 --grid 2 --lr-search 300 20 --rate-seconds 0.05)
-  # the DA grid and the ScheDA stage: the controls and fine-tuning launch the same way
-  SCALE=(scale=smoke "overrides=['dataset.val_size=50','trainer.device=cpu']" scale.control=false scale.finetune=null)
+  BENCH=(--device cpu --hidden 16 --batch-sizes 20 --batches 3 --n 400 --grid 2 --lr-search 300 16 --finetune
+         --rate-seconds 0.05)
+  # the row's protocol on 16 units, epochs sized in ones (at most 3), levels of K 1
+  SIZE=(--unit 1 --most 3)
+  SCALE=(scale.hidden=[16] scale.da.eval_every=1 scale.scheda.K=[1] scale.scheda.nu_final=0.5
+         "overrides=['dataset.val_size=50','dataset.train_limit=400','trainer.device=cpu','classifier.c_log2_min=-2','classifier.c_log2_max=0']")
+  TESTS=(tests/test_triton_step.py)
 else
   DEVICE=cuda
   if [ -d "$WHEELS" ]; then
@@ -81,19 +88,43 @@ else
     export SCHEDA_DATA="$WORK/data"
     step cifar10 $PY .device/data/cifar10/jpeg_to_npy.py .device/data/cifar10 "$WORK/data/cifar10"
   fi
-  BENCH=(--device cuda --hidden 1000 2000 5000 --batch-sizes 20 128 --batches 300 --grid 8 --lr-search 45000 5000)
-  SCALE=(scale=gpu)
+  BENCH=(--device cuda --hidden 1000 2000 5000 --batch-sizes 20 128 --precisions fp32 tf32 --batches 200 --grid 8
+         --lr-search 45000 1000 --finetune --rate-seconds 0.2)
+  SIZE=(--unit 100 --most 2000)
+  SCALE=(scale.scheda.K=[50])
+  TESTS=(-m cuda -k "triton or synchronisation or resume or default_run" tests/test_cuda.py)
 fi
 
-step cuda-tests $PY -m pytest -m cuda -n 0 -q -p no:cacheprovider tests/test_cuda.py
+if [ "$DEVICE" = cuda ]; then
+  # Whether triton compiles here (a C compiler and Python's headers): if not, the rest of the
+  # check runs the torch step, and says so.
+  step triton-probe $PY -c "import torch; from scheda.model import DenoisingAutoencoder as DA; from scheda.optim import SGD; \
+from scheda.noise import Masking; from scheda.step import TritonStep; x = torch.rand(40, 64, device='cuda'); \
+m = DA(64, 8).cuda(); g = torch.Generator(device='cuda'); \
+s = TritonStep([m], [SGD(m.parameters(), lr=0.1)], [Masking()], 20, x, [g], graphed=True); s.prepare(); \
+s(x, torch.arange(40, device='cuda').unsqueeze(0), [0.3], [g]); print('triton step ok', s.take_loss_sums().item())"
+  if grep -q "triton-probe | ok" "$WORK/steps.md"; then NO_TRITON=(); else
+    NO_TRITON=(--no-triton); SCALE+=("overrides=['trainer.triton=false']"); say "triton does not compile here: the torch step runs"; fi
+  BENCH+=("${NO_TRITON[@]}")
+fi
+step tests timeout -k 10 200 $PY -m pytest -n 0 -q -p no:cacheprovider "${TESTS[@]}"
 tail -n 30 "$LOG" | grep -E "passed|failed|skipped|error" | tail -n 1 >"$WORK/cuda_tests.txt"
-step bench-train $PY scripts/bench_train.py "${BENCH[@]}" --json "$OUT/bench_train.json"
-# GPU_CHECK_REPRODUCE_S caps the protocol (a lent device's minutes are few): the steps after it
-# and the table of the jobs that finished still come back when it runs out.
-LIMIT=()
-[ -n "${GPU_CHECK_REPRODUCE_S:-}" ] && LIMIT=(timeout -k 15 "$GPU_CHECK_REPRODUCE_S")
-step reproduce "${LIMIT[@]}" $PY -m scheda.protocol.reproduce table=table1 "${SCALE[@]}" "out_dir=$RUNS" "report_dir=$OUT" \
-  "bench=$OUT/bench_train.json"
+# A floor beaten fails this step (the benchmark would be wrong), and the check goes on.
+step bench-train timeout -k 10 300 $PY scripts/bench_train.py "${BENCH[@]}" --json "$OUT/bench_train.json"
+# The part of the paper's row that fits: one ScheDA (nu0 0.7, dnu 0.1, K 50) and both controls
+# from the DA grid's best DA(0.7), the DA's epochs sized from the benchmark's fused sweep.
+ROW=(table=table1 scale=paper_h1000 scale.scheda.nu0=[0.7] scale.scheda.delta_nu=[0.1] "${SCALE[@]}")
+# GPU_CHECK_TOTAL_S: what the whole check may take (a lent device's call: 10 minutes); the row
+# gets what is left of it after the steps above and the estimates after it, at most 330 s.
+ROW_S=$(( ${GPU_CHECK_TOTAL_S:-560} - SECONDS - 40 ))
+[ "$ROW_S" -gt 330 ] && ROW_S=330
+[ "$ROW_S" -lt 60 ] && ROW_S=60
+EPOCHS=$($PY scripts/size_row.py "$OUT/bench_train.json" "${SIZE[@]}" --budget "$ROW_S" "${ROW[@]}" 2>>"$LOG")
+say "paper_h1000 part: scale.da.epochs=${EPOCHS:-?} (sized from the benchmark for $ROW_S s)"
+step reproduce timeout -k 15 "$(( ROW_S + 60 ))" $PY -m scheda.protocol.reproduce "${ROW[@]}" \
+  "scale.da.epochs=${EPOCHS:-100}" "out_dir=$RUNS" "report_dir=$OUT" "bench=$OUT/bench_train.json"
+step row-estimate $PY -m scheda.protocol.reproduce table=table1 scale=paper_h1000 "out_dir=$WORK/row" \
+  "bench=$OUT/bench_train.json" dry_run=true
 step paper-estimate $PY -m scheda.protocol.reproduce table=table1 scale=paper "out_dir=$WORK/paper" \
   "bench=$OUT/bench_train.json" dry_run=true
 grep -h "plan for table=" "$LOG" >"$OUT/plans.txt" || true
@@ -105,25 +136,24 @@ import json, math, pathlib, sys
 out, work, device = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
 print(f"# GPU check summary ({device})\n")
 print((work / "steps.md").read_text())
-print(f"CUDA tests: {(work / 'cuda_tests.txt').read_text().strip() or 'no result'}\n")
+print(f"Tests: {(work / 'cuda_tests.txt').read_text().strip() or 'no result'}\n")
 bench = out / "bench_train.json"
 if bench.exists():
     b = json.loads(bench.read_text())
-    print(f"Training, one epoch of {b['n']} examples on {b['device_name']} (s):\n")
-    print("| H | batch | floor | eager | graphed | autograd | naive | eager/floor | graphed/floor | eager/graphed |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
     f = lambda v: "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3g}"
+    print(f"Training, one epoch of {b['n']} examples on {b['device_name']} (s); one graph node "
+          f"{f(b.get('node_us'))} us, Triton step kernels a minibatch {b.get('kernels_per_minibatch')}:\n")
+    cols = ["shape_floor_s", "peak_floor_s", "bytes_floor_s", "launch_floor_s", "eager_s", "graphed_s", "triton_s",
+            "autograd_s", "naive_s", "finetune_s", "grid_s", "default_over_floor", "grid_over_one"]
+    print("| precision | H | batch | " + " | ".join(c.replace("_s", "").replace("_", " ") for c in cols) + " |")
+    print("|---|---|---|" + "---|" * len(cols))
     for r in b["rows"]:
-        print(f"| {r['hidden']} | {r['batch_size']} | {f(r['floor_s'])} | {f(r['eager_s'])} | {f(r['graphed_s'])} | "
-              f"{f(r['autograd_s'])} | {f(r['naive_s'])} | {f(r['eager_over_floor'])} | {f(r['graphed_over_floor'])} | "
-              f"{f(r['eager_over_graphed'])} |")
-    if "grid" in b:
-        g = b["grid"]
-        print(f"\nFused sweep of {g['models']} models (H {g['hidden']}, batch {g['batch_size']}): "
-              f"{g['grid_over_one']:.2f}x one model's epoch time")
+        print(f"| {r['precision']} | {r['hidden']} | {r['batch_size']} | " + " | ".join(f(r.get(c)) for c in cols) + " |")
+    for line in b.get("beaten_floors", []):
+        print(f"\nFLOOR BEATEN (the benchmark is wrong): {line}")
     if "lr_search" in b:
         s = b["lr_search"]
-        print(f"torch_lr C search on {s['n']} x {s['features']} features: {s['seconds']:.1f} s")
+        print(f"\ntorch_lr C search on {s['n']} x {s['features']} features: {s['seconds']:.1f} s")
 plans = out / "plans.txt"
 if plans.exists():
     print("\nPlans:\n")

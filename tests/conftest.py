@@ -21,6 +21,14 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 from helpers import slurm_cluster_answers, write_cifar_arrays, write_cifar_batches
 
 
+def pytest_configure(config) -> None:
+    """The Triton step's kernels run in Triton's interpreter on CPU tensors (tests/test_triton_step.py),
+    set before anything imports triton (scheda.step imports it only to build that step); the CUDA
+    tests (``-m cuda``, scripts/gpu_check.sh) compile them for the GPU."""
+    if (config.getoption("markexpr") or "").strip() != "cuda":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
 def pytest_xdist_auto_num_workers(config) -> int | None:
     """``-n auto``: one worker per core, and one more when the Slurm tests will run. They share
     one worker (one queue, one node they may down) and spend most of their time waiting on

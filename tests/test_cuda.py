@@ -17,7 +17,8 @@ from scheda.noise import masking
 from scheda.optim import SGD
 from scheda.run import run
 from scheda.schedule import NoiseSchedule, Stage
-from scheda.step import AutogradStep, BatchedStep, FusedStep, GraphedStep, StepBuilder
+from scheda.noise import Masking
+from scheda.step import AutogradStep, BatchedStep, FusedStep, GraphedStep, StepBuilder, TritonStep
 from scheda.trainer import Trainer
 
 from helpers import N_VAL, REPO, STAGES, TINY, compose_cfg
@@ -67,11 +68,55 @@ def test_graphed_step_equals_the_eager_step_and_advances_the_generator_alike():
     assert torch.equal(g_g.get_state(), g_e.get_state())
 
 
-@pytest.mark.parametrize("cuda_graph", [False, True])
-def test_an_epoch_makes_no_host_device_synchronisation(cuda_graph):
+def _sweep(K, d=64, H=24):
+    models = [DenoisingAutoencoder(d, H, generator=torch.Generator().manual_seed(k)).to(CUDA) for k in range(K)]
+    opts = [SGD(m.parameters(), lr=0.05 * (k + 1)) for k, m in enumerate(models)]
+    return models, opts, [torch.Generator(device=CUDA).manual_seed(10 + k) for k in range(K)]
+
+
+def test_the_triton_step_graphed_is_the_torch_step_on_cuda():
+    """Two models, 1003 rows in minibatches of 20: three replays of the 16-minibatch graph, two of
+    the one-minibatch graph, a partial minibatch of 3 rows eager; the same masks and updates as
+    the torch step, and the generators advanced alike."""
+    x = _data(n=1003)
+    (m_ref, o_ref, g_ref), (m_tri, o_tri, g_tri) = _sweep(2), _sweep(2)
+    ref = BatchedStep(m_ref, o_ref, [Masking(), Masking()], 20, CUDA)
+    tri = TritonStep(m_tri, o_tri, [Masking(), Masking()], 20, x, g_tri, graphed=True)
+    tri.prepare()
+    perm = torch.stack([torch.randperm(1003, device=CUDA, generator=torch.Generator(device=CUDA).manual_seed(k))
+                        for k in range(2)])
+    for first in range(0, 1003, 20):
+        ref(x, perm[:, first:first + 20], [0.3, 0.5], g_ref)
+    for first in range(0, 1003, 320):
+        tri(x, perm[:, first:first + 320], [0.3, 0.5], g_tri)
+    torch.testing.assert_close(tri.take_loss_sums(), ref.take_loss_sums(), rtol=1e-5, atol=1e-3)
+    for a, b in zip(m_ref, m_tri):
+        for pa, pb in zip(a.parameters(), b.parameters()):
+            torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-6)
+    assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(g_ref, g_tri))
+
+
+def test_the_triton_steps_graphs_repeat_its_eager_minibatches_bit_for_bit():
+    """What a resume from the middle of an epoch rests on: a minibatch gives the same bits whether
+    the 16-minibatch graph, the one-minibatch graph or the eager kernels run it."""
+    x = _data(n=1003)
+    runs = []
+    for graphed, rows in ((False, 20), (True, 320), (True, 20)):
+        models, opts, gens = _sweep(2)
+        step = TritonStep(models, opts, [Masking(), Masking()], 20, x, gens, graphed=graphed)
+        step.prepare()
+        for first in range(0, 960, rows):
+            step(x, torch.arange(first, first + rows, device=CUDA).repeat(2, 1), [0.3, 0.5], gens)
+        runs.append([p.clone() for m in models for p in m.parameters()] + [step.take_loss_sums()])
+    for other in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(runs[0], other))
+
+
+@pytest.mark.parametrize("cuda_graph, triton", [(False, False), (True, False), (False, True), (True, True)])
+def test_an_epoch_makes_no_host_device_synchronisation(cuda_graph, triton):
     m, opt = _model(d=3072, H=100)
     trainer = Trainer(m, opt, masking, NoiseSchedule("constant", [Stage(0.3, 3)]), _data(n=1000, d=3072), 20,
-                      torch.Generator(device=CUDA).manual_seed(0), step=StepBuilder(cuda_graph=cuda_graph))
+                      torch.Generator(device=CUDA).manual_seed(0), step=StepBuilder(cuda_graph=cuda_graph, triton=triton))
     trainer.train_epoch()  # the first epoch builds (and captures) the step
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -81,7 +126,10 @@ def test_an_epoch_makes_no_host_device_synchronisation(cuda_graph):
     assert trainer.end_epoch(epoch)["epoch"] == 2
 
 
-@pytest.mark.parametrize("graph", ["trainer.cuda_graph=false", "trainer.cuda_graph=true"])
+STEPS = ["trainer.cuda_graph=false", "trainer.cuda_graph=true", "trainer.triton=false"]
+
+
+@pytest.mark.parametrize("graph", STEPS)
 def test_fused_sweep_equals_the_models_alone_on_cuda(cifar_arrays, tmp_path, graph):
     common = [f"dataset.root={cifar_arrays}", *ON_CUDA, graph, "trainer.batch_size=15", "schedule=constant",
               "schedule.epochs=2", "evaluate.enabled=false"]
@@ -93,7 +141,7 @@ def test_fused_sweep_equals_the_models_alone_on_cuda(cifar_arrays, tmp_path, gra
             torch.testing.assert_close(fused["model"][key], alone["model"][key], rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("graph", ["trainer.cuda_graph=false", "trainer.cuda_graph=true"])
+@pytest.mark.parametrize("graph", STEPS)
 def test_resume_on_cuda_gives_the_uninterrupted_run(cifar_arrays, tmp_path, graph):
     base = [f"dataset.root={cifar_arrays}", *ON_CUDA, graph, *STAGES, "trainer.checkpoint_every=1"]
     run(compose_cfg(base), tmp_path / "golden")
@@ -142,13 +190,14 @@ def test_the_smoke_protocol_on_cuda(cifar_arrays, tmp_path):
     assert results["device"].startswith("cuda") and results["status"] == "completed"
 
 
-def test_a_default_run_on_cuda_is_captured_in_a_graph_and_matches_the_eager_run(cifar_arrays, tmp_path):
-    """trainer.cuda_graph=null (the default) turns graphs on for the fused step on CUDA; the
-    result is the eager run's."""
+def test_a_default_run_on_cuda_is_the_graphed_triton_step_and_matches_the_eager_torch_run(cifar_arrays, tmp_path):
+    """trainer.cuda_graph=null and trainer.triton=null (the defaults) turn both on for the fused
+    step with masking on CUDA; the result is the eager torch step's."""
     base = [f"dataset.root={cifar_arrays}", *ON_CUDA, *STAGES, "evaluate.enabled=false"]
     default = run(compose_cfg(base), tmp_path / "default")
-    eager = run(compose_cfg(base + ["trainer.cuda_graph=false"]), tmp_path / "eager")
-    assert default["cuda_graph"] is True and eager["cuda_graph"] is False
+    eager = run(compose_cfg(base + ["trainer.cuda_graph=false", "trainer.triton=false"]), tmp_path / "eager")
+    assert default["cuda_graph"] is True and default["triton"] is True
+    assert eager["cuda_graph"] is False and eager["triton"] is False
     a, b = load_checkpoint(tmp_path / "default"), load_checkpoint(tmp_path / "eager")
     for key in a["model"]:
         torch.testing.assert_close(a["model"][key], b["model"][key], rtol=1e-4, atol=1e-6)

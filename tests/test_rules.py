@@ -18,6 +18,8 @@ from helpers import STAGES, TINY, compose_cfg
 CASES = {
     "graph_can_capture_the_step": (["trainer.cuda_graph=true", "trainer.precision=bf16"],
                                    "trainer.cuda_graph=true needs the fused step"),
+    "triton_can_take_the_step": (["trainer.triton=true", "noise=gaussian"],
+                                 "trainer.triton=true needs the masking noise"),
     "parallel_needs_the_fused_step": (["model.loss=squared_error", "trainer.parallel.lr=[0.1,0.2]"],
                                       "trainer.parallel needs the plain fused step"),
     "parallel_nu_needs_a_noise_level": (["schedule=random_uniform", "trainer.parallel.nu=[0.1,0.2]"],
@@ -31,7 +33,7 @@ CASES = {
                                                   "finetune.init_output=classifier starts"),
     "raw_needs_evaluation": (["model=raw", "evaluate.enabled=false"], "model=raw only evaluates"),
 }
-NEEDS_CUDA = {"graph_can_capture_the_step"}  # the trainer's own check comes first off CUDA
+NEEDS_CUDA = {"graph_can_capture_the_step", "triton_can_take_the_step"}  # the trainer's own check comes first off CUDA
 # Every reason a CUDA graph refuses a run (scheda.step.graph_refusal), each alone.
 GRAPH_REFUSALS = [
     (["trainer.precision=bf16"], "trainer.cuda_graph=true needs the fused step"),
@@ -41,6 +43,16 @@ GRAPH_REFUSALS = [
     (["optim.weight_decay=0.001"], "trainer.cuda_graph=true needs plain SGD"),
     (["schedule=random_uniform"], "trainer.cuda_graph=true needs one noise level per epoch"),
     (["schedule=random_discrete"], "trainer.cuda_graph=true needs one noise level per epoch"),
+]
+
+# Every reason the Triton step refuses a run (scheda.step.triton_refusal), each alone.
+TRITON_REFUSALS = [
+    (["trainer.precision=bf16"], "trainer.triton=true needs the plain fused step"),
+    (["trainer.fused=false"], "trainer.triton=true needs the plain fused step"),
+    (["model.loss=squared_error"], "trainer.triton=true needs the plain fused step"),
+    (["optim.momentum=0.9"], "trainer.triton=true needs the plain fused step"),
+    (["noise=salt_pepper"], "trainer.triton=true needs the masking noise"),
+    (["schedule=random_uniform"], "trainer.triton=true needs the masking noise, one noise level per epoch"),
 ]
 
 
@@ -82,13 +94,13 @@ def test_a_broken_rule_stops_the_run_before_any_file(cifar_arrays, tmp_path, nam
 
 
 def _typed_without_device_checks(cfg) -> rules.TypedRun:
-    """The typed run, with trainer.cuda_graph kept off while checking (this machine has no CUDA)
-    and put back after: the rules read values, not devices."""
-    graph = cfg.trainer.cuda_graph
-    cfg.trainer.cuda_graph = False
+    """The typed run, with trainer.cuda_graph and trainer.triton kept off while checking (this
+    machine has no CUDA) and put back after: the rules read values, not devices."""
+    graph, triton = cfg.trainer.cuda_graph, cfg.trainer.triton
+    cfg.trainer.cuda_graph = cfg.trainer.triton = False
     typed = rules.typed_run(cfg)
-    cfg.trainer.cuda_graph = graph
-    return dataclasses.replace(typed, trainer=dataclasses.replace(typed.trainer, cuda_graph=graph))
+    cfg.trainer.cuda_graph, cfg.trainer.triton = graph, triton
+    return dataclasses.replace(typed, trainer=dataclasses.replace(typed.trainer, cuda_graph=graph, triton=triton))
 
 
 @pytest.mark.parametrize("overrides", [["model.loss=squared_error"], ["optim.momentum=0.9"], ["trainer.fused=false"],
@@ -123,3 +135,27 @@ def test_cuda_graph_null_turns_on_only_where_a_graph_can_take_the_step(cifar_arr
     assert rules.check_run(cfg).trainer.cuda_graph is False  # this machine: CPU
     monkeypatch.setattr(TrainerConfig, "resolve_device", lambda self: torch.device("cuda"))
     assert rules.check_run(cfg).trainer.cuda_graph is graphed
+
+
+@pytest.mark.parametrize("overrides, message", TRITON_REFUSALS)
+def test_triton_true_refuses_each_run_its_kernels_cannot_take(cifar_arrays, overrides, message):
+    typed = _typed_without_device_checks(_cfg(cifar_arrays, ["trainer.triton=true", *overrides]))
+    assert [rule.__name__ for rule in rules.RULES if rule(typed)] == ["triton_can_take_the_step"]
+    assert rules.triton_can_take_the_step(typed).startswith(message)
+
+
+@pytest.mark.parametrize("overrides, kernels", [
+    ([], True),
+    (["trainer.triton=false"], False),
+    *[(overrides, False) for overrides, _ in TRITON_REFUSALS],
+])
+def test_triton_null_turns_on_only_where_its_kernels_can_take_the_step(cifar_arrays, monkeypatch, overrides, kernels):
+    """trainer.triton defaults to null: on a CUDA device it becomes true exactly where the Triton
+    step applies; off CUDA the torch step trains (it measures faster on a CPU)."""
+    from scheda.trainer import TrainerConfig
+    import torch
+
+    cfg = _cfg(cifar_arrays, overrides)
+    assert rules.check_run(cfg).trainer.triton is False  # this machine: CPU
+    monkeypatch.setattr(TrainerConfig, "resolve_device", lambda self: torch.device("cuda"))
+    assert rules.check_run(cfg).trainer.triton is kernels

@@ -96,18 +96,22 @@ def test_bench_train_runs_the_real_trainer(tmp_path):
     # the default 0.5 s): the defaults are for timings of seconds, not of these 40 ms epochs.
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_train.py"), "--hidden", "200",
                            "--batch-sizes", "32", "--batches", "40", "--n", "400", "--grid", "3",
-                           "--lr-search", "300", "20", "--rate-seconds", "0.2", "--json", str(tmp_path / "b.json")],
+                           "--lr-search", "300", "20", "--finetune", "--rate-seconds", "0.2",
+                           "--json", str(tmp_path / "b.json")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "b.json").read_text())
     for row in report["rows"]:
-        assert row["timed_batches"] == 13
-        assert row["floor_s"] > 0 and row["naive_s"] > 0 and row["bandwidth_gbs"] > 0
-        assert row["eager_over_floor"] == pytest.approx(row["eager_s"] / row["floor_s"])
+        assert row["timed_batches"] == 13 and row["default_step"] == "eager" and row["precision"] == "fp32"
+        floors = [row[f"{k}_floor_s"] for k in ("shape", "peak", "bytes")]
+        assert min(floors) > 0 and row["floor_s"] == max(floors) and "launch_floor_s" not in row  # CUDA only
+        assert row["default_over_floor"] == pytest.approx(row["eager_s"] / row["floor_s"])
         # A benchmark that beats its own floor measures wrong.
         assert min(row["eager_s"], row["autograd_s"], row["naive_s"]) >= row["floor_s"], row
-    assert math.isnan(row["graphed_s"])  # CUDA graphs: CUDA only
-    assert report["grid"]["models"] == 3 and report["grid"]["grid_s"] > 0 and report["lr_search"]["seconds"] > 0
+        assert row["grid_s"] >= row["grid_floor_s"] > 0 and row["finetune_s"] > 0
+        assert "graphed_s" not in row and "triton_s" not in row  # CUDA graphs and Triton: CUDA only
+    assert report["beaten_floors"] == [] and report["peak_tflops"]["fp32"] > 0
+    assert report["grid"]["models"] == 3 and report["lr_search"]["seconds"] > 0
 
 
 def test_summed_cross_entropy_is_exact_and_stable():

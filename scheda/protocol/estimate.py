@@ -37,7 +37,7 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
         models = len(job.meta.get("nus", [None]))
         items.append({"stage": "da", "hidden": job.meta["hidden"], "epochs": scale.da.epochs, "models": models,
                       "evals": models * (scale.da.epochs // scale.da.eval_every)})
-    longest: dict[tuple[int, str], int] = {}
+    longest: dict[tuple[int, str], tuple[int, int]] = {}  # (hidden, kind) -> (epochs, K) of its longest run
     for job in cont:
         kind, hidden = job.meta["kind"], job.meta["hidden"]
         epochs = job.meta.get("epochs", scale.random_nu.epochs)
@@ -46,10 +46,10 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
         items.append({"stage": "continue", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1,
                       "eager": kind in (Kind.RANDOM_UNIFORM, Kind.RANDOM_DISCRETE)})  # nu per minibatch: no graph
         if kind in STEP_KINDS:
-            longest[(hidden, kind)] = max(longest.get((hidden, kind), 0), epochs)
-    if scale.control:
-        for (hidden, _), epochs in longest.items():
-            items += [{"stage": "control", "hidden": hidden, "epochs": epochs, "evals": epochs, "models": 1}] * 2
+            longest[(hidden, kind)] = max(longest.get((hidden, kind), (0, 1)), (epochs, job.meta["K"]))
+    if scale.control:  # each control is evaluated every K epochs (scheda.protocol.plan.controls_of)
+        for (hidden, _), (epochs, K) in longest.items():
+            items += [{"stage": "control", "hidden": hidden, "epochs": epochs, "evals": epochs // K, "models": 1}] * 2
     items += _seed_items(scale, cont)
     finetune_jobs = 2 * len(scale.hidden) * len(scale.seeds) if scale.finetune is not None else 0
     return {"items": items, "finetune_jobs": finetune_jobs}
@@ -92,13 +92,19 @@ def load_bench(path: str | Path) -> dict[str, Any]:
     return bench
 
 
-def epoch_seconds(bench: dict[str, Any], hidden: int, batch_size: int, graphed: bool = False) -> float:
-    """One model's epoch at ``hidden`` units: the measured row at this minibatch (graphed when the
-    runs will use CUDA graphs and it was measured, else eager), scaled linearly in H from the
-    nearest measured size."""
-    rows = [r for r in bench["rows"] if r["batch_size"] == batch_size] or bench["rows"]
-    row = min(rows, key=lambda r: abs(r["hidden"] - hidden))
-    seconds = row.get("graphed_s") if graphed else None
+def bench_row(bench: dict[str, Any], hidden: int, batch_size: int) -> dict[str, Any]:
+    """The measured row nearest ``hidden`` at this minibatch, in fp32 (the runs' default precision)."""
+    rows = [r for r in bench["rows"] if r.get("precision", "fp32") == "fp32"] or bench["rows"]
+    rows = [r for r in rows if r["batch_size"] == batch_size] or rows
+    return min(rows, key=lambda r: abs(r["hidden"] - hidden))
+
+
+def epoch_seconds(bench: dict[str, Any], hidden: int, batch_size: int, fast: bool = False) -> float:
+    """One model's epoch at ``hidden`` units: the measured row at this minibatch (the device's
+    default step when the runs use it, ``fast``, else the eager torch step), scaled linearly in H
+    from the nearest measured size."""
+    row = bench_row(bench, hidden, batch_size)
+    seconds = (row.get("default_s", row.get("graphed_s")) if fast else None)
     if seconds is None or math.isnan(seconds):
         seconds = row.get("eager_s", row.get("scheda_s"))
     return seconds * hidden / row["hidden"] * TRAIN_EXAMPLES / bench.get("n", TRAIN_EXAMPLES)
@@ -122,7 +128,9 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
         if bench is None or not item["hidden"]:
             continue
         one = epoch_seconds(bench, item["hidden"], batch_size, graphed and not item.get("eager"))
-        fused = grid["grid_over_one"] / grid["models"] * item["models"] if grid and item["models"] > 1 else item["models"]
+        # a fused sweep's cost per model from the row of its own size where measured there
+        over_one = bench_row(bench, item["hidden"], batch_size).get("grid_over_one", grid and grid["grid_over_one"])
+        fused = over_one / grid["models"] * item["models"] if grid and item["models"] > 1 else item["models"]
         seconds_train += item["epochs"] * one * fused
         if search:
             seconds_eval += item["evals"] * search["seconds"] * item["hidden"] / search["features"]

@@ -43,6 +43,7 @@ CASES = [
     (["trainer.checkpoint_every=-1"], "trainer.checkpoint_every=-1", ">= 0"),
     (["trainer.device=tpu"], "trainer.device='tpu'", "auto, cpu, cuda"),
     (["trainer.cuda_graph=true"], "trainer.cuda_graph=true", "needs a CUDA device"),
+    (["trainer.triton=true"], "trainer.triton=true", "needs a CUDA device"),
     (["dataset.val_size=0"], "dataset.val_size=0", "1..99"),
     (["dataset.name=mnist"], "dataset.name='mnist'", "cifar10"),
     (["logger.name=wandb"], "logger.name='wandb'", "tensorboard"),

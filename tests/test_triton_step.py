@@ -1,0 +1,86 @@
+"""The Triton step (scheda.step.TritonStep, kernels in scheda.kernels) on the CPU, its kernels in
+Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1): the same update as the torch
+step, for one model and a fused sweep, through the real training loop, resumed exactly. Its
+CUDA graph is tested on a GPU (tests/test_cuda.py)."""
+
+import pytest
+import torch
+
+from scheda.model import DenoisingAutoencoder
+from scheda.noise import Masking
+from scheda.optim import SGD
+from scheda.schedule import NoiseSchedule, Stage
+from scheda.step import BatchedStep, StepBuilder, TritonStep
+from scheda.trainer import Trainer
+
+D, H = 40, 12
+
+
+def _models(K, activation="sigmoid"):
+    models = [DenoisingAutoencoder(D, H, activation=activation, generator=torch.Generator().manual_seed(k))
+              for k in range(K)]
+    opts = [SGD(m.parameters(), lr=0.05 * (k + 1)) for k, m in enumerate(models)]
+    return models, opts, [torch.Generator().manual_seed(10 + k) for k in range(K)]
+
+
+@pytest.mark.parametrize("K, activation", [(1, "sigmoid"), (3, "relu")])
+def test_an_epoch_of_the_triton_step_is_the_torch_steps(K, activation):
+    """Same masks (each model's words from its own generator), same update: losses and weights to
+    float tolerance after an epoch whose last minibatch is partial (101 = 6 x 16 + 5), each
+    model at its own noise level and learning rate."""
+    x_all = torch.rand(101, D, generator=torch.Generator().manual_seed(2))
+    (m_ref, o_ref, g_ref), (m_tri, o_tri, g_tri) = _models(K, activation), _models(K, activation)
+    ref = BatchedStep(m_ref, o_ref, [Masking() for _ in range(K)], 16, torch.device("cpu"))
+    tri = TritonStep(m_tri, o_tri, [Masking() for _ in range(K)], 16, x_all, g_tri, graphed=False)
+    nus = [0.3 + 0.1 * k for k in range(K)]
+    perm = torch.stack([torch.randperm(101, generator=torch.Generator().manual_seed(k)) for k in range(K)])
+    for first in range(0, 101, 16):
+        ref(x_all, perm[:, first:first + 16], nus, g_ref)
+    tri(x_all, perm, nus, g_tri)  # all seven minibatches in one call
+    torch.testing.assert_close(tri.take_loss_sums(), ref.take_loss_sums(), rtol=1e-5, atol=1e-4)
+    assert not tri.take_loss_sums().any()  # taken: the slots start again from zero
+    for a, b in zip(m_ref, m_tri):
+        for pa, pb in zip(a.parameters(), b.parameters()):
+            torch.testing.assert_close(pb, pa, rtol=1e-5, atol=1e-6)
+    assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(g_ref, g_tri))
+
+
+def _trainer(triton, epochs=2, n=150):
+    [model], [opt], _ = _models(1)
+    x = torch.rand(n, D, generator=torch.Generator().manual_seed(4))
+    return Trainer(model, opt, Masking(), NoiseSchedule("constant", [Stage(0.4, epochs)]), x, 4,
+                   torch.Generator().manual_seed(7), step=StepBuilder(triton=triton))
+
+
+def test_the_training_loop_hands_the_triton_step_whole_replays_and_gets_the_torch_steps_epochs():
+    """150 rows in minibatches of 4: two calls of 16 minibatches, then 6 more, the last of 2 rows;
+    the epochs' losses (summed on the device, read at the epoch's end) and weights are the torch
+    step's."""
+    torch_run, triton_run = _trainer(False), _trainer(True)
+    torch_run.fit()
+    calls = []
+    original = TritonStep.__call__
+    TritonStep.__call__ = lambda self, x, idx, nus, gens: calls.append(idx.shape[1]) or original(self, x, idx, nus, gens)
+    try:
+        triton_run.fit()
+    finally:
+        TritonStep.__call__ = original
+    assert isinstance(triton_run.alone._step, TritonStep)
+    assert calls == [64, 64, 22] * 2
+    for a, b in zip(torch_run.history, triton_run.history):
+        assert a["epoch"] == b["epoch"] and a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    torch.testing.assert_close(triton_run.model.W, torch_run.model.W, rtol=1e-5, atol=1e-6)
+
+
+def test_resuming_the_triton_step_repeats_the_uninterrupted_run_bit_for_bit():
+    golden = _trainer(True)
+    golden.fit()
+    first = _trainer(True, epochs=2)
+    first.train_epoch()
+    state = first.state_dict()
+    resumed = _trainer(True)
+    resumed.load_state_dict(state)
+    resumed.fit()
+    assert [h["loss"] for h in resumed.history] == [h["loss"] for h in golden.history]
+    for key, value in golden.model.state_dict().items():
+        assert torch.equal(resumed.model.state_dict()[key], value), key
