@@ -141,10 +141,12 @@ def parallel_refusal(fusable: bool, fused: bool, precision: str, sgd_is_plain: b
 
 
 class LossSums:
-    """What every step the loop calls shares: the summed training loss of each model since it
-    was last taken, kept on the device (the loop reads it once an epoch, or when an interrupt
-    stops one), and how many minibatches one call may take (``minibatches``: the loop hands a
-    step that many at once, as ``idx`` of [K, minibatches * n] rows)."""
+    """What every step the loop calls shares: each model's running sum of its training losses this
+    epoch, kept on the device in ``loss_sums`` [K, ...] (a scalar per model, or the Triton step's
+    per-block slots), which the loop seeds at an epoch's start (a resumed epoch's sums go back in,
+    so its additions associate as the uninterrupted epoch's did) and takes at its end; and how many
+    minibatches one call may take (``minibatches``: the loop hands a step that many at once, as
+    ``idx`` of [K, minibatches * n] rows)."""
 
     minibatches = 1
 
@@ -152,8 +154,7 @@ class LossSums:
         self.loss_sums = torch.zeros(K, device=device)
 
     def take_loss_sums(self) -> torch.Tensor:
-        """The sums since the last call (a copy), and zero them in place (a captured graph keeps
-        adding into the same tensor)."""
+        """The sums (a copy), zeroed in place (a captured graph keeps adding into the same tensor)."""
         out = self.loss_sums.clone()
         self.loss_sums.zero_()
         return out
@@ -284,7 +285,7 @@ class TritonStep(BatchedStep):
     """The plain fused step with masking noise in few kernels (scheda.kernels): per minibatch,
     each model's random words from its own generator (as :class:`~scheda.noise.Masking` draws
     them, so the masks are the torch step's), the four products, and four Triton kernels for
-    all K models; the loss stays in per-block slots on the device until the epoch's end.
+    all K models; the loss stays in per-block slots on the device (``loss_sums`` [K, blocks]).
     Graphed (CUDA), one replay runs :attr:`minibatches` minibatches, so neither the host's
     cost per replay nor a launch outside the graph is paid per minibatch; a remainder of whole
     minibatches replays a one-minibatch graph, and an epoch's partial last one runs eager.
@@ -313,11 +314,6 @@ class TritonStep(BatchedStep):
         self.loss_sums = kernels.loss_slots(K, d, device)
         self.graphed = graphed
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-
-    def take_loss_sums(self) -> torch.Tensor:
-        out = self.loss_sums.sum(1)
-        self.loss_sums.zero_()
-        return out
 
     def set_levels(self, nus: list) -> None:
         """Each model's mask threshold on the device, copied in when a level changes (an epoch's start)."""

@@ -109,7 +109,8 @@ class TrainerConfig(Component):
 
 
 class EpochState:
-    """Sums over one epoch's minibatches, kept on the device until the epoch ends, and where
+    """Sums over one epoch's minibatches, kept on the device until the epoch ends (the loss's in
+    the shape of the step's ``loss_sums`` row), and where
     the epoch stands (``next_first``: the first row of the next minibatch in ``perm``), so an
     interrupted epoch can be checkpointed and finished exactly."""
 
@@ -233,7 +234,7 @@ class Trainer:
         # The epoch's one host-device sync; non-finite weights count as divergence too, so a
         # checkpoint never stores them even when the last update broke them.
         finite = torch.stack([torch.isfinite(p).all() for p in self.model.parameters()]).all()
-        epoch_loss, finite = (epoch.loss_sum / epoch.n_examples).item(), bool(finite)
+        epoch_loss, finite = (epoch.loss_sum.sum() / epoch.n_examples).item(), bool(finite)
         mean_nu = (epoch.nu_sum / epoch.n_batches).item() if epoch.random_nu else epoch.nu
         seconds = epoch.seconds_before + time.perf_counter() - epoch.start
         if not (finite and math.isfinite(epoch_loss)):
@@ -346,6 +347,7 @@ class Lockstep:
         if len({e.next_first for e in epochs}) != 1:
             raise ValueError("the models of a fused sweep stopped at different minibatches: resume them alone")
         lead = active[0]
+        self.seed_losses(step, epochs)
         rows = bs * step.minibatches
         for first in range(epochs[0].next_first, n, rows):
             # one model: a view of its permutation, no copy on the hot path
@@ -367,7 +369,18 @@ class Lockstep:
         return epochs
 
     @staticmethod
+    def seed_losses(step, epochs: list[EpochState]) -> None:
+        """The step sums the epoch's losses; an epoch taken up after an interrupt hands its sums
+        back to it (in the step's own shape: the same additions as if never stopped)."""
+        step.loss_sums.zero_()
+        for k, e in enumerate(epochs):
+            if e.loss_sum.shape == step.loss_sums[k].shape:
+                step.loss_sums[k].copy_(e.loss_sum)
+                e.loss_sum = torch.zeros((), device=e.loss_sum.device)
+
+    @staticmethod
     def take_losses(step, epochs: list[EpochState]) -> None:
-        """Move the losses the step summed on the device into the epochs (no synchronisation)."""
+        """The epochs' sums back from the step (no synchronisation); a sum of another step's
+        shape (an epoch stopped under another step) is added to them."""
         for e, loss in zip(epochs, step.take_loss_sums().unbind()):
-            e.loss_sum += loss
+            e.loss_sum = e.loss_sum + loss

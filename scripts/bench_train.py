@@ -73,19 +73,25 @@ def best_rate(run, work: float, device, seconds: float) -> float:
     return best
 
 
-def gemm_rate(n, H, device, seconds=0.5) -> float:
-    """The best FLOP/s among the step's product shapes (encoder x W^T: n x d x H; decoder h W:
-    n x H x d; the stacked weight gradient A^T B: H x 2n x d), each timed for ``seconds``: the
-    fastest any of them runs, so no epoch of these products can beat FLOPs / this rate."""
+def gemm_rate(n, H, device, seconds=0.5, K=1) -> float:
+    """The best FLOP/s among the step's own products for K models (each a batched product, as
+    the step calls them: encoder x~ W^T and dh = dz W^T: n x d x H; decoder h W: n x H x d; the
+    weight update W += A^T B: H x 2n x d), each timed for ``seconds``, and the same products
+    unbatched: no epoch of these products can beat FLOPs / this rate."""
     g = torch.Generator(device=device).manual_seed(0)
-    x = torch.rand(n, D, device=device, generator=g)
-    W = torch.rand(H, D, device=device, generator=g)
-    h = torch.rand(n, H, device=device, generator=g)
-    A, B = torch.rand(2 * n, H, device=device, generator=g), torch.rand(2 * n, D, device=device, generator=g)
-    out_h, out_d, out_W = torch.empty(n, H, device=device), torch.empty(n, D, device=device), torch.empty_like(W)
-    products = [(lambda: torch.mm(x, W.t(), out=out_h), 2 * n * D * H),
-                (lambda: torch.mm(h, W, out=out_d), 2 * n * D * H),
-                (lambda: torch.mm(A.t(), B, out=out_W), 2 * 2 * n * D * H)]
+    x = torch.rand(K, n, D, device=device, generator=g)
+    W = torch.rand(K, H, D, device=device, generator=g)
+    h = torch.rand(K, n, H, device=device, generator=g)
+    A, B = torch.rand(K, 2 * n, H, device=device, generator=g), torch.rand(K, 2 * n, D, device=device, generator=g)
+    out_h, out_d = torch.empty(K, n, H, device=device), torch.empty(K, n, D, device=device)
+    flops = 2 * K * n * D * H
+    products = [(lambda: torch.bmm(x, W.transpose(1, 2), out=out_h), flops),
+                (lambda: torch.bmm(h, W, out=out_d), flops),
+                (lambda: W.baddbmm_(A.transpose(1, 2), B, alpha=1e-30), 2 * flops)]
+    if K == 1:
+        products += [(lambda: torch.mm(x[0], W[0].t(), out=out_h[0]), flops),
+                     (lambda: torch.mm(h[0], W[0], out=out_d[0]), flops),
+                     (lambda: W[0].addmm_(A[0].t(), B[0], alpha=1e-30), 2 * flops)]
     return max(best_rate(product, flops, device, seconds) for product, flops in products)
 
 
@@ -348,10 +354,12 @@ def main(argv=None) -> int:
                        "floor_s": largest, "default_step": default, "default_s": times[default],
                        **{f"{k}_s": v for k, v in times.items()}}
                 if args.grid:
-                    row["grid_s"] = scheda_epoch(data, n_batches, bs, H, device, models=args.grid, **steps[default])
-                    row["grid_floor_s"] = max(args.grid * floors["shape"], args.grid * floors["peak"],
-                                              args.grid * floors["bytes"],
-                                              (kernels.get(args.grid) or 0) * (node_s or 0) * minibatches)
+                    K = args.grid
+                    row["grid_s"] = scheda_epoch(data, n_batches, bs, H, device, models=K, **steps[default])
+                    # its own floors: the batched products of K models, K models' weights streamed
+                    row["grid_floor_s"] = max(K * flops / gemm_rate(bs, H, device, rate_s, K), K * floors["peak"],
+                                              minibatches * 5 * 4 * K * H * D / bandwidth(device, K * H * D, rate_s),
+                                              (kernels.get(K) or 0) * (node_s or 0) * minibatches)
                     row["grid_over_one"] = row["grid_s"] / times[default]
                     row["grid_over_floor"] = row["grid_s"] / row["grid_floor_s"]
                 for k, v in floors.items():
