@@ -56,8 +56,8 @@ class TrainerConfig(Component):
     num_threads: Optional[int] = None  # torch CPU threads; null: torch's default
     progress_bar: bool = True
     fused: bool = True  # the hand-written tied-DA step (cross-entropy + SGD); false: autograd
-    # Capture the fused step in a CUDA graph (one launch per minibatch instead of ~30): 2.75-4.2x
-    # faster on an H100 (docs/results/gpu_h100.md). null: on wherever it applies (a CUDA device,
+    # Capture the fused step in a CUDA graph (one launch per minibatch instead of ~45): 2.75-4.2x
+    # faster than eager on an H100 (docs/results/table1_gpu.md's check). null: on wherever it applies (a CUDA device,
     # the fused step, plain SGD, fp32/tf32; scheda.rules.resolve); true: refuse a run it cannot take.
     cuda_graph: Optional[bool] = None
     # The step's elementwise work in four Triton kernels for all models (scheda.kernels): about

@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-JOB_SECONDS = 15.0  # per job: interpreter, CUDA and Triton start, data load, capture (scale=gpu: ~6-13 s)
+JOB_SECONDS = 5.0  # per job beyond its epochs and evaluations: start, data, capture (H100: 2-3 s a job, docs/results/gpu_h100.md)
 
 
 def main(argv=None) -> int:
