@@ -4,12 +4,11 @@ what scripts/gpu_check.sh runs of the paper's 1000-unit row (scale=paper_h1000) 
     python scripts/size_row.py bench_train.json --unit 100 --most 2000 --budget 330 \\
         table=table1 scale=paper_h1000 scale.scheda.nu0=[0.7] scale.scheda.delta_nu=[0.1]
 
-The protocol is planned as scheda-reproduce plans it (scheda.protocol.estimate.plan); the
-continuations and controls cost their epochs at one model's measured epoch and their
-evaluations at the measured C search; what is left of the budget, after a fixed cost per job
-(process and CUDA start, data load, the graphs' capture), goes to the fused DA grid: its epoch
-at the measured fused sweep and its evaluations every ``eval_every``. Prints the epochs, a
-multiple of ``--unit`` between one unit and ``--most``; the reasoning goes to stderr.
+The protocol is planned and costed as scheda-reproduce's estimate does (scheda.protocol.estimate:
+each job's start, data load and step build, the continuations' and controls' epochs and
+evaluations); what is left of the budget goes to the DA grid: its epoch at the measured fused
+sweep and its evaluations every ``eval_every``. Prints the epochs, a multiple of ``--unit``
+between one unit and ``--most``; the reasoning goes to stderr.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-JOB_SECONDS = 5.0  # per job beyond its epochs and evaluations: start, data, capture (H100: 2-3 s a job, docs/results/gpu_h100.md)
+JOB_SECONDS = 5.0  # per job, where the benchmark did not measure it (H100: 2-3 s a job, docs/results/gpu_h100.md)
 
 
 def main(argv=None) -> int:
@@ -33,7 +32,8 @@ def main(argv=None) -> int:
     from hydra import compose, initialize_config_dir, initialize_config_module
 
     from scheda.config import CONFIGS
-    from scheda.protocol.estimate import TRAIN_EXAMPLES, plan
+    from scheda.protocol.estimate import (fast_step, item_seconds, job_seconds, plan, search_share, start_seconds,
+                                          train_examples)
     from scheda.protocol.reproduce import register_protocol_configs  # noqa: F401  (registers the schemas)
 
     where = initialize_config_module(CONFIGS.removeprefix("pkg://"), version_base="1.3") \
@@ -41,24 +41,23 @@ def main(argv=None) -> int:
     with where:
         cfg = compose("reproduce", [*args.overrides, "out_dir=unused"])
     bench = json.loads(args.bench.read_text())
-    hidden, fused = cfg.scale.hidden[0], len(cfg.scale.da.nu)  # one job per lr, its nu fused
-    rows = [r for r in bench["rows"] if r.get("precision", "fp32") == "fp32" and r["batch_size"] == 20] or bench["rows"]
-    row = min(rows, key=lambda r: abs(r["hidden"] - hidden))
-    scale = hidden / row["hidden"] * TRAIN_EXAMPLES / bench["n"]
-    one = row["default_s"] * scale
-    sweep = row.get("grid_s", one * fused) * scale * fused / bench.get("grid", {}).get("models", fused)
-    search = bench["lr_search"]["seconds"] * hidden / bench["lr_search"]["features"] if "lr_search" in bench else 1.0
     items = plan(cfg)["items"]
-    jobs = len(items)
-    rest = sum(i["epochs"] * i["models"] for i in items if i["stage"] != "da")
-    rest_evals = sum(i["evals"] for i in items if i["stage"] != "da")
-    evals_per_epoch = fused / cfg.scale.da.eval_every
-    left = args.budget - jobs * JOB_SECONDS - rest * one - rest_evals * search
-    epochs = int(left / (sweep + evals_per_epoch * search) // args.unit * args.unit)
-    epochs = max(args.unit, min(args.most, epochs))
-    print(f"size_row: {jobs} jobs x {JOB_SECONDS:g} s; continuations and controls {rest} epochs x {one:.3g} s and "
-          f"{rest_evals} evaluations x {search:.3g} s; the fused DA of {fused} models {sweep:.3g} s an epoch, "
-          f"{evals_per_epoch:g} evaluations an epoch: {left:.0f} s left for it -> {epochs} epochs", file=sys.stderr)
+    batch = next((int(o.split("=", 1)[1]) for o in [*cfg.scale.train, *cfg.overrides]
+                  if o.startswith("trainer.batch_size=")), 20)
+    fast, examples = fast_step(cfg), train_examples(cfg)
+    stages = len({i["stage"] for i in items})
+    fixed = len(items) * job_seconds(bench, examples) + start_seconds(bench, len(items), stages, cfg.launcher) \
+        if "job_start_s" in bench else len(items) * JOB_SECONDS
+    share = search_share(cfg)
+    rest = sum(sum(item_seconds(i, bench, batch, fast, examples, share)) for i in items if i["stage"] != "da")
+    da = [i for i in items if i["stage"] == "da" and i["hidden"]]
+    per_epoch = sum(sum(item_seconds({**i, "epochs": 1, "evals": i["evals"] / i["epochs"]}, bench, batch, fast,
+                                     examples, share)) for i in da)
+    left = args.budget - fixed - rest
+    epochs = max(args.unit, min(args.most, int(left / per_epoch // args.unit * args.unit)))
+    print(f"size_row: {len(items)} jobs, {fixed:.0f} s to start them; continuations and controls {rest:.0f} s; "
+          f"the DA grid {per_epoch:.3g} s an epoch with its evaluations: {left:.0f} s left for it -> {epochs} epochs",
+          file=sys.stderr)
     print(epochs)
     return 0
 

@@ -368,7 +368,7 @@ def test_a_bad_schedule_continuation_is_refused_before_any_job(overrides, messag
 
 def test_the_plan_and_its_device_hours_are_printed_first(tmp_path, cifar_arrays):
     bench = tmp_path / "bench.json"
-    bench.write_text(json.dumps({"device_name": "Fake GPU", "n": 45000,
+    bench.write_text(json.dumps({"device_name": "Fake GPU", "n": 1000,  # as many as the smoke's epoch
                                  "rows": [{"hidden": 16, "batch_size": 50, "eager_s": 2.0, "graphed_s": float("nan")},
                                           {"hidden": 64, "batch_size": 50, "eager_s": 8.0, "graphed_s": 4.0}],
                                  "lr_search": {"n": 45000, "features": 5000, "seconds": 10.0}}))
@@ -389,7 +389,7 @@ def test_device_hours_scale_with_the_hidden_units_and_the_fused_grid():
     from scheda.protocol import estimate
 
     cfg = smoke_cfg("scale.hidden=[32]", "scale.da.fused=true", "scale.control=false", "scale.finetune=null")
-    bench = {"device_name": "X", "n": 45000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 3.0}],
+    bench = {"device_name": "X", "n": 1000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 3.0}],
              "grid": {"models": 2, "grid_over_one": 1.5}}
     est = estimate.estimate(cfg, bench, 20)
     # fused DA job: 2 epochs x (3.0 s x 32/16) x 1.5 (two models at once); ScheDA: 2 epochs x 6.0 s
@@ -397,17 +397,44 @@ def test_device_hours_scale_with_the_hidden_units_and_the_fused_grid():
     assert est["model_epochs"] == {"da": 4, "continue": 2} and est["jobs"] == {"da": 2, "continue": 1}
 
 
-@pytest.mark.parametrize("override", ["trainer.cuda_graph=false", "trainer.fused=false", "trainer.precision=bf16"])
-def test_device_hours_use_graphed_times_unless_the_runs_cannot_use_cuda_graphs(override):
+def test_device_hours_count_everything_a_run_pays_each_from_its_measured_cost():
+    """Fine-tuning (every learning rate of the preset, its epochs as the scale sets them), each
+    job's data load and step build, each stage's process start and the protocol's own, the C
+    search scaled by the grid's values and the features (raw pixels: 3072), an epoch by the
+    examples the runs train on (the smoke's train_limit of 1000, against the benchmark's 500)."""
     from scheda.protocol import estimate
 
-    bench = {"device_name": "X", "n": 45000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 4.0, "graphed_s": 1.0}]}
+    bench = {"device_name": "X", "n": 500, "rows": [{"hidden": 16, "batch_size": 50, "eager_s": 2.0, "default_s": 1.0,
+                                                     "finetune_s": 3.0}],
+             "lr_search": {"n": 500, "features": 16, "seconds": 1.7},
+             "job_start_s": 2.0, "data_load_s": 0.25, "build_s": 0.1}
+    cfg = smoke_cfg()  # 8 jobs in 4 stages, finetune=cpu (3 lrs) for 2 epochs, C over 4 values of 17
+    est = estimate.estimate(cfg, bench, 50)
+    assert est["train_hours"] * 3600 == pytest.approx(10 * 1.0 * 2)  # 10 model-epochs, twice the examples
+    evals = 10 * 1.7 / 16 * 16 + 1 * 1.7 / 16 * 3072  # 10 of 16 features, raw pixels' one of 3072
+    assert est["eval_hours"] * 3600 == pytest.approx(evals * 4 / 17)
+    assert est["finetune_hours"] * 3600 == pytest.approx(2 * 3 * 2 * 3.0 * 2)  # 2 jobs x 3 lrs x 2 epochs
+    assert est["job_hours"] * 3600 == pytest.approx(8 * (0.25 * 2 + 0.1) + 2.0 * (1 + 4))
+    assert est["device_hours"] == pytest.approx(est["train_hours"] + est["eval_hours"] + est["finetune_hours"]
+                                                + est["job_hours"])
+    joblib = estimate.estimate(smoke_cfg("launcher=joblib"), bench, 50)  # a process per job
+    assert joblib["job_hours"] * 3600 == pytest.approx(8 * (0.25 * 2 + 0.1) + 2.0 * (1 + 8))
+    line = estimate.describe(cfg, est, "b.json")
+    assert "jobs' start" in line and "fine-tuning" in line and "not measured" not in line
+
+
+@pytest.mark.parametrize("override", ["trainer.cuda_graph=false", "trainer.triton=false", "trainer.fused=false",
+                                      "trainer.precision=bf16"])
+def test_device_hours_use_the_fast_step_unless_the_runs_cannot_use_it(override):
+    from scheda.protocol import estimate
+
+    bench = {"device_name": "X", "n": 1000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 4.0, "graphed_s": 1.0}]}
     graphed = estimate.estimate(smoke_cfg("scale.control=false", "scale.finetune=null"), bench, 20)
     eager = estimate.estimate(smoke_cfg("scale.control=false", "scale.finetune=null", f"overrides=['{override}']"),
                               bench, 20)
     assert eager["train_hours"] * 3600 == pytest.approx(6 * 4.0)  # 4 DA + 2 ScheDA model-epochs
     assert graphed["train_hours"] * 3600 == pytest.approx(6 * 1.0)
-    cpu = {"device_name": "CPU", "n": 45000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 4.0,
+    cpu = {"device_name": "CPU", "n": 1000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 4.0,
                                                         "graphed_s": float("nan")}]}
     assert estimate.estimate(smoke_cfg("scale.control=false", "scale.finetune=null"), cpu, 20)["train_hours"] \
         * 3600 == pytest.approx(6 * 4.0)  # measured without a graph: eager
@@ -417,7 +444,7 @@ def test_device_hours_of_random_nu_runs_use_eager_times():
     """A schedule that draws nu per minibatch runs eager even where graphs apply (scheda.rules)."""
     from scheda.protocol import estimate
 
-    bench = {"device_name": "X", "n": 45000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 4.0, "graphed_s": 1.0}]}
+    bench = {"device_name": "X", "n": 1000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 4.0, "graphed_s": 1.0}]}
     cfg = smoke_cfg("table=random_nu", "scale.control=false", "scale.finetune=null")
     est = estimate.estimate(cfg, bench, 20)
     p = estimate.plan(cfg)

@@ -3,7 +3,12 @@ speed ``scripts/bench_train.py --json`` measured (``bench=<that file>``).
 
 The plan assumes every DA of the grid is selected (the continuations of every nu0 are planned)
 and counts each control at the length of its kind's longest continuation: an upper bound on
-the continuation and control stages. Fine-tuning is counted in jobs, not in time.
+the continuation and control stages. Each cost comes from the benchmark's measurements: an epoch
+of each hidden size (its own row) with the step the runs get, a fused sweep's cost over one
+model's, the C search (scaled by the number of features), an epoch of fine-tuning (every
+learning rate of the preset for its ``max_epochs``), and per job the start of a process that
+imports scheda and initialises the device, the load of the data to the device, and the build of
+the step (a CUDA graph's capture).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from scheda.protocol.jobs import STEP_KINDS, Kind, fmt
 from scheda.protocol.plan import continuation_jobs, da_jobs
 
 TRAIN_EXAMPLES = 45000  # CIFAR-10's training split: what one epoch of the paper's runs sees
+INPUTS = 3072  # CIFAR-10's pixels: the raw baseline's features
 
 
 def plan(cfg: DictConfig) -> dict[str, Any]:
@@ -99,45 +105,133 @@ def bench_row(bench: dict[str, Any], hidden: int, batch_size: int) -> dict[str, 
     return min(rows, key=lambda r: abs(r["hidden"] - hidden))
 
 
-def epoch_seconds(bench: dict[str, Any], hidden: int, batch_size: int, fast: bool = False) -> float:
-    """One model's epoch at ``hidden`` units: the measured row at this minibatch (the device's
-    default step when the runs use it, ``fast``, else the eager torch step), scaled linearly in H
-    from the nearest measured size."""
+def epoch_seconds(bench: dict[str, Any], hidden: int, batch_size: int, fast: bool = False,
+                  examples: int = TRAIN_EXAMPLES, key: str | None = None) -> float:
+    """One model's epoch of ``examples`` at ``hidden`` units: the measured row at this minibatch
+    (``key``, or the device's default step when the runs use it, ``fast``, else the eager torch
+    step), scaled linearly in H from the nearest measured size."""
     row = bench_row(bench, hidden, batch_size)
-    seconds = (row.get("default_s", row.get("graphed_s")) if fast else None)
+    seconds = row.get(key) if key else row.get("default_s", row.get("graphed_s")) if fast else None
     if seconds is None or math.isnan(seconds):
         seconds = row.get("eager_s", row.get("scheda_s"))
-    return seconds * hidden / row["hidden"] * TRAIN_EXAMPLES / bench.get("n", TRAIN_EXAMPLES)
+    return seconds * hidden / row["hidden"] * examples / bench.get("n", TRAIN_EXAMPLES)
+
+
+def _override(cfg: DictConfig, key: str, default: float) -> float:
+    values = [o.split("=", 1)[1] for o in [*cfg.scale.train, *cfg.overrides] if o.startswith(f"{key}=")]
+    return float(values[-1]) if values else default
+
+
+def search_share(cfg: DictConfig) -> float:
+    """The runs' C grid over the benchmark's (torch_lr's default, 17 values): the C search's time
+    scales with the values it fits."""
+    from scheda.classifiers import TorchLRConfig
+
+    d = TorchLRConfig()
+    count = lambda lo, hi, step: int(math.floor((hi - lo) / step + 1e-9)) + 1  # noqa: E731
+    runs = count(_override(cfg, "classifier.c_log2_min", d.c_log2_min), _override(cfg, "classifier.c_log2_max", d.c_log2_max),
+                 _override(cfg, "classifier.c_log2_step", d.c_log2_step))
+    return runs / count(d.c_log2_min, d.c_log2_max, d.c_log2_step)
+
+
+def train_examples(cfg: DictConfig) -> int:
+    """An epoch's examples: ``dataset.train_limit`` where the runs set it, else CIFAR-10's split."""
+    limits = [int(o.split("=", 1)[1]) for o in [*cfg.scale.train, *cfg.overrides]
+              if o.startswith("dataset.train_limit=") and o.split("=", 1)[1] not in ("null", "None")]
+    return limits[-1] if limits else TRAIN_EXAMPLES
+
+
+def finetune_budget(preset: str, overrides: list[str] = ()) -> tuple[int, int]:
+    """(learning rates, epochs each) of a fine-tuning preset: ``configs/finetune/<preset>.yaml``
+    over the schema's defaults (the paper's 5 rates for up to 2000 epochs), then the runs'
+    ``finetune.lrs=`` / ``finetune.max_epochs=`` overrides."""
+    import importlib.resources
+
+    import yaml
+    from omegaconf import OmegaConf
+
+    from scheda.config import CONFIGS
+    from scheda.finetune import FinetuneConfig
+
+    values: dict[str, Any] = {}
+    root = importlib.resources.files(CONFIGS.removeprefix("pkg://")) if CONFIGS.startswith("pkg://") else Path(CONFIGS)
+    path = root / "finetune" / f"{preset}.yaml"
+    if path.is_file():
+        values = OmegaConf.to_container(OmegaConf.create(path.read_text()))
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key in ("finetune.lrs", "finetune.max_epochs"):
+            values[key.split(".")[1]] = yaml.safe_load(value)
+    lrs = values.get("lrs", FinetuneConfig().lrs)
+    return len(lrs), int(values.get("max_epochs", FinetuneConfig().max_epochs))
+
+
+def job_seconds(bench: dict[str, Any], examples: int = TRAIN_EXAMPLES) -> float:
+    """A job's cost beyond its epochs and evaluations, as measured: the data's load to the device
+    (scaled to ``examples``) and the step's build."""
+    return (bench.get("data_load_s") or 0.0) * examples / bench.get("n", TRAIN_EXAMPLES) + (bench.get("build_s") or 0.0)
+
+
+def start_seconds(bench: dict[str, Any], jobs: int, stages: int, launcher: str) -> float:
+    """Processes' starts (imports, the device's initialisation): scheda-reproduce's own, and one
+    per stage where Hydra's basic launcher runs a stage's jobs in one process, else one per job."""
+    return (bench.get("job_start_s") or 0.0) * (1 + (stages if launcher == "basic" else jobs))
+
+
+def item_seconds(item: dict[str, Any], bench: dict[str, Any], batch_size: int, fast: bool,
+                 examples: int = TRAIN_EXAMPLES, search_scale: float = 1.0) -> tuple[float, float]:
+    """(training, evaluation) seconds of one planned job (an item of :func:`plan`); raw pixels
+    (no hidden units) evaluate CIFAR-10's 3072 inputs. ``search_scale``: the runs' C search over
+    the benchmark's (:func:`search_share`)."""
+    grid, search = bench.get("grid"), bench.get("lr_search")
+    per_feature = search_scale * search["seconds"] / search["features"] if search else 0.0
+    if not item["hidden"]:
+        return 0.0, item["evals"] * per_feature * INPUTS
+    one = epoch_seconds(bench, item["hidden"], batch_size, fast and not item.get("eager"), examples)
+    # a fused sweep's cost per model from the row of its own size where measured there
+    over_one = bench_row(bench, item["hidden"], batch_size).get("grid_over_one", grid and grid["grid_over_one"])
+    fused = over_one / grid["models"] * item["models"] if grid and item["models"] > 1 else item["models"]
+    return item["epochs"] * one * fused, item["evals"] * per_feature * item["hidden"]
+
+
+def fast_step(cfg: DictConfig) -> bool:
+    """Whether the runs get the device's default step (the Triton step graphed on CUDA), unless
+    they turn it off or cannot take it."""
+    return not {"trainer.cuda_graph=false", "trainer.triton=false", "trainer.fused=false",
+                "trainer.precision=bf16"} & {*cfg.scale.train, *cfg.overrides}
 
 
 def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> dict[str, Any]:
     """Jobs, model-epochs, evaluations and (with a benchmark) device-hours of ``cfg``'s scale."""
     p = plan(cfg)
-    # Graphed wherever the bench measured a graph (CUDA), unless the runs turn it off or cannot take it.
-    graphed = not {"trainer.cuda_graph=false", "trainer.fused=false", "trainer.precision=bf16"} & {
-        *cfg.scale.train, *cfg.overrides}
+    fast, examples = fast_step(cfg), train_examples(cfg)
     out: dict[str, Any] = {"jobs": {}, "model_epochs": {}, "evaluations": 0, "finetune_jobs": p["finetune_jobs"]}
     seconds_train = seconds_eval = 0.0
-    grid = (bench or {}).get("grid")
-    search = (bench or {}).get("lr_search")
     for item in p["items"]:
         stage = item["stage"]
         out["jobs"][stage] = out["jobs"].get(stage, 0) + 1
         out["model_epochs"][stage] = out["model_epochs"].get(stage, 0) + item["epochs"] * item["models"]
         out["evaluations"] += item["evals"]
-        if bench is None or not item["hidden"]:
-            continue
-        one = epoch_seconds(bench, item["hidden"], batch_size, graphed and not item.get("eager"))
-        # a fused sweep's cost per model from the row of its own size where measured there
-        over_one = bench_row(bench, item["hidden"], batch_size).get("grid_over_one", grid and grid["grid_over_one"])
-        fused = over_one / grid["models"] * item["models"] if grid and item["models"] > 1 else item["models"]
-        seconds_train += item["epochs"] * one * fused
-        if search:
-            seconds_eval += item["evals"] * search["seconds"] * item["hidden"] / search["features"]
-    if bench is not None:
-        out.update(device=bench.get("device_name", bench.get("device")), train_hours=seconds_train / 3600,
-                   eval_hours=seconds_eval / 3600, device_hours=(seconds_train + seconds_eval) / 3600,
-                   eval_measured=bool(search))
+        if bench is not None:
+            train, evals = item_seconds(item, bench, batch_size, fast, examples, search_share(cfg))
+            seconds_train, seconds_eval = seconds_train + train, seconds_eval + evals
+    if bench is None:
+        return out
+    jobs = len(p["items"]) + p["finetune_jobs"]
+    stages = len({item["stage"] for item in p["items"]}) + bool(p["finetune_jobs"])
+    seconds_jobs = jobs * job_seconds(bench, examples) + start_seconds(bench, jobs, stages, cfg.launcher)
+    seconds_finetune, finetune_measured = 0.0, True
+    if p["finetune_jobs"]:
+        lrs, epochs = finetune_budget(cfg.scale.finetune, [*cfg.scale.train, *cfg.overrides])
+        for hidden in cfg.scale.hidden:  # the best DA and the best ScheDA of each size, per seed
+            finetune_measured &= "finetune_s" in bench_row(bench, hidden, batch_size)
+            per_epoch = epoch_seconds(bench, hidden, batch_size, examples=examples, key="finetune_s")
+            seconds_finetune += p["finetune_jobs"] / len(cfg.scale.hidden) * lrs * epochs * per_epoch
+    total = seconds_train + seconds_eval + seconds_jobs + seconds_finetune
+    out.update(device=bench.get("device_name", bench.get("device")), train_hours=seconds_train / 3600,
+               eval_hours=seconds_eval / 3600, job_hours=seconds_jobs / 3600, finetune_hours=seconds_finetune / 3600,
+               device_hours=total / 3600, eval_measured="lr_search" in bench,
+               jobs_measured="job_start_s" in bench, finetune_measured=finetune_measured)
     return out
 
 
@@ -152,6 +246,12 @@ def describe(cfg: DictConfig, est: dict[str, Any], bench_path: str | None) -> st
             f"{est['evaluations']:,} evaluations")
     if "device_hours" not in est:
         return text + "; device-hours: give bench=<scripts/bench_train.py --json output> to estimate them"
-    evals = f"evaluation {est['eval_hours']:.2f}" if est["eval_measured"] else "evaluation not measured"
-    return (text + f"; about {est['device_hours']:.2f} device-hours on {est['device']} (training "
-            f"{est['train_hours']:.2f}, {evals}; from {bench_path}; fine-tuning not counted)")
+    def part(name: str, key: str, measured: bool) -> str:
+        return f"{name} {est[key]:.2f}" if measured else f"{name} not measured"
+
+    parts = [part("training", "train_hours", True), part("evaluation", "eval_hours", est["eval_measured"]),
+             part("jobs' start", "job_hours", est["jobs_measured"])]
+    if est["finetune_jobs"]:
+        parts.append(part("fine-tuning", "finetune_hours", est["finetune_measured"]))
+    return (text + f"; about {est['device_hours']:.2f} device-hours on {est['device']} ({', '.join(parts)}; "
+            f"from {bench_path})")
