@@ -80,6 +80,7 @@ class FinetuneConfig(Component):
     patience: Optional[int] = None  # stop an lr after this many epochs without a new best val error
     batch_size: int = II("trainer.batch_size")
     momentum: float = 0.0
+    fused: bool = True  # every learning rate at once by one hand-written step (plain SGD); false: one after another
     init_output: str = "classifier"  # classifier: the frozen-feature LR's weights at its chosen C | zero
 
     def check(self) -> None:
@@ -95,9 +96,134 @@ class FinetuneConfig(Component):
             raise self.invalid("init_output", "must be classifier or zero")
 
 
+class FusedFineTune:
+    """One SGD step of K fine-tuning nets at once (the learning-rate grid as one fused sweep),
+    written out by hand: with ``h = s(x W^T + b)``, ``l = h V^T + c`` and ``g = (softmax(l) -
+    onehot(y)) / n``, the gradients are ``dV = g^T h``, ``dc = sum g``, ``dh = g V * s'(h)``,
+    ``dW = dh^T x``, ``db = sum dh``, each a batched product over the K nets, whose parameters
+    become views of stacked tensors. Every buffer is allocated once and the loss is summed on the
+    device (``loss_sums``), so on CUDA one minibatch is captured in a graph and replayed (a
+    partial last minibatch runs eager). Plain SGD: each net's own learning rate, no momentum."""
+
+    def __init__(self, nets: list[FineTuneNet], lrs: list[float], x_all: torch.Tensor, y_all: torch.Tensor,
+                 batch_size: int):
+        K, (H, d), C = len(nets), nets[0].W.shape, nets[0].V.shape[0]
+        self.W = torch.stack([net.W.detach() for net in nets])
+        self.b = torch.stack([net.b.detach() for net in nets])
+        self.V = torch.stack([net.V.detach() for net in nets])
+        self.c = torch.stack([net.c.detach() for net in nets])
+        for k, net in enumerate(nets):  # the nets now view the stacks
+            net.W.data, net.b.data, net.V.data, net.c.data = self.W[k], self.b[k], self.V[k], self.c[k]
+        self.sigmoid = nets[0]._act is torch.sigmoid
+        self.x_all, self.y_all, self.batch_size = x_all, y_all, batch_size
+        f32 = dict(dtype=self.W.dtype, device=self.W.device)
+        n = batch_size
+        self.x = torch.empty(K, n, d, **f32)
+        self.h = torch.empty(K, n, H, **f32)
+        self.dh = torch.empty(K, n, H, **f32)
+        self.logits = torch.empty(K, n, C, **f32)
+        self.g = torch.empty(K, n, C, **f32)
+        self.y = torch.empty(K, n, dtype=torch.long, device=self.W.device)
+        self.minus_one = torch.full((K, n, 1), -1.0, **f32)
+        self.neg_lr = torch.tensor([-lr for lr in lrs], **f32)
+        self.loss_sums = torch.zeros(K, **f32)
+        self.idx = torch.zeros(K, n, dtype=torch.long, device=self.W.device)
+        self.graph = None
+
+    @torch.no_grad()
+    def eager(self, idx: torch.Tensor) -> None:
+        """One minibatch of every net from ``idx`` [K, n'] (n' <= n)."""
+        K, n = idx.shape
+        d, H, C = self.x.shape[2], self.h.shape[2], self.g.shape[2]
+        x = self.x.view(-1)[: K * n * d].view(K, n, d)  # contiguous first rows (a partial minibatch)
+        h, dh = self.h.view(-1)[: K * n * H].view(K, n, H), self.dh.view(-1)[: K * n * H].view(K, n, H)
+        g, y = self.g.view(-1)[: K * n * C].view(K, n, C), self.y.view(-1)[: K * n].view(K, n)
+        logits = self.logits.view(-1)[: K * n * C].view(K, n, C)
+        flat = idx.reshape(-1)
+        torch.index_select(self.x_all, 0, flat, out=x.view(K * n, d))
+        torch.index_select(self.y_all, 0, flat, out=y.view(-1))
+        torch.baddbmm(self.b.unsqueeze(1), x, self.W.transpose(1, 2), out=h)
+        h.sigmoid_() if self.sigmoid else h.relu_()
+        torch.baddbmm(self.c.unsqueeze(1), h, self.V.transpose(1, 2), out=logits)
+        torch.log_softmax(logits, dim=2, out=g)
+        self.loss_sums.sub_(g.gather(2, y.unsqueeze(2)).sum(dim=(1, 2)))  # summed cross-entropy
+        g.exp_().scatter_add_(2, y.unsqueeze(2), self.minus_one[:, :n])  # softmax - onehot(y)
+        scale = (self.neg_lr / n)[:, None, None]  # -lr_k/n: the mean loss's gradient, SGD's step
+        g.mul_(scale)
+        torch.bmm(g, self.V, out=dh)
+        dh.mul_(h - h * h) if self.sigmoid else dh.mul_(h > 0)
+        self.V.baddbmm_(g.transpose(1, 2), h)
+        self.c.add_(g.sum(1))
+        self.W.baddbmm_(dh.transpose(1, 2), x)
+        self.b.add_(dh.sum(1))
+
+    def _capture(self) -> None:
+        """Warm up on a side stream, undo its updates and losses, capture one full minibatch."""
+        params = [self.W, self.b, self.V, self.c]
+        saved = [p.clone() for p in params]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self.eager(self.idx)
+        torch.cuda.current_stream().wait_stream(side)
+        for p, v in zip(params, saved):
+            p.copy_(v)
+        self.loss_sums.zero_()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.eager(self.idx)
+
+    def __call__(self, idx: torch.Tensor) -> None:
+        if self.W.device.type != "cuda" or idx.shape[1] != self.batch_size:
+            return self.eager(idx)
+        if self.graph is None:
+            self._capture()
+        self.idx.copy_(idx)
+        self.graph.replay()
+
+
+class Tuning:
+    """One learning rate of the grid being fine-tuned: its net, optimiser, generator (the
+    minibatch order), per-epoch history and best evaluation so far."""
+
+    def __init__(self, index: int, lr: float, net: FineTuneNet, optimizer: SGD, generator: torch.Generator):
+        self.index, self.lr, self.net, self.optimizer, self.generator = index, lr, net, optimizer, generator
+        self.history: list[dict[str, Any]] = []
+        self.best: dict[str, Any] = {}
+
+    @property
+    def epoch(self) -> int:
+        return len(self.history)
+
+    def finished(self, cfg) -> bool:
+        patience = cfg["patience"] is not None and self.epoch - self.best["epoch"] >= cfg["patience"]
+        return self.epoch >= cfg["max_epochs"] or patience
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "net": {k: v.detach().clone() for k, v in self.net.state_dict().items()},
+                "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
+                "history": list(self.history), "best": dict(self.best)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"].cpu())
+        self.history, self.best = list(state["history"]), dict(state["best"])
+
+    def result(self) -> dict[str, Any]:
+        secs = [h["seconds"] for h in self.history]
+        best = self.best
+        return {"index": self.index, "lr": self.lr, "best_epoch": best["epoch"], "val_error": best["val_error"],
+                "test_error": best["test_error"], "test_n": best.get("test_n"), "test_correct": best.get("test_correct"),
+                "epochs_run": len(self.history), "seconds_per_epoch": float(np.mean(secs)) if secs else None,
+                "history": self.history}
+
+
 class FineTuner:
-    """Runs the learning-rate grid in one job on data already on the device; resumable from
-    ``checkpoints/finetune_last.pt`` (written atomically every epoch)."""
+    """Runs the learning-rate grid in one job on data already on the device: every rate at once
+    by :class:`FusedFineTune` (``finetune.fused``, plain SGD), else one after another with
+    autograd; resumable from ``checkpoints/finetune_last.pt`` (written atomically every epoch)."""
 
     def __init__(self, cfg: Mapping, da: DenoisingAutoencoder, data: Splits, inputs: dict[str, torch.Tensor],
                  device: torch.device, output_dir: Path, seed: int, init: LinearModel | None = None, writer=None):
@@ -110,81 +236,103 @@ class FineTuner:
         self.x = inputs
         self.y = {s: torch.as_tensor(getattr(data, f"{s}_y"), device=device) for s in ("train", "val", "test")}
         self.n_classes = int(max(int(y.max()) for y in self.y.values())) + 1
-        self.per_lr: list[dict[str, Any]] = []
-        self._resume: dict[str, Any] | None = None
+        self.done: dict[int, dict[str, Any]] = {}  # learning rate index -> its result
+        self._resume: dict[int, dict[str, Any]] = {}  # index -> the state of a rate in progress
+
+    @property
+    def fused(self) -> bool:
+        return self.cfg.fused and self.cfg.momentum == 0
 
     def load(self, path: Path) -> bool:
         """Pick up a fine-tuning that was cut short; False when ``path`` holds none."""
         if not (path / LAST).exists():
             return False
         state = load_checkpoint(path / LAST, map_location=self.device)
-        self.per_lr = list(state["per_lr"])
-        self._resume = state if state.get("current") is not None else None
-        log.info("resuming fine-tuning from %s (%d learning rates done)", path / LAST, len(self.per_lr))
+        self.done = {r.get("index", i): r for i, r in enumerate(state["per_lr"])}
+        current = state.get("current") or {}
+        models = current.get("models", [{**current, "index": len(self.done)}] if current else [])
+        self._resume = {m["index"]: m for m in models}
+        log.info("resuming fine-tuning from %s (%d learning rates done)", path / LAST, len(self.done))
         return True
 
     def run(self) -> dict[str, Any]:
-        for i in range(len(self.per_lr), len(self.lrs)):
-            self.per_lr.append(self._fit_one(i, self.lrs[i]))
-            self._save(None)
-        best = min(self.per_lr, key=lambda r: (r["val_error"], r["lr"]))
-        return {"per_lr": self.per_lr, "chosen": {k: best.get(k) for k in ("lr", "best_epoch", "val_error", "test_error", "test_n",
-                                                                  "test_correct")}}
+        pending = [i for i in range(len(self.lrs)) if i not in self.done]
+        for group in ([pending] if self.fused and pending else [[i] for i in pending]):
+            self._fit([self._start(i) for i in group])
+        per_lr = [self.done[i] for i in range(len(self.lrs))]
+        best = min(per_lr, key=lambda r: (r["val_error"], r["lr"]))
+        return {"per_lr": per_lr, "chosen": {k: best.get(k) for k in ("lr", "best_epoch", "val_error", "test_error",
+                                                                      "test_n", "test_correct")}}
 
-    def _fit_one(self, index: int, lr: float) -> dict[str, Any]:
-        cfg, x, y = self.cfg, self.x, self.y
+    def _start(self, index: int) -> Tuning:
         net = FineTuneNet(self.da, self.n_classes, self.init).to(self.device)
-        opt = SGD(net.parameters(), lr=lr, momentum=cfg["momentum"])
-        gen = torch.Generator(device=self.device).manual_seed(self.seed + 1000 * (index + 1))
-        history: list[dict[str, Any]] = []
-        best = {"epoch": 0, "val_error": net.error(x["val"], y["val"]), **self._test(net)}
-        if self._resume is not None:
-            state, self._resume = self._resume, None
-            net.load_state_dict(state["current"]["net"])
-            opt.load_state_dict(state["current"]["optimizer"])
-            gen.set_state(state["current"]["generator"].cpu())
-            history, best = list(state["current"]["history"]), dict(state["current"]["best"])
+        lr = self.lrs[index]
+        tuning = Tuning(index, lr, net, SGD(net.parameters(), lr=lr, momentum=self.cfg["momentum"]),
+                        torch.Generator(device=self.device).manual_seed(self.seed + 1000 * (index + 1)))
+        tuning.best = {"epoch": 0, "val_error": net.error(self.x["val"], self.y["val"]), **self._test(net)}
+        if index in self._resume:
+            tuning.load_state_dict(self._resume.pop(index))
+        return tuning
+
+    def _fit(self, tunings: list[Tuning]) -> None:
+        """Train the rates of ``tunings`` in lockstep, each epoch evaluated and checkpointed; a rate
+        that reaches its last epoch (or runs out of patience) drops out and the step is rebuilt."""
+        cfg, x, y = self.cfg, self.x, self.y
         n, bs = x["train"].shape[0], cfg["batch_size"]
-        epoch = len(history)
-        ticks = bar(cfg["max_epochs"], f"finetune lr={lr:g}", "epoch", initial=epoch)
-        while epoch < cfg["max_epochs"]:
-            if cfg["patience"] is not None and epoch - best["epoch"] >= cfg["patience"]:
-                break
+        ticks = bar(cfg["max_epochs"], "finetune lr=" + ",".join(f"{t.lr:g}" for t in tunings), "epoch",
+                    initial=min(t.epoch for t in tunings))
+        stacked, step = None, None
+        while active := [t for t in tunings if not t.finished(cfg)]:
+            if stacked != [t.index for t in active] and self.fused:
+                stacked = [t.index for t in active]
+                step = FusedFineTune([t.net for t in active], [t.lr for t in active], x["train"], y["train"], bs)
             start = time.perf_counter()
-            perm = torch.randperm(n, generator=gen, device=self.device)
-            loss_sum = torch.zeros((), device=self.device)
-            for first in range(0, n, bs):
-                idx = perm[first:first + bs]
-                loss = F.cross_entropy(net(x["train"].index_select(0, idx)), y["train"].index_select(0, idx))
-                opt.zero_grad(set_to_none=False)
-                loss.backward()
-                opt.step()
-                loss_sum += loss.detach() * idx.shape[0]
-            epoch += 1
-            train_loss = (loss_sum / n).item()
-            if not math.isfinite(train_loss):
-                raise DivergenceError(f"fine-tuning loss became {train_loss} at lr={lr:g}, epoch {epoch}: "
-                                      f"use smaller finetune.lrs")
-            seconds = time.perf_counter() - start
-            val, tested = net.error(x["val"], y["val"]), self._test(net)
-            test = tested["test_error"]
-            history.append({"epoch": epoch, "train_loss": train_loss, "val_error": val, "test_error": test,
-                            "seconds": seconds})
-            self._log(lr, history[-1])
-            ticks.set_postfix(val=f"{100 * val:.2f}%", best=f"{100 * best['val_error']:.2f}%", refresh=False)
+            perms = [torch.randperm(n, generator=t.generator, device=self.device) for t in active]
+            if self.fused:
+                step.loss_sums.zero_()
+                for first in range(0, n, bs):
+                    step(torch.stack([p[first:first + bs] for p in perms]))
+                losses = (step.loss_sums / n).tolist()
+            else:
+                losses = [self._autograd_epoch(active[0], perms[0])]  # one rate alone
+            seconds = time.perf_counter() - start  # the lockstep's epoch, as a fused DA sweep reports it
+            for t, train_loss in zip(active, losses):
+                self._end_epoch(t, train_loss, seconds)
+                if t.finished(cfg):
+                    self.done[t.index] = t.result()
+            self._save({"models": [t.state_dict() for t in tunings if not t.finished(cfg)]} if
+                       any(not t.finished(cfg) for t in tunings) else None)
             ticks.update(1)
-            if val < best["val_error"]:
-                best = {"epoch": epoch, "val_error": val, **tested}
-                save_checkpoint(self.dir / f"finetune_best_lr{index}.pt",
-                                {"model": net.state_dict(), "epoch": epoch, "lr": lr, **best})
-            self._save({"net": net.state_dict(), "optimizer": opt.state_dict(), "generator": gen.get_state(),
-                        "history": history, "best": best})
         ticks.close()
-        secs = [h["seconds"] for h in history]
-        return {"lr": lr, "best_epoch": best["epoch"], "val_error": best["val_error"], "test_error": best["test_error"],
-                "test_n": best.get("test_n"), "test_correct": best.get("test_correct"),
-                "epochs_run": len(history), "seconds_per_epoch": float(np.mean(secs)) if secs else None,
-                "history": history}
+        for t in tunings:  # finished before this call (a resumed rate at its last epoch)
+            self.done.setdefault(t.index, t.result())
+
+    def _autograd_epoch(self, t: Tuning, perm: torch.Tensor) -> float:
+        """One epoch of one rate with autograd (momentum, or ``finetune.fused=false``)."""
+        x, y, bs = self.x["train"], self.y["train"], self.cfg["batch_size"]
+        loss_sum = torch.zeros((), device=self.device)
+        for first in range(0, x.shape[0], bs):
+            idx = perm[first:first + bs]
+            loss = F.cross_entropy(t.net(x.index_select(0, idx)), y.index_select(0, idx))
+            t.optimizer.zero_grad(set_to_none=False)
+            loss.backward()
+            t.optimizer.step()
+            loss_sum += loss.detach() * idx.shape[0]
+        return (loss_sum / x.shape[0]).item()
+
+    def _end_epoch(self, t: Tuning, train_loss: float, seconds: float) -> None:
+        """Divergence check, validation and test error, history, the best checkpoint."""
+        if not math.isfinite(train_loss):
+            raise DivergenceError(f"fine-tuning loss became {train_loss} at lr={t.lr:g}, epoch {t.epoch + 1}: "
+                                  f"use smaller finetune.lrs")
+        val, tested = t.net.error(self.x["val"], self.y["val"]), self._test(t.net)
+        t.history.append({"epoch": t.epoch + 1, "train_loss": train_loss, "val_error": val,
+                          "test_error": tested["test_error"], "seconds": seconds})
+        self._log(t.lr, t.history[-1])
+        if val < t.best["val_error"]:
+            t.best = {"epoch": t.epoch, "val_error": val, **tested}
+            save_checkpoint(self.dir / f"finetune_best_lr{t.index}.pt",
+                            {"model": t.net.state_dict(), "epoch": t.epoch, "lr": t.lr, **t.best})
 
     def _test(self, net: FineTuneNet) -> dict[str, Any]:
         """Test error and which test images it got right (for McNemar's test between models)."""
@@ -193,8 +341,10 @@ class FineTuner:
                 "test_correct": pack_correct(correct)}
 
     def _save(self, current: dict[str, Any] | None) -> None:
-        save_checkpoint(self.dir / LAST, {"model": {}, "kind": "finetune", "per_lr": self.per_lr,
-                                          "current": current, "epoch": len(self.per_lr)})
+        """Every epoch: the rates done and the state of those in progress (``{"models": [...]}``)."""
+        done = [self.done[i] for i in sorted(self.done)]
+        save_checkpoint(self.dir / LAST, {"model": {}, "kind": "finetune", "per_lr": done,
+                                          "current": current, "epoch": len(done)})
 
     def _log(self, lr: float, h: dict[str, Any]) -> None:
         log.info("finetune lr=%g epoch %d: loss %.4f val %.4f test %.4f (%.1fs)", lr, h["epoch"], h["train_loss"],

@@ -92,7 +92,7 @@ else
          --lr-search 45000 1000 --finetune --rate-seconds 0.2)
   SIZE=(--unit 100 --most 2000)
   SCALE=(scale.scheda.K=[50])
-  TESTS=(-m cuda -k "triton or synchronisation or resume or default_run" tests/test_cuda.py)
+  TESTS=(-m cuda -k "triton or synchronisation or resume or default_run or fused_finetuning" tests/test_cuda.py)
 fi
 
 if [ "$DEVICE" = cuda ]; then

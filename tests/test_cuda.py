@@ -172,6 +172,24 @@ def test_torch_lr_on_cuda_reaches_the_cpu_objective_and_liblinear_takes_cuda_fea
     assert isinstance(lib, Liblinear) and objective(lib.fit(1.0), x, y, 1.0) > 0
 
 
+def test_fused_finetuning_graphed_equals_its_eager_step_on_cuda():
+    """The learning-rate grid's fused step captured in a CUDA graph (a partial last minibatch
+    eager) gives the eager step's nets and losses."""
+    from scheda.finetune import FineTuneNet, FusedFineTune
+
+    x, y = _data(n=203, d=64), torch.arange(203, device=CUDA) % 10
+    runs = []
+    for graphed in (False, True):
+        nets = [FineTuneNet(_model(H=24)[0], 10) for _ in range(3)]
+        step = FusedFineTune(nets, [0.1, 0.05, 0.01], x, y, 20)
+        perm = torch.randperm(203, device=CUDA, generator=torch.Generator(device=CUDA).manual_seed(0)).repeat(3, 1)
+        for first in range(0, 203, 20):
+            (step if graphed else step.eager)(perm[:, first:first + 20])
+        runs.append([p.clone() for net in nets for p in net.parameters()] + [step.loss_sums.clone()])
+    for a, b in zip(*runs):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_finetuning_on_cuda(cifar_arrays, tmp_path):
     result = run(compose_cfg([f"dataset.root={cifar_arrays}", *ON_CUDA, *STAGES, "finetune=cpu",
                               "finetune.max_epochs=2", "classifier.c_log2_min=-2", "classifier.c_log2_max=0"]),

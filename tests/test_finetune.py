@@ -48,8 +48,8 @@ def test_resume_mid_finetuning_matches_an_uninterrupted_run(cifar_arrays, tmp_pa
 
     def crash_after_some_epochs(self, current):
         original(self, current)
-        if len(self.per_lr) == 1 and current is not None and len(current["history"]) == 5:
-            raise KeyboardInterrupt  # killed in the middle of the second learning rate
+        if current is not None and len(current["models"][0]["history"]) == 5:
+            raise KeyboardInterrupt  # killed in the middle of the learning rates' epochs
 
     monkeypatch.setattr(scheda.finetune.FineTuner, "_save", crash_after_some_epochs)
     with pytest.raises(KeyboardInterrupt):
@@ -103,3 +103,21 @@ def test_output_layer_starts_from_the_frozen_classifier(cifar_arrays):
 def test_bad_finetune_config(cifar_arrays, tmp_path, override, key):
     with pytest.raises(ConfigError, match=key):
         run(_cfg(cifar_arrays, override), tmp_path / "bad")
+
+
+def test_the_learning_rates_fused_train_as_each_would_alone(cifar_arrays, tmp_path):
+    """finetune.fused (the default: every rate in one hand-written step) against one rate after
+    another with autograd (finetune.fused=false): the same minibatches (each rate's own
+    generator), the same losses to float tolerance and the same errors, give or take an image
+    that float rounding moves across the decision boundary."""
+    from helpers import N_VAL
+
+    fused = run(_cfg(cifar_arrays, "logger=none", "finetune.max_epochs=4"), tmp_path / "fused")["finetune"]
+    alone = run(_cfg(cifar_arrays, "logger=none", "finetune.max_epochs=4", "finetune.fused=false"),
+                tmp_path / "alone")["finetune"]
+    assert [r["lr"] for r in fused["per_lr"]] == [r["lr"] for r in alone["per_lr"]] == [0.5, 0.05]
+    for f, a in zip(fused["per_lr"], alone["per_lr"]):
+        assert f["epochs_run"] == a["epochs_run"] == 4
+        for hf, ha in zip(f["history"], a["history"]):
+            assert hf["train_loss"] == pytest.approx(ha["train_loss"], rel=1e-4)
+            assert abs(hf["val_error"] - ha["val_error"]) <= 1 / N_VAL + 1e-9

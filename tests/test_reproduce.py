@@ -421,6 +421,11 @@ def test_device_hours_count_everything_a_run_pays_each_from_its_measured_cost():
     assert joblib["job_hours"] * 3600 == pytest.approx(8 * (0.25 * 2 + 0.1) + 2.0 * (1 + 8))
     line = estimate.describe(cfg, est, "b.json")
     assert "jobs' start" in line and "fine-tuning" in line and "not measured" not in line
+    bench["rows"][0]["finetune_grid_s"] = 5.0  # the paper's five rates fused in one step: 1.0 s a rate
+    fused = estimate.estimate(cfg, bench, 50)["finetune_hours"] * 3600
+    assert fused == pytest.approx(2 * 3 * 2 * 1.0 * 2)
+    alone = estimate.estimate(smoke_cfg("overrides=['finetune.fused=false']"), bench, 50)["finetune_hours"] * 3600
+    assert alone == pytest.approx(2 * 3 * 2 * 3.0 * 2)
 
 
 @pytest.mark.parametrize("override", ["trainer.cuda_graph=false", "trainer.triton=false", "trainer.fused=false",

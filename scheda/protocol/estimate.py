@@ -223,10 +223,15 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
     seconds_finetune, finetune_measured = 0.0, True
     if p["finetune_jobs"]:
         lrs, epochs = finetune_budget(cfg.scale.finetune, [*cfg.scale.train, *cfg.overrides])
+        fused = "finetune.fused=false" not in {*cfg.scale.train, *cfg.overrides}
         for hidden in cfg.scale.hidden:  # the best DA and the best ScheDA of each size, per seed
-            finetune_measured &= "finetune_s" in bench_row(bench, hidden, batch_size)
-            per_epoch = epoch_seconds(bench, hidden, batch_size, examples=examples, key="finetune_s")
-            seconds_finetune += p["finetune_jobs"] / len(cfg.scale.hidden) * lrs * epochs * per_epoch
+            row = bench_row(bench, hidden, batch_size)
+            finetune_measured &= "finetune_s" in row
+            if fused and "finetune_grid_s" in row:  # every rate in one step, measured for the paper's five
+                per_rate = epoch_seconds(bench, hidden, batch_size, examples=examples, key="finetune_grid_s") / 5
+            else:
+                per_rate = epoch_seconds(bench, hidden, batch_size, examples=examples, key="finetune_s")
+            seconds_finetune += p["finetune_jobs"] / len(cfg.scale.hidden) * lrs * epochs * per_rate
     total = seconds_train + seconds_eval + seconds_jobs + seconds_finetune
     out.update(device=bench.get("device_name", bench.get("device")), train_hours=seconds_train / 3600,
                eval_hours=seconds_eval / 3600, job_hours=seconds_jobs / 3600, finetune_hours=seconds_finetune / 3600,
