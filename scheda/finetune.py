@@ -103,7 +103,8 @@ class FusedFineTune:
     ``dW = dh^T x``, ``db = sum dh``, each a batched product over the K nets, whose parameters
     become views of stacked tensors. Every buffer is allocated once and the loss is summed on the
     device (``loss_sums``), so on CUDA one minibatch is captured in a graph and replayed (a
-    partial last minibatch runs eager). Plain SGD: each net's own learning rate, no momentum."""
+    partial last minibatch runs eager; a capture that fails says so and runs eager). Plain SGD:
+    each net's own learning rate, no momentum."""
 
     def __init__(self, nets: list[FineTuneNet], lrs: list[float], x_all: torch.Tensor, y_all: torch.Tensor,
                  batch_size: int):
@@ -175,10 +176,15 @@ class FusedFineTune:
             self.eager(self.idx)
 
     def __call__(self, idx: torch.Tensor) -> None:
-        if self.W.device.type != "cuda" or idx.shape[1] != self.batch_size:
+        if self.W.device.type != "cuda" or idx.shape[1] != self.batch_size or self.graph is False:
             return self.eager(idx)
         if self.graph is None:
-            self._capture()
+            try:
+                self._capture()
+            except RuntimeError as exc:  # the same step eager: slower, never wrong
+                log.warning("fine-tuning runs without a CUDA graph: capturing its step failed (%s)", exc)
+                self.graph = False
+                return self.eager(idx)
         self.idx.copy_(idx)
         self.graph.replay()
 

@@ -45,7 +45,7 @@ def test_an_epoch_of_the_triton_step_is_the_torch_steps(K, activation):
     assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(g_ref, g_tri))
 
 
-def _trainer(triton, epochs=2, n=150):
+def _trainer(triton, epochs=2, n=70):
     [model], [opt], _ = _models(1)
     x = torch.rand(n, D, generator=torch.Generator().manual_seed(4))
     return Trainer(model, opt, Masking(), NoiseSchedule("constant", [Stage(0.4, epochs)]), x, 4,
@@ -53,7 +53,7 @@ def _trainer(triton, epochs=2, n=150):
 
 
 def test_the_training_loop_hands_the_triton_step_whole_replays_and_gets_the_torch_steps_epochs():
-    """150 rows in minibatches of 4: two calls of 16 minibatches, then 6 more, the last of 2 rows;
+    """70 rows in minibatches of 4: a call of 16 minibatches, then 2 more, the last of 2 rows;
     the epochs' losses (summed on the device, read at the epoch's end) and weights are the torch
     step's."""
     torch_run, triton_run = _trainer(False), _trainer(True)
@@ -66,7 +66,7 @@ def test_the_training_loop_hands_the_triton_step_whole_replays_and_gets_the_torc
     finally:
         TritonStep.__call__ = original
     assert isinstance(triton_run.alone._step, TritonStep)
-    assert calls == [64, 64, 22] * 2
+    assert calls == [64, 6] * 2
     for a, b in zip(torch_run.history, triton_run.history):
         assert a["epoch"] == b["epoch"] and a["loss"] == pytest.approx(b["loss"], rel=1e-5)
     torch.testing.assert_close(triton_run.model.W, torch_run.model.W, rtol=1e-5, atol=1e-6)
