@@ -3,7 +3,10 @@ sweeps, the models of a fused sweep, protocol folders) as one table: the config 
 between the runs as columns, then status, epochs, the classifier's chosen setting, validation and
 test error and wall time, sorted by validation error. ``--group-by`` folds runs that differ only
 in other keys (``--group-by all-but-seed``: seeds) into mean ± sd (n) per group, with the
-statistics the protocol's report uses (scheda.stats). The end of every ``-m`` sweep writes
+statistics the protocol's report uses (scheda.stats). ``--at`` reads each run at its last
+evaluation (the default), at its best on validation, or at ``epoch=N``: the protocol's two rules
+for its further seeds (the selection seed's epoch, each seed's own best), for any sweep. The end
+of every ``-m`` sweep writes
 ``summary.csv`` and ``summary.md`` with the same code (scheda.sweep_summary).
 
     scheda-results outputs/multirun/2026-11-26/10-00-00
@@ -50,20 +53,36 @@ def find_results(folders: Sequence[str | Path]) -> list[Path]:
     return [p for p in found if not (p.parent / "models").is_dir()]
 
 
+def pick(evaluations: list[dict[str, Any]], at: str) -> dict[str, Any] | None:
+    """The evaluation a run is read at: ``last``, ``best`` (lowest validation error, the earliest
+    on ties) or ``epoch=N`` (None where the run has no evaluation there)."""
+    if not evaluations:
+        return None
+    if at == "best":
+        return min(evaluations, key=lambda e: (e["val_error"], e["epoch"]))
+    if at.startswith("epoch="):
+        return next((e for e in reversed(evaluations) if e["epoch"] == int(at.split("=", 1)[1])), None)
+    return evaluations[-1]
+
+
+def at_choice(text: str) -> str:
+    """argparse's check of ``--at``."""
+    if text in ("last", "best") or (text.startswith("epoch=") and text[6:].isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: use last, best or epoch=N (an evaluated epoch)")
+
+
 def read_row(path: Path, at: str = "last", base: Path | None = None) -> dict[str, Any] | None:
-    """One run: its flattened config and what it gives (its last evaluation, or its best on
-    validation with ``at="best"``); None for a file that is not a run's results. The run is
-    named relative to ``base`` (a file written there), else as the user would type it."""
+    """One run: its flattened config and what it gives at the evaluation ``at`` picks (:func:`pick`);
+    None for a file that is not a run's results. The run is named relative to ``base`` (a file
+    written there), else as the user would type it."""
     try:
         results = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
     if "config" not in results:
         return None
-    evaluations = results.get("evaluations") or []
-    chosen = None
-    if evaluations:
-        chosen = min(evaluations, key=lambda e: (e["val_error"], e["epoch"])) if at == "best" else evaluations[-1]
+    chosen = pick(results.get("evaluations") or [], at)
     seconds = results.get("seconds")
     name = str(path.parent.relative_to(base)) if base is not None and path.parent.is_relative_to(base) \
         else shown_path(path.parent)
@@ -163,8 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--format", choices=("md", "csv", "json"), default="md")
     parser.add_argument("--group-by", nargs="+", default=[], metavar="KEY",
                         help=f"config keys (e.g. schedule.nu optim.lr), or {ALL_BUT_SEED}")
-    parser.add_argument("--at", choices=("last", "best"), default="last",
-                        help="each run's last evaluation, or its best on validation")
+    parser.add_argument("--at", type=at_choice, default="last", metavar="last|best|epoch=N",
+                        help="each run's last evaluation, its best on validation, or the one at epoch N")
     parser.add_argument("--env", action="store_true",
                         help="also each run's environment: scheda version, git commit, Python, torch, CUDA, device, host")
     args = parser.parse_args(argv)

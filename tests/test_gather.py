@@ -22,7 +22,7 @@ def sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("gather")
     data = write_cifar_arrays(root / "data" / "cifar10")
     proc = run_train(["-m", f"dataset.root={data}", *TINY, "schedule=constant", "schedule.epochs=2",
-                      "schedule.nu=0.2,0.5", "seed=1,2", "logger=none", "classifier.c_log2_min=-2",
+                      "schedule.nu=0.2,0.5", "seed=1,2", "logger=none", "evaluate.every=1", "classifier.c_log2_min=-2",
                       "classifier.c_log2_max=0", f"hydra.sweep.dir={root / 'sweep'}"], cwd=root)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return root / "sweep"
@@ -45,6 +45,19 @@ def test_a_sweep_is_one_table_of_its_differing_keys_sorted_by_validation(sweep):
         results = json.loads((sweep / r["run"].rstrip("/").split("/")[-1] / "results.json").read_text())
         assert float(r["test_error %"]) == pytest.approx(100 * results["evaluations"][-1]["test_error"])
         assert r["classifier"] == f"C={results['evaluations'][-1]['C']:g}"
+
+
+def test_at_reads_every_run_at_its_best_on_validation_or_at_an_epoch(sweep):
+    """--at best|epoch=N: the protocol's two rules for its further seeds, for any sweep."""
+    picks = {"best": lambda ev: min(ev, key=lambda e: (e["val_error"], e["epoch"])),
+             "epoch=1": lambda ev: next(e for e in ev if e["epoch"] == 1)}
+    for at, pick in picks.items():
+        for r in _rows(sweep, "--at", at):
+            results = json.loads((sweep / r["run"].rstrip("/").split("/")[-1] / "results.json").read_text())
+            assert len(results["evaluations"]) >= 2
+            assert float(r["test_error %"]) == pytest.approx(100 * pick(results["evaluations"])["test_error"])
+    proc = run_module("scheda.gather", [sweep, "--at", "epoch=x"], timeout=120)
+    assert proc.returncode == 2 and "use last, best or epoch=N" in proc.stderr
 
 
 def test_groups_over_seeds_give_mean_sd_and_n(sweep):

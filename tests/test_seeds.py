@@ -35,11 +35,11 @@ def test_fused_seeds_train_as_one_sweep_and_a_new_seed_as_another(tmp_path):
     from scheda.protocol.seeds import SeedPlan
     plan = SeedPlan(cfg.scale, tmp_path, selection, {}, [])
     (job,) = plan.jobs["seed_da"]
-    assert job.name == "da_h16_nu0.5_lr0.1_e2_seeds1_2" and job.values["trainer.parallel.seed"] == [1, 2]
+    assert job.name == "da_h16_nu0.5_lr0.1_seeds1_2" and job.values["trainer.parallel.seed"] == [1, 2]
     (tmp_path / "seed_da" / job.name).mkdir(parents=True)
     more = SeedPlan(smoke_cfg("scale.seeds=[0,1,2,3]", "scale.da.fused=true").scale, tmp_path, selection, {}, [])
-    assert [j.name for j in more.jobs["seed_da"]] == [job.name, "da_h16_nu0.5_lr0.1_e2_seeds3"]
-    assert more.rows[0].replicas[3][0] == tmp_path / "seed_da" / "da_h16_nu0.5_lr0.1_e2_seeds3" / "models" / "0"
+    assert [j.name for j in more.jobs["seed_da"]] == [job.name, "da_h16_nu0.5_lr0.1_seeds3"]
+    assert more.rows[0].replicas[3][0] == tmp_path / "seed_da" / "da_h16_nu0.5_lr0.1_seeds3" / "models" / "0"
 
 
 @pytest.mark.parametrize("seeds, message", [("[]", "at least one seed"), ("[0,1,1]", "each seed once"),

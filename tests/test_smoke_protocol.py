@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from scheda import stats
+from scheda.checkpoint import checkpoint_name
 from helpers import TINY_PROTOCOL, User, readme_commands
 from test_reproduce import reproduce, table_rows
 
@@ -90,27 +91,56 @@ def test_each_further_seed_retrains_the_reported_models_paired_by_seed(smoke):
     runs = smoke[0] / "runs"
     sel = load(runs / "selection.json")["hidden"]["16"]
     best = load(runs / "continuations_table1.json")["16"]["scheda"]["best"]
-    # The seed-1 DAs: the best DA and the ScheDA's DA(nu0), each at its selected lr, cut at its selected epoch.
-    names = {f"da_h16_nu{nu:g}_lr0.1_e{sel['by_nu']['%g' % nu]['epoch']}_seed1" for nu in {sel["best"]["nu"], best["nu0"]}}
+    # The seed-1 DAs: the best DA and the ScheDA's DA(nu0), each at its selected lr, as long as the
+    # grid's runs and evaluated as they were (so each can be read at any evaluated epoch).
+    names = {f"da_h16_nu{nu:g}_lr0.1_seed1" for nu in {sel["best"]["nu"], best["nu0"]}}
     assert sorted(p.name for p in (runs / "seed_da").iterdir() if p.is_dir()) == sorted(names)
     start_epoch = sel["by_nu"]["%g" % best["nu0"]]["epoch"]
-    start = runs / "seed_da" / f"da_h16_nu{best['nu0']:g}_lr0.1_e{start_epoch}_seed1"
+    start = runs / "seed_da" / f"da_h16_nu{best['nu0']:g}_lr0.1_seed1"
     da = load(start / "results.json")
-    assert da["config"]["seed"] == 1 and da["status"] == "completed" and da["evaluations"][-1]["epoch"] == start_epoch
-    # The ScheDA and both controls continue seed 1's own DA(nu0), on seed 1's stream, cut at the selected epoch.
+    assert da["config"]["seed"] == 1 and da["status"] == "completed"
+    assert [e["epoch"] for e in da["evaluations"]] == [1, 2]  # the smoke grid: 2 epochs, evaluated every one
+    # The ScheDA and both controls continue seed 1's own DA(nu0) from the selected epoch, on seed 1's
+    # stream, each as long as its selection run.
     continued = sorted(p.name for p in (runs / "seed_continue").iterdir() if p.is_dir())
     assert len(continued) == 3 and all(name.endswith("_seed1") for name in continued)
     for name in continued:
         res = load(runs / "seed_continue" / name / "results.json")
+        original = load(runs / "control" / name.removesuffix("_seed1") / "results.json") if \
+            (runs / "control" / name.removesuffix("_seed1")).is_dir() else \
+            load(runs / "continue" / name.removesuffix("_seed1") / "results.json")
         assert res["status"] == "completed" and res["config"]["seed"] == 1
-        assert Path(res["config"]["init_from"]).parent.parent == start
-        assert res["evaluations"][-1]["epoch"] == res["config"]["trainer"]["max_epochs"]
-    scheda_dir = runs / "seed_continue" / f"{Path(best['run']).name}_e{best['epoch']}_seed1"
+        assert Path(res["config"]["init_from"]) == start / "checkpoints" / checkpoint_name(start_epoch)
+        assert [e["epoch"] for e in res["evaluations"]] == [e["epoch"] for e in original["evaluations"]]
+    scheda_dir = runs / "seed_continue" / f"{Path(best['run']).name}_seed1"
     assert load(scheda_dir / "results.json")["config"]["schedule"]["delta_nu"] == best["delta_nu"]
     # Fine-tuning of seed 1's best DA and best ScheDA.
     ft = {p.name: load(p / "results.json") for p in (runs / "seed_finetune").iterdir() if p.is_dir()}
     assert sorted(ft) == ["finetune_da_h16_seed1", "finetune_scheda_h16_seed1"]
     assert Path(ft["finetune_scheda_h16_seed1"]["config"]["init_from"]).parent.parent == scheda_dir
+
+
+def test_each_seed_is_read_at_the_selected_epoch_and_at_its_own_best(smoke):
+    """seeds_<table>.json holds both rules: each further seed at the selection seed's epoch and at
+    its own best validation epoch (the selection seed the same under both)."""
+    runs = smoke[0] / "runs"
+    seeded = load(runs / "seeds_table1.json")
+    selected, own = seeded["hidden"]["16"], seeded["own_best"]["16"]
+    assert sorted(selected) == sorted(own)
+    for key in selected:
+        assert selected[key]["0"] == own[key]["0"]
+        if key.startswith("finetune"):
+            continue
+        results = load(Path(own[key]["1"]["run"]) / "results.json")
+        best = min(results["evaluations"], key=lambda e: (e["val_error"], e["epoch"]))
+        assert own[key]["1"]["epoch"] == best["epoch"] and own[key]["1"]["val_error"] == best["val_error"]
+        at = next(e for e in results["evaluations"] if e["epoch"] == selected[key]["1"]["epoch"])
+        assert selected[key]["1"]["test_error"] == at["test_error"]
+    report = (smoke[0] / "reports" / "table1_smoke.md").read_text()
+    assert "### 16 hidden units, at each seed's own best validation epoch: paired differences" in report
+    assert "### 16 hidden units: both rules side by side" in report
+    line = next(row for row in report.splitlines() if row.startswith("| ScheDA − best DA |") and "p " in row)
+    assert line.count("not resolved") == 2  # one further seed: no interval under either rule
 
 
 def test_every_reported_model_has_its_errors_per_seed(smoke):

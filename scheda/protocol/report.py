@@ -87,7 +87,8 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
     if over_seeds:
         lines[-2:-2] = [f"Val and test error: the selection seed ({seeded['selection_seed']}), on which every "
                         f"hyper-parameter was chosen; the column beside them: the same models trained again with "
-                        f"the further seeds {', '.join(map(str, seeded['seeds'][1:]))} (section Seeds).", ""]
+                        f"the further seeds {', '.join(map(str, seeded['seeds'][1:]))}, read at the selection seed's "
+                        f"epochs (section Seeds reads them at their own best validation epochs too).", ""]
 
     def cell(hidden: str, key: str) -> str:
         return f" {_seed_cell(seeded, hidden, key)} |" if over_seeds else ""
@@ -415,9 +416,15 @@ def _interval(s: stats.Summary) -> str:
     return f"[{s.low:+.2f}, {s.high:+.2f}]" if s.has_interval else "none (n = 1)"
 
 
+RULES = {"hidden": "at the selection seed's epoch", "own_best": "at each seed's own best validation epoch"}
+
+
 def seeds_section(seeded: dict[str, Any]) -> list[str]:
     """Training noise (rows over seeds, paired differences with intervals and verdicts) and
-    test-set noise (binomial standard errors, McNemar's test), per hidden size."""
+    test-set noise (binomial standard errors, McNemar's test), per hidden size, under both rules
+    of reading a further seed (scheda.protocol.seeds): at the epoch selected on the selection
+    seed, and at its own best validation epoch; then every comparison's two verdicts side by
+    side, and in words where they differ."""
     seeds, s0 = seeded["seeds"], seeded["selection_seed"]
     lines = ["", "## Seeds", ""]
     if len(seeds) == 1:
@@ -426,56 +433,105 @@ def seeds_section(seeded: dict[str, Any]) -> list[str]:
                         f"model again with each further seed (the hyper-parameters stay those chosen on seed {s0})."]
     lines += [f"Hyper-parameters were chosen on seed {s0} (the selection seed); every reported model was then "
               f"trained again with the same hyper-parameters and seeds {', '.join(map(str, seeds[1:]))} "
-              f"(initialisation, minibatch order, masks), each continuation and control from that seed's own DA "
-              f"checkpoint, so differences pair by seed. Statistics use the further seeds only: the selection seed "
-              f"won the selection and would bias them, so it is shown beside them, not pooled. Intervals are 95 % "
-              f"t-intervals (paired for differences); the sign-flip p-value is exact (all 2^n sign patterns; with "
-              f"n seeds it cannot go below 2/2^n). A difference is *resolved* only when its interval excludes 0."]
+              f"(initialisation, minibatch order, masks), as long as its selection run and evaluated as it was, each "
+              f"continuation and control from that seed's own DA checkpoint at the selected epoch, so differences "
+              f"pair by seed. Each further seed is read under two rules: **at the selection seed's epoch** (the "
+              f"epochs chosen on seed {s0}) and **at its own best validation epoch** (as the paper chooses the epochs "
+              f"on validation for every model it reports); seed {s0} is the same under both. Statistics use the "
+              f"further seeds only: the selection seed won the selection and would bias them, so it is shown beside "
+              f"them, not pooled. Intervals are 95 % t-intervals (paired for differences); the sign-flip p-value is "
+              f"exact (all 2^n sign patterns; with n seeds it cannot go below 2/2^n). A difference is *resolved* only "
+              f"when its interval excludes 0."]
+    own = seeded.get("own_best") or {}
     for hidden, rows in seeded["hidden"].items():
-        lines += ["", f"### {hidden} hidden units: each reported model over seeds (test error %)", "",
-                  f"| Model | Seed {s0} (selection) | Further seeds, each | n | Mean ± sd | 95 % interval | "
-                  f"Test-set SE of one model |", "|---|---|---|---|---|---|---|"]
-        for key, per_seed in rows.items():
-            rest = further(per_seed, s0)
-            first = per_seed.get(str(s0))
-            sel = pct(first["test_error"]) if first else "—"
-            if not rest:
-                lines.append(f"| {seed_label(key)} | {sel} | not run yet | 0 | — | — | — |")
+        results = {}
+        for rule, title in RULES.items():
+            by_rule = rows if rule == "hidden" else own.get(hidden, {})
+            if not by_rule:
                 continue
-            s = stats.summarize([100 * v["test_error"] for _, v in rest])
-            n_test = rest[0][1].get("test_n")
-            se = f"{100 * stats.binomial_se(s.mean / 100, n_test):.2f} (N = {n_test})" if n_test else "—"
-            spread = f"{s.mean:.2f} ± {s.sd:.2f}" if s.sd is not None else f"{s.mean:.2f}"
-            lines.append(f"| {seed_label(key)} | {sel} | {', '.join(pct(v['test_error']) for _, v in rest)} | {s.n} | "
-                         f"{spread} | {_interval(s)} | {se} |")
-        lines += ["", f"### {hidden} hidden units: paired differences (test error, points; negative: the first is "
-                      f"better)", "",
-                  f"| Comparison | Seed {s0} (selection) | Further seeds, each | n | Mean ± sd | 95 % interval "
-                  f"(paired t) | Sign-flip p | McNemar p, each further seed (only first right / only second right) "
-                  f"| Verdict |", "|---|---|---|---|---|---|---|---|---|"]
-        words = []
-        for name, a, b in comparisons(rows):
-            pairs = [(seed, rows[a][str(seed)], rows[b][str(seed)]) for seed, _ in further(rows[a], s0)
-                     if str(seed) in rows[b]]
-            first = (rows[a].get(str(s0)), rows[b].get(str(s0)))
-            sel = f"{100 * (first[0]['test_error'] - first[1]['test_error']):+.2f}" if all(first) else "—"
-            if not pairs:
-                lines.append(f"| {name} | {sel} | not run yet | 0 | — | — | — | — | not resolved: no further seed |")
-                continue
-            d = stats.paired([100 * x["test_error"] for _, x, _ in pairs], [100 * y["test_error"] for _, _, y in pairs])
-            tests = [_mcnemar(x, y) for _, x, y in pairs]
-            mc = ", ".join(f"{t.p_value:.3g} ({t.only_a}/{t.only_b})" if t else "—" for t in tests)
-            verdict = _paired_verdict(d)
-            s = d.summary
-            spread = f"{s.mean:+.2f} ± {s.sd:.2f}" if s.sd is not None else f"{s.mean:+.2f}"
-            lines.append(f"| {name} | {sel} | {', '.join(f'{x:+.2f}' for x in d.diffs)} | {s.n} | {spread} | "
-                         f"{_interval(s)} | {d.p_value:.3g} | {mc} | {verdict} |")
-            significant = sum(1 for t in tests if t and t.p_value < 0.05)
-            words.append(f"{name}: {s.mean:+.2f} points on test over {s.n} further seed{'s' if s.n != 1 else ''} "
-                         f"(95 % interval {_interval(s)}; sign-flip p = {d.p_value:.3g}); {verdict}. On the selection "
-                         f"seed: {sel} points. Test-set noise: McNemar's test tells the two models apart at p < 0.05 "
-                         f"on {significant} of {len(tests)} seeds.")
-        lines += [""] + [f"- {w}" for w in words]
+            table, found = _rule_tables(hidden, by_rule, s0, title)
+            lines += table
+            results[rule] = found
+        lines += _side_by_side(hidden, results)
+    return lines
+
+
+def _rule_tables(hidden: str, rows: dict[str, dict], s0: int, title: str) -> tuple[list[str], dict[str, Any]]:
+    """Under one rule: each reported model over seeds, and each paired comparison with its verdict."""
+    lines = ["", f"### {hidden} hidden units, {title}: each reported model over seeds (test error %)", "",
+             f"| Model | Seed {s0} (selection) | Further seeds, each (epoch) | n | Mean ± sd | 95 % interval | "
+             f"Test-set SE of one model |", "|---|---|---|---|---|---|---|"]
+    for key, per_seed in rows.items():
+        rest = further(per_seed, s0)
+        first = per_seed.get(str(s0))
+        sel = pct(first["test_error"]) if first else "—"
+        if not rest:
+            lines.append(f"| {seed_label(key)} | {sel} | not run yet | 0 | — | — | — |")
+            continue
+        s = stats.summarize([100 * v["test_error"] for _, v in rest])
+        n_test = rest[0][1].get("test_n")
+        se = f"{100 * stats.binomial_se(s.mean / 100, n_test):.2f} (N = {n_test})" if n_test else "—"
+        spread = f"{s.mean:.2f} ± {s.sd:.2f}" if s.sd is not None else f"{s.mean:.2f}"
+        each = ", ".join(pct(v["test_error"]) + (f" ({v['epoch']})" if v.get("epoch") is not None else "")
+                         for _, v in rest)
+        lines.append(f"| {seed_label(key)} | {sel} | {each} | {s.n} | {spread} | {_interval(s)} | {se} |")
+    lines += ["", f"### {hidden} hidden units, {title}: paired differences (test error, points; negative: the "
+                  f"first is better)", "",
+              f"| Comparison | Seed {s0} (selection) | Further seeds, each | n | Mean ± sd | 95 % interval "
+              f"(paired t) | Sign-flip p | McNemar p, each further seed (only first right / only second right) "
+              f"| Verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    words, found = [], {}
+    for name, a, b in comparisons(rows):
+        pairs = [(seed, rows[a][str(seed)], rows[b][str(seed)]) for seed, _ in further(rows[a], s0)
+                 if str(seed) in rows[b]]
+        first = (rows[a].get(str(s0)), rows[b].get(str(s0)))
+        sel = f"{100 * (first[0]['test_error'] - first[1]['test_error']):+.2f}" if all(first) else "—"
+        if not pairs:
+            lines.append(f"| {name} | {sel} | not run yet | 0 | — | — | — | — | not resolved: no further seed |")
+            continue
+        d = stats.paired([100 * x["test_error"] for _, x, _ in pairs], [100 * y["test_error"] for _, _, y in pairs])
+        tests = [_mcnemar(x, y) for _, x, y in pairs]
+        mc = ", ".join(f"{t.p_value:.3g} ({t.only_a}/{t.only_b})" if t else "—" for t in tests)
+        verdict = _paired_verdict(d)
+        found[name] = (d, verdict)
+        s = d.summary
+        spread = f"{s.mean:+.2f} ± {s.sd:.2f}" if s.sd is not None else f"{s.mean:+.2f}"
+        lines.append(f"| {name} | {sel} | {', '.join(f'{x:+.2f}' for x in d.diffs)} | {s.n} | {spread} | "
+                     f"{_interval(s)} | {d.p_value:.3g} | {mc} | {verdict} |")
+        significant = sum(1 for t in tests if t and t.p_value < 0.05)
+        words.append(f"{name}: {s.mean:+.2f} points on test over {s.n} further seed{'s' if s.n != 1 else ''} "
+                     f"(95 % interval {_interval(s)}; sign-flip p = {d.p_value:.3g}); {verdict}. On the selection "
+                     f"seed: {sel} points. Test-set noise: McNemar's test tells the two models apart at p < 0.05 "
+                     f"on {significant} of {len(tests)} seeds.")
+    return lines + [""] + [f"- {w}" for w in words], found
+
+
+def _side_by_side(hidden: str, results: dict[str, dict[str, Any]]) -> list[str]:
+    """Every comparison's verdict under both rules in one table, and a sentence where they differ."""
+    if len(results) < 2:
+        return []
+    a, b = results["hidden"], results["own_best"]
+    names = [n for n in a if n in b]
+    if not names:
+        return []
+
+    def cell(d: stats.Paired, verdict: str) -> str:
+        return f"{d.summary.mean:+.2f} {_interval(d.summary)}, p {d.p_value:.3g}: {verdict.split(':')[0]}"
+
+    lines = ["", f"### {hidden} hidden units: both rules side by side", "",
+             f"| Comparison | {RULES['hidden'].capitalize()} | {RULES['own_best'].capitalize()} |", "|---|---|---|"]
+    lines += [f"| {n} | {cell(*a[n])} | {cell(*b[n])} |" for n in names]
+    differ = [n for n in names if a[n][1].split(":")[0] != b[n][1].split(":")[0]
+              or (a[n][0].resolved and b[n][0].resolved and (a[n][0].summary.mean < 0) != (b[n][0].summary.mean < 0))]
+    lines.append("")
+    if differ:
+        lines += [f"- **The rule decides the verdict** for {n}: {RULES['hidden']} it is {a[n][1]}; "
+                  f"{RULES['own_best']} it is {b[n][1]}." for n in differ]
+    else:
+        lines.append("- Every comparison has the same verdict under both rules.")
+    signs = [n for n in names if (a[n][0].summary.mean < 0) != (b[n][0].summary.mean < 0)]
+    lines += [f"- The mean difference of {n} changes sign with the rule ({a[n][0].summary.mean:+.2f} against "
+              f"{b[n][0].summary.mean:+.2f} points)." for n in signs]
     return lines
 
 

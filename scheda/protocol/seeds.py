@@ -3,8 +3,10 @@
 The first seed is the *selection seed*: the grid, the continuations and the controls run with
 it, and every hyper-parameter (nu, lr, epochs, the schedule and its T, each control's length)
 is chosen on its validation errors, as before. Each further seed then trains the reported
-models again with those hyper-parameters fixed, each cut at its selected epoch
-(``trainer.max_epochs``):
+models again with those hyper-parameters fixed, each as long as its selection job trained and
+evaluated as that job was, so that each seed can be read under two rules (``collect``): at the
+epoch selected on the selection seed, and at its own best validation epoch (the paper chooses
+the epochs on validation for every model it reports):
 
 * ``seed_da``: the best DA and every DA(nu0) a reported continuation starts from, from a new
   initialisation (as one fused sweep over the seeds, ``trainer.parallel.seed``, when the scale
@@ -14,8 +16,8 @@ models again with those hyper-parameters fixed, each cut at its selected epoch
   seed (common random numbers within a seed, as for the selection seed);
 * ``seed_finetune``: the fine-tuned rows, from that seed's best DA and best ScheDA.
 
-Job names are the selection seed's with ``_e<epoch>_seed<s>``; a rerun that adds seeds plans
-the same jobs for the old seeds (read, not rerun) and trains only the new ones.
+Job names are the selection seed's with ``_seed<s>``; a rerun that adds seeds plans the same
+jobs for the old seeds (read, not rerun) and trains only the new ones.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from omegaconf import DictConfig
 
 from scheda.checkpoint import checkpoint_name
 from scheda.errors import ConfigError
-from scheda.protocol.jobs import CONTROLS, FINAL_STATUSES, FINETUNES, JobSpec, Kind, fmt, read_results
+from scheda.protocol.jobs import (CONTROLS, FINAL_STATUSES, FINETUNES, JobSpec, Kind, best_evaluation, fmt,
+                                  read_results)
 from scheda.protocol.plan import check_seeds, da_values
 
 log = logging.getLogger(__name__)
@@ -108,12 +111,14 @@ class SeedPlan:
             self.rows.append(row)
 
     def _plan_da(self, hidden: int, selected: dict[str, Any]) -> dict[int, Path]:
-        """The DA(nu) at its selected lr, cut at its selected epoch, for every further seed:
-        one job per seed, or fused sweeps over the seeds; returns each seed's final checkpoint."""
+        """The DA(nu) at its selected lr for the grid's epochs, for every further seed: one job
+        per seed, or fused sweeps over the seeds; returns each seed's checkpoint at the selected
+        epoch (evaluated and checkpointed every ``eval_every``, as the grid's runs), where its
+        continuations start."""
         nu, lr, epoch = selected["nu"], selected["lr"], selected["epoch"]
-        base = f"da_h{hidden}_nu{fmt(nu)}_lr{fmt(lr)}_e{epoch}"
-        values = {**da_values(hidden, nu, lr, self.scale.da), "trainer.max_epochs": epoch}
-        meta = {"kind": Kind.DA, "hidden": hidden, "nu": nu, "lr": lr, "epochs": epoch}
+        base = f"da_h{hidden}_nu{fmt(nu)}_lr{fmt(lr)}"
+        values = da_values(hidden, nu, lr, self.scale.da)
+        meta = {"kind": Kind.DA, "hidden": hidden, "nu": nu, "lr": lr, "epochs": self.scale.da.epochs}
         where: dict[int, Path] = {}
         if not self.scale.da.fused:
             for seed in self.further:
@@ -145,18 +150,18 @@ class SeedPlan:
 
     def _plan_replicas(self, key: str, hidden: str, best: dict[str, Any], start: dict[int, Path] | None) -> Row:
         """A continuation or control of the selection seed, for every further seed: the same job
-        from that seed's DA(nu0) checkpoint (runs from scratch need none), cut at the epoch
-        selected on the selection seed."""
+        (its whole length, evaluated as it was) from that seed's DA(nu0) checkpoint (runs from
+        scratch need none)."""
         job = self.by_name[Path(best["run"]).name]
         row = Row(key, hidden, best)
         for seed in self.further:
-            changes: dict[str, Any] = {"trainer.max_epochs": best["epoch"]}
+            changes: dict[str, Any] = {}
             if "init_from" in job.values:
                 if start is None:
                     raise ConfigError(f"{job.name} continues a DA that the selection does not hold: "
                                       f"its seeds cannot be planned")
                 changes["init_from"] = str(start[seed])
-            replica = self._replica(job, "seed_continue", f"{job.name}_e{best['epoch']}_seed{seed}", seed, changes)
+            replica = self._replica(job, "seed_continue", f"{job.name}_seed{seed}", seed, changes)
             row.replicas[seed] = (self.out_dir / "seed_continue" / replica.name, best["epoch"])
         self.rows.append(row)
         return row
@@ -171,34 +176,45 @@ class SeedPlan:
     # --- results ----------------------------------------------------------------------------
     def collect(self) -> dict[str, Any]:
         """Per hidden size and row: each seed's validation and test error (and which test images
-        it got right), the selection seed's under ``selection_seed``; a replica that has not
-        finished is absent."""
-        out: dict[str, Any] = {"seeds": self.seeds, "selection_seed": self.seeds[0], "hidden": {}}
+        it got right) under both rules: ``hidden`` at the epoch selected on the selection seed,
+        ``own_best`` at each seed's own best validation epoch (the selection seed's is the same
+        under both: selection chose its best). A replica that has not finished is absent; a
+        fine-tuned row reports its own chosen epoch under both."""
+        s0 = str(self.seeds[0])
+        out: dict[str, Any] = {"seeds": self.seeds, "selection_seed": self.seeds[0], "hidden": {}, "own_best": {}}
         for row in self.rows:
-            per_seed = {str(self.seeds[0]): _outcome(row.selected, Path(row.selected["run"]),
-                                                     None if row.key in FINETUNES else row.selected["epoch"])}
+            first = _outcome(Path(row.selected["run"]), None if row.key in FINETUNES else row.selected["epoch"])
+            at_selected, at_best = {s0: first}, {s0: first}
             for seed, (run, epoch) in row.replicas.items():
-                outcome = _outcome(None, run, epoch)
-                if outcome is not None:
-                    per_seed[str(seed)] = outcome
-            out["hidden"].setdefault(row.hidden, {})[row.key] = per_seed
+                for rule, where in ((at_selected, epoch), (at_best, None if epoch is None else BEST)):
+                    outcome = _outcome(run, where)
+                    if outcome is not None:
+                        rule[str(seed)] = outcome
+            out["hidden"].setdefault(row.hidden, {})[row.key] = at_selected
+            out["own_best"].setdefault(row.hidden, {})[row.key] = at_best
         return out
 
 
-def _outcome(selected: dict[str, Any] | None, run: Path, epoch: int | None) -> dict[str, Any] | None:
-    """A model's errors at its reported evaluation (a fine-tuning job's chosen epoch), with the
-    per-image test correctness when the run kept it."""
+BEST = "best"  # read a run at its own best validation epoch
+
+
+def _outcome(run: Path, epoch: int | str | None) -> dict[str, Any] | None:
+    """A model's errors at an evaluation: of epoch ``epoch``, its best on validation (``BEST``),
+    or a fine-tuning job's chosen epoch (None); with the epoch and the per-image test
+    correctness when the run kept it."""
     results = read_results(run)
     if results is None or results.get("status") not in FINAL_STATUSES:
         return None
     if epoch is None:
-        chosen = (results.get("finetune") or {}).get("chosen")
-        if not chosen:
-            return None
-        found = chosen
+        found = (results.get("finetune") or {}).get("chosen")
+        at = found.get("best_epoch") if found else None
+    elif epoch == BEST:
+        found = best_evaluation(results)
+        at = found["epoch"] if found else None
     else:
         found = next((e for e in results.get("evaluations", []) if e["epoch"] == epoch), None)
-        if found is None:
-            return None
-    return {"run": str(run), "val_error": found["val_error"], "test_error": found["test_error"],
+        at = epoch
+    if not found:
+        return None
+    return {"run": str(run), "epoch": at, "val_error": found["val_error"], "test_error": found["test_error"],
             "test_n": found.get("test_n"), "test_correct": found.get("test_correct")}
