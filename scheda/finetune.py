@@ -32,6 +32,7 @@ from scheda.evaluate import pack_correct
 from scheda.model import ACTIVATIONS, DenoisingAutoencoder
 from scheda.optim import SGD
 from scheda.progress import bar
+from scheda.step import capture_graph
 
 log = logging.getLogger(__name__)
 LAST = "finetune_last.pt"
@@ -159,21 +160,9 @@ class FusedFineTune:
         self.b.add_(dh.sum(1))
 
     def _capture(self) -> None:
-        """Warm up on a side stream, undo its updates and losses, capture one full minibatch."""
-        params = [self.W, self.b, self.V, self.c]
-        saved = [p.clone() for p in params]
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self.eager(self.idx)
-        torch.cuda.current_stream().wait_stream(side)
-        for p, v in zip(params, saved):
-            p.copy_(v)
-        self.loss_sums.zero_()
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.eager(self.idx)
+        """One full minibatch captured (scheda.step.capture_graph; no generator: no noise here)."""
+        self.graph = capture_graph(lambda: self.eager(self.idx), lambda: self.eager(self.idx),
+                                   [self.W, self.b, self.V, self.c], [], self.loss_sums)
 
     def __call__(self, idx: torch.Tensor) -> None:
         if self.W.device.type != "cuda" or idx.shape[1] != self.batch_size or self.graph is False:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -81,6 +82,33 @@ class AutogradStep:
         self.model.after_backward()
         self.optimizer.step()
         return loss.detach()
+
+
+def capture_graph(warm_up: Callable[[], object], run: Callable[[], object], params: list[torch.Tensor],
+                  generators: list[torch.Generator], sums: torch.Tensor) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of ``run``: ``warm_up`` twice on a side stream first (allocations, lazy
+    initialisation, triton's compilation, cuBLAS's workspace), its updates of ``params``, draws
+    from ``generators`` and additions to ``sums`` undone; then ``run`` captured with the
+    generators registered, so each replay advances them as an eager call would."""
+    saved = [p.clone() for p in params]
+    states = [g.get_state() for g in generators]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            warm_up()
+    torch.cuda.current_stream().wait_stream(side)
+    for p, v in zip(params, saved):
+        p.copy_(v)
+    for g, state in zip(generators, states):
+        g.set_state(state)
+    sums.zero_()
+    graph = torch.cuda.CUDAGraph()
+    for g in generators:
+        graph.register_generator_state(g)
+    with torch.cuda.graph(graph):
+        run()
+    return graph
 
 
 def plain_sgd(optimizer: SGD) -> bool:
@@ -350,33 +378,18 @@ class TritonStep(BatchedStep):
         W.baddbmm_(A.transpose(1, 2), B)
 
     def _graph(self, m: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        """The graph of ``m`` minibatches and the index buffer it reads, captured once: warmed up
-        on a side stream (Triton's compilation, cuBLAS's workspace), the warm-up's updates,
-        draws and losses undone, then captured with the run's generators registered."""
+        """The graph of ``m`` minibatches and the index buffer it reads, captured once (:func:`capture_graph`)."""
         if m in self.graphs:
             return self.graphs[m]
         n, K = self.batch_size, self.x.shape[0]
         idx = torch.zeros(K, m * n, dtype=torch.long, device=self.x_all.device)
-        params = [self.W, self.b, self.b_prime]
-        saved = [p.clone() for p in params]
-        states = [g.get_state() for g in self.generators]
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self.minibatch(self.x_all, idx[:, :n], self.generators)
-        torch.cuda.current_stream().wait_stream(side)
-        for p, v in zip(params, saved):
-            p.copy_(v)
-        for g, state in zip(self.generators, states):
-            g.set_state(state)
-        self.loss_sums.zero_()
-        graph = torch.cuda.CUDAGraph()
-        for g in self.generators:
-            graph.register_generator_state(g)
-        with torch.cuda.graph(graph):
+
+        def run() -> None:
             for j in range(m):
                 self.minibatch(self.x_all, idx[:, j * n:(j + 1) * n], self.generators)
+
+        graph = capture_graph(lambda: self.minibatch(self.x_all, idx[:, :n], self.generators), run,
+                              [self.W, self.b, self.b_prime], self.generators, self.loss_sums)
         self.graphs[m] = (graph, idx)
         return self.graphs[m]
 
@@ -490,30 +503,17 @@ class GraphedStep(LossSums):
         self.loss_sums = step.loss_sums  # the graph adds into the step's own sums
 
     def _capture(self) -> None:
-        """Warm up on a side stream (allocations, lazy init), undo the warm-up's updates and draws,
-        then capture one step."""
+        """The step captured once (:func:`capture_graph`), reading the static buffers."""
         step = self.step
-        params = [step.W, step.b, step.b_prime]
-        saved = [p.clone() for p in params]
-        states = [g.get_state() for g in self.generators]
         nus = list(self.nus.unbind())
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self.eager(self.x_all, self.idx, nus, self.generators)
-        torch.cuda.current_stream().wait_stream(side)
-        for p, v in zip(params, saved):
-            p.copy_(v)
-        for g, state in zip(self.generators, states):
-            g.set_state(state)
-        self.loss_sums.zero_()
-        graph = torch.cuda.CUDAGraph()
-        for g in self.generators:
-            graph.register_generator_state(g)
-        with torch.cuda.graph(graph):
-            self.loss = self.eager(self.x_all, self.idx, nus, self.generators)
-        self.graph = graph
+        out = {}
+
+        def run() -> None:
+            out["loss"] = self.eager(self.x_all, self.idx, nus, self.generators)
+
+        self.graph = capture_graph(lambda: self.eager(self.x_all, self.idx, nus, self.generators), run,
+                                   [step.W, step.b, step.b_prime], self.generators, self.loss_sums)
+        self.loss = out["loss"]
 
     def prepare(self) -> None:
         """Capture now (it synchronises the device once), not inside the first epoch."""
