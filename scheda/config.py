@@ -30,7 +30,7 @@ from scheda.errors import ConfigError
 # set, classifier or schedule module is named here, under its group (tests/test_config.py checks
 # that each module fills its group and that every module of scheda.data is named).
 COMPONENT_MODULES: dict[str, tuple[str, ...]] = {
-    "dataset": ("scheda.data.cifar10", "scheda.data.amazon"),
+    "dataset": ("scheda.data.cifar10", "scheda.data.amazon", "scheda.data.arrays"),
     "model": ("scheda.model",),
     "noise": ("scheda.noise",),
     "schedule": ("scheda.schedule",),

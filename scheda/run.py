@@ -174,7 +174,7 @@ class Job:
                                              purge_step=self.resume_state["epoch"] + 1 if self.resume_state else None)
         # Order matters: evaluation runs before the epoch's checkpoint, which then carries it.
         callbacks = []
-        if run.evaluate.enabled:
+        if run.evaluate.enabled and data.labelled:  # unlabelled data: the data set said so in one line
             self.evaluation = EvaluationCallback(run.evaluate, run.classifier, data, labelled, self.results,
                                                  self.tensorboard)
             callbacks.append(self.evaluation)
@@ -223,6 +223,10 @@ def load_training_data(run: TypedRun, device: torch.device):
         raise ConfigError(f"trainer.batch_size={run.trainer.batch_size} exceeds the {n_train} "
                           f"training examples: lower it")
     log.info("data %s: train %s, val %s, test %s", data.name, data.train_x.shape, data.val_x.shape, data.test_x.shape)
+    if not data.labelled:
+        if run.finetune.enabled:
+            raise ConfigError("finetune.enabled=true needs labels, and dataset.root has no train_y: add train_y, "
+                              "or set finetune.enabled=false")
     train_x = data.autoencoder_tensor(device)
     # Shared by every evaluation and fine-tuning of the run.
     labelled = {"train": train_x if data.unlabeled_x is None else data.tensor("train", device),
@@ -359,6 +363,8 @@ def run_raw(cfg: DictConfig, run: TypedRun, results: RunResults) -> dict[str, An
     started = time.time()
     device = run.trainer.resolve_device()
     data = load_dataset(run.dataset)
+    if not data.labelled:
+        raise ConfigError("model=raw only evaluates, and dataset.root has no train_y: add train_y")
     results.data.update(device=str(device), environment=environment.describe(device))
     result = evaluate_features(raw_features(data, device), labels_of(data), run.classifier, device)
     results.add_evaluation({"epoch": 0, "nu": None, "reason": "raw", **result})

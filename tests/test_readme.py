@@ -10,6 +10,8 @@ are asserted on that run."""
 from __future__ import annotations
 
 import json
+import sys
+import subprocess
 import os
 import re
 
@@ -35,6 +37,18 @@ def test_the_quick_start_prints_what_readme_shows(user):
                  f"curves: tensorboard --logdir {run_dir}"):
         assert line in output, line
     assert json.loads((user.work / run_dir / "results.json").read_text())["status"] == "completed"
+
+
+def test_your_own_data_from_a_made_up_array(user):
+    """README's dataset=arrays example: the array written by its python line, then trained and
+    evaluated on splits carved from it."""
+    make, train = readme_block("python", "-c")
+    subprocess.run([sys.executable, *make[1:]], cwd=user.work, env=user.env, check=True, timeout=120)
+    output = user.run(train, "trainer.device=cpu", "trainer.progress_bar=false").output  # README's sizes
+    run_dir = re.search(r"run directory: (\S+)", output).group(1)
+    results = json.loads((user.work / run_dir / "results.json").read_text())
+    assert results["status"] == "completed" and results["epochs"] == 20
+    assert results["evaluations"][-1]["test_n"] == 100  # a tenth of the 1000 rows: no test_x in mine.npz
 
 
 def test_a_run_cut_short_is_resumed_to_its_end(user):

@@ -28,6 +28,7 @@ class Splits:
     image_shape: tuple[int, int, int] | None = None
     unlabeled_x: Any = None  # extra inputs for the autoencoder only (no labels)
     vocabulary: list[str] | None = None  # names of the input dimensions, for text
+    labelled: bool = True  # False: no labels at all (the run trains and skips evaluation)
 
     @property
     def n_input(self) -> int:
@@ -51,7 +52,9 @@ class Splits:
             out[torch.from_numpy(rows).to(device), torch.from_numpy(x.indices.astype(np.int64)).to(device)] = \
                 torch.from_numpy(x.data.astype(np.float32)).to(device)
         else:
-            out = torch.from_numpy(np.ascontiguousarray(x)).to(device).to(torch.float32)
+            # a memory-mapped file is read-only: read it into memory (torch wants a writable array)
+            x = np.ascontiguousarray(x) if x.flags.writeable else np.array(x)
+            out = torch.from_numpy(x).to(device).to(torch.float32)
         if self.max_value != 1.0:
             out.div_(self.max_value)
         return out
