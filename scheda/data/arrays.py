@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import List, Optional
 
 import numpy as np
-from omegaconf import MISSING
-
 from scheda.config import Component, register
 from scheda.data import Splits
 from scheda.errors import ConfigError, DataError
@@ -108,7 +106,7 @@ class ArraysConfig(Component):
     ``test_x``/``test_y``, ``unlabelled_x`` for the autoencoder only); see scheda/data/arrays.py."""
 
     name: str = "arrays"
-    root: str = MISSING  # a folder of train_x.npy (train_y.npy, ...), or one .npz file
+    root: str = "${oc.env:SCHEDA_DATA,data}/arrays"  # a folder of train_x.npy (train_y.npy, ...), or one .npz
     scale: Optional[float] = None  # divide the inputs by this; null: 255 for uint8, 1 for floats
     val_fraction: float = 0.1  # of the labelled training rows, a seeded validation split
     val_size: Optional[int] = None  # exactly this many validation rows instead
@@ -117,7 +115,7 @@ class ArraysConfig(Component):
     image_shape: Optional[List[int]] = None  # e.g. [3, 32, 32] (channels first): filters are drawn only then
 
     def check(self) -> None:
-        if self.root is None or str(self.root) in ("", "???"):
+        if not self.root:
             raise self.invalid("root", "must name a folder of .npy files or an .npz file")
         if self.scale is not None and not (self.scale > 0 and math.isfinite(self.scale)):
             raise self.invalid("scale", "must be a positive number or null")
