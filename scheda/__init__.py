@@ -3,3 +3,14 @@
 # The one place of the version: pyproject.toml reads it (dynamic), CITATION.cff and CHANGELOG.md
 # name it (tests/test_packaging.py checks they agree).
 __version__ = "0.1.0"
+
+__all__ = ["Run", "load", "train", "__version__"]
+
+
+def __getattr__(name: str):
+    """``scheda.train``, ``scheda.load`` and ``scheda.Run`` (scheda/api.py), imported on first use."""
+    if name in ("Run", "load", "train"):
+        from scheda import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'scheda' has no attribute {name!r}")

@@ -51,6 +51,19 @@ def test_your_own_data_from_a_made_up_array(user):
     assert results["evaluations"][-1]["test_n"] == 100  # a tenth of the 1000 rows: no test_x in mine.npz
 
 
+def test_the_python_example_trains_encodes_and_loads(user):
+    """README's "Use from Python" block, run as a user's script: train from arrays, encode, load."""
+    from helpers import README
+
+    [example] = re.findall(r"^```python\n(.*?)^```", README.read_text(), flags=re.S | re.M)
+    script = example + ("\nassert features.shape == (1000, 100)\nassert (again.encode(x) == features).all()"
+                        "\nassert run.results['status'] == 'completed'\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=user.work, env=user.env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "outputs/runs/" in proc.stdout
+
+
 def test_a_run_cut_short_is_resumed_to_its_end(user):
     cut, resume = readme_block("scheda-train", "+experiment=quick", "trainer.max_epochs=4")
     first = user.run(cut, *TINY_DATA).output

@@ -31,6 +31,9 @@ from scheda.errors import ConfigError, DataError
 log = logging.getLogger(__name__)
 
 NAMES = ("train_x", "train_y", "test_x", "test_y", "unlabelled_x")
+# Arrays handed to scheda.train(data=...) in this process, by the root it gives them ("memory:N"),
+# for the duration of that call.
+MEMORY: dict[str, dict[str, np.ndarray]] = {}
 CHUNK = 1 << 16  # rows checked at a time (a memory-mapped file is never read whole for a check)
 
 
@@ -39,7 +42,16 @@ def _path(root: str) -> Path:
 
 
 def read_arrays(root: str) -> dict[str, np.ndarray]:
-    """The arrays ``root`` holds by name (memory-mapped .npy files, or an .npz's members)."""
+    """The arrays ``root`` holds by name (memory-mapped .npy files, an .npz's members, or what
+    scheda.train was handed)."""
+    if str(root).startswith("memory:"):
+        if str(root) not in MEMORY:
+            raise DataError(f"dataset.root={root} names arrays handed to scheda.train, which has returned: "
+                            f"write them to an .npz and point dataset.root at it")
+        found = dict(MEMORY[str(root)])
+        if "train_x" not in found:
+            raise DataError("scheda.train(data=...) needs train_x first")
+        return found
     path = _path(root)
     try:
         if path.is_file():

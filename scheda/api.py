@@ -1,0 +1,137 @@
+"""scheda from Python: train a run, load one, encode with it (``import scheda``).
+
+    run = scheda.train(["model.hidden=100", "schedule=constant"], data=(x, y))
+    features = run.encode(x)
+    again = scheda.load(run.dir)
+
+``train`` composes the same config ``scheda-train`` would from ``overrides`` (Hydra strings or a
+dict), inside Hydra's compose API, which it leaves as it found it (a notebook's next call starts
+clean), and runs it in this process (scheda.run.run). ``data`` hands arrays or tensors to the
+run instead of a data set: ``(train_x,)``, ``(train_x, train_y)`` or ``(train_x, train_y,
+test_x, test_y)``, read as ``dataset=arrays`` reads its files (scheda/data/arrays.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from scheda.errors import ConfigError
+
+DATA_NAMES = ("train_x", "train_y", "test_x", "test_y")
+_keys = itertools.count()
+
+
+class Run:
+    """A finished (or stopped) run: its directory, its results.json, its model and an encoder."""
+
+    def __init__(self, run_dir: str | Path):
+        from scheda.checkpoint import find_checkpoint
+
+        self.dir = Path(run_dir)
+        if (self.dir / "models").is_dir():
+            raise ConfigError(f"{self.dir} is a fused sweep: load one of its models, {self.dir}/models/<k>")
+        try:
+            self.results: dict[str, Any] = json.loads((self.dir / "results.json").read_text())
+        except (OSError, ValueError):
+            self.results = {}
+        if "config" not in self.results:
+            raise ConfigError(f"{self.dir} holds no scheda run (no results.json with its config): "
+                              f"pass the run directory a run printed")
+        self._checkpoint = find_checkpoint(self.dir) if (self.dir / "checkpoints").is_dir() else None
+        self._model = None
+
+    @property
+    def model(self):
+        """The trained DA (on the CPU, in eval mode), from the run's newest checkpoint."""
+        if self._model is None:
+            from scheda.checkpoint import load_checkpoint, load_model_weights
+            from scheda.model import build_model
+
+            if self._checkpoint is None:
+                raise ConfigError(f"{self.dir} has no checkpoint: it trained no model (model=raw?)")
+            state = load_checkpoint(self._checkpoint)
+            config = self.results["config"]
+            n_input = state["model"]["W"].shape[1]
+            model = build_model(config["model"], n_input)
+            load_model_weights(model, state)
+            self._model = model.eval()
+        return self._model
+
+    @torch.no_grad()
+    def encode(self, x, chunk_size: int = 8192):
+        """The hidden representation s(W x + b) of rows ``x`` in [0, 1] (uint8 is divided by 255),
+        in chunks, without gradients: numpy in, numpy out; a tensor in, a tensor out (on its device)."""
+        as_numpy = not isinstance(x, torch.Tensor)
+        t = torch.from_numpy(np.asarray(x)) if as_numpy else x
+        if t.ndim != 2 or t.shape[1] != self.model.n_input:
+            raise ValueError(f"encode takes rows of {self.model.n_input} inputs, not an array of shape {tuple(t.shape)}")
+        scale = 255.0 if t.dtype == torch.uint8 else 1.0
+        model = self.model.to(t.device)
+        out = torch.cat([model.encode(t[i:i + chunk_size].to(torch.float32) / scale)
+                         for i in range(0, t.shape[0], chunk_size)])
+        return out.cpu().numpy() if as_numpy else out
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.dir)!r}, status={self.results.get('status')!r})"
+
+
+def load(run_dir: str | Path) -> Run:
+    """A run directory as a :class:`Run`."""
+    return Run(run_dir)
+
+
+def _override_list(overrides: Sequence[str] | Mapping[str, Any]) -> list[str]:
+    if isinstance(overrides, Mapping):
+        return [f"{k}={json.dumps(v) if isinstance(v, (list, dict)) else v}" for k, v in overrides.items()]
+    if isinstance(overrides, str):
+        raise ConfigError(f"overrides={overrides!r}: give a list of strings (or a dict), not one string")
+    return list(overrides)
+
+
+def train(overrides: Sequence[str] | Mapping[str, Any] = (), data=None, output_dir: str | Path | None = None) -> Run:
+    """Train (and evaluate) one run in this process, as ``scheda-train OVERRIDES`` would, into
+    ``output_dir`` (default: ``outputs/runs/<date>/<time>``, as the command's); returns its
+    :class:`Run`. A run that fails raises its one-line error, its results.json kept."""
+    from hydra import compose, initialize_config_dir, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    from scheda.config import CONFIGS, register_configs
+    from scheda.data import arrays
+    from scheda.run import run
+
+    register_configs()
+    extra, key = _override_list(overrides), None
+    if data is not None:
+        if isinstance(data, (np.ndarray, torch.Tensor)):
+            data = (data,)
+        if len(data) not in (1, 2, 4):
+            raise ConfigError("data: give (train_x,), (train_x, train_y) or (train_x, train_y, test_x, test_y)")
+        key = f"memory:{next(_keys)}"
+        arrays.MEMORY[key] = {name: (v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v))
+                              for name, v in zip(DATA_NAMES, data)}
+        extra += ["dataset=arrays", f"dataset.root={key}"]
+    if output_dir is None:
+        now = time.time()
+        output_dir = Path("outputs/runs") / time.strftime("%Y-%m-%d/%H-%M-%S", time.localtime(now)) \
+            / f"{int(now * 1e6) % 1_000_000:06d}"
+    was = GlobalHydra.instance().is_initialized()
+    if was:
+        raise ConfigError("scheda.train runs inside Hydra's compose API, and Hydra is initialised already "
+                          "(inside a Hydra app?): call it from plain Python")
+    where = initialize_config_module(CONFIGS.removeprefix("pkg://"), version_base="1.3") \
+        if CONFIGS.startswith("pkg://") else initialize_config_dir(CONFIGS, version_base="1.3")
+    try:
+        with where:
+            cfg = compose("train", extra)
+        run(cfg, output_dir)
+    finally:
+        if key is not None:
+            arrays.MEMORY.pop(key, None)
+    return Run(output_dir)

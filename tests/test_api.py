@@ -1,0 +1,54 @@
+"""The Python API (scheda/api.py): train from arrays or tensors in this process, twice in a row as a
+notebook would, encode numpy to numpy and tensors to tensors, load a run back; bad calls refused
+in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import scheda
+from scheda.errors import ConfigError, DataError
+
+SMALL = ["model.hidden=6", "schedule=constant", "schedule.epochs=2", "trainer.device=cpu",
+         "trainer.progress_bar=false", "logger=none", "classifier.c_log2_min=-1", "classifier.c_log2_max=0"]
+RNG = np.random.default_rng(0)
+
+
+def test_train_encode_load_and_train_again_in_one_process(tmp_path):
+    x, y = RNG.random((120, 9)).astype(np.float32), RNG.integers(0, 3, 120)
+    run = scheda.train(SMALL, data=(x, y), output_dir=tmp_path / "a")
+    assert run.dir == tmp_path / "a" and run.results["status"] == "completed"
+    assert run.results["evaluations"][-1]["test_n"] == 12  # a tenth carved as the test split
+    features = run.encode(x)
+    assert isinstance(features, np.ndarray) and features.shape == (120, 6)
+    as_tensor = run.encode(torch.from_numpy(x))
+    assert isinstance(as_tensor, torch.Tensor) and np.allclose(as_tensor.numpy(), features)
+    expected = torch.sigmoid(torch.from_numpy(x) @ run.model.W.T + run.model.b).detach().numpy()
+    assert np.allclose(features, expected, atol=1e-6)
+    assert np.allclose(scheda.load(run.dir).encode(x), features)
+    # a notebook's second call: a dict of overrides, tensors without labels (no evaluation)
+    second = scheda.train({"model.hidden": 4, **{o.split("=")[0]: o.split("=")[1] for o in SMALL[1:]}},
+                          data=torch.from_numpy(x), output_dir=tmp_path / "b")
+    assert second.results["status"] == "completed" and not second.results.get("evaluations")
+    assert second.encode(x).shape == (120, 4)
+
+
+def test_bad_calls_are_refused_in_one_line(tmp_path):
+    x = RNG.random((50, 5))
+    with pytest.raises(ConfigError, match=r"give \(train_x,\), \(train_x, train_y\)"):
+        scheda.train(SMALL, data=(x, x[:, 0], x))
+    with pytest.raises(ConfigError, match="give a list of strings"):
+        scheda.train("model.hidden=4")
+    with pytest.raises(DataError, match="train_x holds NaN"):
+        scheda.train(SMALL, data=(np.full((50, 5), np.nan),), output_dir=tmp_path / "nan")
+    with pytest.raises(ConfigError, match="holds no scheda run"):
+        scheda.load(tmp_path)
+    run = scheda.train(SMALL, data=(x,), output_dir=tmp_path / "ok")
+    with pytest.raises(ValueError, match="encode takes rows of 5 inputs"):
+        run.encode(x[:, :3])
+    from scheda.data import load_dataset
+
+    with pytest.raises(DataError, match="which has returned"):  # the arrays lived for the call only
+        load_dataset({"name": "arrays", "root": run.results["config"]["dataset"]["root"]})
