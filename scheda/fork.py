@@ -1,4 +1,4 @@
-"""A scheda command (``python -m scheda.train ...``, ``python scripts/reproduce.py ...``) run as
+"""A scheda command (``python -m scheda.cli ...``, ``python scripts/reproduce.py ...``) run as
 a fork of a process that imported the training code once: the command then costs a fork, not a
 Python start and torch's import (about 2 s of CPU, paid by every stage of every protocol
 invocation). The child is what the command would be: its own process, in the given directory
@@ -31,7 +31,7 @@ from scheda.lock import release_inherited_locks
 # Imported before the first fork (by the server, or by this process): the command's module and
 # what its runs import on their way, TensorBoard's writer above all (360 modules). A fork that
 # imports them itself spends about 0.3 s more CPU on a tiny run.
-PRELOAD = ["scheda.train", "scheda.run", "torch.utils.tensorboard"]
+PRELOAD = ["scheda.cli", "scheda.run", "torch.utils.tensorboard"]
 
 
 def fork_is_safe() -> bool:

@@ -25,7 +25,7 @@ from scheda.stats import paired, summarize
 def sweep(precision: str, seeds: list[int], overrides: list[str], out: Path) -> tuple[list[float], float]:
     """Train the fused sweep in one process; its models' final test errors (%) and wall seconds."""
     start = time.perf_counter()
-    cmd = [sys.executable, "-m", "scheda.train", *overrides, f"trainer.precision={precision}",
+    cmd = [sys.executable, "-m", "scheda.cli", *overrides, f"trainer.precision={precision}",
            f"trainer.parallel.seed=[{','.join(map(str, seeds))}]", "evaluate.at_stage_ends=false",
            "logger=none", "trainer.progress_bar=false", f"hydra.run.dir={out}"]
     proc = subprocess.run(cmd, capture_output=True, text=True)

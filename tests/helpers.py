@@ -125,7 +125,7 @@ def run_module(module: str, args: list, cwd: Path = REPO, timeout: float = 300) 
 
 def run_train(args: list[str], cwd: Path = REPO, env_extra: dict | None = None) -> subprocess.CompletedProcess:
     """The users' entry point ``python train.py ...`` (see run_command)."""
-    return run_command("scheda.train", REPO / "train.py", args, cwd, env_extra)
+    return run_command("scheda.cli", REPO / "train.py", args, cwd, env_extra)
 
 
 class Started:
@@ -173,7 +173,7 @@ def start_command(module: str, argv0: Path, args: list[str], cwd: Path, new_sess
 
 def start_train(args: list[str], cwd: Path, new_session: bool = False) -> Started:
     """``python train.py ...`` started in the background (see start_command)."""
-    return start_command("scheda.train", REPO / "train.py", args, cwd, new_session)
+    return start_command("scheda.cli", REPO / "train.py", args, cwd, new_session)
 
 
 def start_faulty_train(args: list[str], cwd: Path, **faults) -> Started:

@@ -90,8 +90,8 @@ def test_the_fork_preload_asks_no_cuda_holds_no_protocol_and_leaves_a_run_little
             "torch._C._cuda_getDeviceCount = count\n"
             "before = set(sys.modules)\n"
             "sys.argv = ['train.py', *sys.argv[1:]]\n"
-            "import scheda.train\n"
-            "try:\n    scheda.train.main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+            "import scheda.cli\n"
+            "try:\n    scheda.cli.main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
             "print(sorted(set(sys.modules) - before))")
     out = subprocess.run([sys.executable, "-c", code, f"dataset.root={cifar_arrays}", *TINY, "schedule=constant",
                           "schedule.epochs=1", f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True)

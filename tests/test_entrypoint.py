@@ -186,7 +186,7 @@ def test_a_regular_install_trains_and_reproduces_outside_the_checkout(cifar_arra
     check = subprocess.run([sys.executable, "-c", "import scheda; print(scheda.__file__)"], cwd=work, env=env,
                            capture_output=True, text=True)
     assert check.stdout.strip() == str(target / "scheda" / "__init__.py")
-    train = subprocess.run([sys.executable, "-m", "scheda.train", f"dataset.root={cifar_arrays}", *_common(work / "run")],
+    train = subprocess.run([sys.executable, "-m", "scheda.cli", f"dataset.root={cifar_arrays}", *_common(work / "run")],
                            cwd=work, env=env, capture_output=True, text=True, timeout=300)
     assert train.returncode == 0, train.stderr
     results = json.loads((work / "run" / "results.json").read_text())

@@ -4,7 +4,7 @@ stage (``launch``) and what Slurm says of it (``slurm``), the seeds axis (``seed
 report beside the paper's numbers (``report``), the figures and feature analyses
 (``analysis``), the schemas (``config``), the plan's cost (``estimate``) and the
 ``scheda-reproduce`` command (``reproduce``). It talks to training only through run
-directories (results.json, checkpoints, config.yaml), ``python -m scheda.train -m`` and the
+directories (results.json, checkpoints, config.yaml), ``python -m scheda.cli -m`` and the
 training side's public functions (``build_schedule``, ``load_run_model``, ...); nothing on the
 training side imports it.
 """

@@ -1,4 +1,4 @@
-"""Running a stage: each stage is ONE ``python -m scheda.train -m`` multirun of generated job
+"""Running a stage: each stage is ONE ``python -m scheda.cli -m`` multirun of generated job
 configs (``<out_dir>/jobs/protocol_job/<name>.yaml``), so the user's Hydra launcher (basic,
 joblib, submitit) runs its jobs, with run directories ``<out_dir>/<stage>/<name>``; it runs in a
 process of its own, forked from a server that imported the training code once (scheda.fork). A job whose
@@ -86,7 +86,7 @@ def launcher_overrides(cfg: DictConfig) -> list[str]:
 
 
 def stage_args(cfg: DictConfig, jobs_dir: Path, stage_dir: Path, names: list[str]) -> list[str]:
-    """The stage's ``python -m scheda.train`` arguments: one multirun of the named job configs."""
+    """The stage's ``python -m scheda.cli`` arguments: one multirun of the named job configs."""
     return ["-m", f"+protocol_job={','.join(names)}",
             f"hydra.searchpath=[file://{jobs_dir.resolve()}]", f"hydra.sweep.dir={stage_dir.resolve()}",
             "hydra.sweep.subdir=${hydra:runtime.choices.protocol_job}", "trainer.progress_bar=false",
@@ -127,11 +127,11 @@ def run_stage(cfg: DictConfig, out_dir: Path, stage: str, jobs: list[JobSpec]) -
     log.info("stage %s: %d jobs, %d already done, %d to run", stage, len(jobs), len(jobs) - len(todo), len(todo))
     if todo:
         args = stage_args(cfg, jobs_dir, stage_dir, todo)
-        log.info("running: %s", " ".join([sys.executable, "-m", "scheda.train", *args]))
+        log.info("running: %s", " ".join([sys.executable, "-m", "scheda.cli", *args]))
         submitted = time.time()
         forget_scheduler_states(stage_dir, todo)  # this submission's word replaces the last one's
         # in the user's directory: relative overrides keep their meaning
-        process = ForkedCommand("scheda.train", str(Path(__file__).parents[1] / "train.py"), args)
+        process = ForkedCommand("scheda.cli", str(Path(__file__).parents[1] / "cli.py"), args)
         watch = NodeWatch(stage_dir, todo, submitted, 60 * cfg.scheduler_wait_min) \
             if cfg.launcher == "submitit_slurm" else None
         try:

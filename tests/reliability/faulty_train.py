@@ -62,7 +62,7 @@ def inject_faults() -> None:
 
 def main() -> None:
     inject_faults()
-    from scheda.train import main as train
+    from scheda.cli import main as train
 
     train()
 

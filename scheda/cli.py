@@ -1,5 +1,5 @@
 """Train a denoising / scheduled denoising autoencoder: ``scheda-train [overrides]``, also
-``python -m scheda.train`` and, in a checkout, ``python train.py``.
+``python -m scheda.cli`` and, in a checkout, ``python train.py``.
 
 ``--help``, ``--cfg`` and shell completion import torch too (about 2 s of CPU): the schemas Hydra
 composes live in the modules that use them, beside their torch code.
