@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -117,10 +117,8 @@ def train(overrides: Sequence[str] | Mapping[str, Any] = (), data=None, output_d
         arrays.MEMORY[key] = {name: (v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v))
                               for name, v in zip(DATA_NAMES, data)}
         extra += ["dataset=arrays", f"dataset.root={key}"]
-    if output_dir is None:
-        now = time.time()
-        output_dir = Path("outputs/runs") / time.strftime("%Y-%m-%d/%H-%M-%S", time.localtime(now)) \
-            / f"{int(now * 1e6) % 1_000_000:06d}"
+    if output_dir is None:  # scheda-train's own layout (configs/hydra/default.yaml)
+        output_dir = Path("outputs/runs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S-%f")
     was = GlobalHydra.instance().is_initialized()
     if was:
         raise ConfigError("scheda.train runs inside Hydra's compose API, and Hydra is initialised already "
