@@ -4,6 +4,8 @@ position, epoch), written atomically so that a kill or a full disk never corrupt
 
 from __future__ import annotations
 
+import json
+
 import re
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,10 @@ def find_checkpoint_dir(path: str | Path) -> Path:
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """A checkpoint's state (a run directory: its newest); weights exported by ``scheda-export``
+    (``.safetensors``) load as a checkpoint of their weights and epoch, for ``init_from``."""
+    if str(path).endswith(".safetensors"):
+        return load_exported(path, map_location)
     file = find_checkpoint(path)
     try:
         state = torch.load(file, map_location=map_location, weights_only=True)
@@ -69,6 +75,24 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise CheckpointError(f"{file} is not a scheda checkpoint (format {FORMAT_VERSION})")
     state["path"] = str(file)
     return state
+
+
+def load_exported(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Weights written by ``scheda-export --weights`` as a checkpoint's state: W, b, b' and the
+    epoch they were taken at (from the file's metadata)."""
+    from safetensors import SafetensorError, safe_open
+
+    file = Path(path).expanduser()
+    try:
+        with safe_open(str(file), framework="pt", device=str(map_location)) as f:
+            model = {key: f.get_tensor(key) for key in f.keys()}
+            meta = f.metadata() or {}
+    except (OSError, SafetensorError) as exc:
+        raise CheckpointError(f"{file} cannot be read as exported weights ({type(exc).__name__}: {exc}); "
+                              f"export them again with scheda-export RUN --weights {file.name}") from None
+    if not {"W", "b", "b_prime"} <= set(model):
+        raise CheckpointError(f"{file} holds {sorted(model)}, not a DA's W, b, b_prime: export them with scheda-export")
+    return {"model": model, "epoch": int(meta.get("epoch", 0)), "path": str(file), "format_version": FORMAT_VERSION}
 
 
 def load_model_weights(model: torch.nn.Module, state: dict[str, Any]) -> None:
@@ -99,9 +123,14 @@ def load_run_model(path: str | Path, device: str | torch.device = "cpu"):
     config_file = run_dir / ".hydra" / "config.yaml"
     if not config_file.exists():  # a model of a fused sweep keeps its own config.yaml
         config_file = run_dir / "config.yaml"
-    if not config_file.exists():
-        raise CheckpointError(f"{run_dir}/.hydra/config.yaml is missing: pass a checkpoint inside a scheda run directory")
-    cfg = OmegaConf.load(config_file)
+    if config_file.exists():
+        cfg = OmegaConf.load(config_file)
+    else:  # a run of scheda.train (Python) has no Hydra folder: its results.json holds the config
+        try:
+            cfg = OmegaConf.create(json.loads((run_dir / "results.json").read_text())["config"])
+        except (OSError, ValueError, KeyError):
+            raise CheckpointError(f"{run_dir} has neither .hydra/config.yaml nor a results.json with the run's "
+                                  f"config: pass a checkpoint inside a scheda run directory") from None
     model = build_model(cfg.model, input_size(cfg.dataset))
     load_model_weights(model, state)
     return cfg, model.to(device), state

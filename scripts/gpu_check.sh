@@ -44,7 +44,7 @@ if [ "$mode" = "--prepare" ]; then
   rm -rf .device && mkdir -p "$WHEELS" .device/data/cifar10
   pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 --no-deps -d "$WHEELS" \
     "hydra-core>=1.3.2,<1.4" "omegaconf>=2.3,<2.4" PyYAML tqdm "hydra-joblib-launcher>=1.2,<1.3" joblib \
-    "hydra-submitit-launcher>=1.2,<1.3" submitit cloudpickle typing_extensions packaging pytest-xdist execnet \
+    "hydra-submitit-launcher>=1.2,<1.3" submitit cloudpickle typing_extensions packaging pytest-xdist execnet safetensors \
     setuptools wheel || exit 1
   pip wheel -q --no-deps -w "$WHEELS" antlr4-python3-runtime==4.9.3 || exit 1
   pip download -q --no-binary=:all: --no-deps -d "$WHEELS" liblinear-official || exit 1

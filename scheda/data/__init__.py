@@ -29,6 +29,9 @@ class Splits:
     unlabeled_x: Any = None  # extra inputs for the autoencoder only (no labels)
     vocabulary: list[str] | None = None  # names of the input dimensions, for text
     labelled: bool = True  # False: no labels at all (the run trains and skips evaluation)
+    # Each split's rows in the data set's own files (train/val from its training rows, test from
+    # its test rows or, carved, its training rows): what an export records beside the features.
+    indices: dict[str, np.ndarray] | None = None
 
     @property
     def n_input(self) -> int:

@@ -181,11 +181,14 @@ class ArraysConfig(Component):
         if has_test:
             test_x, test_y = arrays["test_x"], _check_labels("test_y", arrays["test_y"], arrays["test_x"].shape[0],
                                                             "test_x")
+            test_rows = np.arange(test_x.shape[0])
         else:
             keep, test = split(rest.shape[0], carved, self.split_seed + 1)
-            test_x, test_y, rest = x[rest[test]], y[rest[test]], rest[keep]
+            test_rows = rest[test]
+            test_x, test_y, rest = x[test_rows], y[test_rows], rest[keep]
             log.info("dataset.root=%s has no test_x: %d training rows are the test split (seeded, "
                      "dataset.split_seed)", self.root, carved)
         rest = rest[: self.train_limit]
         return Splits("arrays", x[rest], y[rest], x[val], y[val], test_x, test_y, max_value=scale,
-                      image_shape=shape, unlabeled_x=arrays.get("unlabelled_x"))
+                      image_shape=shape, unlabeled_x=arrays.get("unlabelled_x"),
+                      indices={"train": rest, "val": val, "test": test_rows})

@@ -156,6 +156,7 @@ def load(cfg: Mapping) -> Splits:
         test_x=test_x, test_y=test_y,
         max_value=255.0,
         image_shape=image_shape,
+        indices={"train": train_idx, "val": val_idx, "test": np.arange(test_x.shape[0])},
     )
 
 

@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--chunk-size", type=int, default=8192)
     args = parser.parse_args(argv)
+    print("scheda-export-features is replaced by scheda-export RUN --features F.svm (or F.npz); it goes in the "
+          "release after this one", file=sys.stderr)
     try:
         cfg, model, state = load_run_model(args.run, args.device)
         if args.data_root:

@@ -1,0 +1,100 @@
+"""``scheda-export RUN``: what a run learnt, in files other tools read.
+
+    scheda-export RUN --weights W.safetensors --features F.npz
+    scheda-export RUN --features F.svm        # LIBSVM text: F.train.svm, F.val.svm, F.test.svm
+
+``--weights``: the DA's W (hidden x input), b and b' as safetensors, with the run's config, its
+noise levels (epoch by epoch), the epoch and scheda's version as the file's metadata;
+``init_from=W.safetensors`` starts a run from them. ``--features``: the encoded train /
+validation / test splits (no noise) with their labels and each split's rows in the data set's
+own files (``train_idx``, ``val_idx``, ``test_idx``), as an .npz, or as LIBSVM text (``.svm``:
+LIBLINEAR's ``train`` and ``svm_read_problem`` read it). RUN: a run directory (its newest
+checkpoint) or a checkpoint file; every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import scheda
+from scheda.checkpoint import load_run_model
+from scheda.data import load_dataset
+from scheda.errors import ConfigError, SchedaError
+from scheda.evaluate import encode_splits, labels_of
+from scheda.io import atomic_write
+from scheda.protocol.export_features import write_libsvm
+
+SPLITS = ("train", "val", "test")
+
+
+def export_weights(path: Path, model, state: dict, cfg) -> Path:
+    """W, b, b' and what they came from, as safetensors."""
+    from omegaconf import OmegaConf
+    from safetensors.torch import save
+
+    history = state.get("history") or []
+    meta = {"format": "scheda-da", "scheda": scheda.__version__, "epoch": str(int(state["epoch"])),
+            "config": json.dumps(OmegaConf.to_container(cfg, resolve=True)),
+            "nu_history": json.dumps([{"epoch": h["epoch"], "nu": h["nu"]} for h in history]),
+            "checkpoint": str(state["path"])}
+    tensors = {key: value.detach().cpu().contiguous() for key, value in model.state_dict().items()}
+    blob = save(tensors, metadata=meta)
+    return atomic_write(path, lambda f: f.write(blob))
+
+
+def export_features(path: Path, model, data, device: torch.device, chunk_size: int) -> list[Path]:
+    """The encoded splits with labels and row indices: one .npz, or LIBSVM text per split (.svm)."""
+    features = {k: v.cpu().numpy() for k, v in encode_splits(model, data, device, chunk_size).items()}
+    labels = labels_of(data)
+    if path.suffix == ".svm":
+        return [write_libsvm(path.with_suffix(f".{split}.svm"), features[split], labels[split]) for split in SPLITS]
+    if path.suffix != ".npz":
+        raise ConfigError(f"--features {path}: name an .npz (arrays) or an .svm (LIBSVM text) file")
+    arrays = {**{f"{s}_x": features[s] for s in SPLITS}, **{f"{s}_y": np.asarray(labels[s]) for s in SPLITS}}
+    if data.indices is not None:
+        arrays.update({f"{s}_idx": np.asarray(data.indices[s]) for s in SPLITS})
+    return [atomic_write(path, lambda f: np.savez(f, **arrays))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scheda-export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="a run directory (its newest checkpoint) or a checkpoint file")
+    parser.add_argument("--weights", type=Path, help="W, b, b' as safetensors (name it .safetensors)")
+    parser.add_argument("--features", type=Path, help="the encoded splits: an .npz, or .svm for LIBSVM text")
+    parser.add_argument("--data-root", default=None, help="read the data from here instead of the run's dataset.root")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--chunk-size", type=int, default=8192)
+    args = parser.parse_args(argv)
+    if not (args.weights or args.features):
+        parser.error("nothing to export: give --weights W.safetensors and/or --features F.npz (or F.svm)")
+    if args.weights and args.weights.suffix != ".safetensors":
+        parser.error(f"--weights {args.weights}: name it .safetensors")
+    try:
+        start = time.perf_counter()
+        cfg, model, state = load_run_model(args.run, args.device)
+        if args.weights:
+            print(f"{export_weights(args.weights, model, state, cfg)}: W {tuple(model.W.shape)}, b, b_prime "
+                  f"(epoch {state['epoch']})")
+        if args.features:
+            if args.data_root:
+                cfg.dataset.root = args.data_root
+            data = load_dataset(cfg.dataset)
+            for path in export_features(args.features, model, data, torch.device(args.device), args.chunk_size):
+                print(f"{path}: train/val/test features of {model.n_hidden}")
+        print(f"from epoch {state['epoch']} of {state['path']}; {time.perf_counter() - start:.1f} s")
+    except SchedaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
