@@ -19,7 +19,10 @@ from scheda.devices import claim_gpu
 from scheda.errors import ConfigError, SchedaError
 from scheda.resume import resume_argv
 
-register_configs()
+try:
+    register_configs()
+except SchedaError as exc:  # a component package that fails to load: one line, before Hydra starts
+    sys.exit(f"error: {exc}")
 FRESH_RUN_FILES = {".hydra", "train.log", "results.json", ".lock"}  # all a run that failed its checks wrote
 
 

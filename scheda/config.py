@@ -87,7 +87,11 @@ def register(group: str):
     def add(cls: type) -> type:
         cls.group = group
         name = getattr(cls, "name", DEFAULT)
-        GROUPS.setdefault(group, {})[name] = cls
+        known = GROUPS.setdefault(group, {}).get(name)
+        if known is not None and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise ConfigError(f"{cls.__module__}.{cls.__qualname__} registers {group}={name}, which "
+                              f"{known.__module__}.{known.__qualname__} already is: give it another name")
+        GROUPS[group][name] = cls
         return cls
 
     return add
@@ -127,14 +131,28 @@ def typed(group: str, node: Any) -> Any:
 _loaded = False
 
 
+ENTRY_POINTS = "scheda.components"  # the entry point group of components in other packages
+
+
 def load_components() -> None:
-    """Import every component module once, so that each registers its schemas."""
+    """Import every component module once, so that each registers its schemas: scheda's own
+    (COMPONENT_MODULES), then each module another installed package names in the entry point
+    group ``scheda.components`` (a data set, noise, schedule, ... registered with ``@register``)."""
     global _loaded
     if not _loaded:
         _loaded = True
         for modules in COMPONENT_MODULES.values():
             for module in modules:
                 importlib.import_module(module)
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=ENTRY_POINTS):
+            try:
+                ep.load()
+            except Exception as exc:  # noqa: BLE001 - the user's package, in one line
+                dist = f" of {ep.dist.name}" if ep.dist is not None else ""
+                raise ConfigError(f"the {ENTRY_POINTS} entry point {ep.name!r}{dist} ({ep.value}) failed to load "
+                                  f"({type(exc).__name__}: {exc}): fix that package or uninstall it") from None
 
 
 # --- the run's top level ------------------------------------------------------------------

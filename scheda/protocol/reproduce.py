@@ -36,7 +36,10 @@ from scheda.protocol.seeds import SUBSTAGES, SeedPlan
 
 log = logging.getLogger("reproduce")
 
-register_configs()
+try:
+    register_configs()
+except SchedaError as exc:  # a component package that fails to load: one line, before Hydra starts
+    sys.exit(f"error: {exc}")
 register_protocol_configs()
 
 
