@@ -46,8 +46,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--chunk-size", type=int, default=8192)
     args = parser.parse_args(argv)
-    print("scheda-export-features is replaced by scheda-export RUN --features F.svm (or F.npz); it goes in the "
-          "release after this one", file=sys.stderr)
     try:
         cfg, model, state = load_run_model(args.run, args.device)
         if args.data_root:
@@ -61,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             path = write_libsvm(out / f"{split}.libsvm", features[split].cpu().numpy(), labels[split])
             print(f"{path}: {features[split].shape[0]} x {features[split].shape[1]}")
         print(f"epoch {state['epoch']} of {state['path']}; {time.perf_counter() - start:.1f}s")
+        print("scheda-export-features is replaced by scheda-export RUN --features F.svm (or F.npz); it goes in the "
+              "release after this one")
     except SchedaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
