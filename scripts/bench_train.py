@@ -275,9 +275,9 @@ def lr_search_seconds(n, features, device) -> float:
     return time.perf_counter() - start
 
 
-def job_costs(data, bs, H, device, step) -> dict[str, float]:
+def job_costs(data, bs, H, device, step, tries: int = 3) -> dict[str, float]:
     """What every job pays beyond its epochs (the protocol's estimate counts them), each the best
-    of three: a process that imports scheda's training and initialises the device; the training
+    of ``tries``: a process that imports scheda's training and initialises the device; the training
     split's load from a .npy file to the device as float32 (a data module's work); the build of the
     step (a CUDA graph's capture; triton's compilation is cached on disk after the first)."""
     import subprocess
@@ -287,7 +287,7 @@ def job_costs(data, bs, H, device, step) -> dict[str, float]:
 
     code = (f"import torch, scheda.run; torch.zeros(1, device={str(device)!r}).sum().item()")
     starts = []
-    for _ in range(3):
+    for _ in range(tries):
         t = time.perf_counter()
         subprocess.run([sys.executable, "-c", code], check=True)
         starts.append(time.perf_counter() - t)
@@ -295,13 +295,13 @@ def job_costs(data, bs, H, device, step) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "train_x.npy"
         np.save(path, (data.cpu() * 255).to(torch.uint8).numpy())
-        for _ in range(3):
+        for _ in range(tries):
             t = time.perf_counter()
             torch.from_numpy(np.load(path)).to(device).float().div_(255)
             sync(device)
             loads.append(time.perf_counter() - t)
     builds = []
-    for _ in range(3):
+    for _ in range(tries):
         model = DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(0)).to(device)
         trainer = Trainer(model, SGD(model.parameters(), lr=LR), Masking(), NoiseSchedule("constant", [Stage(NU, 1)]),
                           data, bs, torch.Generator(device=device).manual_seed(0), step=StepBuilder(**step))
@@ -335,6 +335,8 @@ def main(argv=None) -> int:
     parser.add_argument("--finetune", action="store_true", help="also time an epoch of fine-tuning in every row")
     parser.add_argument("--rate-seconds", type=float, default=0.5,
                         help="how long each matmul rate and copy bandwidth is timed (the floors' inputs)")
+    parser.add_argument("--job-tries", type=int, default=3,
+                        help="how often each per-job cost (process start, data load, step build) is timed, the best kept")
     parser.add_argument("--no-triton", action="store_true", help="CUDA without the Triton step (triton cannot compile)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -433,7 +435,7 @@ def main(argv=None) -> int:
         report["grid"] = {"hidden": r["hidden"], "batch_size": r["batch_size"], "models": args.grid,
                           "one_s": r["default_s"], "grid_s": r["grid_s"], "grid_over_one": r["grid_over_one"]}
     set_precision(args.precisions[0])
-    report.update(job_costs(data, args.batch_sizes[0], args.hidden[0], device, steps[default]))
+    report.update(job_costs(data, args.batch_sizes[0], args.hidden[0], device, steps[default], args.job_tries))
     print("per job: start {job_start_s:.2f} s, data load {data_load_s:.2f} s, step build {build_s:.3f} s".format(**report))
     if args.lr_search:
         seconds = lr_search_seconds(*args.lr_search, device)

@@ -96,7 +96,7 @@ def test_bench_train_runs_the_real_trainer(tmp_path):
     # the default 0.5 s): the defaults are for timings of seconds, not of these 40 ms epochs.
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_train.py"), "--hidden", "200",
                            "--batch-sizes", "32", "--batches", "40", "--n", "400", "--grid", "3",
-                           "--lr-search", "300", "20", "--finetune", "--rate-seconds", "0.2",
+                           "--lr-search", "300", "20", "--finetune", "--rate-seconds", "0.2", "--job-tries", "1",
                            "--json", str(tmp_path / "b.json")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
