@@ -29,8 +29,10 @@ which scheda.rules asks too before the run starts (one decision, one set of erro
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+import logging
 from dataclasses import dataclass
 from typing import Callable
 
@@ -40,6 +42,8 @@ from scheda.errors import ConfigError
 from scheda.model import DenoisingAutoencoder
 from scheda.noise import Masking, Noise, mask_threshold
 from scheda.optim import SGD
+
+log = logging.getLogger(__name__)
 
 
 def summed_cross_entropy(logits: torch.Tensor, x: torch.Tensor, tmp: torch.Tensor,
@@ -84,25 +88,35 @@ class AutogradStep:
         return loss.detach()
 
 
+@contextlib.contextmanager
+def undone(params: list[torch.Tensor], generators: list[torch.Generator], sums: torch.Tensor):
+    """Whatever runs inside (a warm-up) leaves ``params``, ``generators`` and ``sums`` as they
+    were, also when it fails: a run that goes on without it goes on from the same state."""
+    saved = [p.clone() for p in params]
+    states = [g.get_state() for g in generators]
+    try:
+        yield
+    finally:
+        for p, v in zip(params, saved):
+            p.copy_(v)
+        for g, state in zip(generators, states):
+            g.set_state(state)
+        sums.zero_()
+
+
 def capture_graph(warm_up: Callable[[], object], run: Callable[[], object], params: list[torch.Tensor],
                   generators: list[torch.Generator], sums: torch.Tensor) -> torch.cuda.CUDAGraph:
     """A CUDA graph of ``run``: ``warm_up`` twice on a side stream first (allocations, lazy
     initialisation, triton's compilation, cuBLAS's workspace), its updates of ``params``, draws
     from ``generators`` and additions to ``sums`` undone; then ``run`` captured with the
     generators registered, so each replay advances them as an eager call would."""
-    saved = [p.clone() for p in params]
-    states = [g.get_state() for g in generators]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            warm_up()
-    torch.cuda.current_stream().wait_stream(side)
-    for p, v in zip(params, saved):
-        p.copy_(v)
-    for g, state in zip(generators, states):
-        g.set_state(state)
-    sums.zero_()
+    with undone(params, generators, sums):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                warm_up()
+        torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     for g in generators:
         graph.register_generator_state(g)
@@ -394,11 +408,15 @@ class TritonStep(BatchedStep):
         return self.graphs[m]
 
     def prepare(self) -> None:
-        """Capture both graphs now (each synchronises the device once), not inside an epoch; the
-        loss slots must then be empty (a run's first epoch, or one just taken)."""
+        """Compile the kernels and, graphed, capture both graphs now (each synchronises the device
+        once), not inside an epoch; the loss slots must then be empty (a run's first epoch, or one
+        just taken). Raises what triton raises where it cannot compile (the builder falls back)."""
         if self.graphed:
             for m in (self.minibatches, 1):
                 self._graph(m)
+            return
+        with undone([self.W, self.b, self.b_prime], self.generators, self.loss_sums):
+            self.minibatch(self.x_all, torch.zeros_like(self.x[:, :, 0], dtype=torch.long), self.generators)
 
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> None:
         """``idx`` [K, rows]: consecutive minibatches of n rows (the last may be shorter)."""
@@ -464,8 +482,13 @@ class StepBuilder:
             if refusal:
                 raise ConfigError(refusal)
             step = TritonStep(models, optimizers, noises, batch_size, x_all, generators, self.cuda_graph)
-            step.prepare()
-            return step
+            try:
+                step.prepare()
+                return step
+            except Exception as exc:  # noqa: BLE001 - triton cannot compile here (a C compiler, Python's headers)
+                reason = (str(exc).strip().splitlines() or [""])[0][:200]
+                log.warning("the Triton step cannot run here (%s: %s): training with the torch step; "
+                            "trainer.triton=false skips the attempt", type(exc).__name__, reason)
         if fused_applies(fusable, self.fused, self.precision):
             step = BatchedStep(models, optimizers, noises, batch_size, x_all.device)
             if not self.cuda_graph:

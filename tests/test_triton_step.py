@@ -84,3 +84,25 @@ def test_resuming_the_triton_step_repeats_the_uninterrupted_run_bit_for_bit():
     assert [h["loss"] for h in resumed.history] == [h["loss"] for h in golden.history]
     for key, value in golden.model.state_dict().items():
         assert torch.equal(resumed.model.state_dict()[key], value), key
+
+
+def test_where_triton_cannot_compile_the_torch_step_trains_from_the_same_state(monkeypatch, caplog):
+    """A kernel that fails when the step is built (no C compiler, no Python headers): one warning,
+    the torch step, and the warm-up's draws and updates undone, so the run is the one
+    trainer.triton=false would give."""
+    from scheda import kernels
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("Failed to compile the launcher: cc not found\nmore detail")
+
+    [model], [opt], [gen] = _models(1)
+    x_all = torch.rand(40, D, generator=torch.Generator().manual_seed(2))
+    weights, state = model.W.detach().clone(), gen.get_state()
+    monkeypatch.setattr(kernels, "corrupt", fails)
+    with caplog.at_level("WARNING", logger="scheda.step"):
+        step = StepBuilder(triton=True).build([model], [opt], [Masking()], 8, x_all, [gen])
+    assert type(step) is BatchedStep
+    assert torch.equal(gen.get_state(), state) and torch.equal(model.W, weights)
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert warning == ("the Triton step cannot run here (RuntimeError: Failed to compile the launcher: cc not found): "
+                       "training with the torch step; trainer.triton=false skips the attempt")
