@@ -29,9 +29,20 @@ from scheda.data import load_dataset
 from scheda.errors import ConfigError, SchedaError
 from scheda.evaluate import encode_splits, labels_of
 from scheda.io import atomic_write
-from scheda.protocol.export_features import write_libsvm
 
 SPLITS = ("train", "val", "test")
+
+
+def write_libsvm(path: Path, x: np.ndarray, y: np.ndarray, precision: int = 6) -> Path:
+    """Dense rows as LIBSVM lines; one C-level format per row, written atomically."""
+    d = x.shape[1]
+    fmt = "%d " + " ".join(f"{j}:%.{precision}g" for j in range(1, d + 1))
+    rows = np.column_stack([y.astype(np.float64), x.astype(np.float64)])
+
+    def write(f):
+        np.savetxt(f, rows, fmt=fmt)
+
+    return atomic_write(path, write)
 
 
 def export_weights(path: Path, model, state: dict, cfg) -> Path:
