@@ -15,8 +15,8 @@ from scheda.checkpoint import checkpoint_name, save_checkpoint
 log = logging.getLogger(__name__)
 
 
-class Trainer(Protocol):
-    """What a callback reads of the trainer that calls it (scheda.trainer.Trainer is one): the
+class ModelState(Protocol):
+    """What a callback reads of the trainer that calls it (scheda.trainer.ModelState is one): the
     callbacks sit beside the loop, not above it, so they name no module of it."""
 
     model: torch.nn.Module
@@ -38,15 +38,15 @@ class Trainer(Protocol):
 class Callback:
     """Hooks; ``epoch`` in ``metrics`` counts completed epochs (1 after the first)."""
 
-    def on_fit_start(self, trainer: "Trainer") -> None: ...
+    def on_fit_start(self, trainer: "ModelState") -> None: ...
 
-    def on_epoch_end(self, trainer: "Trainer", metrics: dict[str, Any]) -> None: ...
+    def on_epoch_end(self, trainer: "ModelState", metrics: dict[str, Any]) -> None: ...
 
-    def on_stage_end(self, trainer: "Trainer", metrics: dict[str, Any]) -> None: ...
+    def on_stage_end(self, trainer: "ModelState", metrics: dict[str, Any]) -> None: ...
 
-    def on_fit_end(self, trainer: "Trainer") -> None: ...
+    def on_fit_end(self, trainer: "ModelState") -> None: ...
 
-    def on_interrupt(self, trainer: "Trainer") -> None:
+    def on_interrupt(self, trainer: "ModelState") -> None:
         """A signal stopped training mid-epoch (``trainer.partial`` says where)."""
 
     def close(self) -> None:

@@ -45,7 +45,7 @@ from scheda.resume import check_resume_config, previous_attempt, set_aside
 from scheda.rules import TypedRun, check_run
 from scheda.schedule import build_schedule, check_nu, nu_key
 from scheda.seeding import derive_seed, train_seed
-from scheda.trainer import Lockstep, Trainer
+from scheda.trainer import Trainer, ModelState
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class Job:
 
     def __init__(self, cfg: DictConfig, run: TypedRun, output_dir: Path, results: RunResults):
         self.cfg, self.run, self.output_dir, self.results = cfg, run, output_dir, results
-        self.trainer: Trainer | None = None
+        self.trainer: ModelState | None = None
         self.evaluation: EvaluationCallback | None = None
         self.tensorboard = None  # a TensorBoardLogger, when logger=tensorboard
         self.started = time.time()
@@ -158,7 +158,7 @@ class Job:
         self.resume_state = load_checkpoint(cfg.resume) if cfg.resume and not self.standalone else None
         self.init_state = load_checkpoint(cfg.init_from) if cfg.init_from else None
 
-    def build(self, data, train_x: torch.Tensor, labelled: dict[str, torch.Tensor]) -> Trainer:
+    def build(self, data, train_x: torch.Tensor, labelled: dict[str, torch.Tensor]) -> ModelState:
         cfg, run, model, device = self.cfg, self.run, self.model, self.device
         if self.init_state is not None:
             load_model_weights(model, self.init_state)
@@ -182,7 +182,7 @@ class Job:
         callbacks.append(ProgressBar(run.trainer.progress_bar))
         if self.tensorboard is not None:
             callbacks.append(self.tensorboard)
-        self.trainer = Trainer(model, optimizer, self.noise, self.schedule, train_x, run.trainer.batch_size,
+        self.trainer = ModelState(model, optimizer, self.noise, self.schedule, train_x, run.trainer.batch_size,
                                generator, callbacks, step=run.trainer.step_builder())
         if self.resume_state is not None:
             self._resume()
@@ -307,7 +307,7 @@ def train_parallel(cfg: DictConfig, output_dir: Path, results: RunResults) -> di
         with stop_on_signals() as stop:
             for trainer in trainers:
                 trainer.stop = stop
-            Lockstep(trainers).fit()
+            Trainer(trainers).fit()
     except BaseException as exc:
         for job in jobs:
             job.record_training()

@@ -1,7 +1,7 @@
 """The training loop: plain minibatch SGD over one tensor of training data on the device.
 
-:class:`Trainer` holds one model's training state (optimiser, noise, schedule, generator,
-callbacks, epoch, history); :class:`Lockstep` is the one loop, for K >= 1 of them: a run is
+:class:`ModelState` holds one model's training state (optimiser, noise, schedule, generator,
+callbacks, epoch, history); :class:`Trainer` is the one loop, for K >= 1 of them: a run is
 K = 1, a fused sweep (``trainer.parallel``) K > 1 with one batched step for all. Each epoch
 draws a permutation from each model's generator and slices minibatches from it, so there is
 no per-sample Python in the hot loop, and a seed (plus a checkpoint's generator state on
@@ -142,9 +142,10 @@ class EpochState:
         self.next_first, self.seconds_before = int(state["next_first"]), float(state["seconds"])
 
 
-class Trainer:
-    """One model's training: its state and callbacks; ``step`` says which update trains it
-    (built by the loop). ``fit`` runs it alone: a :class:`Lockstep` of one."""
+class ModelState:
+    """One model's training state: its optimiser, noise, schedule, generator, callbacks, epoch,
+    updates and history; ``step`` (a StepBuilder) says which update trains it, built by the
+    loop. ``fit`` runs it alone: a :class:`Trainer` of one. (Callbacks receive it as ``trainer``.)"""
 
     def __init__(
         self,
@@ -168,13 +169,13 @@ class Trainer:
         self.step_builder = step
         self.callbacks: list[Callback] = list(callbacks)
         self.epoch = 0  # completed epochs
-        self.step = 0  # completed minibatch updates
+        self.updates = 0  # completed minibatch updates
         self.history: list[dict[str, Any]] = []
         self.stop = NEVER  # a run sets its StopRequest (signals)
         self.on_batch = None  # called with each minibatch's size (a progress bar), if set
         self.partial: EpochState | None = None  # the epoch an interrupt stopped, or one to finish
         self._partial_state: dict[str, Any] | None = None
-        self._alone: Lockstep | None = None
+        self._alone: Trainer | None = None
 
     @property
     def device(self) -> torch.device:
@@ -193,10 +194,10 @@ class Trainer:
         return out
 
     @property
-    def alone(self) -> "Lockstep":
+    def alone(self) -> "Trainer":
         """The loop of this model alone (kept: its step is built once)."""
         if self._alone is None:
-            self._alone = Lockstep([self])
+            self._alone = Trainer([self])
         return self._alone
 
     def fit(self) -> list[dict[str, Any]]:
@@ -244,7 +245,7 @@ class Trainer:
                 f"the checkpoints written before it are kept"
             )
         self.epoch += 1
-        self.step += epoch.n_batches
+        self.updates += epoch.n_batches
         metrics = {
             "epoch": self.epoch,
             "nu": mean_nu,
@@ -273,7 +274,7 @@ class Trainer:
             "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
             "optimizer": self.optimizer.state_dict(),
             "epoch": self.epoch,
-            "step": self.step,
+            "step": self.updates,
             "history": list(self.history),
             "generator": self.generator.get_state(),
             "callbacks": {type(cb).__name__: cb.state_dict() for cb in self.callbacks},
@@ -284,7 +285,7 @@ class Trainer:
         """Continue exactly where a checkpoint left off (weights, optimizer, RNG, schedule)."""
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        self.epoch, self.updates = int(state["epoch"]), int(state["step"])
         self.history = list(state["history"])
         self.generator.set_state(state["generator"].cpu())
         self._partial_state = state.get("partial_epoch")
@@ -292,21 +293,21 @@ class Trainer:
             cb.load_state_dict(state["callbacks"].get(type(cb).__name__, {}))
 
 
-class Lockstep:
-    """The training loop for K >= 1 trainers, one step for all their models: each keeps its own
+class Trainer:
+    """The training loop for K >= 1 models' states, one step for all their models: each keeps its own
     schedule, generator, callbacks (checkpoints, evaluation, TensorBoard) and history, as if it
     ran alone. A model whose schedule ends drops out and the step is rebuilt for the rest.
     ``seconds`` per epoch is the time of the whole lockstep epoch."""
 
-    def __init__(self, trainers: Sequence[Trainer]):
-        self.trainers = list(trainers)
-        first = self.trainers[0]
-        if any(t.train_x is not first.train_x or t.batch_size != first.batch_size for t in self.trainers):
-            raise ValueError("trainers in lockstep must share the training tensor and the batch size")
+    def __init__(self, states: Sequence[ModelState]):
+        self.states = list(states)
+        first = self.states[0]
+        if any(t.train_x is not first.train_x or t.batch_size != first.batch_size for t in self.states):
+            raise ValueError("models trained in lockstep must share the training tensor and the batch size")
         self.x_all, self.batch_size = first.train_x, first.batch_size
         self._step, self._stacked = None, None
 
-    def step_for(self, active: list[Trainer]):
+    def step_for(self, active: list[ModelState]):
         """The step of the models in ``active``, built when that set changes."""
         if self._stacked != [id(t) for t in active]:
             self._step = active[0].step_builder.build(
@@ -318,25 +319,25 @@ class Lockstep:
 
     def fit(self) -> None:
         try:
-            for t in self.trainers:
+            for t in self.states:
                 for cb in t.callbacks:
                     cb.on_fit_start(t)
-            while active := [t for t in self.trainers if t.epoch < t.schedule.total_epochs]:
+            while active := [t for t in self.states if t.epoch < t.schedule.total_epochs]:
                 self.run_epoch(active)
-            for t in self.trainers:
+            for t in self.states:
                 for cb in t.callbacks:
                     cb.on_fit_end(t)
         finally:
-            for t in self.trainers:
+            for t in self.states:
                 for cb in t.callbacks:
                     cb.close()
 
-    def run_epoch(self, active: list[Trainer]) -> None:
+    def run_epoch(self, active: list[ModelState]) -> None:
         """One epoch of every active model, each closed and its callbacks run in turn."""
         for t, e in zip(active, self.run_minibatches(active)):
             t.run_epoch_callbacks(t.end_epoch(e))
 
-    def run_minibatches(self, active: list[Trainer]) -> list[EpochState]:
+    def run_minibatches(self, active: list[ModelState]) -> list[EpochState]:
         """The epoch's updates: no host-device synchronisation here (the losses and the mean nu
         accumulate on the device; ``end_epoch`` reads them once). An interrupt checkpoints every
         model where it stands and stops."""

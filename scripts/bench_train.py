@@ -11,7 +11,7 @@ epoch can beat, and every timing's ratio to the largest:
       update reads and writes it) over the measured bandwidth of a copy of W's own size;
   (d) the launch floor (CUDA): the kernels one minibatch of the Triton step launches (counted
       by the profiler) times the measured cost of one kernel node in a CUDA graph;
-and scheda's trainer (scheda.trainer.Trainer, the real code path) with each step: the torch
+and scheda's trainer (scheda.trainer.ModelState, the real code path) with each step: the torch
 step eager and graphed, the Triton step graphed (CUDA's default), autograd
 (trainer.fused=false), and a naive PyTorch loop (per-sample DataLoader, torch.bernoulli,
 autograd), each timed over a fixed number of minibatches (at most one epoch's) after a warm-up
@@ -44,7 +44,7 @@ from scheda.noise import Masking
 from scheda.optim import SGD
 from scheda.schedule import NoiseSchedule, Stage
 from scheda.step import StepBuilder
-from scheda.trainer import Lockstep, Trainer
+from scheda.trainer import Trainer, ModelState
 
 D, NU, LR = 3072, 0.3, 0.01
 FINETUNE_RATES = 5  # the paper's fine-tuning grid
@@ -166,7 +166,7 @@ def timed_batches(wanted: int, bs: int) -> int:
 
 
 def scheda_epoch(data, n_batches, bs, H, device, models=1, **step) -> float:
-    """Seconds per N-example epoch of the real training loop (a Lockstep of ``models`` trainers,
+    """Seconds per N-example epoch of the real training loop (a Trainer of ``models`` trainers,
     one model each: a fused sweep when more than one), from ``n_batches`` timed minibatches,
     with the step ``step`` asks StepBuilder for."""
     x = data[: n_batches * bs]
@@ -174,10 +174,10 @@ def scheda_epoch(data, n_batches, bs, H, device, models=1, **step) -> float:
     trainers = []
     for k in range(models):
         model = DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(k)).to(device)
-        trainers.append(Trainer(model, SGD(model.parameters(), lr=LR), Masking(),
+        trainers.append(ModelState(model, SGD(model.parameters(), lr=LR), Masking(),
                                 NoiseSchedule("constant", [Stage(NU, 2)]), x, bs,
                                 torch.Generator(device=device).manual_seed(k), step=StepBuilder(**step)))
-    loop = Lockstep(trainers)
+    loop = Trainer(trainers)
 
     def epoch():
         for t, e in zip(trainers, loop.run_minibatches(trainers)):
@@ -303,10 +303,10 @@ def job_costs(data, bs, H, device, step, tries: int = 3) -> dict[str, float]:
     builds = []
     for _ in range(tries):
         model = DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(0)).to(device)
-        trainer = Trainer(model, SGD(model.parameters(), lr=LR), Masking(), NoiseSchedule("constant", [Stage(NU, 1)]),
+        trainer = ModelState(model, SGD(model.parameters(), lr=LR), Masking(), NoiseSchedule("constant", [Stage(NU, 1)]),
                           data, bs, torch.Generator(device=device).manual_seed(0), step=StepBuilder(**step))
         t = time.perf_counter()
-        Lockstep([trainer]).step_for([trainer])
+        Trainer([trainer]).step_for([trainer])
         sync(device)
         builds.append(time.perf_counter() - t)
     return {"job_start_s": min(starts), "data_load_s": min(loads), "build_s": min(builds)}

@@ -19,7 +19,7 @@ from scheda.run import run
 from scheda.schedule import NoiseSchedule, Stage
 from scheda.noise import Masking
 from scheda.step import AutogradStep, BatchedStep, FusedStep, GraphedStep, StepBuilder, TritonStep
-from scheda.trainer import Trainer
+from scheda.trainer import ModelState
 
 from helpers import N_VAL, REPO, STAGES, TINY, compose_cfg
 
@@ -115,7 +115,7 @@ def test_the_triton_steps_graphs_repeat_its_eager_minibatches_bit_for_bit():
 @pytest.mark.parametrize("cuda_graph, triton", [(False, False), (True, False), (False, True), (True, True)])
 def test_an_epoch_makes_no_host_device_synchronisation(cuda_graph, triton):
     m, opt = _model(d=3072, H=100)
-    trainer = Trainer(m, opt, masking, NoiseSchedule("constant", [Stage(0.3, 3)]), _data(n=1000, d=3072), 20,
+    trainer = ModelState(m, opt, masking, NoiseSchedule("constant", [Stage(0.3, 3)]), _data(n=1000, d=3072), 20,
                       torch.Generator(device=CUDA).manual_seed(0), step=StepBuilder(cuda_graph=cuda_graph, triton=triton))
     trainer.train_epoch()  # the first epoch builds (and captures) the step
     torch.cuda.set_sync_debug_mode("error")

@@ -11,7 +11,7 @@ from scheda.noise import masking
 from scheda.optim import SGD
 from scheda.run import run
 from scheda.schedule import build_schedule
-from scheda.trainer import Trainer
+from scheda.trainer import ModelState
 
 from helpers import STAGES, TINY, compose_cfg
 
@@ -27,7 +27,7 @@ def _synthetic(n=256, d=64, seed=0):
 def _trainer(schedule_cfg, x, seed=0, callbacks=(), lr=0.1):
     model = DenoisingAutoencoder(x.shape[1], 16, generator=torch.Generator().manual_seed(seed))
     opt = SGD(model.parameters(), lr=lr)
-    return Trainer(model, opt, masking, build_schedule(schedule_cfg), x, 32,
+    return ModelState(model, opt, masking, build_schedule(schedule_cfg), x, 32,
                    torch.Generator().manual_seed(seed), callbacks)
 
 

@@ -11,7 +11,7 @@ from scheda.noise import Masking
 from scheda.optim import SGD
 from scheda.schedule import NoiseSchedule, Stage
 from scheda.step import BatchedStep, StepBuilder, TritonStep
-from scheda.trainer import Trainer
+from scheda.trainer import ModelState
 
 D, H = 40, 12
 
@@ -48,7 +48,7 @@ def test_an_epoch_of_the_triton_step_is_the_torch_steps(K, activation):
 def _trainer(triton, epochs=2, n=70):
     [model], [opt], _ = _models(1)
     x = torch.rand(n, D, generator=torch.Generator().manual_seed(4))
-    return Trainer(model, opt, Masking(), NoiseSchedule("constant", [Stage(0.4, epochs)]), x, 4,
+    return ModelState(model, opt, Masking(), NoiseSchedule("constant", [Stage(0.4, epochs)]), x, 4,
                    torch.Generator().manual_seed(7), step=StepBuilder(triton=triton))
 
 

@@ -27,13 +27,13 @@ def inject_faults() -> None:
 
     sleep = float(os.environ.get("SCHEDA_FAULT_EPOCH_SLEEP", "0"))
     if sleep:
-        run_epoch = scheda.trainer.Lockstep.run_epoch
+        run_epoch = scheda.trainer.Trainer.run_epoch
 
         def slow_epoch(self, active):
             run_epoch(self, active)
             time.sleep(sleep)
 
-        scheda.trainer.Lockstep.run_epoch = slow_epoch
+        scheda.trainer.Trainer.run_epoch = slow_epoch
 
     hang = os.environ.get("SCHEDA_FAULT_HANG_WRITE")
     if hang:

@@ -44,7 +44,7 @@ def test_divergence_after_good_epochs_keeps_the_last_good_checkpoint(cifar_array
     import scheda.trainer
 
     calls = {"n": 0}
-    original = scheda.trainer.Lockstep.run_minibatches
+    original = scheda.trainer.Trainer.run_minibatches
 
     def poisoned(self, active):
         calls["n"] += 1
@@ -53,7 +53,7 @@ def test_divergence_after_good_epochs_keeps_the_last_good_checkpoint(cifar_array
                 active[0].model.W.fill_(float("nan"))
         return original(self, active)
 
-    monkeypatch.setattr(scheda.trainer.Lockstep, "run_minibatches", poisoned)
+    monkeypatch.setattr(scheda.trainer.Trainer, "run_minibatches", poisoned)
     cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, "trainer.checkpoint_every=1",
                        "evaluate.enabled=false", "logger=none"])
     with pytest.raises(scheda.errors.DivergenceError, match=r"epoch 3 \(nu=0.2\)"):
