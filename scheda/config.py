@@ -189,8 +189,10 @@ def register_configs() -> None:
     from hydra.core.plugins import Plugins
 
     from hydra_plugins.scheda_sweeper import ComposeOnceSweeper
+    from hydra_plugins.scheda_sweeper.optuna_sweeper import OptunaSweeper
 
     Plugins.instance().register(ComposeOnceSweeper)
+    Plugins.instance().register(OptunaSweeper)
     load_components()
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)

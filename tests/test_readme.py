@@ -97,6 +97,15 @@ def test_a_sweep_run_again_skips_its_jobs_and_its_results_are_gathered(user):
     assert len([line for line in means.splitlines() if "(3)" in line]) == 3, means
 
 
+def test_the_optuna_search_runs_and_keeps_its_study_in_the_sweep_folder(user):
+    """README's hydra/sweeper=optuna command, lengthened to two trials of a tiny decreasing schedule."""
+    [search] = readme_block("scheda-train", "-m", "hydra/sweeper=optuna")
+    user.run(search, *TINY_DATA, "model.hidden=8", "classifier.c_log2_min=-1", "classifier.c_log2_max=0",
+             "schedule.K=1", "schedule.initial_epochs=1", "schedule.nu_final=0.25", "hydra.sweeper.n_trials=2")
+    folder = user.work / next(a.split("=", 1)[1] for a in search if a.startswith("hydra.sweep.dir="))
+    assert (folder / "optuna.db").exists() and sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["0", "1"]
+
+
 def test_a_sweep_of_local_parallel_jobs_gives_each_its_own_gpu(user):
     """The joblib sweep of README, with two GPUs visible: each worker pins itself to one, so two
     jobs at once never share a GPU (checked on the CPU by what each job saw)."""

@@ -1,0 +1,47 @@
+"""hydra/sweeper=optuna (hydra_plugins/scheda_sweeper/optuna_sweeper.py): a search over a
+schedule's noise level whose study lives in the sweep folder; the same command run again runs
+only the trials n_trials still asks for, and a search with nothing to search is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import TINY, run_train
+
+optuna = pytest.importorskip("optuna")
+
+SEARCH = ["hydra/sweeper=optuna", "schedule.nu=interval(0.1,0.7)", "optim.lr=choice(0.05,0.1)",
+          "schedule=constant", "schedule.epochs=1", "model.hidden=8", "logger=none", "classifier.c_log2_min=-1",
+          "classifier.c_log2_max=0"]
+
+
+def _study(folder):
+    return optuna.load_study(study_name="scheda", storage=f"sqlite:///{folder / 'optuna.db'}")
+
+
+def test_a_search_continues_its_study_and_never_runs_a_completed_trial_again(cifar_arrays, tmp_path):
+    folder = tmp_path / "search"
+    common = ["-m", f"dataset.root={cifar_arrays}", *TINY, *SEARCH, f"hydra.sweep.dir={folder}"]
+    first = run_train([*common, "hydra.sweeper.n_trials=3"], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    study = _study(folder)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
+    assert all(0.1 <= t.params["schedule.nu"] <= 0.7 and t.params["optim.lr"] in (0.05, 0.1) for t in study.trials)
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["0", "1", "2"]  # a job folder per trial
+    import json
+
+    results = json.loads((folder / "0" / "results.json").read_text())
+    assert study.trials[0].value == pytest.approx(results["evaluations"][-1]["val_error"])
+    more = run_train([*common, "hydra.sweeper.n_trials=4"], cwd=tmp_path)  # one more trial, not four
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert len(_study(folder).trials) == 4 and (folder / "3").is_dir() and not (folder / "4").exists()
+    again = run_train([*common, "hydra.sweeper.n_trials=4"], cwd=tmp_path)
+    assert again.returncode == 0 and "4 trials completed, 0 to run" in again.stderr + again.stdout
+    assert len(_study(folder).trials) == 4
+
+
+def test_a_search_with_nothing_to_search_says_so_in_one_line(cifar_arrays, tmp_path):
+    proc = run_train(["-m", f"dataset.root={cifar_arrays}", *TINY, "hydra/sweeper=optuna", "schedule=constant",
+                      f"hydra.sweep.dir={tmp_path / 's'}"], cwd=tmp_path)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "hydra/sweeper=optuna has nothing to search" in proc.stderr
