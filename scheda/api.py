@@ -119,8 +119,7 @@ def train(overrides: Sequence[str] | Mapping[str, Any] = (), data=None, output_d
         extra += ["dataset=arrays", f"dataset.root={key}"]
     if output_dir is None:  # scheda-train's own layout (configs/hydra/default.yaml)
         output_dir = Path("outputs/runs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S-%f")
-    was = GlobalHydra.instance().is_initialized()
-    if was:
+    if GlobalHydra.instance().is_initialized():
         raise ConfigError("scheda.train runs inside Hydra's compose API, and Hydra is initialised already "
                           "(inside a Hydra app?): call it from plain Python")
     where = initialize_config_module(CONFIGS.removeprefix("pkg://"), version_base="1.3") \

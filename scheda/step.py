@@ -331,7 +331,7 @@ class TritonStep(BatchedStep):
     Graphed (CUDA), one replay runs :attr:`minibatches` minibatches, so neither the host's
     cost per replay nor a launch outside the graph is paid per minibatch; a remainder of whole
     minibatches replays a one-minibatch graph, and an epoch's partial last one runs eager.
-    The noise level is drawn at every level, 0 included (a graph cannot skip it)."""
+    Masks are drawn at every noise level, 0 included (a graph cannot skip the draw)."""
 
     minibatches = 16
 
@@ -379,16 +379,16 @@ class TritonStep(BatchedStep):
         n_words = (n * d + 3) // 4
         for k, g in enumerate(generators):
             self.words[k, :n_words].random_(generator=g)
-        kernels = self.kernels
+        kernels, neg_lr = self.kernels, self.neg_lr()
         kernels.corrupt(x_all, idx, self.words.view(torch.int16), self.thr, x, x_tilde)
         torch.bmm(x_tilde, W.transpose(1, 2), out=h)
         sigmoid = self.activation == "sigmoid"
         kernels.encode(h, b, sigmoid)
         logits = self.logits[:, :n]
         torch.bmm(h, W, out=logits)
-        kernels.decode(logits, x, b_prime, self.neg_lr(), dz, self.loss_sums)
+        kernels.decode(logits, x, b_prime, neg_lr, dz, self.loss_sums)
         torch.bmm(dz, W.transpose(1, 2), out=dh)
-        kernels.backprop(A, b, self.neg_lr(), sigmoid)
+        kernels.backprop(A, b, neg_lr, sigmoid)
         W.baddbmm_(A.transpose(1, 2), B)
 
     def _graph(self, m: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
