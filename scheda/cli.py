@@ -38,12 +38,13 @@ def train(cfg: DictConfig) -> float | None:
     from scheda.run import run
 
     output_dir = Path(hydra_cfg.runtime.output_dir)
-    if hydra_cfg.mode == RunMode.MULTIRUN and cfg.logger.get("log_dir"):
+    if hydra_cfg.mode == RunMode.MULTIRUN and cfg.get("logger"):
+        from scheda.loggers import name_runs
         from scheda.sweep_summary import swept_label
 
         label = swept_label(Path(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task))
-        if label:  # TensorBoard names each job's curves by its swept values, not by its number
-            cfg.logger.log_dir = f"{cfg.logger.log_dir}/{label}"
+        if label:  # the loggers name each job's records by its swept values, not by its number
+            name_runs(cfg.logger, label)
     try:
         summary = run(cfg, output_dir)
     except Interrupted as exc:

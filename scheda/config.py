@@ -18,7 +18,7 @@ import importlib
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, List, Optional
+from typing import Any, ClassVar, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -36,12 +36,16 @@ COMPONENT_MODULES: dict[str, tuple[str, ...]] = {
     "schedule": ("scheda.schedule",),
     "optim": ("scheda.optim",),
     "trainer": ("scheda.trainer",),
-    "logger": ("scheda.loggers",),
+    "logger": ("scheda.loggers.base", "scheda.loggers.tensorboard", "scheda.loggers.csv", "scheda.loggers.mlflow"),
     "evaluate": ("scheda.evaluate",),
     "classifier": ("scheda.classifiers",),
     "finetune": ("scheda.finetune",),
 }
 GROUPS: dict[str, dict[str, type]] = {}
+# Groups that select several options at once (``logger=[tensorboard,csv]``): each option's
+# values live under its own name (``logger.csv.file``); the option ``none`` selects nothing.
+MANY = ("logger",)
+NONE = "none"
 
 
 def configs_path() -> str:
@@ -128,6 +132,28 @@ def typed(group: str, node: Any) -> Any:
     return obj
 
 
+def typed_many(group: str, node: Any) -> list[Any]:
+    """A group of :data:`MANY` (``{tensorboard: {...}, csv: {...}}``) as its checked schema
+    objects, in order; ``none`` selects nothing. A run saved before the group took several
+    options holds one option's keys at the top (``{name: ...}``)."""
+    if node is None:
+        return []
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node, resolve=True)
+    if isinstance(node.get("name"), str):
+        node = {node["name"]: node}
+    out = []
+    for key, sub in node.items():
+        sub = {"name": key, **(sub or {})}
+        if sub["name"] == NONE:
+            continue
+        try:
+            out.append(typed(group, sub))
+        except ConfigError as exc:  # named by the key the user writes: logger.csv.file=...
+            raise ConfigError(str(exc).replace(f"{group}.", f"{group}.{key}.", 1)) from None
+    return out
+
+
 _loaded = False
 
 
@@ -164,7 +190,7 @@ class TrainConfig:
     schedule: Any = MISSING
     optim: Any = MISSING
     trainer: Any = MISSING
-    logger: Any = MISSING
+    logger: Dict[str, Any] = field(default_factory=dict)  # several at once (MANY)
     evaluate: Any = MISSING
     classifier: Any = MISSING
     finetune: Any = MISSING
@@ -198,7 +224,12 @@ def register_configs() -> None:
     cs.store(name="train_schema", node=TrainConfig)
     for group, schemas in GROUPS.items():
         for name, cls in schemas.items():
-            cs.store(group=group, name=name, node=cls)
+            if group not in MANY:
+                cs.store(group=group, name=name, node=cls)
+            elif name == NONE:
+                cs.store(group=group, name=name, node={}, package=group)
+            else:
+                cs.store(group=group, name=name, node=cls, package=f"{group}.{name}")
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -261,7 +292,8 @@ def groups_text() -> str:
                     default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
                     if dataclasses.is_dataclass(default):
                         default = dataclasses.asdict(default)
-                    lines.append(f"    {group}.{f.name} = {default}")
+                    key = f"{group}.{name}" if group in MANY else group
+                    lines.append(f"    {key}.{f.name} = {default}")
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ import torch
 from scheda.callbacks import Callback
 from scheda.config import Component, register, typed
 from scheda.data import Splits
+from scheda.loggers.base import Loggers, MetricLogger
 from scheda.progress import bar
 from scheda.results import params_text
 
@@ -148,10 +149,10 @@ class EvaluationCallback(Callback):
     labelled splits, already on the device."""
 
     def __init__(self, cfg: Mapping, classifier_cfg: Mapping, data: Splits, inputs: dict[str, torch.Tensor],
-                 results, writer_cb=None):
+                 results, loggers: MetricLogger | None = None):
         self.cfg, self.classifier_cfg, self.data, self.inputs = cfg, classifier_cfg, data, inputs
         self.results = results
-        self.writer_cb = writer_cb
+        self.loggers = loggers if loggers is not None else Loggers()
         self.last_model = None
 
     def _due(self, trainer, metrics) -> str | None:
@@ -180,15 +181,13 @@ class EvaluationCallback(Callback):
         self.results.add_evaluation(entry)
         log.info("eval epoch %d nu=%s: %s val %.4f test %.4f (%.1fs)", epoch, nu, params_text(result["params"]),
                  result["val_error"], result["test_error"], result["seconds"])
-        writer = getattr(self.writer_cb, "writer", None)
-        if writer is not None:
-            writer.add_scalar("eval/val_error", result["val_error"], epoch)
-            writer.add_scalar("eval/test_error", result["test_error"], epoch)
-            for key, value in result["params"].items():  # eval/log2_C for logistic regression, eval/k for kNN
-                name, value = (f"log2_{key}", math.log2(value)) if key == "C" else (key, value)
-                writer.add_scalar(f"eval/{name}", value, epoch)
-            if nu is not None:
-                writer.add_scalar("eval/nu", nu, epoch)
+        scalars = {"eval/val_error": result["val_error"], "eval/test_error": result["test_error"]}
+        for key, value in result["params"].items():  # eval/log2_C for logistic regression, eval/k for kNN
+            name, value = (f"log2_{key}", math.log2(value)) if key == "C" else (key, value)
+            scalars[f"eval/{name}"] = value
+        if nu is not None:
+            scalars["eval/nu"] = nu
+        self.loggers.log_dict(scalars, epoch)
         return entry
 
     def state_dict(self):

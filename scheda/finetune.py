@@ -27,6 +27,7 @@ from scheda.checkpoint import load_checkpoint, save_checkpoint
 from scheda.classifiers import LinearModel
 from scheda.config import Component, register, typed
 from scheda.data import Splits
+from scheda.loggers.base import Loggers, MetricLogger
 from scheda.errors import ConfigError, DivergenceError
 from scheda.evaluate import pack_correct
 from scheda.model import ACTIVATIONS, DenoisingAutoencoder
@@ -221,12 +222,12 @@ class FineTuner:
     autograd; resumable from ``checkpoints/finetune_last.pt`` (written atomically every epoch)."""
 
     def __init__(self, cfg: Mapping, da: DenoisingAutoencoder, data: Splits, inputs: dict[str, torch.Tensor],
-                 device: torch.device, output_dir: Path, seed: int, init: LinearModel | None = None, writer=None):
+                 device: torch.device, output_dir: Path, seed: int, init: LinearModel | None = None, loggers: MetricLogger | None = None):
         cfg = typed("finetune", cfg)
         self.cfg, self.da, self.device, self.seed = cfg, da, device, seed
         self.lrs = [float(lr) for lr in cfg.lrs]
         self.init = init if cfg.init_output == "classifier" else None
-        self.writer = writer
+        self.loggers = loggers if loggers is not None else Loggers()
         self.dir = output_dir / "checkpoints"
         self.x = inputs
         self.y = {s: torch.as_tensor(getattr(data, f"{s}_y"), device=device) for s in ("train", "val", "test")}
@@ -344,6 +345,5 @@ class FineTuner:
     def _log(self, lr: float, h: dict[str, Any]) -> None:
         log.info("finetune lr=%g epoch %d: loss %.4f val %.4f test %.4f (%.1fs)", lr, h["epoch"], h["train_loss"],
                  h["val_error"], h["test_error"], h["seconds"])
-        if self.writer is not None:
-            for key in ("train_loss", "val_error", "test_error"):
-                self.writer.add_scalar(f"finetune/lr_{lr:g}/{key}", h[key], h["epoch"])
+        self.loggers.log_dict({f"finetune/lr_{lr:g}/{key}": h[key] for key in ("train_loss", "val_error", "test_error")},
+                              h["epoch"])

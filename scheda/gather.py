@@ -5,7 +5,8 @@ test error and wall time, sorted by validation error. ``--group-by`` folds runs 
 in other keys (``--group-by all-but-seed``: seeds) into mean ± sd (n) per group, with the
 statistics the protocol's report uses (scheda.stats). ``--at`` reads each run at its last
 evaluation (the default), at its best on validation, or at ``epoch=N``: the protocol's two rules
-for its further seeds (the selection seed's epoch, each seed's own best), for any sweep. The end
+for its further seeds (the selection seed's epoch, each seed's own best), for any sweep.
+``--metric NAME`` adds a scalar each run logged to its metrics.csv (``logger=[tensorboard,csv]``). The end
 of every ``-m`` sweep writes
 ``summary.csv`` and ``summary.md`` with the same code (scheda.sweep_summary).
 
@@ -27,14 +28,16 @@ from typing import Any, Sequence
 from scheda import stats
 from scheda.config import flatten
 from scheda.io import shown_path
-from scheda.results import params_of, params_text
+from scheda.results import params_of, params_text, read_metrics
 
 COLUMNS = ("status", "epochs", "classifier", "val_error %", "test_error %", "minutes")
 # How a markdown table prints a column's numbers (as the sweep's own lines do: errors in % to two decimals).
 DIGITS = {"val_error %": 2, "test_error %": 2, "minutes": 1}
 # Keys a run or its launcher sets for its own bookkeeping, never a difference the user made: a
-# sweep's job names its curves (logger.log_dir), a rerun resumes itself (resume).
-BOOKKEEPING = ("logger.log_dir", "resume", "force_resume", "rerun", "requires", "trainer.progress_bar")
+# sweep's job names its records (logger.*: where and how a run logs changes nothing it learns),
+# a rerun resumes itself (resume).
+BOOKKEEPING = ("resume", "force_resume", "rerun", "requires", "trainer.progress_bar")
+BOOKKEEPING_PREFIXES = ("logger.",)
 ALL_BUT_SEED = "all-but-seed"
 # --env: what each run ran on (results.json's ``environment``, scheda.environment), as columns.
 ENV_COLUMNS = ("scheda", "git_commit", "git_dirty", "python", "torch", "cuda", "cudnn", "device_name", "host")
@@ -72,7 +75,15 @@ def at_choice(text: str) -> str:
     raise argparse.ArgumentTypeError(f"{text!r}: use last, best or epoch=N (an evaluated epoch)")
 
 
-def read_row(path: Path, at: str = "last", base: Path | None = None) -> dict[str, Any] | None:
+def metric_value(history: dict[int, float], epoch: int | None) -> float | None:
+    """A logged scalar at ``epoch`` (the evaluation a run is read at), else at its last step."""
+    if not history:
+        return None
+    return history[epoch] if epoch in history else history[max(history)]
+
+
+def read_row(path: Path, at: str = "last", base: Path | None = None,
+             metrics: Sequence[str] = ()) -> dict[str, Any] | None:
     """One run: its flattened config and what it gives at the evaluation ``at`` picks (:func:`pick`);
     None for a file that is not a run's results. The run is named relative to ``base`` (a file
     written there), else as the user would type it."""
@@ -86,27 +97,32 @@ def read_row(path: Path, at: str = "last", base: Path | None = None) -> dict[str
     seconds = results.get("seconds")
     name = str(path.parent.relative_to(base)) if base is not None and path.parent.is_relative_to(base) \
         else shown_path(path.parent)
-    return {"run": name, "config": flatten(results["config"]),
+    config = flatten(results["config"])
+    logged = read_metrics(path.parent / str(config.get("logger.csv.file") or "metrics.csv")) if metrics else {}
+    return {"run": name, "config": config,
             "status": results.get("status", "?"), "epochs": results.get("epochs"),
             "classifier": params_text(params_of(chosen)) if chosen else None,
             "val_error %": 100 * chosen["val_error"] if chosen else None,
             "test_error %": 100 * chosen["test_error"] if chosen else None,
             "minutes": seconds / 60 if seconds is not None else None,
-            **{f"env.{k}": (results.get("environment") or {}).get(k) for k in ENV_COLUMNS}}
+            **{f"env.{k}": (results.get("environment") or {}).get(k) for k in ENV_COLUMNS},
+            **{m: metric_value(logged.get(m, {}), chosen["epoch"] if chosen else None) for m in metrics}}
 
 
 def differing_keys(rows: list[dict[str, Any]]) -> list[str]:
     """The config keys whose values are not the same in every run (a key a run lacks differs),
     bookkeeping keys left out."""
-    keys = sorted({k for r in rows for k in r["config"] if k not in BOOKKEEPING})
+    keys = sorted({k for r in rows for k in r["config"]
+                   if k not in BOOKKEEPING and not k.startswith(BOOKKEEPING_PREFIXES)})
     return [k for k in keys if len({json.dumps(r["config"].get(k), sort_keys=True) for r in rows}) > 1]
 
 
-def table(rows: list[dict[str, Any]], env: bool = False) -> tuple[list[str], list[list[Any]]]:
+def table(rows: list[dict[str, Any]], env: bool = False,
+          metrics: Sequence[str] = ()) -> tuple[list[str], list[list[Any]]]:
     """Header and body, sorted by validation error (runs without one last); ``env``: each run's
-    environment after its results."""
+    environment after its results; ``metrics``: logged scalars (metrics.csv) after those."""
     keys = differing_keys(rows)
-    columns = [*COLUMNS, *(f"env.{k}" for k in ENV_COLUMNS if env)]
+    columns = [*COLUMNS, *(f"env.{k}" for k in ENV_COLUMNS if env), *metrics]
     ordered = sorted(rows, key=lambda r: (r["val_error %"] is None, r["val_error %"] or 0.0, r["run"]))
     return (["run", *keys, *columns],
             [[r["run"], *(r["config"].get(k) for k in keys), *(r[c] for c in columns)] for r in ordered])
@@ -168,11 +184,11 @@ def _csv(value: Any) -> Any:
 
 
 def gather(folders: Sequence[str | Path], group_by: Sequence[str] = (), fmt: str = "md", at: str = "last",
-           base: Path | None = None, env: bool = False) -> str:
-    rows = [r for r in (read_row(p, at, base) for p in find_results(folders)) if r is not None]
+           base: Path | None = None, env: bool = False, metrics: Sequence[str] = ()) -> str:
+    rows = [r for r in (read_row(p, at, base, metrics) for p in find_results(folders)) if r is not None]
     if not rows:
         return ""
-    return render(*(grouped(rows, group_by) if group_by else table(rows, env)), fmt)
+    return render(*(grouped(rows, group_by) if group_by else table(rows, env, metrics)), fmt)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -186,14 +202,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="each run's last evaluation, its best on validation, or the one at epoch N")
     parser.add_argument("--env", action="store_true",
                         help="also each run's environment: scheda version, git commit, Python, torch, CUDA, device, host")
+    parser.add_argument("--metric", nargs="+", default=[], metavar="NAME",
+                        help="also these scalars from each run's metrics.csv (logger=csv), e.g. "
+                             "train/reconstruction_ce: at the evaluation --at reads, else the last logged")
     args = parser.parse_args(argv)
-    if args.env and args.group_by:
-        parser.error("--env shows each run's environment: use it without --group-by")
+    for flag, given in (("--env", args.env), ("--metric", args.metric)):
+        if given and args.group_by:
+            parser.error(f"{flag} shows each run's own values (its environment, its logged scalars): "
+                         f"use it without --group-by")
     missing = [f for f in args.folders if not Path(f).is_dir()]
     if missing:
         print(f"error: {', '.join(missing)}: no such directory", file=sys.stderr)
         return 1
-    text = gather(args.folders, args.group_by, args.format, args.at, env=args.env)
+    text = gather(args.folders, args.group_by, args.format, args.at, env=args.env, metrics=args.metric)
     if not text:
         print(f"error: no results.json under {', '.join(args.folders)}", file=sys.stderr)
         return 1

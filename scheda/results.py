@@ -25,6 +25,39 @@ def params_text(params: Mapping[str, float]) -> str:
     return ", ".join(f"{k}={v:g}" for k, v in params.items())
 
 
+def status_of(exc: BaseException) -> str:
+    """A run's status after ``exc``: diverged, interrupted or failed (results.json and the loggers)."""
+    from scheda.errors import DivergenceError
+
+    if isinstance(exc, DivergenceError):
+        return "diverged"
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        return "interrupted"
+    return "failed"
+
+
+METRICS_HEADER = ["name", "step", "value", "time"]  # logger=csv's metrics.csv, one row per scalar
+
+
+def read_metrics(path: str | Path) -> dict[str, dict[int, float]]:
+    """``{name: {step: value}}`` from a run's metrics.csv (logger=csv); a step logged twice (a
+    resumed run) reads as its last value. A missing file reads as {}; a torn last line (a killed
+    run) is skipped."""
+    import csv
+
+    out: dict[str, dict[int, float]] = {}
+    try:
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                try:
+                    out.setdefault(row["name"], {})[int(row["step"])] = float(row["value"])
+                except (KeyError, TypeError, ValueError):
+                    continue
+    except FileNotFoundError:
+        return {}
+    return out
+
+
 class RunResults:
     def __init__(self, path: str | Path, **fields: Any):
         self.path = Path(path)
@@ -45,15 +78,7 @@ class RunResults:
     def record_failure(self, exc: BaseException) -> None:
         """Mark the run failed (or diverged / interrupted) with its error; never raises, so
         the original error (a full disk, say) is the one the user sees."""
-        from scheda.errors import DivergenceError
-
-        if isinstance(exc, DivergenceError):
-            status = "diverged"
-        elif isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            status = "interrupted"
-        else:
-            status = "failed"
-        self.data.update(status=status, error=f"{type(exc).__name__}: {exc}")
+        self.data.update(status=status_of(exc), error=f"{type(exc).__name__}: {exc}")
         try:
             self.save()
         except Exception as write_error:  # noqa: BLE001 - the first error matters more

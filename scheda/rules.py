@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig
 
-from scheda.config import COMPONENT_MODULES, typed
+from scheda.config import COMPONENT_MODULES, MANY, typed, typed_many
 from scheda.errors import ConfigError
 from scheda.schedule import nu_key, options_with_nu_key
 from scheda.step import graph_refusal, parallel_refusal, triton_refusal
@@ -32,7 +32,7 @@ class TypedRun:
     schedule: Any
     optim: Any
     trainer: Any
-    logger: Any
+    logger: list  # every selected logger's schema (config.MANY)
     evaluate: Any
     classifier: Any
     finetune: Any
@@ -42,7 +42,8 @@ class TypedRun:
 
 def typed_run(cfg: DictConfig) -> TypedRun:
     """Type (and so check) every group once; a bad value is a one-line ConfigError."""
-    return TypedRun(**{g: typed(g, cfg[g]) for g in GROUPS}, resume=cfg.get("resume"), init_from=cfg.get("init_from"))
+    return TypedRun(**{g: typed_many(g, cfg.get(g)) if g in MANY else typed(g, cfg[g]) for g in GROUPS},
+                    resume=cfg.get("resume"), init_from=cfg.get("init_from"))
 
 
 def _fusable(run: TypedRun) -> bool:

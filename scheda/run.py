@@ -36,11 +36,11 @@ from scheda.finetune import FineTuner
 from scheda.interrupt import Interrupted, stop_on_signals
 from scheda.io import atomic_write, atomic_write_json, shown_path
 from scheda.lock import hold
-from scheda.loggers import hparams
+from scheda.loggers import Loggers, LoggingCallback, build_loggers, hparams, name_runs
 from scheda.model import build_model
 from scheda.noise import build_noise
 from scheda.optim import build_optimizer
-from scheda.results import RunResults, params_of, params_text
+from scheda.results import RunResults, params_of, params_text, status_of
 from scheda.resume import check_resume_config, previous_attempt, set_aside
 from scheda.rules import TypedRun, check_run
 from scheda.schedule import build_schedule, check_nu, nu_key
@@ -138,7 +138,7 @@ class Job:
         self.cfg, self.run, self.output_dir, self.results = cfg, run, output_dir, results
         self.trainer: ModelState | None = None
         self.evaluation: EvaluationCallback | None = None
-        self.tensorboard = None  # a TensorBoardLogger, when logger=tensorboard
+        self.loggers = Loggers()  # every backend logger= selects, built with the run
         self.started = time.time()
 
     def check(self) -> None:
@@ -170,18 +170,20 @@ class Job:
         self.results.data.update(schedule=self.schedule.describe(), device=str(device), cuda_graph=run.trainer.cuda_graph, triton=run.trainer.triton,
                                  cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
                                  environment=environment.describe(device))
-        self.tensorboard = run.logger.build(self.output_dir, hparams(run, cfg.seed, self.schedule), data,
-                                             purge_step=self.resume_state["epoch"] + 1 if self.resume_state else None)
+        self.loggers = build_loggers(run.logger, self.output_dir,
+                                     purge_step=self.resume_state["epoch"] + 1 if self.resume_state else None)
         # Order matters: evaluation runs before the epoch's checkpoint, which then carries it.
         callbacks = []
         if run.evaluate.enabled and data.labelled:  # unlabelled data: the data set said so in one line
             self.evaluation = EvaluationCallback(run.evaluate, run.classifier, data, labelled, self.results,
-                                                 self.tensorboard)
+                                                 self.loggers)
             callbacks.append(self.evaluation)
         callbacks.append(CheckpointCallback(self.output_dir / "checkpoints", run.trainer.checkpoint_every))
         callbacks.append(ProgressBar(run.trainer.progress_bar))
-        if self.tensorboard is not None:
-            callbacks.append(self.tensorboard)
+        if self.loggers:
+            callbacks.append(LoggingCallback(self.loggers, hparams(run, cfg.seed, self.schedule), data.image_shape,
+                                             data.vocabulary, max((getattr(c, "n_filters", 0) for c in run.logger),
+                                                                  default=0)))
         self.trainer = ModelState(model, optimizer, self.noise, self.schedule, train_x, run.trainer.batch_size,
                                generator, callbacks, step=run.trainer.step_builder())
         if self.resume_state is not None:
@@ -209,10 +211,18 @@ class Job:
     def finish(self, data, labelled) -> dict[str, Any]:
         if self.run.finetune.enabled:
             self.results.update(finetune=finetune(self.run.finetune, self.cfg.seed, self.model, data, labelled, self.device, self.output_dir,
-                                                  self.evaluation, self.resume_dir, self.tensorboard,
+                                                  self.evaluation, self.resume_dir, self.loggers,
                                                   epoch=self.trainer.epoch))
         self.results.update(status="completed", seconds=time.time() - self.started)
+        self.loggers.close("completed")
         return self.results.data
+
+    def close_loggers(self, exc: BaseException) -> None:
+        """A run that stops early closes its loggers with its status (a backend records it)."""
+        try:
+            self.loggers.close(status_of(exc))
+        except Exception as error:  # noqa: BLE001 - the run's own error is the one to report
+            log.warning("closing the loggers failed: %s", error)
 
 
 def load_training_data(run: TypedRun, device: torch.device):
@@ -243,14 +253,18 @@ def train(cfg: DictConfig, run: TypedRun, output_dir: Path, results: RunResults)
     data, train_x, labelled = load_training_data(run, job.device)
     log.info("schedule %s: %s (%d epochs), device %s", job.schedule.name, job.schedule.describe(),
              job.schedule.total_epochs, job.device)
-    trainer = job.build(data, train_x, labelled)
-    if not job.standalone:
-        try:
-            with stop_on_signals() as trainer.stop:
-                trainer.fit()
-        finally:
-            job.record_training()
-    return job.finish(data, labelled)
+    try:
+        trainer = job.build(data, train_x, labelled)
+        if not job.standalone:
+            try:
+                with stop_on_signals() as trainer.stop:
+                    trainer.fit()
+            finally:
+                job.record_training()
+        return job.finish(data, labelled)
+    except BaseException as exc:
+        job.close_loggers(exc)
+        raise
 
 
 def parallel_variants(cfg: DictConfig) -> list[dict[str, Any]]:
@@ -279,8 +293,7 @@ def train_parallel(cfg: DictConfig, output_dir: Path, results: RunResults) -> di
         cfg_k = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{key}={v}" for key, v in overrides.items()]))
         for axis in ("nu", "lr", "seed"):
             cfg_k.trainer.parallel[axis] = []
-        if cfg_k.logger.get("log_dir"):  # each model's curves named by its own values
-            cfg_k.logger.log_dir = f"{cfg.logger.log_dir}/" + ",".join(f"{key}={v}" for key, v in overrides.items())
+        name_runs(cfg_k.logger, ",".join(f"{key}={v}" for key, v in overrides.items()))  # each model's curves by its values
         if cfg.resume:
             model_dir = Path(cfg.resume) / "models" / str(k)
             if not model_dir.is_dir():
@@ -297,6 +310,24 @@ def train_parallel(cfg: DictConfig, output_dir: Path, results: RunResults) -> di
     jobs[0].trainer_cfg.setup_process()
     data, train_x, labelled = load_training_data(jobs[0].run, jobs[0].device)
     log.info("fused sweep of %d models: %s", len(jobs), variants)
+    try:
+        summaries = _fit_fused(jobs, data, train_x, labelled, variants, results)
+    except BaseException as exc:
+        for job in jobs:
+            job.close_loggers(exc)
+        raise
+    for entry, summary in zip(results.data["models"], summaries):
+        last = summary["evaluations"][-1] if summary["evaluations"] else {}
+        entry.update(status=summary["status"], val_error=last.get("val_error"), test_error=last.get("test_error"),
+                     final_train_loss=summary.get("final_train_loss"))
+    results.data.update(evaluations=[])
+    vals = [e["val_error"] for e in results.data["models"] if e["val_error"] is not None]
+    results.update(status="completed", best_val_error=min(vals) if vals else None, seconds=time.time() - started)
+    return results.data
+
+
+def _fit_fused(jobs: list[Job], data, train_x, labelled, variants, results: RunResults) -> list[dict[str, Any]]:
+    """Build every model of a fused sweep, train them in lockstep and finish each."""
     trainers = [job.build(data, train_x, labelled) for job in jobs]
     for trainer in trainers[1:]:  # one progress bar for the whole fused sweep
         for cb in trainer.callbacks:
@@ -315,18 +346,10 @@ def train_parallel(cfg: DictConfig, output_dir: Path, results: RunResults) -> di
         raise
     for job in jobs:
         job.record_training()
-    summaries = [job.finish(data, labelled) for job in jobs]
-    for entry, summary in zip(results.data["models"], summaries):
-        last = summary["evaluations"][-1] if summary["evaluations"] else {}
-        entry.update(status=summary["status"], val_error=last.get("val_error"), test_error=last.get("test_error"),
-                     final_train_loss=summary.get("final_train_loss"))
-    results.data.update(evaluations=[])
-    vals = [e["val_error"] for e in results.data["models"] if e["val_error"] is not None]
-    results.update(status="completed", best_val_error=min(vals) if vals else None, seconds=time.time() - started)
-    return results.data
+    return [job.finish(data, labelled) for job in jobs]
 
 
-def finetune(finetune_cfg, seed, model, data, labelled, device, output_dir, evaluation, resume_dir, tensorboard, epoch) -> dict:
+def finetune(finetune_cfg, seed, model, data, labelled, device, output_dir, evaluation, resume_dir, loggers, epoch) -> dict:
     """Fine-tune ``model``'s encoder; the frozen-feature evaluation (run now if training did
     not end with one) gives the baseline and the output layer's starting weights."""
     frozen = None
@@ -336,20 +359,11 @@ def finetune(finetune_cfg, seed, model, data, labelled, device, output_dir, eval
         last = evaluation.results.evaluations[-1]
         frozen = {"epoch": last["epoch"], "params": params_of(last), "val_error": last["val_error"],
                   "test_error": last["test_error"]}
-    writer = None
-    if tensorboard is not None:
-        from torch.utils.tensorboard import SummaryWriter
-
-        writer = SummaryWriter(str(tensorboard.log_dir))
-    try:
-        tuner = FineTuner(finetune_cfg, model, data, labelled, device, output_dir, seed,
-                          init=evaluation.last_model if evaluation is not None else None, writer=writer)
-        if resume_dir is not None:
-            tuner.load(resume_dir)
-        result = tuner.run()
-    finally:
-        if writer is not None:
-            writer.close()
+    tuner = FineTuner(finetune_cfg, model, data, labelled, device, output_dir, seed,
+                      init=evaluation.last_model if evaluation is not None else None, loggers=loggers)
+    if resume_dir is not None:
+        tuner.load(resume_dir)
+    result = tuner.run()
     result["frozen"] = frozen
     chosen = result["chosen"]
     log.info("fine-tuned: lr=%g epoch %d val %.4f test %.4f (frozen features: %s)", chosen["lr"],

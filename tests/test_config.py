@@ -4,7 +4,7 @@ configs/README.md; unknown names list the known ones; typed objects reach the bu
 import pytest
 from omegaconf import OmegaConf
 
-from scheda.config import GROUPS, groups_text, load_components, typed
+from scheda.config import GROUPS, MANY, NONE, groups_text, load_components, typed, typed_many
 from scheda.errors import ConfigError
 
 from helpers import REPO, SOURCES, TINY, compose_cfg
@@ -18,7 +18,8 @@ def test_configs_readme_names_every_group_and_its_module():
     for group, schemas in GROUPS.items():
         for cls in schemas.values():
             module = cls.__module__.replace(".", "/")
-            home = "scheda/data/" if module.startswith("scheda/data/") else module + ".py"
+            home = next((f"scheda/{pkg}/" for pkg in ("data", "loggers") if module.startswith(f"scheda/{pkg}/")),
+                        module + ".py")
             assert f"| `{group}` | `{home}`" in readme, (group, home)
 
 
@@ -35,6 +36,11 @@ def test_every_setting_is_listed_with_its_module_and_default():
 @pytest.mark.parametrize("group, name", OPTIONS, ids=[f"{g}={n}" for g, n in OPTIONS])
 def test_every_registered_option_composes_to_its_checked_schema(group, name):
     cfg = compose_cfg([f"{group}={name}"])
+    if group in MANY:  # several options at once, each under its own name; none selects nothing
+        specs = typed_many(group, cfg[group])
+        assert [type(s) for s in specs] == ([] if name == NONE else [GROUPS[group][name]])
+        assert typed_many(group, OmegaConf.to_container(cfg[group], resolve=True)) == specs
+        return
     spec = typed(group, cfg[group])
     assert isinstance(spec, GROUPS[group][name])
     # what a run's saved config.yaml holds (a plain mapping) gives the same object

@@ -132,4 +132,4 @@ def test_each_run_records_its_environment_and_env_shows_it(sweep):
 
 def test_env_is_per_run_not_per_group(sweep):
     proc = run_module("scheda.gather", [sweep, "--env", "--group-by", "all-but-seed"])
-    assert proc.returncode == 2 and "--env shows each run's environment" in proc.stderr
+    assert proc.returncode == 2 and "--env shows each run's own values" in proc.stderr

@@ -1,0 +1,206 @@
+"""What every metric logger is, and what a run logs through it.
+
+A backend implements :class:`MetricLogger` (the four methods torchtune's metric loggers share:
+``log``, ``log_dict``, ``log_config``, ``close``; images and text are optional, and a backend
+without them ignores them). ``logger=[tensorboard,csv]`` selects several: :class:`Loggers`
+sends each call to all of them, and :class:`LoggingCallback` is the one place that says what
+the loop logs (loss, nu, epoch time, where nu changed, filters at each stage end). Evaluation
+and fine-tuning call the same interface; only the backend modules know their library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from scheda.callbacks import Callback
+from scheda.config import Component, register, schema_of
+from scheda.schedule import NoiseSchedule
+
+GROUP = "logger"
+
+
+class MetricLogger:
+    """One backend. Steps are epochs (fine-tuning: its own epochs, under ``finetune/``)."""
+
+    def log(self, name: str, value: float, step: int) -> None:
+        raise NotImplementedError
+
+    def log_dict(self, payload: Mapping[str, float], step: int) -> None:
+        for name, value in payload.items():
+            self.log(name, value, step)
+
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        """The run's hyper-parameters (:func:`hparams`), once a training start."""
+
+    def log_image(self, name: str, image: np.ndarray, step: int) -> None:
+        """An [H, W, C] image in [0, 1]; a backend without images ignores it."""
+
+    def log_text(self, name: str, text: str, step: int) -> None:
+        """Markdown; a backend without text ignores it."""
+
+    def close(self, status: str = "completed") -> None:
+        """Flush and release; ``status`` is the run's (completed, failed, interrupted)."""
+
+
+class LoggerConfig(Component):
+    """Base of a logger's schema: builds its backend for one run directory."""
+
+    def build(self, run_dir: Path, purge_step: int | None) -> MetricLogger:
+        raise NotImplementedError
+
+    @classmethod
+    def label(cls, node: Any, label: str) -> None:
+        """Name this run's records within a sweep (``label``: its swept values), in its
+        composed config ``node``; a backend whose records live in the run directory needs nothing."""
+
+
+class Loggers(MetricLogger):
+    """Several backends as one (none at all with ``logger=none``)."""
+
+    def __init__(self, loggers: Sequence[MetricLogger] = ()):
+        self.loggers = list(loggers)
+
+    def __bool__(self) -> bool:
+        return bool(self.loggers)
+
+    def log(self, name, value, step):
+        for lg in self.loggers:
+            lg.log(name, value, step)
+
+    def log_dict(self, payload, step):
+        for lg in self.loggers:
+            lg.log_dict(payload, step)
+
+    def log_config(self, config):
+        for lg in self.loggers:
+            lg.log_config(config)
+
+    def log_image(self, name, image, step):
+        for lg in self.loggers:
+            lg.log_image(name, image, step)
+
+    def log_text(self, name, text, step):
+        for lg in self.loggers:
+            lg.log_text(name, text, step)
+
+    def close(self, status: str = "completed") -> None:
+        """Close every backend, even when one of them fails (the first failure is raised after)."""
+        loggers, self.loggers = self.loggers, []
+        error = None
+        for lg in loggers:
+            try:
+                lg.close(status)
+            except Exception as exc:  # noqa: BLE001 - the others still close
+                error = error or exc
+        if error is not None:
+            raise error
+
+
+@register(GROUP)
+@dataclasses.dataclass
+class NoLoggerConfig(LoggerConfig):
+    """``logger=none``: results.json and train.log only (the same as ``logger=[]``)."""
+
+    name: str = "none"
+
+
+def name_runs(node: Any, label: str) -> None:
+    """Each selected logger names this run's records by ``label`` (a sweep job's swept values,
+    a fused sweep's model), in the composed config, so that the saved config says so too."""
+    for key in list(node.keys()):
+        sub = node[key]
+        schema_of(GROUP, {"name": sub.get("name", key)}).label(sub, label)
+
+
+def build_loggers(configs: Sequence[LoggerConfig], run_dir: Path, purge_step: int | None = None) -> Loggers:
+    """Every selected backend for ``run_dir``; ``purge_step``: a resumed run drops what it
+    logged from that epoch on (it logs those epochs again)."""
+    return Loggers([cfg.build(Path(run_dir), purge_step) for cfg in configs])
+
+
+class LoggingCallback(Callback):
+    """What the training loop logs: the run's hyper-parameters at the start, per epoch the
+    reconstruction loss, nu and the epoch's time, each change of nu, and at each stage end the
+    first ``n_filters`` filters (images for image data, top words for text)."""
+
+    def __init__(self, loggers: MetricLogger, hparams: dict[str, Any], image_shape: tuple[int, int, int] | None,
+                 vocabulary: list[str] | None = None, n_filters: int = 100):
+        self.loggers, self.hparams = loggers, hparams
+        self.image_shape, self.vocabulary, self.n_filters = image_shape, vocabulary, n_filters
+        self.switches_logged = 0
+
+    def on_fit_start(self, trainer):
+        self.loggers.log_config(self.hparams)
+        self.switches_logged = len(trainer.switches)
+
+    def on_epoch_end(self, trainer, metrics):
+        self.loggers.log_dict({"train/reconstruction_ce": metrics["loss"], "train/nu": metrics["nu"],
+                               "time/epoch_seconds": metrics["seconds"]}, metrics["epoch"])
+        for switch in trainer.switches[self.switches_logged:]:  # where the noise level changed
+            if switch["nu"] is not None:
+                self.loggers.log("schedule/nu_at_switch", switch["nu"], switch["epoch"])
+                self.loggers.log_text("schedule/switches", f"after epoch {switch['epoch']}: nu = {switch['nu']:g}",
+                                      switch["epoch"])
+        self.switches_logged = len(trainer.switches)
+
+    def on_stage_end(self, trainer, metrics):
+        if self.n_filters <= 0:
+            return
+        if self.image_shape is not None:
+            self.loggers.log_image("filters", filter_grid(trainer.model.filters(), self.image_shape, self.n_filters),
+                                   metrics["epoch"])
+        if self.vocabulary is not None:
+            self.loggers.log_text("filters/top_words", top_words(trainer.model.filters(), self.vocabulary,
+                                                                 self.n_filters), metrics["epoch"])
+
+
+def normalised_filters(W: torch.Tensor, image_shape: tuple[int, int, int]) -> np.ndarray:
+    """Rows of W as [n, H, W, C] images in [0, 1], each normalised to its own range."""
+    w = W.detach().float().cpu()
+    lo, hi = w.min(1, keepdim=True).values, w.max(1, keepdim=True).values
+    w = (w - lo) / (hi - lo).clamp_min(1e-12)
+    return w.reshape(-1, *image_shape).permute(0, 2, 3, 1).numpy()
+
+
+def filter_grid(W: torch.Tensor, image_shape: tuple[int, int, int], n: int | None = None,
+                padding: int = 1) -> np.ndarray:
+    """The first ``n`` rows of W tiled as one [H, W, C] image in [0, 1] (a square grid, white
+    between filters), for the loggers and the figures alike."""
+    images = normalised_filters(W[:n] if n else W, image_shape)
+    h, w, c = images.shape[1:]
+    side = int(np.ceil(np.sqrt(images.shape[0])))
+    rows = int(np.ceil(images.shape[0] / side))
+    grid = np.ones((rows * (h + padding) - padding, side * (w + padding) - padding, c), dtype=np.float32)
+    for i, img in enumerate(images):
+        r, q = divmod(i, side)
+        grid[r * (h + padding):r * (h + padding) + h, q * (w + padding):q * (w + padding) + w] = img
+    return grid
+
+
+def top_words(filters: torch.Tensor, vocabulary: list[str], n_units: int = 100, k: int = 10) -> str:
+    """A markdown table: for each of the first ``n_units`` hidden units, the ``k`` input words
+    with the largest weights (what a text filter responds to)."""
+    w = filters[:n_units].detach().float().cpu()
+    top = torch.topk(w, min(k, w.shape[1]), dim=1).indices
+    rows = [f"| {i} | {', '.join(vocabulary[j] for j in row.tolist())} |" for i, row in enumerate(top)]
+    return "| unit | top words |\n|---|---|\n" + "\n".join(rows)
+
+
+def hparams(run: Any, seed: int, schedule: NoiseSchedule) -> dict[str, Any]:
+    """The settings a run's hyper-parameter table compares, named by their config keys: the
+    schedule's own (a constant schedule has no K; a list of stages gives its first and last nu),
+    the model's hidden units, lr, the noise, the seed and the epochs."""
+    out: dict[str, Any] = {"schedule": run.schedule.name}
+    values = {f.name: getattr(run.schedule, f.name) for f in dataclasses.fields(run.schedule) if f.name != "name"}
+    out.update({f"schedule.{k}": v for k, v in values.items() if isinstance(v, (bool, int, float, str))})
+    fixed = [s.nu for s in schedule.stages if s.nu is not None]
+    if fixed and any(isinstance(v, (list, tuple)) for v in values.values()):
+        out.update({"schedule.nu_first": fixed[0], "schedule.nu_last": fixed[-1]})
+    out.update({"model.hidden": int(run.model.hidden), "optim.lr": float(run.optim.lr), "noise": run.noise.name,
+                "seed": int(seed), "epochs": schedule.total_epochs})
+    return out
