@@ -205,10 +205,16 @@ TINY_SWEEP = [*TINY_DATA, "schedule.epochs=1", "model.hidden=16", "classifier.c_
 TINY_PROTOCOL = [f"overrides=['dataset.val_size={N_VAL}','trainer.device=cpu']"]
 
 
+def doc_pages() -> list[Path]:
+    """The pages a user reads: README.md (the front page), then docs/ (the results aside)."""
+    return [README, *sorted(p for p in (REPO / "docs").glob("*.md"))]
+
+
 def readme_blocks() -> list[list[list[str]]]:
-    """README's ``bash`` code blocks, each a list of commands (argv lists; comments dropped,
-    continued lines joined, ``export`` lines left out: the test sets the environment)."""
-    blocks = re.findall(r"^```bash\n(.*?)^```", README.read_text(), flags=re.S | re.M)
+    """The ``bash`` code blocks of README.md and docs/, each a list of commands (argv lists;
+    comments dropped, continued lines joined, ``export`` lines left out: the test sets the
+    environment)."""
+    blocks = [b for page in doc_pages() for b in re.findall(r"^```bash\n(.*?)^```", page.read_text(), flags=re.S | re.M)]
     commands = []
     for block in blocks:
         text = block.replace("\\\n", " ")
@@ -218,17 +224,17 @@ def readme_blocks() -> list[list[list[str]]]:
 
 
 def readme_block(*starts: str, exact: bool = False) -> list[list[str]]:
-    """The one README block whose first command starts with (``exact``: is) ``starts``."""
+    """The one block of the docs whose first command starts with (``exact``: is) ``starts``."""
     found = [b for b in readme_blocks() if b and b[0][:len(starts)] == list(starts)
              and (not exact or len(b[0]) == len(starts))]
-    assert len(found) == 1, f"README.md has {len(found)} bash blocks starting with {' '.join(starts)!r}"
+    assert len(found) == 1, f"README.md and docs/ have {len(found)} bash blocks starting with {' '.join(starts)!r}"
     return found[0]
 
 
 def readme_commands(*starts: str) -> list[list[str]]:
-    """Every README command that starts with ``starts``, in README's order."""
+    """Every command of the docs that starts with ``starts``, README's first, in order."""
     found = [argv for block in readme_blocks() for argv in block if argv[:len(starts)] == list(starts)]
-    assert found, f"README.md shows no command starting with {' '.join(starts)!r}"
+    assert found, f"README.md and docs/ show no command starting with {' '.join(starts)!r}"
     return found
 
 

@@ -26,9 +26,9 @@ def user(tmp_path):
 
 
 def test_the_quick_start_prints_what_readme_shows(user):
-    quick = readme_block("scheda-train", "+experiment=quick", exact=True)
-    assert quick == [["scheda-train", "+experiment=quick"]]
-    output = user.run(quick[0], *TINY_DATA).output
+    install, quick = readme_block("pip", "install")  # two commands on a bare machine (installed here)
+    assert quick == ["scheda-train", "+experiment=quick"]
+    output = user.run(quick, *TINY_DATA).output
     run_dir = re.search(r"run directory: (\S+)", output).group(1)
     assert run_dir.startswith("outputs/runs/")
     evals = re.findall(r"eval epoch (\d+) nu=([\d.]+): C=\S+ val [\d.]+ test [\d.]+", output)
@@ -130,3 +130,18 @@ def test_the_protocol_at_smoke_scale_with_local_parallel_jobs(user):
     assert len(runs) == 3 and all(json.loads(p.read_text())["status"] == "completed" for p in runs)
     trained = [json.loads(p.read_text())["config"] for p in runs if "raw" not in p.parent.name]
     assert {c["trainer"]["num_threads"] for c in trained} == {max(1, (os.cpu_count() or 1) // n_jobs)}
+
+
+def test_ci_installs_as_the_quick_start_says_and_builds_the_docs_strictly(tmp_path):
+    """.ci/run installs with README's command, and the docs site builds with no broken link
+    and no page left out of its nav (``mkdocs build --strict``, the docs' own check)."""
+    import shlex
+
+    from helpers import REPO
+
+    install, _ = readme_block("pip", "install")
+    ci = [shlex.split(line) for line in (REPO / ".ci" / "run").read_text().splitlines() if line.startswith("pip ")]
+    assert ci == [install]
+    site = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          capture_output=True, text=True, cwd=REPO, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert site.returncode == 0, site.stderr[-3000:]
