@@ -66,6 +66,40 @@ def fmt(x: float) -> str:
     return f"{x:g}"
 
 
+def pct(x: float | None) -> str:
+    """An error rate in % to two decimals, as every table of the report prints it."""
+    return "—" if x is None else f"{100 * x:.2f}"
+
+
+# How the report names each kind of row (a schedule from scale.schedules: "Schedule <name>").
+KIND_LABEL = {Kind.SCHEDA: "ScheDA", Kind.INCREASING: "Increasing schedule", Kind.RANDOM_UNIFORM: "Random nu, uniform",
+              Kind.RANDOM_DISCRETE: "Random nu, discrete", Kind.CONTROL: "Control: same start, constant nu",
+              Kind.JUMP: "Control: same start, one jump to the final nu"}
+FINETUNED = {Kind.FINETUNE_DA: ("Fine-tuned best DA", "finetuned_da"),  # the label and the paper's row
+             Kind.FINETUNE_SCHEDA: ("Fine-tuned best ScheDA", "finetuned")}
+
+
+def schedule_text(e: dict[str, Any]) -> str:
+    if e["kind"] in STEP_KINDS:
+        return (f"nu0={fmt(e['nu0'])}, dnu={fmt(e['delta_nu'])}, K={e['K']}, T={e['T']} (last nu {fmt(e['nu'])}), "
+                f"from the DA's epoch {e['start_epoch']}, {e['epoch']} epochs more")
+    if e["kind"] in CONTROLS:
+        return (f"nu={fmt(e['nu'])} for {e['epochs']} epochs from the DA({fmt(e['nu0'])})'s epoch {e['start_epoch']}, "
+                f"best at {e['epoch']} epochs more")
+    if "settings" in e:  # a schedule from scale.schedules
+        return (f"nu0={fmt(e['nu0'])}, {settings_text(e)}, T={e['T']} (last nu {fmt(e['nu'])}), "
+                f"from the DA's epoch {e['start_epoch']}, {e['epoch']} epochs more")
+    return f"lr={fmt(e['lr'])}, {e['epoch']} epochs" if "lr" in e else f"{e['epoch']} epochs"
+
+
+def settings_text(e: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={fmt(v) if isinstance(v, float) else v}" for k, v in e["settings"].items())
+
+
+def kind_label(kind: str) -> str:
+    return KIND_LABEL.get(kind, f"Schedule {kind}")
+
+
 def read_results(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / "results.json"
     if not path.exists():

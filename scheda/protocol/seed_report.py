@@ -1,0 +1,196 @@
+"""The report's section on seeds: each reported model over the further seeds, every paired
+comparison with its interval, sign-flip p, McNemar's test and verdict, under both rules of
+reading a further seed (at the selection seed's epoch, at its own best validation epoch), and
+the two verdicts side by side (the numbers come from scheda.protocol.seeds)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheda import stats
+from scheda.evaluate import unpack_correct
+from scheda.protocol.jobs import FINETUNED, Kind, kind_label, pct
+
+
+def seed_label(key: str) -> str:
+    """A seeded row's name: ``da``, a continuation kind, ``<kind>.control`` / ``<kind>.jump``, a fine-tuned row."""
+    if key == "da":
+        return "Best DA"
+    if key in FINETUNED:
+        return FINETUNED[key][0]
+    kind, _, control = key.partition(".")
+    if control:
+        return kind_label(control) + ("" if kind == "scheda" else f" (of {kind_label(kind)})")
+    return kind_label(kind)
+
+
+def further(per_seed: dict[str, dict], selection_seed: int) -> list[tuple[int, dict]]:
+    """The seeds that took no part in selection, in order, with their outcomes."""
+    return sorted((int(s), v) for s, v in per_seed.items() if int(s) != selection_seed)
+
+
+def seed_cell(seeded: dict[str, Any], hidden: str, key: str) -> str:
+    per_seed = seeded["hidden"].get(hidden, {}).get(key)
+    if not per_seed:
+        return "—"
+    values = [v["test_error"] for _, v in further(per_seed, seeded["selection_seed"])]
+    if not values:
+        return "not run yet"
+    s = stats.summarize([100 * v for v in values])
+    return f"{s.mean:.2f} ± {s.sd:.2f} ({s.n})" if s.sd is not None else f"{s.mean:.2f} (1)"
+
+
+def comparisons(rows: dict[str, dict]) -> list[tuple[str, str, str]]:
+    """The (name, a, b) pairs the report tests, a - b in test error: every continuation against
+    the best DA, a step schedule against both its controls, fine-tuned ScheDA against fine-tuned DA."""
+    out = []
+    for key in rows:
+        kind, _, control = key.partition(".")
+        if key == "da" or key in FINETUNED:
+            continue
+        if control:
+            out.append((f"{seed_label(kind)} − {seed_label(key).lower()}", kind, key))
+        elif "da" in rows:
+            out.append((f"{seed_label(kind)} − best DA", kind, "da"))
+    if all(k in rows for k in FINETUNED):
+        out.append(("Fine-tuned ScheDA − fine-tuned DA", Kind.FINETUNE_SCHEDA, Kind.FINETUNE_DA))
+    return out
+
+
+def _mcnemar(a: dict, b: dict) -> stats.McNemar | None:
+    if not (a.get("test_correct") and b.get("test_correct") and a.get("test_n")) or a["test_n"] != b.get("test_n"):
+        return None
+    n = a["test_n"]
+    return stats.mcnemar(unpack_correct(a["test_correct"], n), unpack_correct(b["test_correct"], n))
+
+
+def _interval(s: stats.Summary) -> str:
+    return f"[{s.low:+.2f}, {s.high:+.2f}]" if s.has_interval else "none (n = 1)"
+
+
+RULES = {"hidden": "at the selection seed's epoch", "own_best": "at each seed's own best validation epoch"}
+
+
+def seeds_section(seeded: dict[str, Any]) -> list[str]:
+    """Training noise (rows over seeds, paired differences with intervals and verdicts) and
+    test-set noise (binomial standard errors, McNemar's test), per hidden size, under both rules
+    of reading a further seed (scheda.protocol.seeds): at the epoch selected on the selection
+    seed, and at its own best validation epoch; then every comparison's two verdicts side by
+    side, and in words where they differ."""
+    seeds, s0 = seeded["seeds"], seeded["selection_seed"]
+    lines = ["", "## Seeds", ""]
+    if len(seeds) == 1:
+        return lines + [f"One seed ({s0}): every number above is one training run, and no interval exists for "
+                        f"any of them or for their differences. `scale.seeds=[{s0},1,2,3,4,5]` trains every reported "
+                        f"model again with each further seed (the hyper-parameters stay those chosen on seed {s0})."]
+    lines += [f"Hyper-parameters were chosen on seed {s0} (the selection seed); every reported model was then "
+              f"trained again with the same hyper-parameters and seeds {', '.join(map(str, seeds[1:]))} "
+              f"(initialisation, minibatch order, masks), as long as its selection run and evaluated as it was, each "
+              f"continuation and control from that seed's own DA checkpoint at the selected epoch, so differences "
+              f"pair by seed. Each further seed is read under two rules: **at the selection seed's epoch** (the "
+              f"epochs chosen on seed {s0}) and **at its own best validation epoch** (as the paper chooses the epochs "
+              f"on validation for every model it reports); seed {s0} is the same under both. Statistics use the "
+              f"further seeds only: the selection seed won the selection and would bias them, so it is shown beside "
+              f"them, not pooled. Intervals are 95 % t-intervals (paired for differences); the sign-flip p-value is "
+              f"exact (all 2^n sign patterns; with n seeds it cannot go below 2/2^n). A difference is *resolved* only "
+              f"when its interval excludes 0."]
+    own = seeded.get("own_best") or {}
+    for hidden, rows in seeded["hidden"].items():
+        results = {}
+        for rule, title in RULES.items():
+            by_rule = rows if rule == "hidden" else own.get(hidden, {})
+            if not by_rule:
+                continue
+            table, found = _rule_tables(hidden, by_rule, s0, title)
+            lines += table
+            results[rule] = found
+        lines += _side_by_side(hidden, results)
+    return lines
+
+
+def _rule_tables(hidden: str, rows: dict[str, dict], s0: int, title: str) -> tuple[list[str], dict[str, Any]]:
+    """Under one rule: each reported model over seeds, and each paired comparison with its verdict."""
+    lines = ["", f"### {hidden} hidden units, {title}: each reported model over seeds (test error %)", "",
+             f"| Model | Seed {s0} (selection) | Further seeds, each (epoch) | n | Mean ± sd | 95 % interval | "
+             f"Test-set SE of one model |", "|---|---|---|---|---|---|---|"]
+    for key, per_seed in rows.items():
+        rest = further(per_seed, s0)
+        first = per_seed.get(str(s0))
+        sel = pct(first["test_error"]) if first else "—"
+        if not rest:
+            lines.append(f"| {seed_label(key)} | {sel} | not run yet | 0 | — | — | — |")
+            continue
+        s = stats.summarize([100 * v["test_error"] for _, v in rest])
+        n_test = rest[0][1].get("test_n")
+        se = f"{100 * stats.binomial_se(s.mean / 100, n_test):.2f} (N = {n_test})" if n_test else "—"
+        spread = f"{s.mean:.2f} ± {s.sd:.2f}" if s.sd is not None else f"{s.mean:.2f}"
+        each = ", ".join(pct(v["test_error"]) + (f" ({v['epoch']})" if v.get("epoch") is not None else "")
+                         for _, v in rest)
+        lines.append(f"| {seed_label(key)} | {sel} | {each} | {s.n} | {spread} | {_interval(s)} | {se} |")
+    lines += ["", f"### {hidden} hidden units, {title}: paired differences (test error, points; negative: the "
+                  f"first is better)", "",
+              f"| Comparison | Seed {s0} (selection) | Further seeds, each | n | Mean ± sd | 95 % interval "
+              f"(paired t) | Sign-flip p | McNemar p, each further seed (only first right / only second right) "
+              f"| Verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    words, found = [], {}
+    for name, a, b in comparisons(rows):
+        pairs = [(seed, rows[a][str(seed)], rows[b][str(seed)]) for seed, _ in further(rows[a], s0)
+                 if str(seed) in rows[b]]
+        first = (rows[a].get(str(s0)), rows[b].get(str(s0)))
+        sel = f"{100 * (first[0]['test_error'] - first[1]['test_error']):+.2f}" if all(first) else "—"
+        if not pairs:
+            lines.append(f"| {name} | {sel} | not run yet | 0 | — | — | — | — | not resolved: no further seed |")
+            continue
+        d = stats.paired([100 * x["test_error"] for _, x, _ in pairs], [100 * y["test_error"] for _, _, y in pairs])
+        tests = [_mcnemar(x, y) for _, x, y in pairs]
+        mc = ", ".join(f"{t.p_value:.3g} ({t.only_a}/{t.only_b})" if t else "—" for t in tests)
+        verdict = _paired_verdict(d)
+        found[name] = (d, verdict)
+        s = d.summary
+        spread = f"{s.mean:+.2f} ± {s.sd:.2f}" if s.sd is not None else f"{s.mean:+.2f}"
+        lines.append(f"| {name} | {sel} | {', '.join(f'{x:+.2f}' for x in d.diffs)} | {s.n} | {spread} | "
+                     f"{_interval(s)} | {d.p_value:.3g} | {mc} | {verdict} |")
+        significant = sum(1 for t in tests if t and t.p_value < 0.05)
+        words.append(f"{name}: {s.mean:+.2f} points on test over {s.n} further seed{'s' if s.n != 1 else ''} "
+                     f"(95 % interval {_interval(s)}; sign-flip p = {d.p_value:.3g}); {verdict}. On the selection "
+                     f"seed: {sel} points. Test-set noise: McNemar's test tells the two models apart at p < 0.05 "
+                     f"on {significant} of {len(tests)} seeds.")
+    return lines + [""] + [f"- {w}" for w in words], found
+
+
+def _side_by_side(hidden: str, results: dict[str, dict[str, Any]]) -> list[str]:
+    """Every comparison's verdict under both rules in one table, and a sentence where they differ."""
+    if len(results) < 2:
+        return []
+    a, b = results["hidden"], results["own_best"]
+    names = [n for n in a if n in b]
+    if not names:
+        return []
+
+    def cell(d: stats.Paired, verdict: str) -> str:
+        return f"{d.summary.mean:+.2f} {_interval(d.summary)}, p {d.p_value:.3g}: {verdict.split(':')[0]}"
+
+    lines = ["", f"### {hidden} hidden units: both rules side by side", "",
+             f"| Comparison | {RULES['hidden'].capitalize()} | {RULES['own_best'].capitalize()} |", "|---|---|---|"]
+    lines += [f"| {n} | {cell(*a[n])} | {cell(*b[n])} |" for n in names]
+    differ = [n for n in names if a[n][1].split(":")[0] != b[n][1].split(":")[0]
+              or (a[n][0].resolved and b[n][0].resolved and (a[n][0].summary.mean < 0) != (b[n][0].summary.mean < 0))]
+    lines.append("")
+    if differ:
+        lines += [f"- **The rule decides the verdict** for {n}: {RULES['hidden']} it is {a[n][1]}; "
+                  f"{RULES['own_best']} it is {b[n][1]}." for n in differ]
+    else:
+        lines.append("- Every comparison has the same verdict under both rules.")
+    signs = [n for n in names if (a[n][0].summary.mean < 0) != (b[n][0].summary.mean < 0)]
+    lines += [f"- The mean difference of {n} changes sign with the rule ({a[n][0].summary.mean:+.2f} against "
+              f"{b[n][0].summary.mean:+.2f} points)." for n in signs]
+    return lines
+
+
+def _paired_verdict(d: stats.Paired) -> str:
+    s = d.summary
+    if not s.has_interval:
+        return "not resolved: one further seed gives no interval"
+    if d.resolved:
+        return f"resolved: the first is {'better' if s.mean < 0 else 'worse'} ({s.n} seeds)"
+    return f"not resolved with {s.n} seeds"
