@@ -6,6 +6,10 @@ __version__ = "0.1.0"
 
 __all__ = ["Run", "load", "train", "__version__"]
 
+from scheda import _moved  # noqa: E402 - the old flat import paths, for one release
+
+_moved.install()
+
 
 def __getattr__(name: str):
     """``scheda.train``, ``scheda.load`` and ``scheda.Run`` (scheda/api.py), imported on first use."""

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from scheda.errors import ConfigError
+from scheda.utils.errors import ConfigError
 
 DATA_NAMES = ("train_x", "train_y", "test_x", "test_y")
 _keys = itertools.count()
@@ -32,7 +32,7 @@ class Run:
     """A finished (or stopped) run: its directory, its results.json, its model and an encoder."""
 
     def __init__(self, run_dir: str | Path):
-        from scheda.checkpoint import find_checkpoint
+        from scheda.training.checkpoint import find_checkpoint
 
         self.dir = Path(run_dir)
         if (self.dir / "models").is_dir():
@@ -51,8 +51,8 @@ class Run:
     def model(self):
         """The trained DA (on the CPU, in eval mode), from the run's newest checkpoint."""
         if self._model is None:
-            from scheda.checkpoint import load_checkpoint, load_model_weights
-            from scheda.model import build_model
+            from scheda.training.checkpoint import load_checkpoint, load_model_weights
+            from scheda.model.autoencoder import build_model
 
             if self._checkpoint is None:
                 raise ConfigError(f"{self.dir} has no checkpoint: it trained no model (model=raw?)")

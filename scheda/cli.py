@@ -15,9 +15,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from scheda.config import CONFIGS, register_configs
-from scheda.devices import claim_gpu
-from scheda.errors import ConfigError, SchedaError
-from scheda.resume import resume_argv
+from scheda.utils.devices import claim_gpu
+from scheda.utils.errors import ConfigError, SchedaError
+from scheda.runs.resume import resume_argv
 
 try:
     register_configs()
@@ -34,13 +34,13 @@ def train(cfg: DictConfig) -> float | None:
     if hydra_cfg.mode == RunMode.MULTIRUN and "joblib" in str(hydra_cfg.launcher.get("_target_", "")).lower():
         claim_gpu()  # before anything starts CUDA: one GPU per local parallel job
 
-    from scheda.interrupt import Interrupted
+    from scheda.utils.interrupt import Interrupted
     from scheda.run import run
 
     output_dir = Path(hydra_cfg.runtime.output_dir)
     if hydra_cfg.mode == RunMode.MULTIRUN and cfg.get("logger"):
         from scheda.loggers import name_runs
-        from scheda.sweep_summary import swept_label
+        from scheda.runs.sweep_summary import swept_label
 
         label = swept_label(Path(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task))
         if label:  # the loggers name each job's records by its swept values, not by its number

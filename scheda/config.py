@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from scheda.errors import ConfigError
+from scheda.utils.errors import ConfigError
 
 # Where each config group's schemas live: importing a module registers them (``@register``), and
 # load_components imports exactly these. The one way scheda finds its components: a new data
@@ -31,15 +31,15 @@ from scheda.errors import ConfigError
 # that each module fills its group and that every module of scheda.data is named).
 COMPONENT_MODULES: dict[str, tuple[str, ...]] = {
     "dataset": ("scheda.data.cifar10", "scheda.data.amazon", "scheda.data.arrays"),
-    "model": ("scheda.model",),
-    "noise": ("scheda.noise",),
-    "schedule": ("scheda.schedule",),
-    "optim": ("scheda.optim",),
-    "trainer": ("scheda.trainer",),
+    "model": ("scheda.model.autoencoder",),
+    "noise": ("scheda.model.noise",),
+    "schedule": ("scheda.model.schedule",),
+    "optim": ("scheda.model.optim",),
+    "trainer": ("scheda.training.trainer",),
     "logger": ("scheda.loggers.base", "scheda.loggers.tensorboard", "scheda.loggers.csv", "scheda.loggers.mlflow"),
-    "evaluate": ("scheda.evaluate",),
-    "classifier": ("scheda.classifiers",),
-    "finetune": ("scheda.finetune",),
+    "evaluate": ("scheda.evaluation.evaluate",),
+    "classifier": ("scheda.evaluation.classifiers",),
+    "finetune": ("scheda.evaluation.finetune",),
 }
 GROUPS: dict[str, dict[str, type]] = {}
 # Groups that select several options at once (``logger=[tensorboard,csv]``): each option's
@@ -252,7 +252,7 @@ def check_composed(cfg: Any) -> None:
 
     from omegaconf import DictConfig, OmegaConf
 
-    from scheda.errors import ConfigError
+    from scheda.utils.errors import ConfigError
 
     def walk(node: DictConfig, prefix: str) -> None:
         schema = OmegaConf.get_type(node)

@@ -16,36 +16,37 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from scheda.callbacks import CheckpointCallback, ProgressBar
+from scheda.training.callbacks import CheckpointCallback, ProgressBar
 from scheda import environment
-from scheda.checkpoint import (
+from scheda.training.checkpoint import (
     find_checkpoint_dir,
     load_checkpoint,
     load_model_weights,
 )
 from scheda.config import check_composed
 from scheda.data import input_size, load_dataset
-from scheda.errors import CheckpointError, ConfigError
-from scheda.evaluate import (
+from scheda.utils.errors import CheckpointError, ConfigError
+from scheda.evaluation.evaluate import (
     EvaluationCallback,
     evaluate_features,
     labels_of,
     raw_features,
 )
-from scheda.finetune import FineTuner
-from scheda.interrupt import Interrupted, stop_on_signals
-from scheda.io import atomic_write, atomic_write_json, shown_path
-from scheda.lock import hold
+from scheda.evaluation.finetune import FineTuner
+from scheda.utils.interrupt import Interrupted, stop_on_signals
+from scheda.utils.io import atomic_write, atomic_write_json, shown_path
+from scheda.utils.lock import hold
 from scheda.loggers import Loggers, LoggingCallback, build_loggers, hparams, name_runs
-from scheda.model import build_model
-from scheda.noise import build_noise
-from scheda.optim import build_optimizer
-from scheda.results import RunResults, params_of, params_text, status_of
-from scheda.resume import check_resume_config, previous_attempt, set_aside
-from scheda.rules import TypedRun, check_run
-from scheda.schedule import build_schedule, check_nu, nu_key
-from scheda.seeding import derive_seed, train_seed
-from scheda.trainer import Trainer, ModelState
+from scheda.model.autoencoder import build_model
+from scheda.model.noise import build_noise
+from scheda.model.optim import build_optimizer
+from scheda.runs.rundir import RunResults, params_of, params_text, status_of
+from scheda.runs.resume import check_resume_config
+from scheda.runs.rundir import previous_attempt, set_aside
+from scheda.training.rules import TypedRun, check_run
+from scheda.model.schedule import build_schedule, check_nu, nu_key
+from scheda.utils.seeding import derive_seed, train_seed
+from scheda.training.trainer import Trainer, ModelState
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
     """Train the configured DA/ScheDA (or evaluate raw inputs for ``model=raw``); returns
     the run's results, also written to results.json. A run that fails still leaves a
     results.json saying how (status failed / diverged / interrupted, and the error), so a
-    sweep's selection can skip it. One process at a time writes into ``output_dir`` (scheda.lock)."""
+    sweep's selection can skip it. One process at a time writes into ``output_dir`` (scheda.utils.lock)."""
     output_dir = Path(output_dir)
     log.info("run directory: %s", shown_path(output_dir))
     with hold(output_dir):
@@ -131,7 +132,7 @@ def log_summary(summary: dict[str, Any], output_dir: Path) -> None:
 
 
 class Job:
-    """One DA to train: its config (composed, and typed once as ``run``: scheda.rules), output
+    """One DA to train: its config (composed, and typed once as ``run``: scheda.training.rules), output
     directory and results, and what is built for it."""
 
     def __init__(self, cfg: DictConfig, run: TypedRun, output_dir: Path, results: RunResults):
@@ -271,7 +272,7 @@ def parallel_variants(cfg: DictConfig) -> list[dict[str, Any]]:
     """The overrides of each model of a fused sweep (``trainer.parallel``); [] for one model."""
     par = cfg.trainer.parallel
     axes = []
-    if par.nu:  # a schedule with one noise level to set (scheda.rules)
+    if par.nu:  # a schedule with one noise level to set (scheda.training.rules)
         key = nu_key(cfg.schedule)
         axes.append([(f"schedule.{key}", check_nu("trainer.parallel.nu", v)) for v in par.nu])
     if par.lr:

@@ -21,10 +21,10 @@ import numpy as np
 import torch
 
 
-from scheda.classifiers import TorchLRConfig, objective
+from scheda.evaluation.classifiers import TorchLRConfig, objective
 from scheda.data import load_dataset
-from scheda.evaluate import encode_splits, evaluate_features, labels_of, raw_features
-from scheda.checkpoint import load_run_model
+from scheda.evaluation.evaluate import encode_splits, evaluate_features, labels_of, raw_features
+from scheda.training.checkpoint import load_run_model
 
 
 def main(argv=None) -> int:
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
               f"torch_lr {100 * ours['test_error']:.2f} % (difference "
               f"{100 * (ours['test_error'] - lib['test_error']):+.2f} points)")
         # Same C, both solvers: how close are the solutions?
-        from scheda.classifiers import Liblinear, TorchLogReg
+        from scheda.evaluation.classifiers import Liblinear, TorchLogReg
 
         C = lib["C"]
         x_train = features["train"].cpu().numpy()
@@ -122,7 +122,7 @@ def warm_start_check(features, labels, Cs, device, args) -> dict:
     reference per C: a fresh torch_lr solve in float64 at eps 1e-8 (the same objective; fresh
     float32 solves stall at large C). Prints the largest validation/test error differences,
     the objective's largest relative gap, and the time of the whole grid."""
-    from scheda.classifiers import build_classifier
+    from scheda.evaluation.classifiers import build_classifier
 
     x_train = features["train"].cpu().numpy().astype(np.float64)
     val_x, test_x = (features[s].cpu().numpy() for s in ("val", "test"))

@@ -11,7 +11,7 @@ epoch can beat, and every timing's ratio to the largest:
       update reads and writes it) over the measured bandwidth of a copy of W's own size;
   (d) the launch floor (CUDA): the kernels one minibatch of the Triton step launches (counted
       by the profiler) times the measured cost of one kernel node in a CUDA graph;
-and scheda's trainer (scheda.trainer.ModelState, the real code path) with each step: the torch
+and scheda's trainer (scheda.training.trainer.ModelState, the real code path) with each step: the torch
 step eager and graphed, the Triton step graphed (CUDA's default), autograd
 (trainer.fused=false), and a naive PyTorch loop (per-sample DataLoader, torch.bernoulli,
 autograd), each timed over a fixed number of minibatches (at most one epoch's) after a warm-up
@@ -39,12 +39,12 @@ import torch
 import torch.nn.functional as F
 
 
-from scheda.model import DenoisingAutoencoder
-from scheda.noise import Masking
-from scheda.optim import SGD
-from scheda.schedule import NoiseSchedule, Stage
-from scheda.step import StepBuilder
-from scheda.trainer import Trainer, ModelState
+from scheda.model.autoencoder import DenoisingAutoencoder
+from scheda.model.noise import Masking
+from scheda.model.optim import SGD
+from scheda.model.schedule import NoiseSchedule, Stage
+from scheda.training.step import StepBuilder
+from scheda.training.trainer import Trainer, ModelState
 
 D, NU, LR = 3072, 0.3, 0.01
 FINETUNE_RATES = 5  # the paper's fine-tuning grid
@@ -151,7 +151,7 @@ def kernels_per_minibatch(K, H, bs, device) -> int | None:
 
 
 def _triton_step(K, H, bs, data, graphed):
-    from scheda.step import TritonStep
+    from scheda.training.step import TritonStep
 
     models = [DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(k)).to(data.device) for k in range(K)]
     gens = [torch.Generator(device=data.device).manual_seed(k) for k in range(K)]
@@ -220,9 +220,9 @@ def naive_epoch(data, n_batches, bs, H, device) -> float:
 
 def finetune_epoch(data, n_batches, bs, H, device, rates=1) -> float:
     """Seconds per N-example epoch of fine-tuning: one learning rate with autograd
-    (``finetune.fused=false``), or ``rates`` of them fused (scheda.finetune.FusedFineTune, the
+    (``finetune.fused=false``), or ``rates`` of them fused (scheda.evaluation.finetune.FusedFineTune, the
     default; graphed on CUDA)."""
-    from scheda.finetune import FineTuneNet, FusedFineTune
+    from scheda.evaluation.finetune import FineTuneNet, FusedFineTune
 
     nets = [FineTuneNet(DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(0)).to(device), 10)
             for _ in range(rates)]
@@ -257,8 +257,8 @@ def finetune_epoch(data, n_batches, bs, H, device, rates=1) -> float:
 def lr_search_seconds(n, features, device) -> float:
     """The torch_lr C search of the default evaluation (C = 2^-10 .. 2^6, warm starts) on n x
     ``features`` sigmoid features of 10 balanced classes."""
-    from scheda.classifiers import TorchLRConfig
-    from scheda.evaluate import evaluate_features
+    from scheda.evaluation.classifiers import TorchLRConfig
+    from scheda.evaluation.evaluate import evaluate_features
 
     g = torch.Generator(device=device).manual_seed(0)
     splits = {"train": n, "val": max(10, n // 9), "test": max(10, n // 4.5)}
@@ -450,7 +450,7 @@ def main(argv=None) -> int:
 
 
 def cpu_name() -> str:
-    from scheda.environment import describe
+    from scheda.utils.environment import describe
 
     return describe(torch.device("cpu")).get("device_name") or "CPU"
 

@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from scheda.io import atomic_write_json
-from scheda.stats import paired, summarize
+from scheda.utils.io import atomic_write_json
+from scheda.utils.stats import paired, summarize
 
 
 def sweep(precision: str, seeds: list[int], overrides: list[str], out: Path) -> tuple[list[float], float]:

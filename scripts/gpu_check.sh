@@ -98,8 +98,8 @@ fi
 if [ "$DEVICE" = cuda ]; then
   # Whether triton compiles here (a C compiler and Python's headers): if not, the rest of the
   # check runs the torch step, and says so.
-  step triton-probe $PY -c "import torch; from scheda.model import DenoisingAutoencoder as DA; from scheda.optim import SGD; \
-from scheda.noise import Masking; from scheda.step import TritonStep; x = torch.rand(40, 64, device='cuda'); \
+  step triton-probe $PY -c "import torch; from scheda.model.autoencoder import DenoisingAutoencoder as DA; from scheda.model.optim import SGD; \
+from scheda.model.noise import Masking; from scheda.training.step import TritonStep; x = torch.rand(40, 64, device='cuda'); \
 m = DA(64, 8).cuda(); g = torch.Generator(device='cuda'); \
 s = TritonStep([m], [SGD(m.parameters(), lr=0.1)], [Masking()], 20, x, [g], graphed=True); s.prepare(); \
 s(x, torch.arange(40, device='cuda').unsqueeze(0), [0.3], [g]); print('triton step ok', s.take_loss_sums().item())"
@@ -129,7 +129,7 @@ step paper-estimate $PY -m scheda.protocol.reproduce table=table1 scale=paper "o
   "bench=$OUT/bench_train.json" dry_run=true
 grep -h "plan for table=" "$LOG" >"$OUT/plans.txt" || true
 # Every job the protocol ran, with its wall time: what scale=gpu is resized by.
-$PY -m scheda.gather "$RUNS" --format md >"$OUT/jobs.md" 2>>"$LOG" || true
+$PY -m scheda.runs.gather "$RUNS" --format md >"$OUT/jobs.md" 2>>"$LOG" || true
 
 $PY - "$OUT" "$WORK" "$DEVICE" <<'EOF' | tee "$OUT/summary.md"
 import json, math, pathlib, sys

@@ -23,7 +23,7 @@ from helpers import slurm_cluster_answers, write_cifar_arrays, write_cifar_batch
 
 def pytest_configure(config) -> None:
     """The Triton step's kernels run in Triton's interpreter on CPU tensors (tests/test_triton_step.py),
-    set before anything imports triton (scheda.step imports it only to build that step); the CUDA
+    set before anything imports triton (scheda.training.step imports it only to build that step); the CUDA
     tests (``-m cuda``, scripts/gpu_check.sh) compile them for the GPU."""
     if (config.getoption("markexpr") or "").strip() != "cuda":
         os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -19,7 +19,7 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 
 from scheda.config import register_configs
-from scheda.fork import ForkedCommand
+from scheda.utils.fork import ForkedCommand
 from scheda.protocol.config import register_protocol_configs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,7 +101,7 @@ def _user_env(extra: dict | None = None) -> dict[str, str]:
 def run_command(module: str, argv0: Path, args: list[str], cwd: Path = REPO, env_extra: dict | None = None,
                 timeout: float = 300) -> subprocess.CompletedProcess:
     """The users' command ``python <argv0> ...`` (whose code is ``module``'s ``main``) in a
-    process of its own, as the protocol runs its stages (scheda.fork): forked from a server that
+    process of its own, as the protocol runs its stages (scheda.utils.fork): forked from a server that
     imported the training code once, so a test pays no Python start and torch import (about 2 s
     of CPU each, a third of the suite's); its output, exit code and signals are its own. The
     tests of the interpreter's own start (the entry points, an install) run real subprocesses."""

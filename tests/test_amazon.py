@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from scheda.data import load_dataset
-from scheda.errors import ConfigError, DataError
+from scheda.utils.errors import ConfigError, DataError
 
 from helpers import run_train
 

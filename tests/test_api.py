@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import scheda
-from scheda.errors import ConfigError, DataError
+from scheda.utils.errors import ConfigError, DataError
 
 SMALL = ["model.hidden=6", "schedule=constant", "schedule.epochs=2", "trainer.device=cpu",
          "trainer.progress_bar=false", "logger=none", "classifier.c_log2_min=-1", "classifier.c_log2_max=0"]

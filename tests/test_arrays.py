@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from scheda.data import load_dataset
-from scheda.errors import ConfigError, DataError
+from scheda.utils.errors import ConfigError, DataError
 from scheda.run import run
 from helpers import compose_cfg
 

@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from scheda.checkpoint import find_checkpoint, load_checkpoint, load_model_weights, save_checkpoint
-from scheda.errors import CheckpointError
-from scheda.model import DenoisingAutoencoder
+from scheda.training.checkpoint import find_checkpoint, load_checkpoint, load_model_weights, save_checkpoint
+from scheda.utils.errors import CheckpointError
+from scheda.model.autoencoder import DenoisingAutoencoder
 
 
 def _state(model):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from scheda.config import register
-from scheda.noise import Noise
+from scheda.model.noise import Noise
 
 
 @register("noise")
@@ -88,4 +88,4 @@ def test_a_component_package_that_fails_or_clashes_is_refused_in_one_line(cifar_
     clash = _package(tmp_path, "scheda_clash", FLIP.replace('"flip"', '"masking"'))
     proc = _train(clash, cifar_arrays, tmp_path)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert "registers noise=masking, which scheda.noise.Masking already is: give it another name" in proc.stderr
+    assert "registers noise=masking, which scheda.model.noise.Masking already is: give it another name" in proc.stderr

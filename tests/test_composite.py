@@ -3,11 +3,11 @@ import json
 import pytest
 import torch
 
-from scheda.checkpoint import load_checkpoint
-from scheda.errors import ConfigError
-from scheda.model import CompositeDA
+from scheda.training.checkpoint import load_checkpoint
+from scheda.utils.errors import ConfigError
+from scheda.model.autoencoder import CompositeDA
 from scheda.run import run
-from scheda.seeding import derive_seed
+from scheda.utils.seeding import derive_seed
 
 from helpers import TINY, compose_cfg
 

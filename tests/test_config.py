@@ -5,7 +5,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from scheda.config import GROUPS, MANY, NONE, groups_text, load_components, typed, typed_many
-from scheda.errors import ConfigError
+from scheda.utils.errors import ConfigError
 
 from helpers import REPO, SOURCES, TINY, compose_cfg
 
@@ -29,7 +29,7 @@ def test_every_setting_is_listed_with_its_module_and_default():
 
     text = subprocess.run([sys.executable, "-m", "scheda.config"], capture_output=True, text=True, check=True).stdout
     assert text.strip() == groups_text().strip()
-    assert "schedule=decreasing  (scheda/schedule.py, StepScheduleConfig)" in text
+    assert "schedule=decreasing  (scheda/model/schedule.py, StepScheduleConfig)" in text
     assert "    schedule.delta_nu = 0.1" in text and "    trainer.batch_size = 20" in text
 
 
@@ -75,7 +75,7 @@ def test_a_wrong_type_in_a_saved_config_is_one_line():
 
 
 def test_the_fork_preload_asks_no_cuda_holds_no_protocol_and_leaves_a_run_little_to_import(cifar_arrays, tmp_path):
-    """What scheda.fork imports before forking (``PRELOAD``) asks CUDA nothing (CUDA started
+    """What scheda.utils.fork imports before forking (``PRELOAD``) asks CUDA nothing (CUDA started
     before a fork fails in every child) and holds no part of the protocol layer; and a run
     started from there imports little of its own, TensorBoard's writer least (360 modules, about
     0.3 s of CPU in every forked run)."""
@@ -89,7 +89,7 @@ def test_the_fork_preload_asks_no_cuda_holds_no_protocol_and_leaves_a_run_little
             "def touched(*args, **kwargs): raise SystemExit('CUDA asked at import')\n"
             "for name in asked: setattr(torch.cuda, name, touched)\n"
             "torch._C._cuda_getDeviceCount = touched\n"
-            "from scheda.fork import PRELOAD\n"
+            "from scheda.utils.fork import PRELOAD\n"
             "for name in PRELOAD: importlib.import_module(name)\n"
             "print(sorted(m for m in sys.modules if m.startswith('scheda.protocol')))\n"
             "for name, f in asked.items(): setattr(torch.cuda, name, f)\n"
@@ -111,14 +111,14 @@ def test_the_fork_preload_asks_no_cuda_holds_no_protocol_and_leaves_a_run_little
 
 
 def test_a_process_with_threads_or_cuda_started_forks_through_the_server(monkeypatch):
-    """scheda.fork forks the calling process itself only when that is safe; a test runner's
+    """scheda.utils.fork forks the calling process itself only when that is safe; a test runner's
     threads or a CUDA context send it to the fork server."""
     import sys
     import threading
 
     import torch
 
-    from scheda.fork import fork_is_safe
+    from scheda.utils.fork import fork_is_safe
 
     monkeypatch.setattr(threading, "active_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)

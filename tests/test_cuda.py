@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 import torch
 
-from scheda.checkpoint import load_checkpoint
-from scheda.classifiers import Liblinear, TorchLogReg, objective
-from scheda.model import DenoisingAutoencoder
-from scheda.noise import masking
-from scheda.optim import SGD
+from scheda.training.checkpoint import load_checkpoint
+from scheda.evaluation.classifiers import Liblinear, TorchLogReg, objective
+from scheda.model.autoencoder import DenoisingAutoencoder
+from scheda.model.noise import masking
+from scheda.model.optim import SGD
 from scheda.run import run
-from scheda.schedule import NoiseSchedule, Stage
-from scheda.noise import Masking
-from scheda.step import AutogradStep, BatchedStep, FusedStep, GraphedStep, StepBuilder, TritonStep
-from scheda.trainer import ModelState
+from scheda.model.schedule import NoiseSchedule, Stage
+from scheda.model.noise import Masking
+from scheda.training.step import AutogradStep, BatchedStep, FusedStep, GraphedStep, StepBuilder, TritonStep
+from scheda.training.trainer import ModelState
 
 from helpers import N_VAL, REPO, STAGES, TINY, compose_cfg
 
@@ -166,7 +166,7 @@ def test_torch_lr_on_cuda_reaches_the_cpu_objective_and_liblinear_takes_cuda_fea
         gpu = TorchLogReg(torch.from_numpy(x).to(CUDA), y, eps=1e-6, device=CUDA, dtype=torch.float64).fit(C)
         f_cpu, f_gpu = objective(cpu, x, y, C), objective(gpu, x, y, C)
         assert abs(f_gpu - f_cpu) <= 1e-6 * f_cpu
-    from scheda.classifiers import build_classifier
+    from scheda.evaluation.classifiers import build_classifier
 
     lib = build_classifier({"name": "liblinear", "eps": 1e-4}, torch.from_numpy(x).to(CUDA), y, CUDA)
     assert isinstance(lib, Liblinear) and objective(lib.fit(1.0), x, y, 1.0) > 0
@@ -175,7 +175,7 @@ def test_torch_lr_on_cuda_reaches_the_cpu_objective_and_liblinear_takes_cuda_fea
 def test_fused_finetuning_graphed_equals_its_eager_step_on_cuda():
     """The learning-rate grid's fused step captured in a CUDA graph (a partial last minibatch
     eager) gives the eager step's nets and losses."""
-    from scheda.finetune import FineTuneNet, FusedFineTune
+    from scheda.evaluation.finetune import FineTuneNet, FusedFineTune
 
     x, y = _data(n=203, d=64), torch.arange(203, device=CUDA) % 10
     runs = []

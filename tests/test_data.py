@@ -7,7 +7,7 @@ import pytest
 
 from scheda.data import load_dataset
 from scheda.data.cifar10 import detect_layout, split_train_val
-from scheda.errors import ConfigError, DataError
+from scheda.utils.errors import ConfigError, DataError
 
 from helpers import N_TEST, N_TRAIN, N_VAL
 

@@ -138,8 +138,8 @@ def test_help_and_completion_list_only_real_options(tmp_path):
     assert completion.stdout.split() == ["model=composite", "model=da", "model=raw"], completion.stderr[-2000:]
 
 
-# A process that claims a GPU and holds it until its stdin closes (only scheda.devices imported).
-CLAIM = ("import sys; from pathlib import Path; from scheda.devices import claim_gpu; "
+# A process that claims a GPU and holds it until its stdin closes (only scheda.utils.devices imported).
+CLAIM = ("import sys; from pathlib import Path; from scheda.utils.devices import claim_gpu; "
          "print(claim_gpu(Path(sys.argv[1])), flush=True); sys.stdin.read()")
 
 
@@ -186,6 +186,14 @@ def test_a_regular_install_trains_and_reproduces_outside_the_checkout(cifar_arra
     check = subprocess.run([sys.executable, "-c", "import scheda; print(scheda.__file__)"], cwd=work, env=env,
                            capture_output=True, text=True)
     assert check.stdout.strip() == str(target / "scheda" / "__init__.py")
+    # Every module of the checkout comes from the wheel: one the wheel lacks would be found in the
+    # checkout by the editable install's finder, and the run would pass without it.
+    names = sorted(".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+                   for p in (REPO / "scheda").rglob("*.py"))
+    code = (f"import importlib\nfor name in {names!r}:\n    m = importlib.import_module(name)\n"
+            f"    assert m.__file__.startswith({str(target)!r}), (name, m.__file__)")
+    every = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True)
+    assert every.returncode == 0, every.stderr[-2000:]
     train = subprocess.run([sys.executable, "-m", "scheda.cli", f"dataset.root={cifar_arrays}", *_common(work / "run")],
                            cwd=work, env=env, capture_output=True, text=True, timeout=300)
     assert train.returncode == 0, train.stderr

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from scheda.classifiers import KNNConfig, Liblinear, TorchLogReg, TorchLRConfig, objective
-from scheda.errors import ConfigError
-from scheda.evaluate import evaluate_features, select
+from scheda.evaluation.classifiers import KNNConfig, Liblinear, TorchLogReg, TorchLRConfig, objective
+from scheda.utils.errors import ConfigError
+from scheda.evaluation.evaluate import evaluate_features, select
 from scheda.run import run
 
 from helpers import STAGES, TINY, compose_cfg, run_module, run_train
@@ -80,7 +80,7 @@ def test_default_solver_matches_a_fresh_tight_solve_at_every_c(name):
     """The configured default along a grid (as an evaluation runs it) must give what a fresh,
     tight solve gives at each C: a warm start that meets a loose tolerance before it moves
     would stall at the previous C's solution."""
-    from scheda.classifiers import build_classifier
+    from scheda.evaluation.classifiers import build_classifier
 
     cfg = dict(compose_cfg([f"classifier={name}"]).classifier)
     x, y = _encoded_like(600)
@@ -104,7 +104,7 @@ def test_c_selection_picks_the_validation_minimum():
 
 def test_edge_of_grid_warning(caplog):
     features, labels = _splits(spread=3.0)
-    with caplog.at_level(logging.WARNING, logger="scheda.evaluate"):
+    with caplog.at_level(logging.WARNING, logger="scheda.evaluation.evaluate"):
         result = evaluate_features(features, labels, {**TORCH_LR, "c_log2_min": -14, "c_log2_max": -14})
         assert not result["at_edge"] and not caplog.records  # a single C has no edge
         result = evaluate_features(features, labels, {**TORCH_LR, "c_log2_min": -14, "c_log2_max": -13})
@@ -222,7 +222,7 @@ def test_export_features_is_readable_by_liblinear(cifar_arrays, tmp_path):
 
 
     from scheda.data import load_dataset
-    from scheda.checkpoint import load_run_model
+    from scheda.training.checkpoint import load_run_model
 
     run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, "evaluate.enabled=false"]), tmp_path / "run")
     (tmp_path / "run" / ".hydra").mkdir()

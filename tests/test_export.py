@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import scheda
-from scheda.errors import CheckpointError
-from scheda.export import main as export
+from scheda.utils.errors import CheckpointError
+from scheda.evaluation.export import main as export
 
 SMALL = ["model.hidden=6", "schedule=stages", "schedule.stages=[{nu:0.5,epochs:2},{nu:0.2,epochs:1}]",
          "trainer.device=cpu", "trainer.progress_bar=false", "logger=none", "classifier.c_log2_min=-1",
@@ -46,7 +46,7 @@ def test_the_issues_check_train_encode_export_and_load_the_weights_back(trained,
     assert np.allclose(saved["train_x"], features[saved["train_idx"]], atol=1e-6)  # the rows, by their indices
     assert sorted({*saved["train_idx"], *saved["val_idx"], *saved["test_idx"]}) == list(range(150))
     # the weights back, as init_from reads them, and a run started from them
-    from scheda.checkpoint import load_checkpoint
+    from scheda.training.checkpoint import load_checkpoint
 
     state = load_checkpoint(root / "W.safetensors")
     assert state["epoch"] == 3
@@ -80,7 +80,7 @@ def test_bad_exports_are_refused_in_one_line(trained, tmp_path, capsys):
     assert export([str(run.dir), "--features", str(tmp_path / "F.csv")]) == 1
     assert "name an .npz (arrays) or an .svm" in capsys.readouterr().err
     (tmp_path / "bad.safetensors").write_bytes(b"nonsense")
-    from scheda.checkpoint import load_checkpoint
+    from scheda.training.checkpoint import load_checkpoint
 
     with pytest.raises(CheckpointError, match="cannot be read as exported weights"):
         load_checkpoint(tmp_path / "bad.safetensors")

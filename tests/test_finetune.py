@@ -3,8 +3,8 @@ import json
 import pytest
 import torch
 
-import scheda.finetune
-from scheda.errors import ConfigError
+import scheda.evaluation.finetune
+from scheda.utils.errors import ConfigError
 from scheda.run import run
 
 from helpers import STAGES, TINY, compose_cfg
@@ -44,14 +44,14 @@ def test_patience_stops_early(cifar_arrays, tmp_path):
 
 def test_resume_mid_finetuning_matches_an_uninterrupted_run(cifar_arrays, tmp_path, monkeypatch):
     golden = run(_cfg(cifar_arrays, "logger=none"), tmp_path / "golden")["finetune"]
-    original = scheda.finetune.FineTuner._save
+    original = scheda.evaluation.finetune.FineTuner._save
 
     def crash_after_some_epochs(self, current):
         original(self, current)
         if current is not None and len(current["models"][0]["history"]) == 5:
             raise KeyboardInterrupt  # killed in the middle of the learning rates' epochs
 
-    monkeypatch.setattr(scheda.finetune.FineTuner, "_save", crash_after_some_epochs)
+    monkeypatch.setattr(scheda.evaluation.finetune.FineTuner, "_save", crash_after_some_epochs)
     with pytest.raises(KeyboardInterrupt):
         run(_cfg(cifar_arrays, "logger=none"), tmp_path / "killed")
     assert json.loads((tmp_path / "killed" / "results.json").read_text())["status"] == "interrupted"
@@ -77,8 +77,8 @@ def test_standalone_finetuning_from_a_checkpoint(cifar_arrays, tmp_path):
 
 def test_output_layer_starts_from_the_frozen_classifier(cifar_arrays):
     from scheda.data import load_dataset
-    from scheda.evaluate import encode_splits, evaluate_features, labels_of
-    from scheda.model import DenoisingAutoencoder
+    from scheda.evaluation.evaluate import encode_splits, evaluate_features, labels_of
+    from scheda.model.autoencoder import DenoisingAutoencoder
 
     cfg = _cfg(cifar_arrays)
     data = load_dataset(cfg.dataset)
@@ -86,10 +86,10 @@ def test_output_layer_starts_from_the_frozen_classifier(cifar_arrays):
     features = encode_splits(da, data, torch.device("cpu"), 4096)
     result = evaluate_features(features, labels_of(data), {**cfg.classifier, "c_log2_min": -2, "c_log2_max": 0},
                                keep_model=True)
-    net = scheda.finetune.FineTuneNet(da, 10, init=result["model"])
+    net = scheda.evaluation.finetune.FineTuneNet(da, 10, init=result["model"])
     val_x, val_y = data.tensor("val", "cpu"), torch.as_tensor(data.val_y)
     assert net.error(val_x, val_y) == result["val_error"]
-    assert scheda.finetune.FineTuneNet(da, 10).V.abs().sum() == 0
+    assert scheda.evaluation.finetune.FineTuneNet(da, 10).V.abs().sum() == 0
 
 
 @pytest.mark.parametrize("override, key", [

@@ -1,5 +1,5 @@
 """scheda-results on a real sweep (two noise levels x two seeds): the differing keys as columns,
-sorted by validation error, every format, groups over seeds with scheda.stats; the sweep's own
+sorted by validation error, every format, groups over seeds with scheda.utils.stats; the sweep's own
 summary.csv / summary.md; a fused sweep counts as its models."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import pytest
 
 from scheda import stats
-from scheda.gather import gather
+from scheda.runs.gather import gather
 from helpers import STAGES, TINY, run_module, run_train
 
 
@@ -29,7 +29,7 @@ def sweep(tmp_path_factory):
 
 
 def _rows(sweep, *args):
-    proc = run_module("scheda.gather", [sweep, "--format", "csv", *args], timeout=120)
+    proc = run_module("scheda.runs.gather", [sweep, "--format", "csv", *args], timeout=120)
     assert proc.returncode == 0, proc.stderr
     return list(csv.DictReader(io.StringIO(proc.stdout)))
 
@@ -56,7 +56,7 @@ def test_at_reads_every_run_at_its_best_on_validation_or_at_an_epoch(sweep):
             results = json.loads((sweep / r["run"].rstrip("/").split("/")[-1] / "results.json").read_text())
             assert len(results["evaluations"]) >= 2
             assert float(r["test_error %"]) == pytest.approx(100 * pick(results["evaluations"])["test_error"])
-    proc = run_module("scheda.gather", [sweep, "--at", "epoch=x"], timeout=120)
+    proc = run_module("scheda.runs.gather", [sweep, "--at", "epoch=x"], timeout=120)
     assert proc.returncode == 2 and "use last, best or epoch=N" in proc.stderr
 
 
@@ -88,7 +88,7 @@ def test_a_fused_sweep_counts_as_its_models(cifar_arrays, tmp_path):
 
 
 def test_no_results_is_one_line(tmp_path):
-    proc = run_module("scheda.gather", [tmp_path])
+    proc = run_module("scheda.runs.gather", [tmp_path])
     assert proc.returncode == 1 and proc.stderr.strip() == f"error: no results.json under {tmp_path}"
 
 
@@ -98,7 +98,7 @@ def test_the_command_answers_without_the_training_code(sweep):
     import subprocess
     import sys
 
-    code = ("import sys\nfrom scheda.gather import main\nsys.argv = ['scheda-results', *sys.argv[1:]]\n"
+    code = ("import sys\nfrom scheda.runs.gather import main\nsys.argv = ['scheda-results', *sys.argv[1:]]\n"
             "try:\n    main()\nfinally:\n    print('torch' in sys.modules, file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", code, str(sweep), "--format", "csv"], capture_output=True, text=True,
                           timeout=120)
@@ -107,7 +107,7 @@ def test_the_command_answers_without_the_training_code(sweep):
 
 
 def test_each_run_records_its_environment_and_env_shows_it(sweep):
-    """results.json's environment (scheda.environment) traces a number to its code and machine;
+    """results.json's environment (scheda.utils.environment) traces a number to its code and machine;
     ``--env`` shows it as columns."""
     import platform
     import socket
@@ -131,5 +131,5 @@ def test_each_run_records_its_environment_and_env_shows_it(sweep):
 
 
 def test_env_is_per_run_not_per_group(sweep):
-    proc = run_module("scheda.gather", [sweep, "--env", "--group-by", "all-but-seed"])
+    proc = run_module("scheda.runs.gather", [sweep, "--env", "--group-by", "all-but-seed"])
     assert proc.returncode == 2 and "--env shows each run's own values" in proc.stderr

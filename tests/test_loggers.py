@@ -10,10 +10,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from scheda.config import typed_many
-from scheda.errors import ConfigError
+from scheda.utils.errors import ConfigError
 from scheda.loggers import Loggers, MetricLogger
 from scheda.loggers.csv import CSVLogger
-from scheda.results import read_metrics
+from scheda.runs.rundir import read_metrics
 from scheda.run import run
 
 from helpers import STAGES, TINY, TINY_SWEEP, compose_cfg, run_train
@@ -59,7 +59,7 @@ def test_a_sweep_logs_to_tensorboard_csv_and_mlflow_and_scheda_results_reads_the
         history = client.get_metric_history(mlflow_run.info.run_id, "eval/val_error")
         assert {m.step: m.value for m in history} == logged["eval/val_error"]
 
-    read = subprocess.run([sys.executable, "-m", "scheda.gather", str(sweep), "--format", "json", "--at", "best",
+    read = subprocess.run([sys.executable, "-m", "scheda.runs.gather", str(sweep), "--format", "json", "--at", "best",
                            "--metric", "train/reconstruction_ce", "eval/log2_C"], capture_output=True, text=True,
                           cwd=tmp_path)
     assert read.returncode == 0, read.stderr

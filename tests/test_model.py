@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from scheda.errors import ConfigError
-from scheda.model import DenoisingAutoencoder, build_model
+from scheda.utils.errors import ConfigError
+from scheda.model.autoencoder import DenoisingAutoencoder, build_model
 
 
 def _model(activation="sigmoid", loss="cross_entropy", n_input=7, n_hidden=5):

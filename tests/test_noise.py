@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from scheda.errors import ConfigError
-from scheda.noise import build_noise, gaussian, masking, salt_pepper
+from scheda.utils.errors import ConfigError
+from scheda.model.noise import build_noise, gaussian, masking, salt_pepper
 
 
 def _gen(seed=0):

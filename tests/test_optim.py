@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from scheda.optim import SGD
+from scheda.model.optim import SGD
 
 
 def _params(seed: int) -> list[torch.nn.Parameter]:

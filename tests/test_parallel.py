@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from scheda.checkpoint import load_checkpoint
-from scheda.errors import ConfigError
+from scheda.training.checkpoint import load_checkpoint
+from scheda.utils.errors import ConfigError
 from scheda.run import run
 
 from helpers import TINY, compose_cfg, run_train
@@ -100,7 +100,7 @@ def test_bad_parallel_configs(cifar_arrays, tmp_path, overrides, match):
 
 
 def test_a_fused_model_can_be_loaded_like_a_run(cifar_arrays, tmp_path):
-    from scheda.checkpoint import load_run_model
+    from scheda.training.checkpoint import load_run_model
 
     run(compose_cfg([f"dataset.root={cifar_arrays}", *BASE, "schedule=constant", "schedule.epochs=1",
                      "trainer.parallel.seed=[1,2]", "evaluate.enabled=false"]), tmp_path / "fused")

@@ -2,7 +2,7 @@
 interpreter of the installed commands (``scheda-train``, ``scheda-results``, ``scheda-reproduce``
 beside this Python), in a folder outside the checkout, with ``SCHEDA_DATA`` naming tiny data the
 test writes. No fork server and no preload: the order of imports is the user's. The suite's
-shortcuts (scheda.fork, the sweeper that composes once) are judged here; README's commands are
+shortcuts (scheda.utils.fork, the sweeper that composes once) are judged here; README's commands are
 only lengthened by the settings tiny data need (``TINY_DATA``), never changed. README's
 ``scheda-reproduce scale=smoke`` and its rerun run in tests/test_smoke_protocol.py, whose stages
 are asserted on that run."""

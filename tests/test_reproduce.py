@@ -16,8 +16,8 @@ from omegaconf import OmegaConf
 from scheda.protocol import launch, plan
 from scheda.protocol import selection as select
 from scheda.protocol.jobs import STEP_KINDS, fmt
-from scheda.errors import ConfigError
-from scheda.schedule import build_schedule
+from scheda.utils.errors import ConfigError
+from scheda.model.schedule import build_schedule
 from helpers import N_VAL, REPO, compose_cfg, run_command, smoke_cfg, start_command
 
 SCRIPT = REPO / "scripts" / "reproduce.py"
@@ -446,7 +446,7 @@ def test_device_hours_use_the_fast_step_unless_the_runs_cannot_use_it(override):
 
 
 def test_device_hours_of_random_nu_runs_use_eager_times():
-    """A schedule that draws nu per minibatch runs eager even where graphs apply (scheda.rules)."""
+    """A schedule that draws nu per minibatch runs eager even where graphs apply (scheda.training.rules)."""
     from scheda.protocol import estimate
 
     bench = {"device_name": "X", "n": 1000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 4.0, "graphed_s": 1.0}]}

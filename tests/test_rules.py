@@ -1,4 +1,4 @@
-"""Every rule between config groups (scheda.rules) refuses its config with one line before the
+"""Every rule between config groups (scheda.training.rules) refuses its config with one line before the
 run loads its data or writes anything but the failure's record; the list of cases covers every
 rule there is."""
 
@@ -10,7 +10,7 @@ import json
 import pytest
 
 from scheda import rules
-from scheda.errors import ConfigError
+from scheda.utils.errors import ConfigError
 from scheda.run import run
 from helpers import STAGES, TINY, compose_cfg
 
@@ -34,7 +34,7 @@ CASES = {
     "raw_needs_evaluation": (["model=raw", "evaluate.enabled=false"], "model=raw only evaluates"),
 }
 NEEDS_CUDA = {"graph_can_capture_the_step", "triton_can_take_the_step"}  # the trainer's own check comes first off CUDA
-# Every reason a CUDA graph refuses a run (scheda.step.graph_refusal), each alone.
+# Every reason a CUDA graph refuses a run (scheda.training.step.graph_refusal), each alone.
 GRAPH_REFUSALS = [
     (["trainer.precision=bf16"], "trainer.cuda_graph=true needs the fused step"),
     (["trainer.fused=false"], "trainer.cuda_graph=true needs the fused step"),
@@ -45,7 +45,7 @@ GRAPH_REFUSALS = [
     (["schedule=random_discrete"], "trainer.cuda_graph=true needs one noise level per epoch"),
 ]
 
-# Every reason the Triton step refuses a run (scheda.step.triton_refusal), each alone.
+# Every reason the Triton step refuses a run (scheda.training.step.triton_refusal), each alone.
 TRITON_REFUSALS = [
     (["trainer.precision=bf16"], "trainer.triton=true needs the plain fused step"),
     (["trainer.fused=false"], "trainer.triton=true needs the plain fused step"),
@@ -77,7 +77,7 @@ def test_each_rule_refuses_its_config_and_only_its_own(cifar_arrays, name):
     assert getattr(rules, name)(typed).startswith(message)
 
 
-# resume= reads the run it continues before anything else (scheda.resume), so its rule is
+# resume= reads the run it continues before anything else (scheda.runs.resume), so its rule is
 # checked on the typed config above; the CUDA-graph rules come after the trainer's own device check.
 @pytest.mark.parametrize("name", sorted(set(CASES) - NEEDS_CUDA - {"resume_or_init_from"}))
 def test_a_broken_rule_stops_the_run_before_any_file(cifar_arrays, tmp_path, name):
@@ -128,7 +128,7 @@ def test_cuda_graph_true_refuses_each_run_a_graph_cannot_take(cifar_arrays, over
 def test_cuda_graph_null_turns_on_only_where_a_graph_can_take_the_step(cifar_arrays, monkeypatch, overrides, graphed):
     """trainer.cuda_graph defaults to null: on a CUDA device it becomes true exactly when the run
     has the fused step and plain SGD (no refusal either way); off CUDA it stays off."""
-    from scheda.trainer import TrainerConfig
+    from scheda.training.trainer import TrainerConfig
     import torch
 
     cfg = _cfg(cifar_arrays, overrides)
@@ -152,7 +152,7 @@ def test_triton_true_refuses_each_run_its_kernels_cannot_take(cifar_arrays, over
 def test_triton_null_turns_on_only_where_its_kernels_can_take_the_step(cifar_arrays, monkeypatch, overrides, kernels):
     """trainer.triton defaults to null: on a CUDA device it becomes true exactly where the Triton
     step applies; off CUDA the torch step trains (it measures faster on a CPU)."""
-    from scheda.trainer import TrainerConfig
+    from scheda.training.trainer import TrainerConfig
     import torch
 
     cfg = _cfg(cifar_arrays, overrides)

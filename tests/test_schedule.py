@@ -5,8 +5,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from scheda.errors import ConfigError
-from scheda.schedule import build_schedule
+from scheda.utils.errors import ConfigError
+from scheda.model.schedule import build_schedule
 
 from helpers import compose_cfg
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scheda.errors import ConfigError
+from scheda.utils.errors import ConfigError
 from scheda.protocol import estimate
 from scheda.protocol import plan
 from helpers import smoke_cfg

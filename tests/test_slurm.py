@@ -279,7 +279,7 @@ def test_a_killed_slurm_sweep_run_again_resumes_its_jobs(cifar_arrays, tmp_path)
 
     import torch
 
-    from scheda.checkpoint import load_checkpoint
+    from scheda.training.checkpoint import load_checkpoint
 
     config = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=600", "logger=none",
               "evaluate.enabled=false", "trainer.checkpoint_every=100"]

@@ -1,4 +1,4 @@
-"""scheda.stats against scipy on hand-made numbers: n = 1, n = 2, zero variance, the exact
+"""scheda.utils.stats against scipy on hand-made numbers: n = 1, n = 2, zero variance, the exact
 sign-flip distribution, the binomial standard error and McNemar's exact test."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from scheda import stats
-from scheda.evaluate import pack_correct, unpack_correct
+from scheda.runs.rundir import pack_correct, unpack_correct
 
 
 @pytest.fixture

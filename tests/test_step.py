@@ -1,11 +1,11 @@
 import pytest
 import torch
 
-from scheda.model import DenoisingAutoencoder
-from scheda.noise import gaussian, masking, salt_pepper
-from scheda.optim import SGD
-from scheda.errors import ConfigError
-from scheda.step import AutogradStep, BatchedStep, FusedStep, OneModel, StepBuilder
+from scheda.model.autoencoder import DenoisingAutoencoder
+from scheda.model.noise import gaussian, masking, salt_pepper
+from scheda.model.optim import SGD
+from scheda.utils.errors import ConfigError
+from scheda.training.step import AutogradStep, BatchedStep, FusedStep, OneModel, StepBuilder
 
 
 def _pair(activation="sigmoid", momentum=0.0, weight_decay=0.0, noise=masking, d=40, H=12, bs=16):
@@ -113,7 +113,7 @@ def test_bench_train_runs_the_real_trainer(tmp_path):
 
 
 def test_summed_cross_entropy_is_exact_and_stable():
-    from scheda.step import summed_cross_entropy
+    from scheda.training.step import summed_cross_entropy
 
     logits = torch.tensor([[-200.0, -30.0, -1.0, 0.0, 2.0, 40.0, 300.0]])
     x = torch.tensor([[0.0, 1.0, 0.3, 1.0, 0.0, 0.5, 1.0]])

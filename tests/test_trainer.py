@@ -3,15 +3,15 @@ import json
 import pytest
 import torch
 
-from scheda.callbacks import Callback
-from scheda.checkpoint import load_checkpoint
-from scheda.errors import ConfigError, DivergenceError
-from scheda.model import DenoisingAutoencoder
-from scheda.noise import masking
-from scheda.optim import SGD
+from scheda.training.callbacks import Callback
+from scheda.training.checkpoint import load_checkpoint
+from scheda.utils.errors import ConfigError, DivergenceError
+from scheda.model.autoencoder import DenoisingAutoencoder
+from scheda.model.noise import masking
+from scheda.model.optim import SGD
 from scheda.run import run
-from scheda.schedule import build_schedule
-from scheda.trainer import ModelState
+from scheda.model.schedule import build_schedule
+from scheda.training.trainer import ModelState
 
 from helpers import STAGES, TINY, compose_cfg
 
@@ -175,7 +175,7 @@ def test_bad_config_values_fail_with_the_key(cifar_arrays, tmp_path, override, k
 
 
 def test_streams_are_derived_from_the_seed():
-    from scheda.seeding import derive_seed, train_seed
+    from scheda.utils.seeding import derive_seed, train_seed
 
     seeds = {derive_seed(0, "init"), derive_seed(0, "train", 0), derive_seed(0, "train", 40), derive_seed(1, "train", 0)}
     assert len(seeds) == 4 and derive_seed(0, "train", 40) == derive_seed(0, "train", 40)
@@ -183,11 +183,11 @@ def test_streams_are_derived_from_the_seed():
 
 
 def test_initialisation_has_its_own_stream(cifar_arrays, tmp_path):
-    from scheda.model import build_model
-    from scheda.results import RunResults
-    from scheda.rules import check_run
+    from scheda.model.autoencoder import build_model
+    from scheda.runs.rundir import RunResults
+    from scheda.training.rules import check_run
     from scheda.run import Job
-    from scheda.seeding import derive_seed
+    from scheda.utils.seeding import derive_seed
 
     cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, "seed=3"])
     job = Job(cfg, check_run(cfg), tmp_path, RunResults(tmp_path / "results.json"))

@@ -1,4 +1,4 @@
-"""The Triton step (scheda.step.TritonStep, kernels in scheda.kernels) on the CPU, its kernels in
+"""The Triton step (scheda.training.step.TritonStep, kernels in scheda.training.kernels) on the CPU, its kernels in
 Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1): the same update as the torch
 step, for one model and a fused sweep, through the real training loop, resumed exactly. Its
 CUDA graph is tested on a GPU (tests/test_cuda.py)."""
@@ -6,12 +6,12 @@ CUDA graph is tested on a GPU (tests/test_cuda.py)."""
 import pytest
 import torch
 
-from scheda.model import DenoisingAutoencoder
-from scheda.noise import Masking
-from scheda.optim import SGD
-from scheda.schedule import NoiseSchedule, Stage
-from scheda.step import BatchedStep, StepBuilder, TritonStep
-from scheda.trainer import ModelState
+from scheda.model.autoencoder import DenoisingAutoencoder
+from scheda.model.noise import Masking
+from scheda.model.optim import SGD
+from scheda.model.schedule import NoiseSchedule, Stage
+from scheda.training.step import BatchedStep, StepBuilder, TritonStep
+from scheda.training.trainer import ModelState
 
 D, H = 40, 12
 
@@ -99,7 +99,7 @@ def test_where_triton_cannot_compile_the_torch_step_trains_from_the_same_state(m
     x_all = torch.rand(40, D, generator=torch.Generator().manual_seed(2))
     weights, state = model.W.detach().clone(), gen.get_state()
     monkeypatch.setattr(kernels, "corrupt", fails)
-    with caplog.at_level("WARNING", logger="scheda.step"):
+    with caplog.at_level("WARNING", logger="scheda.training.step"):
         step = StepBuilder(triton=True).build([model], [opt], [Masking()], 8, x_all, [gen])
     assert type(step) is BatchedStep
     assert torch.equal(gen.get_state(), state) and torch.equal(model.W, weights)

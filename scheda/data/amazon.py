@@ -31,7 +31,7 @@ import numpy as np
 
 from scheda.config import Component, register
 from scheda.data import Splits
-from scheda.errors import ConfigError, DataError
+from scheda.utils.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 

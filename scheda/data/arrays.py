@@ -26,7 +26,7 @@ from typing import List, Optional
 import numpy as np
 from scheda.config import Component, register
 from scheda.data import Splits
-from scheda.errors import ConfigError, DataError
+from scheda.utils.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 

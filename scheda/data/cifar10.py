@@ -24,8 +24,8 @@ import numpy as np
 
 from scheda.config import Component, register
 from scheda.data import Splits
-from scheda.errors import ConfigError, DataError
-from scheda.io import atomic_write
+from scheda.utils.errors import ConfigError, DataError
+from scheda.utils.io import atomic_write
 
 n_input = 3072
 image_shape = (3, 32, 32)

@@ -17,9 +17,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from scheda.callbacks import Callback
+from scheda.training.callbacks import Callback
 from scheda.config import Component, register, schema_of
-from scheda.schedule import NoiseSchedule
+from scheda.model.schedule import NoiseSchedule
 
 GROUP = "logger"
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from scheda.config import register
-from scheda.io import atomic_write
+from scheda.utils.io import atomic_write
 from scheda.loggers.base import GROUP, LoggerConfig, MetricLogger
-from scheda.results import METRICS_HEADER as HEADER
+from scheda.runs.rundir import METRICS_HEADER as HEADER
 
 FINETUNE = "finetune/"  # fine-tuning's own epochs: a resumed training run keeps them
 

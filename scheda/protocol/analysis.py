@@ -87,7 +87,7 @@ def pyplot():
 
 def save_png(fig, path: str | Path, dpi: int = 100) -> None:
     """Write ``fig`` atomically (temp file, then rename) and free it."""
-    from scheda.io import atomic_write
+    from scheda.utils.io import atomic_write
 
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=dpi))
     pyplot().close(fig)

@@ -22,12 +22,12 @@ from omegaconf import OmegaConf
 
 
 from scheda.protocol.analysis import concat_grid, heat_map, run_label, sweep_models
-from scheda.classifiers import LiblinearConfig, TorchLRConfig
+from scheda.evaluation.classifiers import LiblinearConfig, TorchLRConfig
 from scheda.data import load_dataset
-from scheda.errors import SchedaError
-from scheda.evaluate import encode_splits, evaluate_features, labels_of
-from scheda.io import atomic_write_json
-from scheda.checkpoint import load_run_model
+from scheda.utils.errors import SchedaError
+from scheda.evaluation.evaluate import encode_splits, evaluate_features, labels_of
+from scheda.utils.io import atomic_write_json
+from scheda.training.checkpoint import load_run_model
 
 
 class Evaluator:

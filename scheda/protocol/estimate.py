@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from scheda.errors import ConfigError
+from scheda.utils.errors import ConfigError
 from scheda.protocol.jobs import STEP_KINDS, Kind, fmt
 from scheda.protocol.plan import continuation_jobs, da_jobs
 
@@ -125,7 +125,7 @@ def _override(cfg: DictConfig, key: str, default: float) -> float:
 def search_share(cfg: DictConfig) -> float:
     """The runs' C grid over the benchmark's (torch_lr's default, 17 values): the C search's time
     scales with the values it fits."""
-    from scheda.classifiers import TorchLRConfig
+    from scheda.evaluation.classifiers import TorchLRConfig
 
     d = TorchLRConfig()
     count = lambda lo, hi, step: int(math.floor((hi - lo) / step + 1e-9)) + 1  # noqa: E731
@@ -151,7 +151,7 @@ def finetune_budget(preset: str, overrides: list[str] = ()) -> tuple[int, int]:
     from omegaconf import OmegaConf
 
     from scheda.config import CONFIGS
-    from scheda.finetune import FinetuneConfig
+    from scheda.evaluation.finetune import FinetuneConfig
 
     values: dict[str, Any] = {}
     root = importlib.resources.files(CONFIGS.removeprefix("pkg://")) if CONFIGS.startswith("pkg://") else Path(CONFIGS)

@@ -18,10 +18,10 @@ import torch
 
 
 from scheda.data import load_dataset
-from scheda.errors import SchedaError
-from scheda.evaluate import encode_splits, labels_of
-from scheda.checkpoint import load_run_model
-from scheda.export import write_libsvm
+from scheda.utils.errors import SchedaError
+from scheda.evaluation.evaluate import encode_splits, labels_of
+from scheda.training.checkpoint import load_run_model
+from scheda.evaluation.export import write_libsvm
 
 
 def main(argv: list[str] | None = None) -> int:

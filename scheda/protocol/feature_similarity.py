@@ -17,9 +17,9 @@ from pathlib import Path
 
 from scheda.protocol.analysis import closest_counts, run_label
 from scheda.data import load_dataset
-from scheda.errors import SchedaError
-from scheda.io import atomic_write
-from scheda.checkpoint import load_run_model
+from scheda.utils.errors import SchedaError
+from scheda.utils.io import atomic_write
+from scheda.training.checkpoint import load_run_model
 
 
 def main(argv=None) -> int:

@@ -1,19 +1,17 @@
 """The protocol's vocabulary: a job (``JobSpec``: config-group choices and values over
 train.yaml, run as ``<out_dir>/<stage>/<name>``), what a finished run's results.json says, and
-its best evaluation. Every other protocol module speaks in these."""
+how the report names each. Every other protocol module speaks in these (and reads runs through
+scheda.runs.rundir)."""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from omegaconf import OmegaConf
 
-from scheda.resume import FINAL_STATUSES  # noqa: F401 - statuses that are a result, for the protocol's modules
 
 log = logging.getLogger(__name__)
 
@@ -100,18 +98,3 @@ def kind_label(kind: str) -> str:
     return KIND_LABEL.get(kind, f"Schedule {kind}")
 
 
-def read_results(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / "results.json"
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        log.warning("%s is not valid JSON: the job counts as not run", path)
-        return None
-
-
-def best_evaluation(results: dict[str, Any], reasons: Iterable[str] | None = None) -> dict[str, Any] | None:
-    """The evaluation with the lowest validation error (the earliest on ties)."""
-    evals = [e for e in results.get("evaluations", []) if reasons is None or e.get("reason") in reasons]
-    return min(evals, key=lambda e: (e["val_error"], e["epoch"])) if evals else None

@@ -1,7 +1,7 @@
 """Running a stage: each stage is ONE ``python -m scheda.cli -m`` multirun of generated job
 configs (``<out_dir>/jobs/protocol_job/<name>.yaml``), so the user's Hydra launcher (basic,
 joblib, submitit) runs its jobs, with run directories ``<out_dir>/<stage>/<name>``; it runs in a
-process of its own, forked from a server that imported the training code once (scheda.fork). A job whose
+process of its own, forked from a server that imported the training code once (scheda.utils.fork). A job whose
 results.json says completed (or diverged: a result too) is not rerun; one that was killed
 resumes from its latest checkpoint; a finished job run with other settings is refused."""
 
@@ -19,17 +19,17 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scheda.errors import ConfigError
-from scheda.fork import ForkedCommand
-from scheda.io import atomic_write, atomic_write_json
-from scheda.protocol.jobs import FINAL_STATUSES, JobSpec, read_results
+from scheda.utils.errors import ConfigError
+from scheda.utils.fork import ForkedCommand
+from scheda.utils.io import atomic_write, atomic_write_json
+from scheda.protocol.jobs import JobSpec
 from scheda.protocol.slurm import (
     NodeWatch,
     forget_scheduler_states,
     record_scheduler_states,
     scheduler_states,
 )
-from scheda.resume import has_checkpoint, reentry
+from scheda.runs.rundir import FINAL_STATUSES, has_checkpoint, read_results, reentry
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ LAUNCHERS = ("basic", "joblib", "submitit_slurm", "submitit_local")
 
 def job_state(run_dir: Path, job: JobSpec) -> str:
     """'done', 'resume' (a checkpoint to continue from) or 'new' (a failed job reruns), by the
-    policy a sweep run again follows too (scheda.resume.reentry). A finished job run with other
+    policy a sweep run again follows too (scheda.runs.resume.reentry). A finished job run with other
     settings is an error: the protocol directory belongs to one scale."""
     results = read_results(run_dir)
     if results is not None and "config" in results:

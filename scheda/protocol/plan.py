@@ -19,12 +19,12 @@ from typing import Any, Iterable
 from omegaconf import DictConfig, OmegaConf
 
 from scheda.config import flatten
-from scheda.errors import ConfigError
-from scheda.io import atomic_write
+from scheda.utils.errors import ConfigError
+from scheda.utils.io import atomic_write
 from scheda.protocol.config import STAGES, ScheduleGridConfig
 from scheda.protocol.jobs import CONTINUATIONS, FINETUNES, STEP_KINDS, JobSpec, Kind, fmt
 from scheda.protocol.launch import launcher_overrides
-from scheda.schedule import build_schedule, level_count, nu_key, options_with_nu_key
+from scheda.model.schedule import build_schedule, level_count, nu_key, options_with_nu_key
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ import torch
 
 from scheda.loggers import filter_grid
 from scheda.protocol.analysis import pyplot, run_label, save_png
-from scheda.checkpoint import find_checkpoint
+from scheda.training.checkpoint import find_checkpoint
 from scheda.data import dataset_spec
-from scheda.errors import SchedaError
-from scheda.checkpoint import load_run_model
+from scheda.utils.errors import SchedaError
+from scheda.training.checkpoint import load_run_model
 
 
 def main(argv=None) -> int:

@@ -9,11 +9,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scheda.io import atomic_write
+from scheda.utils.io import atomic_write
 from scheda.protocol.figures import figure2, figure5
 from scheda.protocol.jobs import FINETUNED, Kind, fmt, kind_label, pct, schedule_text
 from scheda.protocol.seed_report import seed_cell, seeds_section
-from scheda.results import params_of, params_text
+from scheda.runs.rundir import params_of, params_text
 
 
 def chosen(entry: dict[str, Any]) -> str:

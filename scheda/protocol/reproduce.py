@@ -24,13 +24,13 @@ import torch
 from omegaconf import DictConfig
 
 from scheda.config import CONFIGS, register_configs
-from scheda.errors import SchedaError
-from scheda.io import atomic_write_json, shown_path
-from scheda.lock import hold
+from scheda.utils.errors import SchedaError
+from scheda.utils.io import atomic_write_json, shown_path
+from scheda.utils.lock import hold
 from scheda.protocol import estimate, launch, plan
 from scheda.protocol import selection as select
 from scheda.protocol.config import register_protocol_configs
-from scheda.protocol.jobs import FINAL_STATUSES
+from scheda.runs.rundir import FINAL_STATUSES
 from scheda.protocol.report import write_report
 from scheda.protocol.seeds import SUBSTAGES, SeedPlan
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheda import stats
-from scheda.evaluate import unpack_correct
+from scheda.runs.rundir import unpack_correct
 from scheda.protocol.jobs import FINETUNED, Kind, kind_label, pct
 
 

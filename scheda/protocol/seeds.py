@@ -30,10 +30,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from scheda.checkpoint import checkpoint_name
-from scheda.errors import ConfigError
-from scheda.protocol.jobs import (CONTROLS, FINAL_STATUSES, FINETUNES, JobSpec, Kind, best_evaluation, fmt,
-                                  read_results)
+from scheda.utils.errors import ConfigError
+from scheda.protocol.jobs import CONTROLS, FINETUNES, JobSpec, Kind, fmt
+from scheda.runs.rundir import FINAL_STATUSES, best_evaluation, checkpoint_name, read_results
 from scheda.protocol.plan import check_seeds, da_values
 
 log = logging.getLogger(__name__)

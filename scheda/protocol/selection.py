@@ -11,14 +11,13 @@ from typing import Any, Iterable
 
 from omegaconf import DictConfig
 
-from scheda.checkpoint import checkpoint_name
-from scheda.errors import SchedaError
-from scheda.io import atomic_write_json
-from scheda.protocol.jobs import (CONTROLS, FINAL_STATUSES, FINETUNES, STEP_KINDS, JobSpec, Kind, best_evaluation,
-                                  fmt, read_results)
+from scheda.utils.errors import SchedaError
+from scheda.utils.io import atomic_write_json
+from scheda.protocol.jobs import CONTROLS, FINETUNES, STEP_KINDS, JobSpec, Kind, fmt
+from scheda.runs.rundir import FINAL_STATUSES, best_evaluation, checkpoint_name, read_results
 from scheda.protocol.launch import job_statuses
 from scheda.protocol.plan import controls_of
-from scheda.results import params_of
+from scheda.runs.rundir import params_of
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from scheda.io import atomic_write_json
-from scheda.protocol.jobs import FINAL_STATUSES, read_results
+from scheda.utils.io import atomic_write_json
+from scheda.runs.rundir import FINAL_STATUSES, read_results
 
 log = logging.getLogger(__name__)
 

@@ -22,22 +22,22 @@ REPO = Path(__file__).resolve().parents[2]
 def inject_faults() -> None:
     """The faults the environment asks for, patched into this process's training code (a fork's
     own copy: the process it was forked from keeps the real code)."""
-    import scheda.checkpoint
-    import scheda.trainer
+    import scheda.training.checkpoint
+    import scheda.training.trainer
 
     sleep = float(os.environ.get("SCHEDA_FAULT_EPOCH_SLEEP", "0"))
     if sleep:
-        run_epoch = scheda.trainer.Trainer.run_epoch
+        run_epoch = scheda.training.trainer.Trainer.run_epoch
 
         def slow_epoch(self, active):
             run_epoch(self, active)
             time.sleep(sleep)
 
-        scheda.trainer.Trainer.run_epoch = slow_epoch
+        scheda.training.trainer.Trainer.run_epoch = slow_epoch
 
     hang = os.environ.get("SCHEDA_FAULT_HANG_WRITE")
     if hang:
-        atomic_write = scheda.checkpoint.atomic_write
+        atomic_write = scheda.training.checkpoint.atomic_write
 
         def hanging_write(path, write):
             def write_then_hang(f):
@@ -49,7 +49,7 @@ def inject_faults() -> None:
 
             return atomic_write(path, write_then_hang)
 
-        scheda.checkpoint.atomic_write = hanging_write
+        scheda.training.checkpoint.atomic_write = hanging_write
 
     usr2 = os.environ.get("SCHEDA_FAULT_USR2_HANDLER")
     if usr2:

@@ -7,12 +7,12 @@ import json
 import pytest
 import torch
 
-import scheda.io
-from scheda.checkpoint import load_checkpoint, save_checkpoint
-from scheda.errors import CheckpointError
-from scheda.io import atomic_write, atomic_write_json
-from scheda.model import DenoisingAutoencoder
-from scheda.results import RunResults
+import scheda.utils.io
+from scheda.training.checkpoint import load_checkpoint, save_checkpoint
+from scheda.utils.errors import CheckpointError
+from scheda.utils.io import atomic_write, atomic_write_json
+from scheda.model.autoencoder import DenoisingAutoencoder
+from scheda.runs.rundir import RunResults
 
 
 class Boom(RuntimeError):
@@ -41,7 +41,7 @@ def test_results_json_survives_a_crash_mid_write(tmp_path, monkeypatch):
     def crashing(path, obj):
         return atomic_write(path, _crash_mid_write)
 
-    monkeypatch.setattr("scheda.results.atomic_write_json", crashing)
+    monkeypatch.setattr("scheda.runs.rundir.atomic_write_json", crashing)
     with pytest.raises(Boom):
         results.add_evaluation({"epoch": 2, "val_error": 0.4})
     saved = json.loads((tmp_path / "results.json").read_text())
@@ -55,7 +55,7 @@ def test_a_failed_rename_keeps_the_old_file(tmp_path, monkeypatch):
     def broken_replace(src, dst):
         raise OSError(errno.EIO, "I/O error")
 
-    monkeypatch.setattr(scheda.io.os, "replace", broken_replace)
+    monkeypatch.setattr(scheda.utils.io.os, "replace", broken_replace)
     with pytest.raises(OSError):
         atomic_write_json(path, {"v": 2})
     assert json.loads(path.read_text()) == {"v": 1}
@@ -80,4 +80,4 @@ def test_written_files_get_the_usual_permissions(tmp_path):
     import stat
 
     path = atomic_write_json(tmp_path / "results.json", {"a": 1})
-    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~scheda.io._UMASK
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~scheda.utils.io._UMASK

@@ -6,9 +6,9 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from scheda.errors import ConfigError
+from scheda.utils.errors import ConfigError
 from scheda.run import run
-from scheda.schedule import build_schedule
+from scheda.model.schedule import build_schedule
 
 from helpers import STAGES, TINY, compose_cfg, run_train
 

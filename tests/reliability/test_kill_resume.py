@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from scheda.checkpoint import load_checkpoint
+from scheda.training.checkpoint import load_checkpoint
 
 from helpers import TINY, run_train, start_faulty_train
 

@@ -1,4 +1,4 @@
-"""One writer per directory (scheda.lock), with real processes: a second resume of a live run
+"""One writer per directory (scheda.utils.lock), with real processes: a second resume of a live run
 and a second scheda-reproduce on a live out_dir are refused at once with one line naming the
 holder; a holder killed with SIGKILL leaves nothing that blocks the next one."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from scheda.errors import BusyError
-from scheda.lock import hold
+from scheda.utils.errors import BusyError
+from scheda.utils.lock import hold
 
 from helpers import TINY, run_train, start_train
 from test_reproduce import ENDLESS_DAS, reproduce, start_reproduce
@@ -65,7 +65,7 @@ def test_a_second_protocol_on_a_live_out_dir_is_refused(cifar_arrays, tmp_path):
 
 
 def test_a_stage_forked_from_the_protocol_does_not_keep_the_protocols_lock(cifar_arrays, tmp_path):
-    """The protocol forks its stages from itself (scheda.fork): a stage inherits its descriptors,
+    """The protocol forks its stages from itself (scheda.utils.fork): a stage inherits its descriptors,
     the out_dir lock among them, and lets that one go. So a protocol killed with SIGKILL frees its
     out_dir at once, while its orphaned stage still holds (only) its job's run."""
     proc = start_reproduce(tmp_path, cifar_arrays, *ENDLESS_DAS, new_session=True)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from scheda.checkpoint import load_checkpoint, save_checkpoint
-from scheda.errors import CheckpointError
+from scheda.training.checkpoint import load_checkpoint, save_checkpoint
+from scheda.utils.errors import CheckpointError
 from scheda.run import run
 
 from helpers import N_TRAIN, STAGES, TINY, compose_cfg, run_train
@@ -41,10 +41,10 @@ def test_divergence_stops_keeps_checkpoints_and_is_recorded(cifar_arrays, tmp_pa
 
 
 def test_divergence_after_good_epochs_keeps_the_last_good_checkpoint(cifar_arrays, tmp_path, monkeypatch):
-    import scheda.trainer
+    import scheda.training.trainer
 
     calls = {"n": 0}
-    original = scheda.trainer.Trainer.run_minibatches
+    original = scheda.training.trainer.Trainer.run_minibatches
 
     def poisoned(self, active):
         calls["n"] += 1
@@ -53,10 +53,10 @@ def test_divergence_after_good_epochs_keeps_the_last_good_checkpoint(cifar_array
                 active[0].model.W.fill_(float("nan"))
         return original(self, active)
 
-    monkeypatch.setattr(scheda.trainer.Trainer, "run_minibatches", poisoned)
+    monkeypatch.setattr(scheda.training.trainer.Trainer, "run_minibatches", poisoned)
     cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, "trainer.checkpoint_every=1",
                        "evaluate.enabled=false", "logger=none"])
-    with pytest.raises(scheda.errors.DivergenceError, match=r"epoch 3 \(nu=0.2\)"):
+    with pytest.raises(scheda.utils.errors.DivergenceError, match=r"epoch 3 \(nu=0.2\)"):
         run(cfg, tmp_path / "run")
     state = load_checkpoint(tmp_path / "run")
     assert state["epoch"] == 2 and torch.isfinite(state["model"]["W"]).all()
@@ -113,7 +113,7 @@ def test_corrupt_checkpoint_is_one_line(cifar_arrays, tmp_path, key):
 
 @pytest.mark.parametrize("key", ["resume", "init_from"])
 def test_checkpoint_of_another_shape_is_one_line(cifar_arrays, tmp_path, key):
-    from scheda.model import DenoisingAutoencoder
+    from scheda.model.autoencoder import DenoisingAutoencoder
 
     other = tmp_path / "other.pt"
     save_checkpoint(other, {"model": DenoisingAutoencoder(3072, 5).state_dict(), "epoch": 1})

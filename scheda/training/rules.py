@@ -15,9 +15,9 @@ from typing import Any, Callable, Optional
 from omegaconf import DictConfig
 
 from scheda.config import COMPONENT_MODULES, MANY, typed, typed_many
-from scheda.errors import ConfigError
-from scheda.schedule import nu_key, options_with_nu_key
-from scheda.step import graph_refusal, parallel_refusal, triton_refusal
+from scheda.utils.errors import ConfigError
+from scheda.model.schedule import nu_key, options_with_nu_key
+from scheda.training.step import graph_refusal, parallel_refusal, triton_refusal
 
 GROUPS = tuple(COMPONENT_MODULES)
 
@@ -47,7 +47,7 @@ def typed_run(cfg: DictConfig) -> TypedRun:
 
 
 def _fusable(run: TypedRun) -> bool:
-    """Whether the model is one the hand-written step (scheda.step) trains: a tied cross-entropy DA."""
+    """Whether the model is one the hand-written step (scheda.training.step) trains: a tied cross-entropy DA."""
     return run.model.name == "da" and run.model.loss == "cross_entropy"
 
 
@@ -61,7 +61,7 @@ def _parallel(run: TypedRun) -> bool:
 
 
 def _graph_refusal(run: TypedRun) -> str | None:
-    """What keeps a CUDA graph from this run's step (scheda.step decides), the device aside."""
+    """What keeps a CUDA graph from this run's step (scheda.training.step decides), the device aside."""
     t = run.trainer
     return graph_refusal(_fusable(run), t.fused, t.precision, _plain_sgd(run), run.schedule.build().per_minibatch)
 
@@ -71,7 +71,7 @@ def graph_can_capture_the_step(run: TypedRun) -> str | None:
 
 
 def _triton_refusal(run: TypedRun) -> str | None:
-    """What keeps the Triton step from this run (scheda.step decides), the device aside."""
+    """What keeps the Triton step from this run (scheda.training.step decides), the device aside."""
     t = run.trainer
     return triton_refusal(_fusable(run), t.fused, t.precision, _plain_sgd(run), run.noise.name == "masking",
                           run.schedule.build().per_minibatch)

@@ -1,13 +1,12 @@
 """The paper's measure of a representation: encode without noise, fit the classifier group's
 model on the training split for each setting of the classifier's own grid (C of an
-L2-regularised logistic regression by default, scheda.classifiers), choose the setting by
+L2-regularised logistic regression by default, scheda.evaluation.classifiers), choose the setting by
 validation error, report the test error there. This module decides when to evaluate and
 records what each evaluation gave.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 import math
 import time
@@ -17,12 +16,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from scheda.callbacks import Callback
+from scheda.training.callbacks import Callback
 from scheda.config import Component, register, typed
 from scheda.data import Splits
 from scheda.loggers.base import Loggers, MetricLogger
-from scheda.progress import bar
-from scheda.results import params_text
+from scheda.utils.progress import bar
+from scheda.runs.rundir import pack_correct, params_text
 
 log = logging.getLogger(__name__)
 
@@ -46,22 +45,6 @@ class EvaluateConfig(Component):
             raise self.invalid("every", "must be >= 0 (0: never periodically)")
         if self.chunk_size < 1:
             raise self.invalid("chunk_size", "must be >= 1")
-
-
-def pack_correct(correct: np.ndarray | torch.Tensor) -> str:
-    """Which test images a model got right, as base64 of the packed bits (1250 bytes for
-    10000 images): kept with every evaluation so that two models of one seed can be compared
-    image by image (McNemar's test, scheda.stats) long after the run."""
-    bits = np.asarray(correct.cpu() if isinstance(correct, torch.Tensor) else correct, dtype=bool)
-    return base64.b64encode(np.packbits(bits).tobytes()).decode("ascii")
-
-
-def unpack_correct(packed: str, n: int) -> np.ndarray:
-    """The boolean vector ``pack_correct`` stored (``n``: the number of test images)."""
-    bits = np.unpackbits(np.frombuffer(base64.b64decode(packed), dtype=np.uint8))
-    if bits.size < n or bits.size - n >= 8:
-        raise ValueError(f"packed correctness holds {bits.size} bits, not {n} images")
-    return bits[:n].astype(bool)
 
 
 def select(val_errors: Sequence[float]) -> int:

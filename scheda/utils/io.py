@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, IO
 
-from scheda.errors import CheckpointError
+from scheda.utils.errors import CheckpointError
 
 
 def shown_path(path: str | Path) -> str:

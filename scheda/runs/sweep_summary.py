@@ -1,6 +1,6 @@
 """After a ``train.py -m`` sweep: one line per job (its overrides, status, errors) and the
 best job on validation, read from each job's results.json, and the sweep's table in
-``summary.csv`` and ``summary.md`` (scheda.gather, as ``scheda-results`` prints it); a Hydra
+``summary.csv`` and ``summary.md`` (scheda.runs.gather, as ``scheda-results`` prints it); a Hydra
 callback, registered in configs/hydra/default.yaml."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from scheda.io import atomic_write, shown_path
+from scheda.utils.io import atomic_write, shown_path
 
 
 def job_line(job_dir: Path) -> tuple[str, float | None, str | None]:
     """One job's summary line, its validation error (None without an evaluation) and what this
-    invocation did with it (scheda.resume.ACTIONS; None when it did not get to it)."""
+    invocation did with it (scheda.runs.resume.ACTIONS; None when it did not get to it)."""
     overrides_file = job_dir / ".hydra" / "overrides.yaml"
     overrides = " ".join(str(o) for o in OmegaConf.load(overrides_file)) if overrides_file.exists() else ""
     results_file = job_dir / "results.json"
@@ -66,7 +66,7 @@ class SweepSummary(Callback):
             if sweep_dir.is_dir() else []
         if not jobs:
             return
-        from scheda.resume import ACTIONS
+        from scheda.runs.rundir import ACTIONS
 
         lines = [job_line(job) for job in jobs]
         print(f"sweep of {len(jobs)} jobs in {shown_path(sweep_dir)}:")
@@ -79,7 +79,7 @@ class SweepSummary(Callback):
         scored = [(val, text) for text, val, _ in lines if val is not None]
         if scored:
             print(f"best on validation: {min(scored)[1]}")
-        from scheda.gather import gather  # torch, only once a sweep has run
+        from scheda.runs.gather import gather  # torch, only once a sweep has run
 
         for fmt in ("csv", "md"):
             text = gather([sweep_dir], fmt=fmt, base=sweep_dir)  # runs named inside the sweep

@@ -23,17 +23,17 @@ import torch.nn.functional as F
 from omegaconf import II
 from torch import nn
 
-from scheda.checkpoint import load_checkpoint, save_checkpoint
-from scheda.classifiers import LinearModel
+from scheda.training.checkpoint import load_checkpoint, save_checkpoint
+from scheda.evaluation.classifiers import LinearModel
 from scheda.config import Component, register, typed
 from scheda.data import Splits
 from scheda.loggers.base import Loggers, MetricLogger
-from scheda.errors import ConfigError, DivergenceError
-from scheda.evaluate import pack_correct
-from scheda.model import ACTIVATIONS, DenoisingAutoencoder
-from scheda.optim import SGD
-from scheda.progress import bar
-from scheda.step import capture_graph
+from scheda.utils.errors import ConfigError, DivergenceError
+from scheda.runs.rundir import pack_correct
+from scheda.model.autoencoder import ACTIVATIONS, DenoisingAutoencoder
+from scheda.model.optim import SGD
+from scheda.utils.progress import bar
+from scheda.training.step import capture_graph
 
 log = logging.getLogger(__name__)
 LAST = "finetune_last.pt"
@@ -161,7 +161,7 @@ class FusedFineTune:
         self.b.add_(dh.sum(1))
 
     def _capture(self) -> None:
-        """One full minibatch captured (scheda.step.capture_graph; no generator: no noise here)."""
+        """One full minibatch captured (scheda.training.step.capture_graph; no generator: no noise here)."""
         self.graph = capture_graph(lambda: self.eager(self.idx), lambda: self.eager(self.idx),
                                    [self.W, self.b, self.V, self.c], [], self.loss_sums)
 

@@ -10,13 +10,14 @@ from typing import Any, Callable, Optional, Protocol
 import torch
 from tqdm import tqdm
 
-from scheda.checkpoint import checkpoint_name, save_checkpoint
+from scheda.runs.rundir import checkpoint_name
+from scheda.training.checkpoint import save_checkpoint
 
 log = logging.getLogger(__name__)
 
 
 class ModelState(Protocol):
-    """What a callback reads of the trainer that calls it (scheda.trainer.ModelState is one): the
+    """What a callback reads of the trainer that calls it (scheda.training.trainer.ModelState is one): the
     callbacks sit beside the loop, not above it, so they name no module of it."""
 
     model: torch.nn.Module
@@ -99,7 +100,7 @@ class ProgressBar(Callback):
         self.total_epochs = 0
 
     def on_fit_start(self, trainer):
-        from scheda.progress import bar
+        from scheda.utils.progress import bar
 
         n = trainer.train_x.shape[0]
         self.total_epochs = trainer.schedule.total_epochs

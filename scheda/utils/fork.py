@@ -26,7 +26,7 @@ from pathlib import Path
 
 from hydra.core.global_hydra import GlobalHydra
 
-from scheda.lock import release_inherited_locks
+from scheda.utils.lock import release_inherited_locks
 
 # Imported before the first fork (by the server, or by this process): the command's module and
 # what its runs import on their way, TensorBoard's writer above all (360 modules). A fork that

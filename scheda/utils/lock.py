@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from scheda.errors import BusyError
-from scheda.io import shown_path
+from scheda.utils.errors import BusyError
+from scheda.utils.io import shown_path
 
 LOCK = ".lock"
 _held: set[int] = set()  # this process's lock descriptors, for release_inherited_locks

@@ -17,7 +17,7 @@ import torch
 from omegaconf import MISSING
 
 from scheda.config import GROUPS, Component, register, schema_of, typed
-from scheda.errors import ConfigError
+from scheda.utils.errors import ConfigError
 
 MAX_STEPS = 10_000  # more noise levels than any schedule needs; guards against delta_nu ~ 0
 MIN_DELTA_NU = 1e-6  # well above the rounding below, so levels stay strictly monotonic

@@ -18,15 +18,15 @@ from typing import Any, List, Optional, Sequence
 
 import torch
 
-from scheda.callbacks import Callback
+from scheda.training.callbacks import Callback
 from scheda.config import Component, register
-from scheda.errors import ConfigError, DivergenceError
-from scheda.interrupt import NEVER, Interrupted
-from scheda.model import DenoisingAutoencoder
-from scheda.noise import Noise
-from scheda.optim import SGD
-from scheda.schedule import NoiseSchedule
-from scheda.step import StepBuilder
+from scheda.utils.errors import ConfigError, DivergenceError
+from scheda.utils.interrupt import NEVER, Interrupted
+from scheda.model.autoencoder import DenoisingAutoencoder
+from scheda.model.noise import Noise
+from scheda.model.optim import SGD
+from scheda.model.schedule import NoiseSchedule
+from scheda.training.step import StepBuilder
 
 log = logging.getLogger(__name__)
 PRECISIONS = ("fp32", "tf32", "bf16")
@@ -58,11 +58,11 @@ class TrainerConfig(Component):
     fused: bool = True  # the hand-written tied-DA step (cross-entropy + SGD); false: autograd
     # Capture the fused step in a CUDA graph (one launch per minibatch instead of ~45): 2.75-4.2x
     # faster than eager on an H100 (docs/results/table1_gpu.md's check). null: on wherever it applies (a CUDA device,
-    # the fused step, plain SGD, fp32/tf32; scheda.rules.resolve); true: refuse a run it cannot take.
+    # the fused step, plain SGD, fp32/tf32; scheda.training.rules.resolve); true: refuse a run it cannot take.
     cuda_graph: Optional[bool] = None
-    # The step's elementwise work in four Triton kernels for all models (scheda.kernels): about
+    # The step's elementwise work in four Triton kernels for all models (scheda.training.kernels): about
     # 45 kernels a minibatch become K + 8. null: on wherever it applies (a CUDA device, the plain
-    # fused step, the masking noise, one nu per epoch; scheda.rules.resolve); true: refuse a run
+    # fused step, the masking noise, one nu per epoch; scheda.training.rules.resolve); true: refuse a run
     # it cannot take. The CPU keeps the torch step, which measures faster there.
     triton: Optional[bool] = None
     precision: str = "fp32"  # fp32 | tf32 (CUDA matmuls in TF32) | bf16 (autocast; autograd step)
@@ -97,7 +97,7 @@ class TrainerConfig(Component):
         return device
 
     def step_builder(self) -> StepBuilder:
-        """The update these settings ask for (``cuda_graph`` and ``triton`` resolved by scheda.rules first)."""
+        """The update these settings ask for (``cuda_graph`` and ``triton`` resolved by scheda.training.rules first)."""
         return StepBuilder(self.fused, self.precision, bool(self.cuda_graph), bool(self.triton))
 
     def setup_process(self) -> None:

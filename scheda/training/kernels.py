@@ -1,10 +1,10 @@
 """The fused DA step's elementwise work as four Triton kernels, for K >= 1 models at once.
 
-The hand-written step (scheda.step.BatchedStep) is five products and about forty small
+The hand-written step (scheda.training.step.BatchedStep) is five products and about forty small
 elementwise kernels a minibatch; at the paper's minibatch of 20 on a GPU those launches, not
 the arithmetic, set the time. Here every elementwise stage between two products is ONE
 kernel for all K models, so a minibatch is K random draws (each model's own generator, as
-scheda.noise.Masking draws them) + 4 products + these 4 kernels:
+scheda.model.noise.Masking draws them) + 4 products + these 4 kernels:
 
 * :func:`corrupt`: gather the minibatch rows and apply the masking noise from the drawn words
   (Masking's rule: a 15-bit lane >= round(nu 2^15) keeps the input), writing x and x~;
@@ -19,7 +19,7 @@ Column sums run over the minibatch inside one program, in tiles of rows (no atom
 deterministic and a resumed run repeats the uninterrupted one bit for bit. With
 ``TRITON_INTERPRET=1`` (set before triton is imported) the kernels run on CPU tensors in
 Triton's interpreter: that is how the suite tests them without a GPU (slow; a CPU run trains
-with scheda.step.BatchedStep, which is faster there). scheda.step imports this module only
+with scheda.training.step.BatchedStep, which is faster there). scheda.training.step imports this module only
 when it builds the step: importing triton costs every other process its start.
 """
 

@@ -1,4 +1,4 @@
-"""The classifier group: the probes that measure a representation (scheda.evaluate fits one
+"""The classifier group: the probes that measure a representation (scheda.evaluation.evaluate fits one
 per evaluation), each with its own grid of settings chosen on validation error.
 
 ``torch_lr`` and ``liblinear``: L2-regularised logistic regression, as the paper evaluates. Both
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from scheda.config import Component, register, typed
-from scheda.errors import ConfigError
+from scheda.utils.errors import ConfigError
 
 
 @dataclass

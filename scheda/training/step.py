@@ -2,7 +2,7 @@
 
 :class:`StepBuilder` builds the step the run's settings ask for, by the answers of
 :func:`fused_applies`, :func:`graph_refusal`, :func:`triton_refusal` and :func:`parallel_refusal`,
-which scheda.rules asks too before the run starts (one decision, one set of error lines):
+which scheda.training.rules asks too before the run starts (one decision, one set of error lines):
 
 * :class:`AutogradStep` (called as K = 1 through :class:`OneModel`): ``model.training_loss``
   (corrupt, reconstruct), ``backward``, ``optimizer.step``. Serves every option (any noise,
@@ -22,7 +22,7 @@ which scheda.rules asks too before the run starts (one decision, one set of erro
   place, and the loss is accumulated on the device. Five products of n x d x H per step:
   the minimum for a tied DA.
 * :class:`TritonStep`: the same update with the masking noise, its elementwise work in four
-  Triton kernels for all K models (scheda.kernels), graphed several minibatches a replay: the
+  Triton kernels for all K models (scheda.training.kernels), graphed several minibatches a replay: the
   CUDA default where :func:`triton_refusal` has no objection (on a CPU the torch step above
   measures faster, and Triton has no CPU backend but its interpreter).
 """
@@ -38,10 +38,10 @@ from typing import Callable
 
 import torch
 
-from scheda.errors import ConfigError
-from scheda.model import DenoisingAutoencoder
-from scheda.noise import Masking, Noise, mask_threshold
-from scheda.optim import SGD
+from scheda.utils.errors import ConfigError
+from scheda.model.autoencoder import DenoisingAutoencoder
+from scheda.model.noise import Masking, Noise, mask_threshold
+from scheda.model.optim import SGD
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def plain_sgd(optimizer: SGD) -> bool:
     return group["momentum"] == 0 and group["weight_decay"] == 0
 
 
-# Which step trains a run, decided here from the run's settings alone: scheda.rules refuses a
+# Which step trains a run, decided here from the run's settings alone: scheda.training.rules refuses a
 # config with these lines before anything is built, and StepBuilder builds by the same answers.
 FUSED_STEP = "model.name=da, model.loss=cross_entropy, trainer.fused=true, trainer.precision fp32 or tf32"
 PLAIN_SGD = "optim.momentum=0 and optim.weight_decay=0"
@@ -324,8 +324,8 @@ class FusedStep(BatchedStep):
 
 
 class TritonStep(BatchedStep):
-    """The plain fused step with masking noise in few kernels (scheda.kernels): per minibatch,
-    each model's random words from its own generator (as :class:`~scheda.noise.Masking` draws
+    """The plain fused step with masking noise in few kernels (scheda.training.kernels): per minibatch,
+    each model's random words from its own generator (as :class:`~scheda.model.noise.Masking` draws
     them, so the masks are the torch step's), the four products, and four Triton kernels for
     all K models; the loss stays in per-block slots on the device (``loss_sums`` [K, blocks]).
     Graphed (CUDA), one replay runs :attr:`minibatches` minibatches, so neither the host's
@@ -360,7 +360,7 @@ class TritonStep(BatchedStep):
     def set_levels(self, nus: list) -> None:
         """Each model's mask threshold on the device, copied in when a level changes (an epoch's start)."""
         if any(isinstance(nu, torch.Tensor) for nu in nus):
-            raise ValueError("the Triton step takes one noise level per epoch (scheda.rules refuses a run "
+            raise ValueError("the Triton step takes one noise level per epoch (scheda.training.rules refuses a run "
                              "that draws nu per minibatch)")
         thr = tuple(mask_threshold(nu) for nu in nus)
         if thr != self._thr:
@@ -469,7 +469,7 @@ class StepBuilder:
         """The Triton step when asked for, else the fused step where it applies
         (:func:`fused_applies`), captured in a CUDA graph when asked for (before the first epoch,
         not inside it); else autograd, for one model. A run's settings were checked by the same
-        functions (scheda.rules) before it got here."""
+        functions (scheda.training.rules) before it got here."""
         fusable = all(map(BatchedStep.supports, models, optimizers))
         sgd_is_plain = all(map(plain_sgd, optimizers))
         if self.cuda_graph:
@@ -547,7 +547,7 @@ class GraphedStep(LossSums):
         """The batched step's signature: ``idx`` [K, n], one nu (a float) per model."""
         if any(isinstance(nu, torch.Tensor) for nu in nus):
             raise ValueError("a CUDA graph replays one noise level per epoch, not one drawn per minibatch "
-                             "(scheda.rules refuses such a run)")
+                             "(scheda.training.rules refuses such a run)")
         if idx.shape[1] != self.batch_size:
             return self.eager(x_all, idx, nus, generators)
         self.prepare()

@@ -3,12 +3,12 @@ sweeps, the models of a fused sweep, protocol folders) as one table: the config 
 between the runs as columns, then status, epochs, the classifier's chosen setting, validation and
 test error and wall time, sorted by validation error. ``--group-by`` folds runs that differ only
 in other keys (``--group-by all-but-seed``: seeds) into mean ± sd (n) per group, with the
-statistics the protocol's report uses (scheda.stats). ``--at`` reads each run at its last
+statistics the protocol's report uses (scheda.utils.stats). ``--at`` reads each run at its last
 evaluation (the default), at its best on validation, or at ``epoch=N``: the protocol's two rules
 for its further seeds (the selection seed's epoch, each seed's own best), for any sweep.
 ``--metric NAME`` adds a scalar each run logged to its metrics.csv (``logger=[tensorboard,csv]``). The end
 of every ``-m`` sweep writes
-``summary.csv`` and ``summary.md`` with the same code (scheda.sweep_summary).
+``summary.csv`` and ``summary.md`` with the same code (scheda.runs.sweep_summary).
 
     scheda-results outputs/multirun/2026-11-26/10-00-00
     scheda-results runs/ --group-by all-but-seed --format md
@@ -27,8 +27,8 @@ from typing import Any, Sequence
 
 from scheda import stats
 from scheda.config import flatten
-from scheda.io import shown_path
-from scheda.results import params_of, params_text, read_metrics
+from scheda.utils.io import shown_path
+from scheda.runs.rundir import params_of, params_text, pick, read_metrics
 
 COLUMNS = ("status", "epochs", "classifier", "val_error %", "test_error %", "minutes")
 # How a markdown table prints a column's numbers (as the sweep's own lines do: errors in % to two decimals).
@@ -39,7 +39,7 @@ DIGITS = {"val_error %": 2, "test_error %": 2, "minutes": 1}
 BOOKKEEPING = ("resume", "force_resume", "rerun", "requires", "trainer.progress_bar")
 BOOKKEEPING_PREFIXES = ("logger.",)
 ALL_BUT_SEED = "all-but-seed"
-# --env: what each run ran on (results.json's ``environment``, scheda.environment), as columns.
+# --env: what each run ran on (results.json's ``environment``, scheda.utils.environment), as columns.
 ENV_COLUMNS = ("scheda", "git_commit", "git_dirty", "python", "torch", "cuda", "cudnn", "device_name", "host")
 
 
@@ -54,18 +54,6 @@ def find_results(folders: Sequence[str | Path]) -> list[Path]:
             if path not in found:
                 found.append(path)
     return [p for p in found if not (p.parent / "models").is_dir()]
-
-
-def pick(evaluations: list[dict[str, Any]], at: str) -> dict[str, Any] | None:
-    """The evaluation a run is read at: ``last``, ``best`` (lowest validation error, the earliest
-    on ties) or ``epoch=N`` (None where the run has no evaluation there)."""
-    if not evaluations:
-        return None
-    if at == "best":
-        return min(evaluations, key=lambda e: (e["val_error"], e["epoch"]))
-    if at.startswith("epoch="):
-        return next((e for e in reversed(evaluations) if e["epoch"] == int(at.split("=", 1)[1])), None)
-    return evaluations[-1]
 
 
 def at_choice(text: str) -> str:

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from scheda.config import Component, register, typed
-from scheda.errors import ConfigError
+from scheda.utils.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class DenoisingAutoencoder(nn.Module):
 
     @property
     def fusable(self) -> bool:
-        """Whether the hand-written tied-DA step (scheda.step) computes this model's update."""
+        """Whether the hand-written tied-DA step (scheda.training.step) computes this model's update."""
         return type(self) is DenoisingAutoencoder and self.loss_name == "cross_entropy"
 
     @torch.no_grad()

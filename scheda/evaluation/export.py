@@ -24,11 +24,11 @@ import numpy as np
 import torch
 
 import scheda
-from scheda.checkpoint import load_run_model
+from scheda.training.checkpoint import load_run_model
 from scheda.data import load_dataset
-from scheda.errors import ConfigError, SchedaError
-from scheda.evaluate import encode_splits, labels_of
-from scheda.io import atomic_write
+from scheda.utils.errors import ConfigError, SchedaError
+from scheda.evaluation.evaluate import encode_splits, labels_of
+from scheda.utils.io import atomic_write
 
 SPLITS = ("train", "val", "test")
 

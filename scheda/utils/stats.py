@@ -8,7 +8,7 @@ p-value. *Test-set noise*: one model's error on N test images has a binomial sta
 and two models of the same seed can be compared image by image (McNemar's exact test).
 
 scipy.stats is imported where it is used: it costs about a second of CPU, and most importers of
-this module (every sweep's summary table, through scheda.gather) never call it.
+this module (every sweep's summary table, through scheda.runs.gather) never call it.
 """
 
 from __future__ import annotations

@@ -12,19 +12,11 @@ from typing import Any
 
 import torch
 
-from scheda.errors import CheckpointError
-from scheda.io import atomic_write
+from scheda.utils.errors import CheckpointError
+from scheda.runs.rundir import CHECKPOINT_RE
+from scheda.utils.io import atomic_write
 
 FORMAT_VERSION = 1
-CHECKPOINT_RE = re.compile(r"^epoch_(\d+)(?:_batch_(\d+))?\.pt$")
-
-
-def checkpoint_name(epoch: int, batch: int | None = None) -> str:
-    """File name of the checkpoint taken after ``epoch`` completed epochs (and ``batch``
-    minibatches of the next one, when an interrupt stopped it there)."""
-    return f"epoch_{epoch:05d}.pt" if batch is None else f"epoch_{epoch:05d}_batch_{batch:06d}.pt"
-
-
 def _position(match: re.Match) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2) or 0)
 

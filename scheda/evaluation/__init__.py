@@ -1,0 +1,1 @@
+"""The measure of a representation: classifiers on the encoded splits, fine-tuning, exports."""

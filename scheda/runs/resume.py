@@ -1,0 +1,91 @@
+"""``python train.py resume=RUN``: continue a run as itself (what a job does with a run
+directory that already holds a run is scheda.runs.rundir's ``previous_attempt``).
+
+The run's own overrides (``RUN/.hydra/overrides.yaml``) are composed again with the ones on
+the command line on top, and the run writes into its own directory, so its checkpoints,
+results.json and TensorBoard curves stay one run. A change that would alter training (the
+schedule, the model, lr, seed, ...) is refused with one line unless ``force_resume=true``;
+devices, threads, logging, evaluation and a longer ``trainer.max_epochs`` may change.
+This module imports no torch: it runs before Hydra parses the command line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+# Keys a resumed run may change: where and how it runs and is measured, not what it trains.
+MAY_CHANGE = ("resume", "init_from", "force_resume", "rerun", "requires", "trainer.device", "trainer.num_threads",
+              "trainer.progress_bar", "trainer.max_epochs", "trainer.checkpoint_every", "logger.", "evaluate.",
+              "classifier.", "finetune.", "dataset.root", "dataset.download")
+DROPPED = ("resume", "init_from", "hydra.run.dir", "hydra.output_subdir")  # of the run's own overrides
+
+
+def run_dir_of(value: str | Path) -> Path | None:
+    """The run directory that a ``resume=`` value (run directory, checkpoints/ or a checkpoint
+    file) points into, if it is one that Hydra wrote (it has ``.hydra/``)."""
+    path = Path(value).expanduser()
+    for candidate in (path, path.parent, path.parent.parent):
+        if (candidate / ".hydra" / "overrides.yaml").is_file():
+            return candidate
+    return None
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def resume_argv(argv: list[str]) -> list[str]:
+    """``argv`` for a single run with ``resume=RUN``: RUN's own overrides, then these (which win),
+    then RUN as the output directory. Anything else (a sweep, no resume, a checkpoint outside a
+    Hydra run directory) is returned unchanged."""
+    from omegaconf import OmegaConf
+
+    args = argv[1:]
+    if any(a in ("-m", "--multirun") or a.startswith("-") for a in args):
+        return argv
+    values = [a.split("=", 1)[1] for a in args if _key(a) == "resume" and "=" in a]
+    if not values or values[-1] in ("", "null"):
+        return argv
+    run_dir = run_dir_of(values[-1])
+    if run_dir is None:
+        return argv
+    given = {_key(a) for a in args}
+    saved = [str(o) for o in OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")
+             if _key(str(o)) not in given and not _key(str(o)).startswith(DROPPED)]
+    extra = [] if "hydra.run.dir" in given else [f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
+    return [argv[0], *saved, *args, *extra]
+
+
+def config_changes(saved: dict[str, Any], cfg: Any) -> tuple[list[str], list[str], str]:
+    """The keys that differ between a run's saved config and ``cfg``, those of them that alter
+    what it trains, and the first few of those as ``key: old -> new`` text."""
+    from omegaconf import OmegaConf
+
+    from scheda.config import flatten
+
+    saved = flatten(saved)
+    now = flatten(OmegaConf.to_container(cfg, resolve=True))
+    changed = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
+    altering = [k for k in changed if not k.startswith(MAY_CHANGE)]
+    shown = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in altering[:3])
+    return changed, altering, shown + (", ..." if len(altering) > 3 else "")
+
+
+def check_resume_config(cfg: Any, resume: str | Path) -> list[str]:
+    """The differences between ``cfg`` and the config the resumed run was started with; a
+    ConfigError when one of them alters training and ``force_resume`` is not set."""
+    from omegaconf import OmegaConf
+
+    from scheda.utils.errors import ConfigError
+
+    path = Path(resume).expanduser()
+    found = [c / name for c in (path, path.parent, path.parent.parent)
+             for name in (".hydra/config.yaml", "config.yaml") if (c / name).is_file()]
+    if not found:
+        return []
+    changed, altering, shown = config_changes(OmegaConf.to_container(OmegaConf.load(found[0]), resolve=True), cfg)
+    if altering and not cfg.get("force_resume"):
+        raise ConfigError(f"resume would change what the run trains ({shown}): "
+                          f"drop those overrides, or add force_resume=true")
+    return changed

@@ -1,0 +1,1 @@
+"""Training: the minibatch step (torch, fused, Triton), the loop, its callbacks, checkpoints, and the rules between config groups."""

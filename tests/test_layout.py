@@ -1,0 +1,99 @@
+"""The package's layers: every import of every module of scheda (those inside functions too)
+points to its own layer or one below, never up, and no two packages of one layer import each
+other. The old flat import paths still work for one release, with a warning naming the new one."""
+
+import ast
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO
+
+# Bottom to top. A module of one layer imports only from its own package and from lower layers.
+LAYERS = [
+    {"scheda.utils"},                                  # plumbing: errors, atomic writes, locks, forks, signals
+    {"scheda.config"},                                 # the registry of config groups
+    {"scheda.runs", "scheda.data", "scheda.model"},    # run directories (no torch); data sets; the model and its parts
+    {"scheda.training"},                               # the step, the loop, callbacks, checkpoints, rules
+    {"scheda.loggers"},
+    {"scheda.evaluation"},                             # classifiers, fine-tuning, exports
+    {"scheda.run", "scheda.protocol"},                 # one run built and run; the paper's protocol
+    {"scheda.api", "scheda.cli"},                      # the Python API and the command line
+]
+FRONT_DOOR = {"scheda", "scheda._moved"}  # the package itself: its lazy scheda.train, and the old paths
+
+
+def unit_of(module: str) -> str | None:
+    """The package (or top-level module) of ``module`` that LAYERS names."""
+    for layer in LAYERS:
+        for unit in layer:
+            if module == unit or module.startswith(unit + "."):
+                return unit
+    return None
+
+
+def rank(unit: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if unit in layer)
+
+
+def imports_of(path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)  # from scheda import api
+    return {m for m in found if m == "scheda" or m.startswith("scheda.")}
+
+
+def modules():
+    for path in sorted((REPO / "scheda").rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        yield name, path
+
+
+def test_every_module_belongs_to_a_layer():
+    orphans = [name for name, _ in modules() if name not in FRONT_DOOR and unit_of(name) is None]
+    assert orphans == [], f"name these in LAYERS: {orphans}"
+
+
+def test_no_import_runs_up_a_layer_or_across_one():
+    wrong = []
+    for name, path in modules():
+        if name in FRONT_DOOR:
+            continue
+        unit = unit_of(name)
+        for target in imports_of(path):
+            to = unit_of(target)
+            if to is None or to == unit:
+                continue
+            if rank(to) > rank(unit) or (rank(to) == rank(unit)):
+                wrong.append(f"{name} imports {target} ({unit} -> {to})")
+    assert wrong == []
+
+
+def test_an_old_import_path_still_works_and_names_the_new_one():
+    code = ("import warnings\nwarnings.simplefilter('error')\n"
+            "import scheda.model.noise as new\n"
+            "try:\n    import scheda.noise\nexcept DeprecationWarning as w:\n    print(w)\n"
+            "warnings.simplefilter('ignore')\n"
+            "import scheda.noise as old\nfrom scheda.results import RunResults\n"
+            "from scheda.runs.rundir import RunResults as R\n"
+            "assert old is new and RunResults is R\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ("scheda.noise is now scheda.model.noise; the old path works for this release "
+                                  "only: import scheda.model.noise")
+
+
+@pytest.mark.parametrize("module", ["scheda.runs.rundir", "scheda.runs.gather", "scheda.runs.resume"])
+def test_reading_runs_needs_no_torch(module):
+    """``scheda-results`` and the protocol's reading of runs stay light: no torch."""
+    out = subprocess.run([sys.executable, "-c", f"import sys, {module}; print('torch' in sys.modules)"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
