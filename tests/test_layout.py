@@ -90,6 +90,21 @@ def test_an_old_import_path_still_works_and_names_the_new_one():
                                   "only: import scheda.model.noise")
 
 
+def test_what_was_pickled_with_the_old_paths_loads():
+    """A config pickled by the flat layout (a sweep's job handed to a joblib worker, say) names
+    ``scheda.model.DAConfig`` and ``scheda.noise.Masking``: both load as today's classes."""
+    import pickle
+    import warnings
+
+    from scheda.model.autoencoder import DAConfig
+    from scheda.model.noise import Masking
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert pickle.loads(b"cscheda.model\nDAConfig\n.") is DAConfig
+        assert pickle.loads(b"cscheda.noise\nMasking\n.") is Masking
+
+
 @pytest.mark.parametrize("module", ["scheda.runs.rundir", "scheda.runs.gather", "scheda.runs.resume"])
 def test_reading_runs_needs_no_torch(module):
     """``scheda-results`` and the protocol's reading of runs stay light: no torch."""

@@ -1,6 +1,10 @@
 """The model and its parts: the tied-weight denoising autoencoder (and its composite), the
-noise processes that corrupt its input, the noise schedules, and the optimiser."""
+noise processes that corrupt its input, the noise schedules, and the optimiser. The
+autoencoder's names are here too, where the module ``scheda.model`` held them before the
+package (configs pickled then name ``scheda.model.DAConfig``)."""
 
-from scheda.model.autoencoder import (ACTIVATIONS, LOSSES, CompositeDA, DenoisingAutoencoder, build_model)
+from scheda.model.autoencoder import (ACTIVATIONS, LOSSES, CompositeConfig, CompositeDA, DAConfig,
+                                      DenoisingAutoencoder, RawConfig, build_model)
 
-__all__ = ["ACTIVATIONS", "LOSSES", "CompositeDA", "DenoisingAutoencoder", "build_model"]
+__all__ = ["ACTIVATIONS", "LOSSES", "CompositeConfig", "CompositeDA", "DAConfig", "DenoisingAutoencoder", "RawConfig",
+           "build_model"]
