@@ -17,7 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from scheda.training.callbacks import CheckpointCallback, ProgressBar
-from scheda import environment
+from scheda.utils import environment
 from scheda.training.checkpoint import (
     find_checkpoint_dir,
     load_checkpoint,

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from scheda import stats
+from scheda.utils import stats
 from scheda.runs.gather import gather
 from helpers import STAGES, TINY, run_module, run_train
 

@@ -76,6 +76,16 @@ def test_no_import_runs_up_a_layer_or_across_one():
     assert wrong == []
 
 
+def test_nothing_of_scheda_imports_an_old_path():
+    """The old flat paths are for users' code of before; scheda, its tests and scripts use the new ones."""
+    from scheda._moved import MOVED
+
+    files = [*(REPO / "scheda").rglob("*.py"), *(REPO / "tests").rglob("*.py"), *(REPO / "scripts").glob("*.py")]
+    old = [f"{path.relative_to(REPO)}: {target}" for path in files if path.name not in ("_moved.py", "test_layout.py")
+           for target in imports_of(path) if target in MOVED]
+    assert old == []
+
+
 def test_an_old_import_path_still_works_and_names_the_new_one():
     code = ("import warnings\nwarnings.simplefilter('error')\n"
             "import scheda.model.noise as new\n"

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from scheda import rules
+from scheda.training import rules
 from scheda.utils.errors import ConfigError
 from scheda.run import run
 from helpers import STAGES, TINY, compose_cfg

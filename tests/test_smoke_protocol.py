@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from scheda import stats
+from scheda.utils import stats
 from scheda.runs.rundir import checkpoint_name
 from helpers import TINY_PROTOCOL, User, readme_commands
 from test_reproduce import reproduce, table_rows

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from scheda import stats
+from scheda.utils import stats
 from scheda.runs.rundir import pack_correct, unpack_correct
 
 

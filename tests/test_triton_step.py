@@ -90,7 +90,7 @@ def test_where_triton_cannot_compile_the_torch_step_trains_from_the_same_state(m
     """A kernel that fails when the step is built (no C compiler, no Python headers): one warning,
     the torch step, and the warm-up's draws and updates undone, so the run is the one
     trainer.triton=false would give."""
-    from scheda import kernels
+    from scheda.training import kernels
 
     def fails(*args, **kwargs):
         raise RuntimeError("Failed to compile the launcher: cc not found\nmore detail")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheda import stats
+from scheda.utils import stats
 from scheda.runs.rundir import unpack_correct
 from scheda.protocol.jobs import FINETUNED, Kind, kind_label, pct
 

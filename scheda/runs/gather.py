@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from scheda import stats
+from scheda.utils import stats
 from scheda.config import flatten
 from scheda.utils.io import shown_path
 from scheda.runs.rundir import params_of, params_text, pick, read_metrics

@@ -345,7 +345,7 @@ class TritonStep(BatchedStep):
             raise ConfigError(refusal)
         if graphed and device.type != "cuda":
             raise ConfigError(f"trainer.cuda_graph=true needs a CUDA device, not {device}")
-        from scheda import kernels
+        from scheda.training import kernels
 
         self.kernels = kernels
         K, n, d = self.x.shape
