@@ -13,7 +13,6 @@ test_x, test_y)``, read as ``dataset=arrays`` reads its files (scheda/data/array
 
 from __future__ import annotations
 
-import itertools
 import json
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +24,6 @@ import torch
 from scheda.utils.errors import ConfigError
 
 DATA_NAMES = ("train_x", "train_y", "test_x", "test_y")
-_keys = itertools.count()
 
 
 class Run:
@@ -107,16 +105,14 @@ def train(overrides: Sequence[str] | Mapping[str, Any] = (), data=None, output_d
     from scheda.run import run
 
     register_configs()
-    extra, key = _override_list(overrides), None
+    extra, handed = _override_list(overrides), None
     if data is not None:
         if isinstance(data, (np.ndarray, torch.Tensor)):
             data = (data,)
         if len(data) not in (1, 2, 4):
             raise ConfigError("data: give (train_x,), (train_x, train_y) or (train_x, train_y, test_x, test_y)")
-        key = f"memory:{next(_keys)}"
-        arrays.MEMORY[key] = {name: (v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v))
-                              for name, v in zip(DATA_NAMES, data)}
-        extra += ["dataset=arrays", f"dataset.root={key}"]
+        handed = dict(zip(DATA_NAMES, data))
+        extra += ["dataset=arrays", f"dataset.root={arrays.HANDED}scheda.train"]
     if output_dir is None:  # scheda-train's own layout (configs/hydra/default.yaml)
         output_dir = Path("outputs/runs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S-%f")
     if GlobalHydra.instance().is_initialized():
@@ -124,11 +120,7 @@ def train(overrides: Sequence[str] | Mapping[str, Any] = (), data=None, output_d
                           "(inside a Hydra app?): call it from plain Python")
     where = initialize_config_module(CONFIGS.removeprefix("pkg://"), version_base="1.3") \
         if CONFIGS.startswith("pkg://") else initialize_config_dir(CONFIGS, version_base="1.3")
-    try:
-        with where:
-            cfg = compose("train", extra)
-        run(cfg, output_dir)
-    finally:
-        if key is not None:
-            arrays.MEMORY.pop(key, None)
+    with where:
+        cfg = compose("train", extra)
+    run(cfg, output_dir, data=handed)
     return Run(output_dir)

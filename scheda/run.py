@@ -1,68 +1,64 @@
 """One training run from a composed config: build everything, train, write results.
 
-``train.py`` (the users' entry point) is a thin Hydra wrapper around :func:`run`; tests and
-scripts may call :func:`run` directly with a config and an output directory.
+``train.py`` (the users' entry point) is a thin Hydra wrapper around :func:`run`; tests,
+scripts and the Python API (scheda.api) call :func:`run` with a config, an output directory
+and, if they have them, arrays to train on. The composed config is checked and typed once
+(scheda.training.rules.check_run); everything after that is built from the typed run alone.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import itertools
 import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from scheda.training.callbacks import CheckpointCallback, ProgressBar
-from scheda.utils import environment
-from scheda.training.checkpoint import (
-    find_checkpoint_dir,
-    load_checkpoint,
-    load_model_weights,
-)
 from scheda.config import check_composed
-from scheda.data import input_size, load_dataset
-from scheda.utils.errors import CheckpointError, ConfigError
-from scheda.evaluation.evaluate import (
-    EvaluationCallback,
-    evaluate_features,
-    labels_of,
-    raw_features,
-)
+from scheda.data import dataset_spec
+from scheda.evaluation.evaluate import EvaluationCallback, evaluate_features, labels_of, raw_features
 from scheda.evaluation.finetune import FineTuner
-from scheda.utils.interrupt import Interrupted, stop_on_signals
-from scheda.utils.io import atomic_write, atomic_write_json, shown_path
-from scheda.utils.lock import hold
-from scheda.loggers import Loggers, LoggingCallback, build_loggers, hparams, name_runs
+from scheda.loggers import Loggers, LoggingCallback, build_loggers, hparams
 from scheda.model.autoencoder import build_model
 from scheda.model.noise import build_noise
 from scheda.model.optim import build_optimizer
-from scheda.runs.rundir import RunResults, params_of, params_text, status_of
-from scheda.runs.resume import check_resume_config
-from scheda.runs.rundir import previous_attempt, set_aside
-from scheda.training.rules import TypedRun, check_run
 from scheda.model.schedule import build_schedule, check_nu, nu_key
+from scheda.runs.resume import check_resume_config
+from scheda.runs.rundir import RunResults, params_of, params_text, previous_attempt, set_aside, status_of
+from scheda.training.callbacks import CheckpointCallback, ProgressBar
+from scheda.training.checkpoint import find_checkpoint_dir, load_checkpoint, load_model_weights
+from scheda.training.rules import TypedRun, check_run
+from scheda.training.trainer import ModelState, Trainer
+from scheda.utils import environment
+from scheda.utils.errors import CheckpointError, ConfigError
+from scheda.utils.interrupt import Interrupted, stop_on_signals
+from scheda.utils.io import atomic_write, atomic_write_json, shown_path
+from scheda.utils.lock import hold
 from scheda.utils.seeding import derive_seed, train_seed
-from scheda.training.trainer import Trainer, ModelState
 
 log = logging.getLogger(__name__)
 
 
-def run(cfg: DictConfig, output_dir: str | Path) -> dict[str, Any]:
+def run(cfg: DictConfig, output_dir: str | Path, data: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Train the configured DA/ScheDA (or evaluate raw inputs for ``model=raw``); returns
-    the run's results, also written to results.json. A run that fails still leaves a
-    results.json saying how (status failed / diverged / interrupted, and the error), so a
+    the run's results, also written to results.json. ``data``: arrays to train on instead of
+    the data set's files (``train_x`` and optionally ``train_y``, ``test_x``, ``test_y``,
+    ``unlabelled_x``, read as ``dataset=arrays`` reads its files). A run that fails still leaves
+    a results.json saying how (status failed / diverged / interrupted, and the error), so a
     sweep's selection can skip it. One process at a time writes into ``output_dir`` (scheda.utils.lock)."""
     output_dir = Path(output_dir)
     log.info("run directory: %s", shown_path(output_dir))
     with hold(output_dir):
-        return _run(cfg, output_dir)
+        return _run(cfg, output_dir, data)
 
 
-def _run(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+def _run(cfg: DictConfig, output_dir: Path, data: Mapping[str, Any] | None) -> dict[str, Any]:
     check_composed(cfg)
     # A directory that already holds a run: a sweep run again into its folder, a job Slurm
     # requeued (time limit, preemption), the same hydra.run.dir twice.
@@ -88,9 +84,14 @@ def _run(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
                          attempts=attempts)
     results.save()  # status running from the start: a rerun tells a killed run from a fresh directory
     try:
-        typed_cfg = check_run(cfg)  # every group and every rule between groups, before any data, logger or checkpoint
-        trains = typed_cfg.model.trains  # model=raw evaluates the inputs themselves
-        summary = train(cfg, typed_cfg, output_dir, results) if trains else run_raw(cfg, typed_cfg, results)
+        typed_run = check_run(cfg)  # every group and every rule between groups, before any data, logger or checkpoint
+        if data is not None:
+            if not hasattr(typed_run.dataset, "handed"):
+                raise ConfigError(f"arrays handed to the run are read as dataset=arrays reads its files: compose "
+                                  f"it with dataset=arrays, not dataset={typed_run.dataset.name}")
+            typed_run.dataset = typed_run.dataset.handed(data)
+        trains = typed_run.model.trains  # model=raw evaluates the inputs themselves
+        summary = train(typed_run, output_dir, results) if trains else run_raw(typed_run, results)
         log_summary(summary, output_dir)
         return summary
     except Interrupted as exc:
@@ -132,11 +133,11 @@ def log_summary(summary: dict[str, Any], output_dir: Path) -> None:
 
 
 class Job:
-    """One DA to train: its config (composed, and typed once as ``run``: scheda.training.rules), output
-    directory and results, and what is built for it."""
+    """One DA to train: its typed run (scheda.training.rules), output directory and results, and
+    what is built for it."""
 
-    def __init__(self, cfg: DictConfig, run: TypedRun, output_dir: Path, results: RunResults):
-        self.cfg, self.run, self.output_dir, self.results = cfg, run, output_dir, results
+    def __init__(self, run: TypedRun, output_dir: Path, results: RunResults):
+        self.run, self.output_dir, self.results = run, output_dir, results
         self.trainer: ModelState | None = None
         self.evaluation: EvaluationCallback | None = None
         self.loggers = Loggers()  # every backend logger= selects, built with the run
@@ -146,28 +147,28 @@ class Job:
         """What the run is, before any data is loaded: its schedule, noise, device and model
         (seeded: this seeds torch's global generator and draws the initial weights), and the
         checkpoint it resumes (loaded here, so a bad one fails before the data)."""
-        cfg, run = self.cfg, self.run
+        run = self.run
         self.trainer_cfg = run.trainer
         self.schedule = build_schedule(run.schedule, run.trainer.max_epochs)
         self.noise = build_noise(run.noise)
         self.device = run.trainer.resolve_device()
-        torch.manual_seed(cfg.seed)
-        init_generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "init"))
-        self.model = build_model(run.model, input_size(run.dataset), generator=init_generator)
+        torch.manual_seed(run.seed)
+        init_generator = torch.Generator().manual_seed(derive_seed(run.seed, "init"))
+        self.model = build_model(run.model, dataset_spec(run.dataset).n_input, generator=init_generator)
         self.standalone = run.finetune.enabled and run.finetune.standalone
-        self.resume_dir = Path(find_checkpoint_dir(cfg.resume)) if cfg.resume else None
-        self.resume_state = load_checkpoint(cfg.resume) if cfg.resume and not self.standalone else None
-        self.init_state = load_checkpoint(cfg.init_from) if cfg.init_from else None
+        self.resume_dir = Path(find_checkpoint_dir(run.resume)) if run.resume else None
+        self.resume_state = load_checkpoint(run.resume) if run.resume and not self.standalone else None
+        self.init_state = load_checkpoint(run.init_from) if run.init_from else None
 
     def build(self, data, train_x: torch.Tensor, labelled: dict[str, torch.Tensor]) -> ModelState:
-        cfg, run, model, device = self.cfg, self.run, self.model, self.device
+        run, model, device = self.run, self.model, self.device
         if self.init_state is not None:
             load_model_weights(model, self.init_state)
             log.info("initialised from %s (epoch %d)", self.init_state["path"], self.init_state["epoch"])
         model.to(device)
         optimizer = build_optimizer(run.optim, model.parameters())
         start_epoch = int(self.init_state["epoch"]) if self.init_state is not None else 0
-        generator = torch.Generator(device=device).manual_seed(train_seed(cfg.seed, start_epoch, cfg.train_seed))
+        generator = torch.Generator(device=device).manual_seed(train_seed(run.seed, start_epoch, run.train_seed))
         self.results.data.update(schedule=self.schedule.describe(), device=str(device), cuda_graph=run.trainer.cuda_graph, triton=run.trainer.triton,
                                  cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
                                  environment=environment.describe(device))
@@ -182,7 +183,7 @@ class Job:
         callbacks.append(CheckpointCallback(self.output_dir / "checkpoints", run.trainer.checkpoint_every))
         callbacks.append(ProgressBar(run.trainer.progress_bar))
         if self.loggers:
-            callbacks.append(LoggingCallback(self.loggers, hparams(run, cfg.seed, self.schedule), data.image_shape,
+            callbacks.append(LoggingCallback(self.loggers, hparams(run, run.seed, self.schedule), data.image_shape,
                                              data.vocabulary, max((getattr(c, "n_filters", 0) for c in run.logger),
                                                                   default=0)))
         self.trainer = ModelState(model, optimizer, self.noise, self.schedule, train_x, run.trainer.batch_size,
@@ -211,7 +212,7 @@ class Job:
 
     def finish(self, data, labelled) -> dict[str, Any]:
         if self.run.finetune.enabled:
-            self.results.update(finetune=finetune(self.run.finetune, self.cfg.seed, self.model, data, labelled, self.device, self.output_dir,
+            self.results.update(finetune=finetune(self.run.finetune, self.run.seed, self.model, data, labelled, self.device, self.output_dir,
                                                   self.evaluation, self.resume_dir, self.loggers,
                                                   epoch=self.trainer.epoch))
         self.results.update(status="completed", seconds=time.time() - self.started)
@@ -228,7 +229,7 @@ class Job:
 
 def load_training_data(run: TypedRun, device: torch.device):
     """The data set, the autoencoder's training tensor and the labelled splits, on the device."""
-    data = load_dataset(run.dataset)
+    data = dataset_spec(run.dataset).load()
     n_train = data.train_x.shape[0] + (0 if data.unlabeled_x is None else data.unlabeled_x.shape[0])
     if run.trainer.batch_size > n_train:
         raise ConfigError(f"trainer.batch_size={run.trainer.batch_size} exceeds the {n_train} "
@@ -245,10 +246,10 @@ def load_training_data(run: TypedRun, device: torch.device):
     return data, train_x, labelled
 
 
-def train(cfg: DictConfig, run: TypedRun, output_dir: Path, results: RunResults) -> dict[str, Any]:
-    if parallel_variants(cfg):
-        return train_parallel(cfg, output_dir, results)
-    job = Job(cfg, run, output_dir, results)
+def train(run: TypedRun, output_dir: Path, results: RunResults) -> dict[str, Any]:
+    if parallel_variants(run):
+        return train_parallel(run, output_dir, results)
+    job = Job(run, output_dir, results)
     job.check()
     job.trainer_cfg.setup_process()
     data, train_x, labelled = load_training_data(run, job.device)
@@ -268,12 +269,12 @@ def train(cfg: DictConfig, run: TypedRun, output_dir: Path, results: RunResults)
         raise
 
 
-def parallel_variants(cfg: DictConfig) -> list[dict[str, Any]]:
+def parallel_variants(run: TypedRun) -> list[dict[str, Any]]:
     """The overrides of each model of a fused sweep (``trainer.parallel``); [] for one model."""
-    par = cfg.trainer.parallel
+    par = run.trainer.parallel
     axes = []
     if par.nu:  # a schedule with one noise level to set (scheda.training.rules)
-        key = nu_key(cfg.schedule)
+        key = nu_key({"name": run.schedule.name})
         axes.append([(f"schedule.{key}", check_nu("trainer.parallel.nu", v)) for v in par.nu])
     if par.lr:
         axes.append([("optim.lr", float(v)) for v in par.lr])
@@ -282,29 +283,54 @@ def parallel_variants(cfg: DictConfig) -> list[dict[str, Any]]:
     return [dict(combo) for combo in itertools.product(*axes)] if axes else []
 
 
-def train_parallel(cfg: DictConfig, output_dir: Path, results: RunResults) -> dict[str, Any]:
+def model_of(run: TypedRun, overrides: dict[str, Any], resume: str | None) -> TypedRun:
+    """One model of a fused sweep: the typed run with that model's values (``schedule.<nu key>``,
+    ``optim.lr``, ``seed``) set on copies of the groups they belong to, its loggers naming its
+    records by those values, and its record of the config to match. Nothing is composed or
+    typed again."""
+    groups: dict[str, Any] = {"trainer": dataclasses.replace(
+        run.trainer, parallel=dataclasses.replace(run.trainer.parallel, nu=[], lr=[], seed=[]))}
+    seed = run.seed
+    composed = copy.deepcopy(run.composed)
+    composed["trainer"]["parallel"].update(nu=[], lr=[], seed=[])
+    for key, value in overrides.items():
+        group, _, field = key.partition(".")
+        if group == "seed":
+            seed = value
+            composed["seed"] = value
+        else:
+            groups[group] = dataclasses.replace(groups.get(group, getattr(run, group)), **{field: value})
+            groups[group].check()  # that group's own ranges, for this value
+            composed[group][field] = value
+    label = ",".join(f"{key}={v}" for key, v in overrides.items())
+    loggers = [copy.copy(c) for c in run.logger]
+    for logger in loggers:  # each model's curves by its values
+        type(logger).label(logger, label)
+    for key, logger in zip(composed.get("logger") or {}, loggers):
+        composed["logger"][key] = {**composed["logger"][key], **dataclasses.asdict(logger)}
+    return dataclasses.replace(run, **groups, logger=loggers, seed=seed, resume=resume, composed=composed)
+
+
+def train_parallel(run: TypedRun, output_dir: Path, results: RunResults) -> dict[str, Any]:
     """A fused sweep: every variant of ``trainer.parallel`` trained in one process with batched
     matmuls, each in ``models/<k>/`` with its own results.json, checkpoints and TensorBoard.
     A failing model (divergence, say) stops the sweep; every model's results.json says where
     it got to."""
     started = time.time()
-    variants = parallel_variants(cfg)
+    variants = parallel_variants(run)
     jobs = []
     for k, overrides in enumerate(variants):
-        cfg_k = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{key}={v}" for key, v in overrides.items()]))
-        for axis in ("nu", "lr", "seed"):
-            cfg_k.trainer.parallel[axis] = []
-        name_runs(cfg_k.logger, ",".join(f"{key}={v}" for key, v in overrides.items()))  # each model's curves by its values
-        if cfg.resume:
-            model_dir = Path(cfg.resume) / "models" / str(k)
+        resume = None
+        if run.resume:
+            model_dir = Path(run.resume) / "models" / str(k)
             if not model_dir.is_dir():
                 raise CheckpointError(f"{model_dir} not found: resume a fused sweep with its run directory")
-            cfg_k.resume = str(model_dir)
+            resume = str(model_dir)
+        run_k = model_of(run, overrides, resume)
         out = output_dir / "models" / str(k)
-        job = Job(cfg_k, check_run(cfg_k), out, RunResults(out / "results.json", overrides=overrides,
-                                         config=OmegaConf.to_container(cfg_k, resolve=True)))
+        job = Job(run_k, out, RunResults(out / "results.json", overrides=overrides, config=run_k.composed))
         job.check()
-        atomic_write(out / "config.yaml", lambda f, c=cfg_k: f.write(OmegaConf.to_yaml(c).encode()))
+        atomic_write(out / "config.yaml", lambda f, c=run_k.composed: f.write(OmegaConf.to_yaml(c).encode()))
         jobs.append(job)
     if len({j.device for j in jobs}) != 1:
         raise ConfigError("trainer.parallel models must share trainer.device")
@@ -373,11 +399,11 @@ def finetune(finetune_cfg, seed, model, data, labelled, device, output_dir, eval
     return result
 
 
-def run_raw(cfg: DictConfig, run: TypedRun, results: RunResults) -> dict[str, Any]:
+def run_raw(run: TypedRun, results: RunResults) -> dict[str, Any]:
     """The raw-input baseline: no training, the same evaluation on the inputs themselves."""
     started = time.time()
     device = run.trainer.resolve_device()
-    data = load_dataset(run.dataset)
+    data = dataset_spec(run.dataset).load()
     if not data.labelled:
         raise ConfigError("model=raw only evaluates, and dataset.root has no train_y: add train_y")
     results.data.update(device=str(device), environment=environment.describe(device))

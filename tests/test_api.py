@@ -11,6 +11,8 @@ import torch
 import scheda
 from scheda.utils.errors import ConfigError, DataError
 
+from helpers import compose_cfg
+
 SMALL = ["model.hidden=6", "schedule=constant", "schedule.epochs=2", "trainer.device=cpu",
          "trainer.progress_bar=false", "logger=none", "classifier.c_log2_min=-1", "classifier.c_log2_max=0"]
 RNG = np.random.default_rng(0)
@@ -50,5 +52,11 @@ def test_bad_calls_are_refused_in_one_line(tmp_path):
         run.encode(x[:, :3])
     from scheda.data import load_dataset
 
-    with pytest.raises(DataError, match="which has returned"):  # the arrays lived for the call only
+    with pytest.raises(DataError, match="were handed to it"):  # the arrays lived for the call only
         load_dataset({"name": "arrays", "root": run.results["config"]["dataset"]["root"]})
+    with pytest.raises(DataError, match="give train_x and optionally"):  # run() itself, handed a wrong name
+        from scheda.run import run as run_config
+
+        run_config(compose_cfg(["dataset=arrays", *SMALL]), tmp_path / "wrong", data={"train_X": x})
+    with pytest.raises(ConfigError, match="compose it with dataset=arrays, not dataset=cifar10"):
+        run_config(compose_cfg(SMALL), tmp_path / "cifar", data={"train_x": x})

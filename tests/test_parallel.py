@@ -106,3 +106,25 @@ def test_a_fused_model_can_be_loaded_like_a_run(cifar_arrays, tmp_path):
                      "trainer.parallel.seed=[1,2]", "evaluate.enabled=false"]), tmp_path / "fused")
     cfg, model, state = load_run_model(tmp_path / "fused" / "models" / "1")
     assert cfg.seed == 2 and state["epoch"] == 1 and model.n_hidden == 8
+
+
+def test_a_fused_sweep_types_its_config_once_and_records_each_models_as_composed(cifar_arrays, tmp_path, monkeypatch):
+    """Building apart from running: the composed config is typed once; each model is that typed
+    run with its values set, and records the config that composing it alone would give."""
+    from omegaconf import OmegaConf
+
+    import scheda.training.rules as rules
+
+    calls = []
+    typed_run = rules.typed_run
+    monkeypatch.setattr(rules, "typed_run", lambda cfg: calls.append(1) or typed_run(cfg))
+    overrides = [f"dataset.root={cifar_arrays}", *TINY, "classifier=torch_lr", "schedule=constant", "schedule.epochs=1",
+                 "evaluate.enabled=false", "logger=[tensorboard,csv]"]
+    run(compose_cfg([*overrides, "trainer.parallel.nu=[0.2,0.5]", "trainer.parallel.seed=[3,4]"]), tmp_path / "fused")
+    assert len(calls) == 1
+    for k, (nu, seed) in enumerate([(0.2, 3), (0.2, 4), (0.5, 3), (0.5, 4)]):
+        alone = OmegaConf.to_container(compose_cfg([*overrides, f"schedule.nu={nu}", f"seed={seed}"]), resolve=True)
+        alone["logger"]["tensorboard"]["log_dir"] = f"tensorboard/schedule.nu={nu},seed={seed}"
+        saved = OmegaConf.to_container(OmegaConf.load(tmp_path / "fused" / "models" / str(k) / "config.yaml"))
+        assert saved == alone
+        assert (tmp_path / "fused" / "models" / str(k) / "metrics.csv").exists()

@@ -15,13 +15,14 @@ larger than memory is read as the run needs it; an .npz is read whole. ``dataset
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Mapping, Optional
 
 import numpy as np
 from scheda.config import Component, register
@@ -31,9 +32,7 @@ from scheda.utils.errors import ConfigError, DataError
 log = logging.getLogger(__name__)
 
 NAMES = ("train_x", "train_y", "test_x", "test_y", "unlabelled_x")
-# Arrays handed to scheda.train(data=...) in this process, by the root it gives them ("memory:N"),
-# for the duration of that call.
-MEMORY: dict[str, dict[str, np.ndarray]] = {}
+HANDED = "handed:"  # the root of a run whose arrays were handed to it (scheda.train(data=...)): no files
 CHUNK = 1 << 16  # rows checked at a time (a memory-mapped file is never read whole for a check)
 
 
@@ -42,16 +41,10 @@ def _path(root: str) -> Path:
 
 
 def read_arrays(root: str) -> dict[str, np.ndarray]:
-    """The arrays ``root`` holds by name (memory-mapped .npy files, an .npz's members, or what
-    scheda.train was handed)."""
-    if str(root).startswith("memory:"):
-        if str(root) not in MEMORY:
-            raise DataError(f"dataset.root={root} names arrays handed to scheda.train, which has returned: "
-                            f"write them to an .npz and point dataset.root at it")
-        found = dict(MEMORY[str(root)])
-        if "train_x" not in found:
-            raise DataError("scheda.train(data=...) needs train_x first")
-        return found
+    """The arrays ``root`` holds by name (memory-mapped .npy files, or an .npz's members)."""
+    if str(root).startswith(HANDED):
+        raise DataError(f"dataset.root={root}: this run's arrays were handed to it (scheda.train(data=...)) and "
+                        f"are not on disk: write them to an .npz and point dataset.root at it")
     path = _path(root)
     try:
         if path.is_file():
@@ -140,13 +133,29 @@ class ArraysConfig(Component):
         if self.image_shape is not None and len(self.image_shape) != 3:
             raise self.invalid("image_shape", "must be [channels, height, width] or null")
 
+    def handed(self, arrays: Mapping[str, Any]) -> "ArraysConfig":
+        """This data set with ``arrays`` handed to the run instead of its files (numpy arrays or
+        tensors by name: ``train_x`` and optionally the rest of :data:`NAMES`)."""
+        unknown = sorted(set(arrays) - set(NAMES))
+        if unknown or "train_x" not in arrays:
+            raise DataError(f"data handed to a run: {', '.join(unknown) + ' unknown, ' if unknown else ''}"
+                            f"give train_x and optionally {', '.join(NAMES[1:])}")
+        out = dataclasses.replace(self)
+        out._handed = {name: v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
+                       for name, v in arrays.items()}
+        return out
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        handed = getattr(self, "_handed", None)
+        return dict(handed) if handed is not None else read_arrays(self.root)
+
     @property
     def n_input(self) -> int:
         """d, from train_x's header (a memory map: nothing is read)."""
-        return int(read_arrays(self.root)["train_x"].shape[1])
+        return int(self.arrays()["train_x"].shape[1])
 
     def load(self) -> Splits:
-        arrays = read_arrays(self.root)
+        arrays = self.arrays()
         x = arrays["train_x"]
         d, scale = (x.shape[1] if x.ndim == 2 else None), _scale_of(x, self.scale)
         _check_inputs("train_x", x, None, scale)

@@ -9,10 +9,10 @@ None). ``typed_run`` types every group once; ``check_run`` applies every rule to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from scheda.config import COMPONENT_MODULES, MANY, typed, typed_many
 from scheda.utils.errors import ConfigError
@@ -36,14 +36,20 @@ class TypedRun:
     evaluate: Any
     classifier: Any
     finetune: Any
+    seed: int = 0
+    train_seed: Optional[int] = None
     resume: Optional[str] = None
     init_from: Optional[str] = None
+    # The composed config as plain data, to record (results.json, a fused model's config.yaml)
+    # and to compare with a saved run's; nothing is built from it.
+    composed: dict = field(default_factory=dict)
 
 
 def typed_run(cfg: DictConfig) -> TypedRun:
     """Type (and so check) every group once; a bad value is a one-line ConfigError."""
     return TypedRun(**{g: typed_many(g, cfg.get(g)) if g in MANY else typed(g, cfg[g]) for g in GROUPS},
-                    resume=cfg.get("resume"), init_from=cfg.get("init_from"))
+                    seed=int(cfg.get("seed", 0)), train_seed=cfg.get("train_seed"), resume=cfg.get("resume"),
+                    init_from=cfg.get("init_from"), composed=OmegaConf.to_container(cfg, resolve=True))
 
 
 def _fusable(run: TypedRun) -> bool:
