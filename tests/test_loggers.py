@@ -138,3 +138,28 @@ def test_mlflow_not_installed_is_one_line_naming_the_extra(monkeypatch):
     assert str(exc.value) == ("logger.mlflow.name='mlflow' needs MLflow, which is not installed: "
                               "pip install 'scheda[mlflow]'")
 
+
+
+def test_parallel_jobs_start_on_a_new_mlflow_store_together(tmp_path):
+    """A sweep's parallel jobs (joblib) meet a new SQLite store at once: each would create its
+    tables, and all but one failed ("duplicate column"). Two processes start together here."""
+    uri = f"sqlite:///{tmp_path / 'new' / 'mlflow.db'}"
+    go = tmp_path / "go"
+    code = ("import sys, time, pathlib\nfrom scheda.loggers.mlflow import MLflowLogger\nimport mlflow.tracking\n"
+            "go = pathlib.Path(sys.argv[2])\n(go.parent / ('ready' + sys.argv[3])).touch()\n"
+            "while not go.exists(): time.sleep(0.01)\n"
+            "logger = MLflowLogger(sys.argv[1], 'scheda', 'job' + sys.argv[3], pathlib.Path(sys.argv[2]).parent / sys.argv[3])\n"
+            "logger.log_dict({'train/nu': 0.5}, 1)\nlogger.close()\n")
+    jobs = [subprocess.Popen([sys.executable, "-c", code, uri, str(go), str(k)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for k in range(2)]
+    import time
+
+    deadline = time.time() + 60
+    while len(list(tmp_path.glob("ready*"))) < 2 and time.time() < deadline:  # every process imported MLflow
+        time.sleep(0.05)
+    go.touch()
+    errors = [job.communicate(timeout=120)[1] for job in jobs]
+    assert [job.returncode for job in jobs] == [0, 0], [e[-1500:] for e in errors]
+    _, runs = _mlflow_runs(uri)
+    assert sorted(r.info.run_name for r in runs) == ["job0", "job1"]
+    assert {r.info.status for r in runs} == {"FINISHED"}

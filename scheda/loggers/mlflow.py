@@ -7,12 +7,14 @@ outside the run directory). The default store is ``outputs/mlflow.db`` (SQLite, 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.util
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from scheda.config import register
 from scheda.loggers.base import GROUP, LoggerConfig, MetricLogger
@@ -45,6 +47,25 @@ class MLflowConfig(LoggerConfig):
         node.run_name = label if not node.get("run_name") else f"{node.run_name}/{label}"
 
 
+@contextlib.contextmanager
+def _first_use(uri: str) -> Iterator[None]:
+    """One process at a time starts on a SQLite store: a new store's first users each create its
+    tables (MLflow's migrations), and parallel jobs of a sweep (joblib) would clash ("duplicate
+    column"). A file lock beside the database, held while the client, the experiment and the run
+    are made; other stores need none."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    db = Path(uri[len("sqlite:///"):])
+    db.parent.mkdir(parents=True, exist_ok=True)  # SQLite makes the file, not its folder
+    with open(db.with_name(db.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 class MLflowLogger(MetricLogger):
     """MLflow's client, started at the first record (no server, no global active run)."""
 
@@ -57,23 +78,26 @@ class MLflowLogger(MetricLogger):
     @property
     def client(self):
         if self._client is None:
-            from mlflow.tracking import MlflowClient
-
-            if self.tracking_uri.startswith("sqlite:///"):  # SQLite makes the file, not its folder
-                Path(self.tracking_uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-            client = MlflowClient(tracking_uri=self.tracking_uri)
-            experiment_id = self._experiment(client)
-            quoted = self.run_dir.replace("'", "\\'")
-            earlier = client.search_runs([experiment_id], filter_string=f"tags.`{RUN_DIR_TAG}` = '{quoted}'",
-                                         max_results=1, order_by=["attributes.start_time DESC"])
-            if earlier:  # a resumed run: continue its records
-                self.run_id = earlier[0].info.run_id
-                client.update_run(self.run_id, status="RUNNING")
-            else:
-                self.run_id = client.create_run(experiment_id, run_name=self.run_name,
-                                                tags={RUN_DIR_TAG: self.run_dir}).info.run_id
-            self._client = client
+            with _first_use(self.tracking_uri):
+                self._client = self._start()
         return self._client
+
+    def _start(self):
+        """The client, its experiment and this run's MLflow run (a resumed run's own, found by its tag)."""
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=self.tracking_uri)
+        experiment_id = self._experiment(client)
+        quoted = self.run_dir.replace("'", "\\'")
+        earlier = client.search_runs([experiment_id], filter_string=f"tags.`{RUN_DIR_TAG}` = '{quoted}'",
+                                     max_results=1, order_by=["attributes.start_time DESC"])
+        if earlier:  # a resumed run: continue its records
+            self.run_id = earlier[0].info.run_id
+            client.update_run(self.run_id, status="RUNNING")
+        else:
+            self.run_id = client.create_run(experiment_id, run_name=self.run_name,
+                                            tags={RUN_DIR_TAG: self.run_dir}).info.run_id
+        return client
 
     def _experiment(self, client) -> str:
         """The experiment's id, created by the first run (a parallel job may create it first)."""
