@@ -76,6 +76,15 @@ class Run:
                          for i in range(0, t.shape[0], chunk_size)])
         return out.cpu().numpy() if as_numpy else out
 
+    @property
+    def metrics(self) -> dict[str, dict[int, float]]:
+        """Every scalar the run logged to its metrics.csv (``logger=[...,csv]``), as
+        ``{name: {step: value}}``: the curves, without TensorBoard; {} when it logged none."""
+        from scheda.runs.rundir import read_metrics
+
+        name = ((self.results.get("config") or {}).get("logger") or {}).get("csv", {}).get("file", "metrics.csv")
+        return read_metrics(self.dir / name)
+
     def __repr__(self) -> str:
         return f"Run({str(self.dir)!r}, status={self.results.get('status')!r})"
 

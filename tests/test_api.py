@@ -60,3 +60,15 @@ def test_bad_calls_are_refused_in_one_line(tmp_path):
         run_config(compose_cfg(["dataset=arrays", *SMALL]), tmp_path / "wrong", data={"train_X": x})
     with pytest.raises(ConfigError, match="compose it with dataset=arrays, not dataset=cifar10"):
         run_config(compose_cfg(SMALL), tmp_path / "cifar", data={"train_x": x})
+
+
+def test_a_runs_logged_scalars_read_back_as_its_curves(tmp_path):
+    x, y = RNG.random((90, 7)).astype(np.float32), RNG.integers(0, 3, 90)
+    overrides = [o for o in SMALL if not o.startswith("logger=")]
+    run = scheda.train([*overrides, "logger=[csv]", "evaluate.every=1"], data=(x, y), output_dir=tmp_path / "csv")
+    curves = run.metrics
+    assert sorted(curves["train/nu"]) == [1, 2]
+    assert curves["train/reconstruction_ce"] == {h["epoch"]: h["loss"] for h in run.results["history"]}
+    assert curves["eval/val_error"] == {e["epoch"]: e["val_error"] for e in run.results["evaluations"]}
+    assert scheda.load(tmp_path / "csv").metrics == curves
+    assert scheda.train(SMALL, data=(x, y), output_dir=tmp_path / "none").metrics == {}  # logger=none: no curves
