@@ -22,31 +22,14 @@ from scheda.config import register_configs
 from scheda.utils.fork import ForkedCommand
 from scheda.protocol.config import register_protocol_configs
 
+from fixture_data import N_TEST, N_TRAIN, make_cifar_arrays, write_cifar_arrays  # noqa: F401 - the tests' data
+
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = ("scheda", "configs", "hydra_plugins")  # the checkout's folders that a build or PYTHONPATH=. needs
-N_TRAIN, N_TEST, N_VAL = 100, 30, 20
+N_VAL = 20
 
 register_configs()
 register_protocol_configs()
-
-
-def make_cifar_arrays(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Images with class structure (a per-class mean + noise), labels balanced over 10 classes."""
-    rng = np.random.default_rng(seed)
-    y = np.arange(n) % 10
-    rng.shuffle(y)
-    means = np.random.default_rng(123).integers(30, 220, size=(10, 3072))
-    x = np.clip(means[y] + rng.normal(0, 25, size=(n, 3072)), 0, 255).astype(np.uint8)
-    return x, y.astype(np.uint8)
-
-
-def write_cifar_arrays(root: Path, n_train: int = N_TRAIN, n_test: int = N_TEST) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    train_x, train_y = make_cifar_arrays(n_train, 1)
-    test_x, test_y = make_cifar_arrays(n_test, 2)
-    for name, arr in dict(train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y).items():
-        np.save(root / f"{name}.npy", arr)
-    return root
 
 
 def write_cifar_batches(root: Path, n_train: int = N_TRAIN, n_test: int = N_TEST) -> Path:
