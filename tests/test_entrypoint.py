@@ -183,17 +183,15 @@ def test_a_regular_install_trains_and_reproduces_outside_the_checkout(cifar_arra
            "OMP_NUM_THREADS": "1"}
     work = tmp_path / "elsewhere"
     work.mkdir()
-    check = subprocess.run([sys.executable, "-c", "import scheda; print(scheda.__file__)"], cwd=work, env=env,
-                           capture_output=True, text=True)
-    assert check.stdout.strip() == str(target / "scheda" / "__init__.py")
     # Every module of the checkout comes from the wheel: one the wheel lacks would be found in the
     # checkout by the editable install's finder, and the run would pass without it.
     names = sorted(".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
                    for p in (REPO / "scheda").rglob("*.py"))
-    code = (f"import importlib\nfor name in {names!r}:\n    m = importlib.import_module(name)\n"
-            f"    assert m.__file__.startswith({str(target)!r}), (name, m.__file__)")
-    every = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True)
-    assert every.returncode == 0, every.stderr[-2000:]
+    code = (f"import importlib, scheda\nprint(scheda.__file__)\nfor name in {names!r}:\n"
+            f"    m = importlib.import_module(name)\n    assert m.__file__.startswith({str(target)!r}), (name, m.__file__)")
+    check = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr[-2000:]
+    assert check.stdout.strip() == str(target / "scheda" / "__init__.py")
     train = subprocess.run([sys.executable, "-m", "scheda.cli", f"dataset.root={cifar_arrays}", *_common(work / "run")],
                            cwd=work, env=env, capture_output=True, text=True, timeout=300)
     assert train.returncode == 0, train.stderr
