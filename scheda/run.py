@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -92,7 +92,7 @@ def _run(cfg: DictConfig, output_dir: Path, data: Mapping[str, Any] | None) -> d
             typed_run.dataset = typed_run.dataset.handed(data)
         trains = typed_run.model.trains  # model=raw evaluates the inputs themselves
         summary = train(typed_run, output_dir, results) if trains else run_raw(typed_run, results)
-        log_summary(summary, output_dir)
+        log_summary(summary, output_dir, typed_run.logger)
         return summary
     except Interrupted as exc:
         exc.message = (f"interrupted by {exc.message}; checkpoint and results.json written: "
@@ -106,7 +106,7 @@ def _run(cfg: DictConfig, output_dir: Path, data: Mapping[str, Any] | None) -> d
         raise
 
 
-def log_summary(summary: dict[str, Any], output_dir: Path) -> None:
+def log_summary(summary: dict[str, Any], output_dir: Path, loggers: Sequence[Any] = ()) -> None:
     """What a finished run gives and where everything is, on one screen."""
     shown = shown_path(output_dir)
     lines = [f"done in {summary.get('seconds', 0) / 60:.1f} min ({summary.get('epochs', 0)} epochs)"]
@@ -126,8 +126,7 @@ def log_summary(summary: dict[str, Any], output_dir: Path) -> None:
     lines.append(f"  results: {shown}/results.json")
     if (output_dir / "checkpoints").is_dir() or models:
         lines.append(f"  checkpoints: {shown}/{'models/*/' if models else ''}checkpoints/")
-    if any(output_dir.glob("**/tensorboard")):
-        lines.append(f"  curves: tensorboard --logdir {shown}")
+    lines += [f"  {line}" for line in (logger.where(output_dir) for logger in loggers) if line]
     for line in lines:
         log.info(line)
 

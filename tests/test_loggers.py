@@ -42,6 +42,10 @@ def test_a_sweep_logs_to_tensorboard_csv_and_mlflow_and_scheda_results_reads_the
                       "schedule.nu=0.3,0.5", "schedule.epochs=2", "evaluate.every=1", "logger=[tensorboard,csv,mlflow]",
                       f"logger.mlflow.tracking_uri={uri}", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    said = (sweep / "0" / "train.log").read_text()  # a run's last lines say where each logger put its records
+    for line in ("curves: tensorboard --logdir sweep/0", "metrics: sweep/0/metrics.csv (scheda-results --metric NAME)",
+                 f"MLflow: experiment scheda in {uri}"):
+        assert line in said, line
     client, runs = _mlflow_runs(uri)
     assert [r.info.run_name for r in runs] == ["schedule.nu=0.3", "schedule.nu=0.5"]  # named by the swept values
     for job, nu, mlflow_run in ((0, 0.3, runs[0]), (1, 0.5, runs[1])):

@@ -53,6 +53,10 @@ class LoggerConfig(Component):
     def build(self, run_dir: Path, purge_step: int | None) -> MetricLogger:
         raise NotImplementedError
 
+    def where(self, run_dir: Path) -> str | None:
+        """Where a finished run's records are, as its last lines say it (None: nothing to say)."""
+        return None
+
     @classmethod
     def label(cls, node: Any, label: str) -> None:
         """Name this run's records within a sweep (``label``: its swept values), in its

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from scheda.config import register
-from scheda.utils.io import atomic_write
+from scheda.utils.io import atomic_write, shown_path
 from scheda.loggers.base import GROUP, LoggerConfig, MetricLogger
 from scheda.runs.rundir import METRICS_HEADER as HEADER
 
@@ -29,6 +29,13 @@ class CSVConfig(LoggerConfig):
     def check(self) -> None:
         if not self.file or Path(self.file).is_absolute() or ".." in Path(self.file).parts:
             raise self.invalid("file", "must be a file name inside the run directory")
+
+    def where(self, run_dir: Path) -> str | None:
+        files = sorted(run_dir.glob(f"**/{self.file}"))
+        if not files:
+            return None
+        shown = shown_path(files[0]) if len(files) == 1 else f"{shown_path(run_dir)}/models/*/{self.file}"
+        return f"metrics: {shown} (scheda-results --metric NAME)"
 
     def build(self, run_dir: Path, purge_step: int | None) -> "CSVLogger":
         return CSVLogger(Path(run_dir) / self.file, purge_step=purge_step)

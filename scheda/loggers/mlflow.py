@@ -38,9 +38,14 @@ class MLflowConfig(LoggerConfig):
         if not self.experiment:
             raise self.invalid("experiment", "must name an MLflow experiment")
 
+    def uri(self) -> str:
+        return self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+
+    def where(self, run_dir: Path) -> str | None:
+        return f"MLflow: experiment {self.experiment} in {self.uri()} (mlflow ui --backend-store-uri {self.uri()})"
+
     def build(self, run_dir: Path, purge_step: int | None) -> "MLflowLogger":
-        uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
-        return MLflowLogger(uri, self.experiment, self.run_name or Path(run_dir).resolve().name, Path(run_dir))
+        return MLflowLogger(self.uri(), self.experiment, self.run_name or Path(run_dir).resolve().name, Path(run_dir))
 
     @classmethod
     def label(cls, node, label: str) -> None:

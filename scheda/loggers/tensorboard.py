@@ -8,6 +8,7 @@ from pathlib import Path
 
 from scheda.config import register
 from scheda.loggers.base import GROUP, LoggerConfig, MetricLogger
+from scheda.utils.io import shown_path
 
 
 @register(GROUP)
@@ -23,6 +24,10 @@ class TensorBoardConfig(LoggerConfig):
 
     def build(self, run_dir: Path, purge_step: int | None) -> "TensorBoardLogger":
         return TensorBoardLogger(Path(run_dir) / self.log_dir, purge_step=purge_step)
+
+    def where(self, run_dir: Path) -> str | None:
+        root = Path(self.log_dir).parts[0]
+        return f"curves: tensorboard --logdir {shown_path(run_dir)}" if any(run_dir.glob(f"**/{root}")) else None
 
     @classmethod
     def label(cls, node, label: str) -> None:
