@@ -16,8 +16,10 @@ import shlex
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any, Callable
 
 import hydra
 import torch
@@ -30,6 +32,7 @@ from scheda.utils.lock import hold
 from scheda.protocol import estimate, launch, plan
 from scheda.protocol import selection as select
 from scheda.protocol.config import register_protocol_configs
+from scheda.protocol.jobs import JobSpec
 from scheda.runs.rundir import FINAL_STATUSES
 from scheda.protocol.report import write_report
 from scheda.protocol.seeds import SUBSTAGES, SeedPlan
@@ -56,49 +59,94 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
         return _run_stages(cfg, out_dir, started)
 
 
+@dataclass
+class Progress:
+    """What the stages know so far: each stage's jobs, the selection, the continuations (and
+    their controls and fine-tunings), the seeds' results, and how many jobs each launch ran."""
+
+    cfg: DictConfig
+    out_dir: Path
+    jobs: dict[str, list[JobSpec]] = field(default_factory=dict)
+    selection: dict[str, Any] = field(default_factory=dict)
+    continued: dict[str, Any] = field(default_factory=dict)
+    seeded: dict[str, Any] = field(default_factory=dict)
+    seed_plan: SeedPlan | None = None
+    counts: list[dict[str, int]] = field(default_factory=list)
+
+    def all_jobs(self) -> list[JobSpec]:
+        return [job for jobs in self.jobs.values() for job in jobs]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the protocol: ``plan`` gives its jobs by launch (the seeds' stage has three:
+    scheda.protocol.seeds.SUBSTAGES) from what the stages before it found, and ``collect`` reads
+    what they gave. ``stages=[...]`` chooses which stages launch; every stage collects."""
+
+    name: str
+    plan: Callable[[Progress], dict[str, list[JobSpec]]]
+    collect: Callable[[Progress], None]
+
+
+def _collect_da(p: Progress) -> None:
+    p.selection = select.select_das(p.jobs["da"], p.out_dir)
+    select.require_selection(p.selection, p.jobs["da"], p.out_dir)
+    select.save_selection(p.out_dir, p.selection)
+
+
+def _collect_controls(p: Progress) -> None:
+    select.attach_controls(p.cfg.scale, p.cfg.table.continuations, p.continued,
+                           select.select_continuations(p.jobs["control"], p.out_dir))
+
+
+def _collect_finetune(p: Progress) -> None:
+    for h, found in select.select_continuations(p.jobs["finetune"], p.out_dir).items():
+        p.continued.setdefault(h, {}).update(found)
+    atomic_write_json(p.out_dir / f"continuations_{p.cfg.table.name}.json", p.continued)
+
+
+def _plan_seeds(p: Progress) -> dict[str, list[JobSpec]]:
+    p.seed_plan = SeedPlan(p.cfg.scale, p.out_dir, p.selection, p.continued, p.all_jobs())
+    return p.seed_plan.jobs
+
+
+def _collect_seeds(p: Progress) -> None:
+    p.seeded = p.seed_plan.collect()
+    atomic_write_json(p.out_dir / f"seeds_{p.cfg.table.name}.json", p.seeded)
+
+
+STAGES = (
+    Stage("da", lambda p: {"da": plan.da_jobs(p.cfg.scale, p.cfg.table.raw)}, _collect_da),
+    Stage("continue", lambda p: {"continue": plan.continuation_jobs(p.cfg.scale, p.cfg.table.continuations,
+                                                                     p.selection)},
+          lambda p: setattr(p, "continued", select.select_continuations(p.jobs["continue"], p.out_dir))),
+    Stage("control", lambda p: {"control": plan.control_jobs(p.cfg.scale, p.cfg.table.continuations, p.continued)},
+          _collect_controls),
+    Stage("finetune", lambda p: {"finetune": plan.finetune_jobs(p.cfg.scale.finetune, p.selection, p.continued)
+                                 if p.cfg.scale.finetune is not None else []}, _collect_finetune),
+    Stage("seeds", _plan_seeds, _collect_seeds),
+)
+
+
 def _run_stages(cfg: DictConfig, out_dir: Path, started: float) -> Path | None:
     plan.check_scale_unchanged(cfg.scale, out_dir)
-    da_jobs = plan.da_jobs(cfg.scale, cfg.table.raw)
-    counts = []  # per stage launched: jobs skipped / run
-    if "da" in cfg.stages:
-        counts.append(launch.run_stage(cfg, out_dir, "da", da_jobs))
-    selection = select.select_das(da_jobs, out_dir)
-    select.require_selection(selection, da_jobs, out_dir)
-    select.save_selection(out_dir, selection)
-    cont_jobs = plan.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
-    if "continue" in cfg.stages and cont_jobs:
-        counts.append(launch.run_stage(cfg, out_dir, "continue", cont_jobs))
-    continued = select.select_continuations(cont_jobs, out_dir)
-    ctl_jobs = plan.control_jobs(cfg.scale, cfg.table.continuations, continued)
-    if "control" in cfg.stages and ctl_jobs:
-        counts.append(launch.run_stage(cfg, out_dir, "control", ctl_jobs))
-    select.attach_controls(cfg.scale, cfg.table.continuations, continued,
-                           select.select_continuations(ctl_jobs, out_dir))
-    ft_jobs = []
-    if cfg.scale.finetune is not None:
-        ft_jobs = plan.finetune_jobs(cfg.scale.finetune, selection, continued)
-        if "finetune" in cfg.stages and ft_jobs:
-            counts.append(launch.run_stage(cfg, out_dir, "finetune", ft_jobs))
-        for h, found in select.select_continuations(ft_jobs, out_dir).items():
-            continued.setdefault(h, {}).update(found)
-    atomic_write_json(out_dir / f"continuations_{cfg.table.name}.json", continued)
-    seed_plan = SeedPlan(cfg.scale, out_dir, selection, continued, da_jobs + cont_jobs + ctl_jobs + ft_jobs)
-    seed_jobs = []
-    for stage, jobs in seed_plan.jobs.items():
-        if "seeds" in cfg.stages and jobs:
-            counts.append(launch.run_stage(cfg, out_dir, stage, jobs))
-        seed_jobs += jobs
-    seeded = seed_plan.collect()
-    atomic_write_json(out_dir / f"seeds_{cfg.table.name}.json", seeded)
-    statuses = launch.job_statuses(da_jobs + cont_jobs + ctl_jobs + ft_jobs + seed_jobs, out_dir)
+    progress = Progress(cfg, out_dir)
+    for stage in STAGES:
+        planned = stage.plan(progress)
+        for launch_name, jobs in planned.items():
+            if stage.name in cfg.stages and jobs:
+                progress.counts.append(launch.run_stage(cfg, out_dir, launch_name, jobs))
+        progress.jobs.update(planned)
+        stage.collect(progress)
+    statuses = launch.job_statuses(progress.all_jobs(), out_dir)
     invocations = launch.record_invocation(out_dir, started, cfg.table.name,
-                                           ran_jobs=any(c["run"] for c in counts))
+                                           ran_jobs=any(c["run"] for c in progress.counts))
     info = {"device": describe_device(statuses), "invocations": invocations,
             "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": shown_path(out_dir),
             "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
     path = Path(cfg.report_dir) / f"{cfg.table.name}_{cfg.scale.name}.md"
     if "report" in cfg.stages:
-        write_report(cfg, selection, continued, seeded, statuses, info, path)
+        write_report(cfg, progress.selection, progress.continued, progress.seeded, statuses, info, path)
         log.info("report: %s", path)
     launched = set(cfg.stages) | (set(SUBSTAGES) if "seeds" in cfg.stages else set())
     unfinished = [s for s in statuses if s["stage"] in launched and s["status"] not in FINAL_STATUSES]
