@@ -31,10 +31,14 @@ class CSVConfig(LoggerConfig):
             raise self.invalid("file", "must be a file name inside the run directory")
 
     def where(self, run_dir: Path) -> str | None:
-        files = sorted(run_dir.glob(f"**/{self.file}"))
-        if not files:
+        """The run's own file, or its models' (a fused sweep); an earlier attempt's (attempts/) is not this run's."""
+        own = run_dir / self.file
+        if own.exists():
+            shown = shown_path(own)
+        elif any((run_dir / "models").glob(f"*/{self.file}")):
+            shown = f"{shown_path(run_dir)}/models/*/{self.file}"
+        else:
             return None
-        shown = shown_path(files[0]) if len(files) == 1 else f"{shown_path(run_dir)}/models/*/{self.file}"
         return f"metrics: {shown} (scheda-results --metric NAME)"
 
     def build(self, run_dir: Path, purge_step: int | None) -> "CSVLogger":
