@@ -109,11 +109,17 @@ def test_closing_several_loggers_closes_each_and_raises_the_first_failure():
     closed = []
 
     class Broken(MetricLogger):
+        def log(self, name, value, step):
+            pass
+
         def close(self, status="completed"):
             closed.append("broken")
             raise OSError("disk full")
 
     class Fine(MetricLogger):
+        def log(self, name, value, step):
+            pass
+
         def close(self, status="completed"):
             closed.append(status)
 

@@ -10,6 +10,7 @@ and fine-tuning call the same interface; only the backend modules know their lib
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -24,11 +25,12 @@ from scheda.model.schedule import NoiseSchedule
 GROUP = "logger"
 
 
-class MetricLogger:
+class MetricLogger(abc.ABC):
     """One backend. Steps are epochs (fine-tuning: its own epochs, under ``finetune/``)."""
 
+    @abc.abstractmethod
     def log(self, name: str, value: float, step: int) -> None:
-        raise NotImplementedError
+        """One scalar; a backend that has no other method has all it needs."""
 
     def log_dict(self, payload: Mapping[str, float], step: int) -> None:
         for name, value in payload.items():
@@ -47,11 +49,12 @@ class MetricLogger:
         """Flush and release; ``status`` is the run's (completed, failed, interrupted)."""
 
 
-class LoggerConfig(Component):
+class LoggerConfig(Component, abc.ABC):
     """Base of a logger's schema: builds its backend for one run directory."""
 
+    @abc.abstractmethod
     def build(self, run_dir: Path, purge_step: int | None) -> MetricLogger:
-        raise NotImplementedError
+        """The backend writing this run's records (``purge_step``: see :func:`build_loggers`)."""
 
     def where(self, run_dir: Path) -> str | None:
         """Where a finished run's records are, as its last lines say it (None: nothing to say)."""
@@ -111,6 +114,9 @@ class NoLoggerConfig(LoggerConfig):
     """``logger=none``: results.json and train.log only (the same as ``logger=[]``)."""
 
     name: str = "none"
+
+    def build(self, run_dir: Path, purge_step: int | None) -> "Loggers":
+        return Loggers()
 
 
 def name_runs(node: Any, label: str) -> None:
