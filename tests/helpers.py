@@ -12,6 +12,7 @@ import sys
 import socket
 import subprocess
 import tempfile
+import textwrap
 import weakref
 from pathlib import Path
 
@@ -244,3 +245,30 @@ class User:
         assert proc.returncode == 0, f"{shlex.join(argv)} exited {proc.returncode}:\n{output[-4000:]}"
         assert "Traceback" not in output, output[-4000:]
         return proc
+
+
+def install_package(root: Path, name: str, module_text: str) -> Path:
+    """A package ``name`` whose module ``name`` is named in the scheda.components group, installed
+    (pip, no network) into its own folder: the returned path goes on PYTHONPATH."""
+    src = root / f"{name}_src"
+    src.mkdir()
+    (src / f"{name}.py").write_text(textwrap.dedent(module_text))
+    (src / "pyproject.toml").write_text(textwrap.dedent(f"""
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "{name.replace('_', '-')}"
+        version = "0.1"
+
+        [project.entry-points."scheda.components"]
+        {name} = "{name}"
+
+        [tool.setuptools]
+        py-modules = ["{name}"]
+    """))
+    target = root / f"{name}_site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                    "--target", str(target), str(src)], check=True, capture_output=True, timeout=300)
+    return target

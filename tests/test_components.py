@@ -8,9 +8,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 
-from helpers import STAGES, TINY
+from helpers import STAGES, TINY, install_package
 
 FLIP = '''
 from dataclasses import dataclass
@@ -34,33 +33,6 @@ class Flip(Noise):
 '''
 
 
-def _package(root, name, module_text):
-    """A package ``name`` whose module ``name`` is named in the scheda.components group, installed
-    (pip, no network) into its own folder: the returned path goes on PYTHONPATH."""
-    src = root / f"{name}_src"
-    src.mkdir()
-    (src / f"{name}.py").write_text(textwrap.dedent(module_text))
-    (src / "pyproject.toml").write_text(textwrap.dedent(f"""
-        [build-system]
-        requires = ["setuptools"]
-        build-backend = "setuptools.build_meta"
-
-        [project]
-        name = "{name.replace('_', '-')}"
-        version = "0.1"
-
-        [project.entry-points."scheda.components"]
-        {name} = "{name}"
-
-        [tool.setuptools]
-        py-modules = ["{name}"]
-    """))
-    target = root / f"{name}_site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                    "--target", str(target), str(src)], check=True, capture_output=True, timeout=300)
-    return target
-
-
 def _train(site, cifar_arrays, tmp_path, *overrides):
     env = {**os.environ, "PYTHONPATH": str(site), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "scheda.cli", f"dataset.root={cifar_arrays}", *TINY, *STAGES,
@@ -69,7 +41,7 @@ def _train(site, cifar_arrays, tmp_path, *overrides):
 
 
 def test_a_noise_from_another_package_is_found_by_its_entry_point_and_trains(cifar_arrays, tmp_path):
-    site = _package(tmp_path, "scheda_flip", FLIP)
+    site = install_package(tmp_path, "scheda_flip", FLIP)
     proc = _train(site, cifar_arrays, tmp_path, "noise=flip")
     assert proc.returncode == 0, proc.stderr[-2000:]
     config = (tmp_path / "run" / ".hydra" / "config.yaml").read_text()
@@ -80,12 +52,12 @@ def test_a_noise_from_another_package_is_found_by_its_entry_point_and_trains(cif
 
 
 def test_a_component_package_that_fails_or_clashes_is_refused_in_one_line(cifar_arrays, tmp_path):
-    broken = _package(tmp_path, "scheda_broken", "raise ImportError('needs a package that is not here')\n")
+    broken = install_package(tmp_path, "scheda_broken", "raise ImportError('needs a package that is not here')\n")
     proc = _train(broken, cifar_arrays, tmp_path)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert ("the scheda.components entry point 'scheda_broken' of scheda-broken (scheda_broken) failed to load "
             "(ImportError: needs a package that is not here): fix that package or uninstall it") in proc.stderr
-    clash = _package(tmp_path, "scheda_clash", FLIP.replace('"flip"', '"masking"'))
+    clash = install_package(tmp_path, "scheda_clash", FLIP.replace('"flip"', '"masking"'))
     proc = _train(clash, cifar_arrays, tmp_path)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "registers noise=masking, which scheda.model.noise.Masking already is: give it another name" in proc.stderr

@@ -15,7 +15,9 @@ from omegaconf import OmegaConf
 
 from scheda.protocol import launch, plan
 from scheda.protocol import selection as select
-from scheda.protocol.jobs import STEP_KINDS, fmt
+from scheda.protocol.jobs import fmt
+from scheda.protocol.kinds import kind_of
+from scheda.protocol.kinds.steps import StepKind
 from scheda.utils.errors import ConfigError
 from scheda.model.schedule import build_schedule
 from helpers import N_VAL, REPO, compose_cfg, run_command, smoke_cfg, start_command
@@ -255,7 +257,7 @@ def test_every_table_and_scale_plans_its_jobs(table, scale):
         steps = {"steps": None} if "steps" in bases[name] else {}  # the plan sets nu_final, not steps
         schedule = build_schedule({**bases[name], **steps, **values})
         assert schedule.total_epochs >= 1
-        if job.meta["kind"] in STEP_KINDS:
+        if isinstance(kind_of(job.meta["kind"]), StepKind):
             assert schedule.total_epochs == job.meta["epochs"]
     if scale == "paper" and "scheda" in cfg.table.continuations:
         assert "scheda_h1000_nu0.1_dnu0.05_K50" in {j.name for j in cont}

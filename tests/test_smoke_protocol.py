@@ -8,16 +8,20 @@ command work on a copy of that directory (the protocol reads a moved directory's
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from scheda.utils import stats
+from scheda.protocol.jobs import fmt
 from scheda.runs.rundir import checkpoint_name
-from helpers import TINY_PROTOCOL, User, readme_commands
-from test_reproduce import reproduce, table_rows
+from helpers import TINY_PROTOCOL, User, install_package, readme_commands
+from test_reproduce import reproduce, reproduce_args, table_rows
 
 pytestmark = pytest.mark.xdist_group("smoke_protocol")  # one worker: the fixture runs once
 
@@ -231,3 +235,50 @@ def test_the_selection_seed_is_fixed_with_its_runs(smoke, tmp_path):
     work = copy_of(smoke, tmp_path)
     moved = reproduce(work, smoke[1], "scale.seeds=[1,2]")
     assert moved.returncode == 1 and "selected its hyper-parameters with seed 0" in moved.stderr.splitlines()[-1]
+
+
+LOWER_LR = '''
+"""A continuation kind from another package: each selected DA(nu) trained on at its own nu with
+a tenth of its learning rate (does annealing the learning rate do what annealing nu does?)."""
+
+from scheda.protocol.jobs import JobSpec, fmt
+from scheda.protocol.kinds import register
+from scheda.protocol.kinds.base import ContinuationKind
+
+
+@register
+class LowerLR(ContinuationKind):
+    name, label = "lower_lr", "DA, lr / 10"
+
+    def plan(self, scale, hidden, by_nu):
+        return [JobSpec(f"lower_lr_h{hidden}_nu{key}", "continue", groups={"schedule": "constant"},
+                        values={"model.hidden": hidden, "schedule.nu": start["nu"], "schedule.epochs": 2,
+                                "optim.lr": start["lr"] / 10, "init_from": start["checkpoint"],
+                                "evaluate.every": 1, "trainer.checkpoint_every": 1},
+                        meta={"kind": self.name, "hidden": hidden, "nu0": start["nu"], "lr": start["lr"] / 10,
+                              "start_epoch": start["epoch"], "start_checkpoint": start["checkpoint"]})
+                for key, start in by_nu.items()]
+'''
+
+
+def test_a_job_kind_is_one_module_in_another_package(smoke, tmp_path):
+    """A continuation kind defined in one module of an installed package (entry point group
+    scheda.components) is planned from the selected DAs, selected, reported against the best DA,
+    and trained again per seed, with nothing else added."""
+    work = copy_of(smoke, tmp_path)
+    site = install_package(tmp_path, "scheda_lower_lr", LOWER_LR)
+    env = {**os.environ, "PYTHONPATH": str(site), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce",
+                           *reproduce_args(work, smoke[1], "scale.seeds=[0,1]", "table.continuations=[scheda,lower_lr]")],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = work / "runs"
+    selection = load(runs / "selection.json")["hidden"]["16"]
+    config = load(runs / "continue" / "lower_lr_h16_nu0.5" / "results.json")["config"]
+    assert config["init_from"] == selection["by_nu"]["0.5"]["checkpoint"]
+    assert config["optim"]["lr"] == pytest.approx(selection["by_nu"]["0.5"]["lr"] / 10)
+    best = load(runs / "continuations_table1.json")["16"]["lower_lr"]["best"]
+    report = (work / "reports" / "table1_smoke.md").read_text()
+    assert "DA, lr / 10" in table_rows(report) and f"lr={fmt(best['lr'])}, {best['epoch']} epochs" in report
+    assert load(runs / "seeds_table1.json")["hidden"]["16"]["lower_lr"].keys() == {"0", "1"}
+    assert any(row.startswith("| DA, lr / 10 − best DA |") for row in report.splitlines())

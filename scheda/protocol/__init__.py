@@ -1,5 +1,6 @@
-"""The paper's protocol, a layer over training: its vocabulary (``jobs``: a job, its kinds, its
-results), what each stage runs (``plan``), selection on validation (``selection``), running a
+"""The paper's protocol, a layer over training: its vocabulary (``jobs``: a job), its job kinds
+(``kinds``: one class per kind says how its jobs are planned, selected, reported and drawn),
+what each stage runs (``plan``), selection on validation (``selection``), running a
 stage (``launch``) and what Slurm says of it (``slurm``), the seeds axis (``seeds``), the
 report beside the paper's numbers (``report``), the figures and feature analyses
 (``analysis``), the schemas (``config``), the plan's cost (``estimate``) and the

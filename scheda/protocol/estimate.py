@@ -21,7 +21,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from scheda.utils.errors import ConfigError
-from scheda.protocol.jobs import STEP_KINDS, Kind, fmt
+from scheda.protocol.jobs import fmt
+from scheda.protocol.kinds import BASELINE, CONTROL, FINETUNE, kind_of, of_role
 from scheda.protocol.plan import continuation_jobs, da_jobs
 
 TRAIN_EXAMPLES = 45000  # CIFAR-10's training split: what one epoch of the paper's runs sees
@@ -32,12 +33,14 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
     """Per stage: jobs, model-epochs and evaluations, with hidden size per item."""
     scale = cfg.scale
     da = da_jobs(scale, cfg.table.raw)
-    selection = {"hidden": {str(h): {"by_nu": {fmt(nu): {"checkpoint": "c", "epoch": scale.da.epochs, "nu": nu}
+    # every DA selected at its last epoch (with the entry's fields a kind may plan from)
+    selection = {"hidden": {str(h): {"by_nu": {fmt(nu): {"checkpoint": "c", "epoch": scale.da.epochs, "nu": nu,
+                                                         "lr": scale.da.lr[0], "run": "r"}
                                                for nu in scale.da.nu}} for h in scale.hidden}}
     cont = continuation_jobs(scale, cfg.table.continuations, selection)
     items: list[dict[str, Any]] = []  # one per model of a job: stage, hidden, epochs, evaluations, fused
     for job in da:
-        if job.meta["kind"] == Kind.RAW:
+        if kind_of(job.meta["kind"]).role == BASELINE:
             items.append({"stage": "da", "hidden": 0, "epochs": 0, "evals": 1, "models": 1})
             continue
         models = len(job.meta.get("nus", [None]))
@@ -45,26 +48,27 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
                       "evals": models * (scale.da.epochs // scale.da.eval_every)})
     longest: dict[tuple[int, str], tuple[int, int]] = {}  # (hidden, kind) -> (epochs, K) of its longest run
     for job in cont:
-        kind, hidden = job.meta["kind"], job.meta["hidden"]
+        kind, hidden = kind_of(job.meta["kind"]), job.meta["hidden"]
         epochs = job.meta.get("epochs", scale.random_nu.epochs)
         # a schedule evaluates after each level; a random-nu run every evaluate.every epochs
         evals = job.meta["levels"] if "levels" in job.meta else epochs // job.values["evaluate.every"]
         items.append({"stage": "continue", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1,
-                      "eager": kind in (Kind.RANDOM_UNIFORM, Kind.RANDOM_DISCRETE)})  # nu per minibatch: no graph
-        if kind in STEP_KINDS:
-            longest[(hidden, kind)] = max(longest.get((hidden, kind), (0, 1)), (epochs, job.meta["K"]))
-    if scale.control:  # each control is evaluated every K epochs (scheda.protocol.plan.controls_of)
+                      "eager": kind.eager})
+        if kind.controlled:
+            longest[(hidden, kind.name)] = max(longest.get((hidden, kind.name), (0, 1)), (epochs, job.meta["K"]))
+    if scale.control:  # each control is evaluated every K epochs (scheda.protocol.kinds.control)
         for (hidden, _), (epochs, K) in longest.items():
-            items += [{"stage": "control", "hidden": hidden, "epochs": epochs, "evals": epochs // K, "models": 1}] * 2
+            items += [{"stage": "control", "hidden": hidden, "epochs": epochs, "evals": epochs // K,
+                       "models": 1}] * len(of_role(CONTROL))
     items += _seed_items(scale, cont)
-    finetune_jobs = 2 * len(scale.hidden) * len(scale.seeds) if scale.finetune is not None else 0
+    finetune_jobs = len(of_role(FINETUNE)) * len(scale.hidden) * len(scale.seeds) if scale.finetune is not None else 0
     return {"items": items, "finetune_jobs": finetune_jobs}
 
 
 def _seed_items(scale: DictConfig, cont: list) -> list[dict[str, Any]]:
     """Each further seed's replicas, at most: the best DA and the DA(nu0) of every kind that
     continues one (fused over the seeds when the grid is), and the longest run of each
-    continuation kind with its two controls."""
+    continuation kind with its controls."""
     further = len(scale.seeds) - 1
     if further < 1:
         return []
@@ -82,7 +86,7 @@ def _seed_items(scale: DictConfig, cont: list) -> list[dict[str, Any]]:
             longest = max((job for job in runs if job.meta["kind"] == kind), key=lambda j: j.meta.get("epochs", 0))
             epochs = longest.meta.get("epochs", scale.random_nu.epochs)
             evals = longest.meta.get("levels", epochs)
-            copies = 3 if scale.control and kind in STEP_KINDS else 1
+            copies = 1 + len(of_role(CONTROL)) if scale.control and kind_of(kind).controlled else 1
             items += [{"stage": "seeds", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1}] \
                 * (copies * further)
     return items

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from scheda.protocol.analysis import pyplot, save_png
-from scheda.protocol.jobs import FINETUNED, STEP_KINDS, Kind, fmt, kind_label, settings_text
+from scheda.protocol.jobs import fmt
+from scheda.protocol.kinds import CONTINUATION, kind_of, of_role
 
 
 def _load(run: str) -> dict:
@@ -28,16 +29,17 @@ def figure2(sel: dict, continued: dict, seeded: dict, png: Path, hidden: int) ->
     palette = series_palette(continued)
     rows = seeded["hidden"].get(str(hidden), {})
     curves = [(f"DA({fmt(sel['best']['nu'])})", sel["best"]["run"], 0, None, da_grey(sel["best"]["nu"]), "da")]
-    for kind, found in continued.items():
-        if kind in FINETUNED:
+    for name, found in continued.items():
+        if kind_of(name).role != CONTINUATION:
             continue
         best = found["best"]
         parent = sel["by_nu"].get(fmt(best["nu0"])) if "nu0" in best else None
         if parent is not None and parent["run"] not in [c[1] for c in curves]:
             curves.append((f"DA({fmt(parent['nu'])})", parent["run"], 0, None, da_grey(parent["nu"]), None))
-        keys = [kind] + [f"{kind}.{c}" for c in found.get("controls", {})]
+        keys = [name] + [f"{name}.{c}" for c in found.get("controls", {})]
         for e, key in zip([best, *found.get("controls", {}).values()], keys):
-            curves.append((_schedule_label(e), e["run"], e.get("start_epoch", 0), parent, palette[series_key(e)], key))
+            kind = kind_of(e["kind"])
+            curves.append((kind.legend(e), e["run"], e.get("start_epoch", 0), parent, palette[kind.series(e)], key))
     fig, (ax_err, ax_ce) = plt.subplots(1, 2, figsize=(11, 4))
     for label, run, offset, parent, color, key in curves:
         res = _load(run)
@@ -86,19 +88,10 @@ def _band(ax, curves: list[dict[int, float]], color: str, label: str, style: str
     ax.fill_between(epochs, mean - sd, mean + sd, color=color, alpha=0.2, lw=0)
 
 
-def series_key(e: dict) -> str:
-    """The series a run belongs to in the figures: a schedule's (kind, dnu, K), or its kind."""
-    if e["kind"] in STEP_KINDS:
-        return f"{e['kind']} dnu={fmt(e['delta_nu'])} K={e['K']}"
-    if "settings" in e:
-        return f"{e['kind']} {settings_text(e)}"
-    return e["kind"]
-
-
 def series_palette(continued: dict) -> dict[str, str]:
     """One colour per series in every figure of a report (the DAs are greys)."""
-    keys = sorted({series_key(e) for kind, found in continued.items() if kind not in FINETUNED
-                   for e in [*found["runs"], *found.get("controls", {}).values()]})
+    keys = sorted({kind_of(e["kind"]).series(e) for name, found in continued.items()
+                   if kind_of(name).role == CONTINUATION for e in [*found["runs"], *found.get("controls", {}).values()]})
     return {key: f"C{i % 10}" for i, key in enumerate(keys)}
 
 
@@ -106,24 +99,11 @@ def da_grey(nu: float) -> str:
     return str(round(0.1 + 0.6 * min(1.0, float(nu)), 3))
 
 
-def _schedule_label(e: dict) -> str:
-    if e["kind"] in STEP_KINDS:
-        name = "ScheDA" if e["kind"] == Kind.SCHEDA else "Increasing"
-        return f"{name}({fmt(e['nu0'])}, dnu {fmt(e['delta_nu'])}, K {e['K']})"
-    if e["kind"] == Kind.CONTROL:
-        return f"control: DA({fmt(e['nu0'])}) +{e['epochs']} epochs"
-    if e["kind"] == Kind.JUMP:
-        return f"control: DA({fmt(e['nu0'])}) -> {fmt(e['nu'])} at once"
-    if "settings" in e:
-        return f"{e['kind']}({fmt(e['nu0'])}, {settings_text(e)})"
-    return kind_label(e["kind"])
-
-
 def figure5(sel: dict, continued: dict, seeded: dict, png: Path, hidden: int) -> bool:
     """Every schedule's test error (at its best level) by starting level, against the best DA
     per nu and the best DA overall; a model trained with several seeds is drawn as its mean
     over them with one standard deviation (a band for the best DA, a bar for a schedule)."""
-    runs = [e for kind in STEP_KINDS for e in continued.get(kind, {}).get("runs", [])]
+    runs = [e for kind in of_role(CONTINUATION) if kind.in_figure5 for e in continued.get(kind.name, {}).get("runs", [])]
     if not runs:
         return False
     plt = pyplot()
@@ -142,17 +122,17 @@ def figure5(sel: dict, continued: dict, seeded: dict, png: Path, hidden: int) ->
                    label=f"best DA ({fmt(sel['best']['nu'])})")
     markers, palette = {}, series_palette(continued)
     for e in runs:
-        key = (e["kind"], e["delta_nu"], e["K"])
+        kind = kind_of(e["kind"])
+        key = kind.series(e)
         markers.setdefault(key, len(markers))
         m = markers[key]
         x = e["nu0"] + 0.006 * (m - 1)
-        ax.plot(x, 100 * e["test_error"], "os^vD<>"[m % 7], color=palette[series_key(e)],
-                label=f"{'ScheDA' if e['kind'] == 'scheda' else 'increasing'} dnu={fmt(e['delta_nu'])}, K={e['K']}")
+        ax.plot(x, 100 * e["test_error"], "os^vD<>"[m % 7], color=palette[key], label=kind.figure5_legend(e))
         values = [100 * v["test_error"] for v in rows.get(e["kind"], {}).values()] \
             if e["run"] == continued[e["kind"]]["best"]["run"] else []
         if len(values) > 1:
             ax.errorbar(x + 0.012, np.mean(values), yerr=np.std(values, ddof=1), fmt="o", mfc="none", capsize=3,
-                        color=palette[series_key(e)], label=f"best {e['kind']}, mean ± sd of {len(values)} seeds")
+                        color=palette[key], label=f"best {e['kind']}, mean ± sd of {len(values)} seeds")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))
     ax.legend(unique.values(), unique.keys(), fontsize=7)

@@ -1,43 +1,18 @@
 """The protocol's vocabulary: a job (``JobSpec``: config-group choices and values over
-train.yaml, run as ``<out_dir>/<stage>/<name>``), what a finished run's results.json says, and
-how the report names each. Every other protocol module speaks in these (and reads runs through
-scheda.runs.rundir)."""
+train.yaml, run as ``<out_dir>/<stage>/<name>``, its kind named in ``meta["kind"]``: see
+scheda.protocol.kinds) and how the report prints numbers. Every other protocol module speaks
+in these (and reads runs through scheda.runs.rundir)."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from omegaconf import OmegaConf
 
 
 log = logging.getLogger(__name__)
-
-
-class Kind(StrEnum):
-    """Every kind of job the protocol plans, in one place: planning, selection, the report and
-    the estimate test membership in these (a schedule continued from ``scale.schedules`` is
-    kinded by its own registered name, outside this list)."""
-
-    RAW = "raw"
-    DA = "da"
-    DA_FUSED = "da_fused"  # every nu of one (hidden, lr) in one process
-    SCHEDA = "scheda"
-    INCREASING = "increasing"
-    RANDOM_UNIFORM = "random_uniform"
-    RANDOM_DISCRETE = "random_discrete"
-    CONTROL = "control"  # same start, constant nu0 for the schedule's length
-    JUMP = "jump"  # same start, one jump to the schedule's final nu
-    FINETUNE_DA = "finetune_da"
-    FINETUNE_SCHEDA = "finetune_scheda"
-
-
-STEP_KINDS = {Kind.SCHEDA: -1, Kind.INCREASING: 1}  # the direction of each kind's noise steps
-CONTINUATIONS = (Kind.SCHEDA, Kind.INCREASING, Kind.RANDOM_UNIFORM, Kind.RANDOM_DISCRETE)
-CONTROLS = (Kind.CONTROL, Kind.JUMP)
-FINETUNES = {Kind.FINETUNE_DA: Kind.DA, Kind.FINETUNE_SCHEDA: Kind.SCHEDA}  # and the row each fine-tunes
 
 
 @dataclass
@@ -67,34 +42,3 @@ def fmt(x: float) -> str:
 def pct(x: float | None) -> str:
     """An error rate in % to two decimals, as every table of the report prints it."""
     return "—" if x is None else f"{100 * x:.2f}"
-
-
-# How the report names each kind of row (a schedule from scale.schedules: "Schedule <name>").
-KIND_LABEL = {Kind.SCHEDA: "ScheDA", Kind.INCREASING: "Increasing schedule", Kind.RANDOM_UNIFORM: "Random nu, uniform",
-              Kind.RANDOM_DISCRETE: "Random nu, discrete", Kind.CONTROL: "Control: same start, constant nu",
-              Kind.JUMP: "Control: same start, one jump to the final nu"}
-FINETUNED = {Kind.FINETUNE_DA: ("Fine-tuned best DA", "finetuned_da"),  # the label and the paper's row
-             Kind.FINETUNE_SCHEDA: ("Fine-tuned best ScheDA", "finetuned")}
-
-
-def schedule_text(e: dict[str, Any]) -> str:
-    if e["kind"] in STEP_KINDS:
-        return (f"nu0={fmt(e['nu0'])}, dnu={fmt(e['delta_nu'])}, K={e['K']}, T={e['T']} (last nu {fmt(e['nu'])}), "
-                f"from the DA's epoch {e['start_epoch']}, {e['epoch']} epochs more")
-    if e["kind"] in CONTROLS:
-        return (f"nu={fmt(e['nu'])} for {e['epochs']} epochs from the DA({fmt(e['nu0'])})'s epoch {e['start_epoch']}, "
-                f"best at {e['epoch']} epochs more")
-    if "settings" in e:  # a schedule from scale.schedules
-        return (f"nu0={fmt(e['nu0'])}, {settings_text(e)}, T={e['T']} (last nu {fmt(e['nu'])}), "
-                f"from the DA's epoch {e['start_epoch']}, {e['epoch']} epochs more")
-    return f"lr={fmt(e['lr'])}, {e['epoch']} epochs" if "lr" in e else f"{e['epoch']} epochs"
-
-
-def settings_text(e: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={fmt(v) if isinstance(v, float) else v}" for k, v in e["settings"].items())
-
-
-def kind_label(kind: str) -> str:
-    return KIND_LABEL.get(kind, f"Schedule {kind}")
-
-

@@ -11,7 +11,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from scheda.utils.io import atomic_write
 from scheda.protocol.figures import figure2, figure5
-from scheda.protocol.jobs import FINETUNED, Kind, fmt, kind_label, pct, schedule_text
+from scheda.protocol.jobs import fmt, pct
+from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
+from scheda.protocol.kinds.da import DA
 from scheda.protocol.seed_report import seed_cell, seeds_section
 from scheda.runs.rundir import params_of, params_text
 
@@ -65,38 +67,39 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
                      f"| Raw pixels | — | not completed | — | — |{none} {paper_value(paper, 'raw')} |")
     verdicts = []
     for hidden, sel in selection["hidden"].items():
-        da = sel["best"]
-        lines.append(f"| DA | {hidden} | nu={fmt(da['nu'])}, lr={fmt(da['lr'])}, {da['epoch']} epochs, {chosen(da)} "
+        da, found = sel["best"], continued.get(hidden, {})
+        lines.append(f"| DA | {hidden} | {kind_of(DA.name).describe(da)}, {chosen(da)} "
                      f"| {pct(da['val_error'])} | {pct(da['test_error'])} |{cell(hidden, 'da')} "
                      f"{paper_value(paper, 'da', int(hidden))} |")
         if da.get("last_of_grid"):
             verdicts.append(f"The best DA ({hidden} hidden units, nu={fmt(da['nu'])}) was selected at epoch {da['epoch']}, "
                             f"the last of the grid (scale.da.epochs): it may be under-trained, and a longer grid "
                             f"could lower its error.")
-        for kind, found in continued.get(hidden, {}).items():
-            if kind in FINETUNED:
+        for name, runs in found.items():
+            kind = kind_of(name)
+            if kind.role != CONTINUATION:
                 continue
-            best = found["best"]
-            lines.append(f"| {kind_label(kind)} | {hidden} | {schedule_text(best)}, {chosen(best)} | "
-                         f"{pct(best['val_error'])} | {pct(best['test_error'])} |{cell(hidden, kind)} "
-                         f"{paper_value(paper, kind, int(hidden))} |")
-            verdicts.append(_verdict(kind_label(kind), hidden, best, da))
-            for control_kind, control in found.get("controls", {}).items():
-                lines.append(f"| {kind_label(control_kind)} | {hidden} | {schedule_text(control)}, {chosen(control)} | "
+            best = runs["best"]
+            lines.append(f"| {kind.label} | {hidden} | {kind.describe(best)}, {chosen(best)} | "
+                         f"{pct(best['val_error'])} | {pct(best['test_error'])} |{cell(hidden, name)} "
+                         f"{paper_value(paper, kind.paper_row, int(hidden))} |")
+            verdicts.append(_verdict(kind.label, hidden, best, da))
+            for control_name, control in runs.get("controls", {}).items():
+                control_kind = kind_of(control_name)
+                lines.append(f"| {control_kind.label} | {hidden} | {control_kind.describe(control)}, {chosen(control)} | "
                              f"{pct(control['val_error'])} | {pct(control['test_error'])} |"
-                             f"{cell(hidden, f'{kind}.{control_kind}')} — |")
-            if found.get("controls"):
-                verdicts.append(_control_verdict(kind_label(kind), best, found["controls"]))
-        for key, (label, paper_row) in FINETUNED.items():
-            ft = continued.get(hidden, {}).get(key)
+                             f"{cell(hidden, f'{name}.{control_name}')} — |")
+            if runs.get("controls"):
+                verdicts.append(_control_verdict(kind.label, best, runs["controls"]))
+        for kind in of_role(FINETUNE):
+            ft = found.get(kind.name)
             if ft:
-                frozen = f" (frozen features: {pct(ft['frozen']['test_error'])} % test)" if ft.get("frozen") else ""
-                lines.append(f"| {label} | {hidden} | lr={fmt(ft['lr'])}, epoch {ft['best_epoch']}{frozen} | "
-                             f"{pct(ft['val_error'])} | {pct(ft['test_error'])} |{cell(hidden, key)} "
-                             f"{paper_value(paper, paper_row, int(hidden))} |")
-            elif scale.finetune is None and paper and paper.get(paper_row):
-                lines.append(f"| {label} | {hidden} | not run at this scale | — | — |{' — |' if over_seeds else ''} "
-                             f"{paper_value(paper, paper_row, int(hidden))} |")
+                lines.append(f"| {kind.label} | {hidden} | {kind.describe(ft)} | "
+                             f"{pct(ft['val_error'])} | {pct(ft['test_error'])} |{cell(hidden, kind.name)} "
+                             f"{paper_value(paper, kind.paper_row, int(hidden))} |")
+            elif scale.finetune is None and paper and paper.get(kind.paper_row):
+                lines.append(f"| {kind.label} | {hidden} | not run at this scale | — | — |{' — |' if over_seeds else ''} "
+                             f"{paper_value(paper, kind.paper_row, int(hidden))} |")
     lines += [""] + [f"- {'On the selection seed alone: ' if over_seeds else ''}{v}" for v in verdicts]
     lines += seeds_section(seeded)
     for hidden, sel in selection["hidden"].items():
@@ -136,23 +139,10 @@ def _verdict(label: str, hidden: str, best: dict, da: dict) -> str:
 
 
 def _control_verdict(label: str, best: dict, controls: dict) -> str:
-    """What the controls of one schedule show, in words."""
+    """What the controls of one schedule show, in words: a clause per control, by its kind."""
     parts = [f"Controls of the best {label} (nu0={fmt(best['nu0'])} -> {fmt(best['nu'])}, {best['epoch']} epochs "
              f"from the DA's epoch {best['start_epoch']}; same checkpoint and training stream):"]
-    same, jump = controls.get(Kind.CONTROL), controls.get(Kind.JUMP)
-    if same:
-        gain = 100 * (same["test_error"] - best["test_error"])
-        parts.append(f"the DA trained on at nu={fmt(same['nu'])} for the schedule's {same['epochs']} epochs reached "
-                     f"{pct(same['test_error'])} % test at its best epoch on validation ({same['epoch']}), so the "
-                     f"schedule is {gain:+.2f} points better on test than more epochs alone "
-                     f"({100 * (same['val_error'] - best['val_error']):+.2f} on validation);")
-    if jump:
-        gain = 100 * (jump["test_error"] - best["test_error"])
-        word = "better than" if gain > 0 else "no better than"
-        parts.append(f"one jump straight to nu={fmt(jump['nu'])} for {jump['epochs']} epochs reached "
-                     f"{pct(jump['test_error'])} % test (best on validation at epoch {jump['epoch']}): the gradual "
-                     f"schedule is {word} a single switch ({gain:+.2f} points on test, "
-                     f"{100 * (jump['val_error'] - best['val_error']):+.2f} on validation).")
+    parts += [kind_of(name).verdict(best, control) for name, control in controls.items()]
     return " ".join(parts)
 
 
@@ -164,12 +154,13 @@ def _detail_tables(hidden: str, sel: dict, continued: dict) -> list[str]:
                 f"{' (diverged later)' if e.get('status') == 'diverged' else ''}"
         lines.append(f"| {nu} | {fmt(e['lr'])} | {epoch} | {chosen(e)} | {pct(e['val_error'])} | "
                      f"{pct(e['test_error'])} |")
-    for kind, found in continued.items():
-        if kind in FINETUNED:
+    for name, found in continued.items():
+        kind = kind_of(name)
+        if kind.role != CONTINUATION:
             continue
-        lines += ["", f"### {hidden} hidden units: {kind_label(kind)} runs (each at its best evaluation on validation)", "",
+        lines += ["", f"### {hidden} hidden units: {kind.label} runs (each at its best evaluation on validation)", "",
                   "| Run | Selected | Val error % | Test error % |", "|---|---|---|---|"]
         for e in sorted(found["runs"], key=lambda e: e["val_error"]):
-            lines.append(f"| {Path(e['run']).name} | {schedule_text(e)} | {pct(e['val_error'])} | "
+            lines.append(f"| {Path(e['run']).name} | {kind.describe(e)} | {pct(e['val_error'])} | "
                          f"{pct(e['test_error'])} |")
     return lines

@@ -9,19 +9,19 @@ from typing import Any
 
 from scheda.utils import stats
 from scheda.runs.rundir import unpack_correct
-from scheda.protocol.jobs import FINETUNED, Kind, kind_label, pct
+from scheda.protocol.jobs import pct
+from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
+from scheda.protocol.kinds.da import DA
 
 
 def seed_label(key: str) -> str:
     """A seeded row's name: ``da``, a continuation kind, ``<kind>.control`` / ``<kind>.jump``, a fine-tuned row."""
-    if key == "da":
+    if key == DA.name:
         return "Best DA"
-    if key in FINETUNED:
-        return FINETUNED[key][0]
-    kind, _, control = key.partition(".")
+    name, _, control = key.partition(".")
     if control:
-        return kind_label(control) + ("" if kind == "scheda" else f" (of {kind_label(kind)})")
-    return kind_label(kind)
+        return kind_of(control).label + kind_of(name).qualifies()
+    return kind_of(name).label
 
 
 def further(per_seed: dict[str, dict], selection_seed: int) -> list[tuple[int, dict]]:
@@ -42,18 +42,20 @@ def seed_cell(seeded: dict[str, Any], hidden: str, key: str) -> str:
 
 def comparisons(rows: dict[str, dict]) -> list[tuple[str, str, str]]:
     """The (name, a, b) pairs the report tests, a - b in test error: every continuation against
-    the best DA, a step schedule against both its controls, fine-tuned ScheDA against fine-tuned DA."""
+    the best DA, a controlled schedule against each of its controls, and each fine-tuned row
+    against the one its kind is ``compared_with`` (fine-tuned ScheDA against fine-tuned DA)."""
     out = []
     for key in rows:
-        kind, _, control = key.partition(".")
-        if key == "da" or key in FINETUNED:
-            continue
+        name, _, control = key.partition(".")
         if control:
-            out.append((f"{seed_label(kind)} − {seed_label(key).lower()}", kind, key))
-        elif "da" in rows:
-            out.append((f"{seed_label(kind)} − best DA", kind, "da"))
-    if all(k in rows for k in FINETUNED):
-        out.append(("Fine-tuned ScheDA − fine-tuned DA", Kind.FINETUNE_SCHEDA, Kind.FINETUNE_DA))
+            out.append((f"{seed_label(name)} − {seed_label(key).lower()}", name, key))
+        elif kind_of(name).role == CONTINUATION and DA.name in rows:
+            out.append((f"{seed_label(name)} − best DA", name, DA.name))
+    for kind in of_role(FINETUNE):
+        other = kind.compared_with
+        if other is not None and kind.name in rows and other in rows:
+            short = kind_of(other).short
+            out.append((f"{kind.short} − {short[0].lower()}{short[1:]}", kind.name, other))
     return out
 
 

@@ -31,7 +31,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 from scheda.utils.errors import ConfigError
-from scheda.protocol.jobs import CONTROLS, FINETUNES, JobSpec, Kind, fmt
+from scheda.protocol.jobs import JobSpec, fmt
+from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
+from scheda.protocol.kinds.da import DA
 from scheda.runs.rundir import FINAL_STATUSES, best_evaluation, checkpoint_name, read_results
 from scheda.protocol.plan import check_seeds, da_values
 
@@ -49,6 +51,7 @@ class Row:
     key: str
     hidden: str
     selected: dict[str, Any]
+    epoch: int | None  # the selection seed's reported evaluation (None: a fine-tuning's own choice)
     replicas: dict[int, tuple[Path, int | None]] = field(default_factory=dict)
 
 
@@ -79,30 +82,29 @@ class SeedPlan:
             return starts[key]
 
         best_da = sel["best"]
-        da_row = Row(Kind.DA, hidden, best_da)
+        da_row = Row(DA.name, hidden, best_da, best_da["epoch"])
         for seed, ckpt in da_checkpoints(best_da["nu"]).items():
             da_row.replicas[seed] = (ckpt.parent.parent, best_da["epoch"])
         self.rows.append(da_row)
-        final_checkpoints: dict[str, dict[int, Path]] = {Kind.DA: da_checkpoints(best_da["nu"])}
-        for kind, found in continued.items():
-            if kind in FINETUNES or found.get("best") is None:
+        final_checkpoints: dict[str, dict[int, Path]] = {DA.name: da_checkpoints(best_da["nu"])}
+        for name, found in continued.items():
+            if kind_of(name).role != CONTINUATION or found.get("best") is None:
                 continue
             best = found["best"]
             start = da_checkpoints(best["nu0"]) if "nu0" in best and fmt(best["nu0"]) in sel["by_nu"] else None
-            row = self._plan_replicas(kind, hidden, best, start)
-            final_checkpoints[kind] = {s: run / "checkpoints" / checkpoint_name(epoch)
+            row = self._plan_replicas(name, hidden, best, start)
+            final_checkpoints[name] = {s: run / "checkpoints" / checkpoint_name(epoch)
                                        for s, (run, epoch) in row.replicas.items()}
-            for control_kind in CONTROLS:
-                control = found.get("controls", {}).get(control_kind)
-                if control is not None and start is not None:
-                    self._plan_replicas(f"{kind}.{control_kind}", hidden, control, start)
-        for key, of in FINETUNES.items():
-            chosen = continued.get(key)
-            source = final_checkpoints.get(of)
+            if start is not None:
+                for control_name, control in found.get("controls", {}).items():
+                    self._plan_replicas(f"{name}.{control_name}", hidden, control, start)
+        for kind in of_role(FINETUNE):
+            chosen = continued.get(kind.name)
+            source = final_checkpoints.get(kind.of)
             job = self.by_name.get(Path(chosen["run"]).name) if chosen else None
             if job is None or source is None:
                 continue
-            row = Row(key, hidden, chosen)
+            row = Row(kind.name, hidden, chosen, None)
             for seed in self.further:
                 replica = self._replica(job, "seed_finetune", f"{job.name}_seed{seed}", seed,
                                         {"init_from": str(source[seed])})
@@ -117,7 +119,7 @@ class SeedPlan:
         nu, lr, epoch = selected["nu"], selected["lr"], selected["epoch"]
         base = f"da_h{hidden}_nu{fmt(nu)}_lr{fmt(lr)}"
         values = da_values(hidden, nu, lr, self.scale.da)
-        meta = {"kind": Kind.DA, "hidden": hidden, "nu": nu, "lr": lr, "epochs": self.scale.da.epochs}
+        meta = {"kind": DA.name, "hidden": hidden, "nu": nu, "lr": lr, "epochs": self.scale.da.epochs}
         where: dict[int, Path] = {}
         if not self.scale.da.fused:
             for seed in self.further:
@@ -152,7 +154,7 @@ class SeedPlan:
         (its whole length, evaluated as it was) from that seed's DA(nu0) checkpoint (runs from
         scratch need none)."""
         job = self.by_name[Path(best["run"]).name]
-        row = Row(key, hidden, best)
+        row = Row(key, hidden, best, best["epoch"])
         for seed in self.further:
             changes: dict[str, Any] = {}
             if "init_from" in job.values:
@@ -182,7 +184,7 @@ class SeedPlan:
         s0 = str(self.seeds[0])
         out: dict[str, Any] = {"seeds": self.seeds, "selection_seed": self.seeds[0], "hidden": {}, "own_best": {}}
         for row in self.rows:
-            first = _outcome(Path(row.selected["run"]), None if row.key in FINETUNES else row.selected["epoch"])
+            first = _outcome(Path(row.selected["run"]), row.epoch)
             at_selected, at_best = {s0: first}, {s0: first}
             for seed, (run, epoch) in row.replicas.items():
                 for rule, where in ((at_selected, epoch), (at_best, None if epoch is None else BEST)):

@@ -1,11 +1,10 @@
 """Selection on validation: the best DA per hidden size and nu (over lr and epochs), the best
 run of each continuation kind (the paper's choice of T among the evaluations after each level),
-the fine-tuning jobs' chosen results, and the controls put beside the runs they control."""
+the fine-tuning jobs' chosen results, and the controls put beside the runs they control. What
+each run's entry holds and where it is filed is its kind's (scheda.protocol.kinds)."""
 
 from __future__ import annotations
 
-import logging
-import math
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -13,94 +12,47 @@ from omegaconf import DictConfig
 
 from scheda.utils.errors import SchedaError
 from scheda.utils.io import atomic_write_json
-from scheda.protocol.jobs import CONTROLS, FINETUNES, STEP_KINDS, JobSpec, Kind, fmt
-from scheda.runs.rundir import FINAL_STATUSES, best_evaluation, checkpoint_name, read_results
+from scheda.protocol.jobs import JobSpec
+from scheda.protocol.kinds import CONTROL, kind_of, of_role
 from scheda.protocol.launch import job_statuses
-from scheda.protocol.plan import controls_of
-from scheda.runs.rundir import params_of
-
-log = logging.getLogger(__name__)
+from scheda.runs.rundir import FINAL_STATUSES, read_results
 
 
 def select_das(jobs: list[JobSpec], out_dir: Path) -> dict[str, Any]:
     """Per hidden size: the best DA(nu) over lr and epochs for every nu, and the best DA over
-    nu. A candidate needs a completed run and the checkpoint of its selected epoch."""
-    per_hidden: dict[int, dict[str, Any]] = {}
-    raw = None
-    for run_dir, meta in _da_runs(jobs, out_dir):
-        results = read_results(run_dir)
-        if results is None or results.get("status") not in FINAL_STATUSES:
-            continue  # a DA that diverged keeps the evaluations (and checkpoints) from before it
-        if meta["kind"] == Kind.RAW:
-            if results.get("evaluations"):
-                raw = {"run": str(run_dir), **_errors(results["evaluations"][-1])}
-            continue
-        best = best_evaluation(results)
-        if best is None:
-            continue
-        ckpt = run_dir / "checkpoints" / checkpoint_name(best["epoch"])
-        if not ckpt.exists():
-            log.warning("%s: no checkpoint at the selected epoch %d; skipped", run_dir, best["epoch"])
-            continue
-        entry = {"run": str(run_dir), "checkpoint": str(ckpt), "nu": meta["nu"], "lr": meta["lr"],
-                 "epoch": best["epoch"], "status": results["status"],
-                 "last_of_grid": best["epoch"] >= meta.get("epochs", math.inf), **_errors(best)}
-        by_nu = per_hidden.setdefault(meta["hidden"], {"by_nu": {}})["by_nu"]
-        key = fmt(meta["nu"])
-        if key not in by_nu or (entry["val_error"], entry["epoch"]) < (by_nu[key]["val_error"], by_nu[key]["epoch"]):
-            by_nu[key] = entry
-    for sel in per_hidden.values():
+    nu; and the raw baseline. A candidate needs a completed run (one that diverged keeps the
+    evaluations and checkpoints from before it) and, for a DA, the checkpoint of its epoch."""
+    found: dict[str, Any] = {"raw": None, "hidden": {}}
+    _select(jobs, out_dir, found)
+    for sel in found["hidden"].values():
         sel["best"] = min(sel["by_nu"].values(), key=lambda e: e["val_error"])
-    return {"raw": raw, "hidden": {str(h): sel for h, sel in sorted(per_hidden.items())}}
-
-
-def _da_runs(jobs: list[JobSpec], out_dir: Path) -> Iterable[tuple[Path, dict[str, Any]]]:
-    """Every DA's run directory with its (hidden, nu, lr); a fused job holds one per nu."""
-    for job in jobs:
-        run_dir = out_dir / job.stage / job.name
-        if job.meta["kind"] == Kind.DA_FUSED:
-            for k, nu in enumerate(job.meta["nus"]):
-                yield run_dir / "models" / str(k), {**job.meta, "kind": Kind.DA, "nu": nu}
-        else:
-            yield run_dir, job.meta
-
-
-def _errors(evaluation: dict[str, Any]) -> dict[str, Any]:
-    return {"val_error": evaluation["val_error"], "test_error": evaluation["test_error"], "params": params_of(evaluation)}
+    return {"raw": found["raw"], "hidden": {str(h): sel for h, sel in sorted(found["hidden"].items())}}
 
 
 def select_continuations(jobs: list[JobSpec], out_dir: Path) -> dict[str, Any]:
     """Per hidden size and kind: every run's best evaluation on validation (for a schedule,
     the paper's choice of T among the evaluations after each level; a run that diverged
     keeps those before it), and the best run; a fine-tuning job's chosen result."""
-    out: dict[str, dict[str, Any]] = {}
-    for job in jobs:
-        run_dir = out_dir / job.stage / job.name
-        results = read_results(run_dir)
-        if results is None or results.get("status") not in FINAL_STATUSES:
-            continue
-        if job.meta["kind"] in FINETUNES:
-            chosen = results.get("finetune", {}).get("chosen")
-            if chosen:
-                out.setdefault(str(job.meta["hidden"]), {})[job.meta["kind"]] = {
-                    "run": str(run_dir), "from": job.meta["from"], **chosen,
-                    "frozen": results["finetune"].get("frozen")}
-            continue
-        best = best_evaluation(results)
-        if best is None:
-            continue
-        levels = [e for e in results["evaluations"] if e.get("reason") == "stage_end"]
-        T = next((i + 1 for i, e in enumerate(levels) if e["epoch"] >= best["epoch"]), None)
-        ckpt = run_dir / "checkpoints" / checkpoint_name(best["epoch"])
-        entry = {"run": str(run_dir), **job.meta, "epoch": best["epoch"], "nu": best.get("nu"), "T": T,
-                 "status": results["status"], "checkpoint": str(ckpt) if ckpt.exists() else None, **_errors(best)}
-        runs = out.setdefault(str(job.meta["hidden"]), {}).setdefault(job.meta["kind"], {"runs": []})
-        runs["runs"].append(entry)
-    for by_kind in out.values():
-        for kind, sel in by_kind.items():
-            if kind not in FINETUNES:
+    found: dict[str, dict[str, Any]] = {}
+    _select(jobs, out_dir, found)
+    for by_kind in found.values():
+        for sel in by_kind.values():
+            if "runs" in sel:
                 sel["best"] = min(sel["runs"], key=lambda e: (e["val_error"], e["epoch"]))
-    return out
+    return found
+
+
+def _select(jobs: list[JobSpec], out_dir: Path, found: dict[str, Any]) -> None:
+    """Each finished model of ``jobs`` selected and filed into ``found`` by its own kind."""
+    for job in jobs:
+        for run_dir, meta in kind_of(job.meta["kind"]).models(job, out_dir / job.stage / job.name):
+            results = read_results(run_dir)
+            if results is None or results.get("status") not in FINAL_STATUSES:
+                continue
+            kind = kind_of(meta["kind"])
+            entry = kind.select(run_dir, results, meta)
+            if entry is not None:
+                kind.file(found, entry, meta)
 
 
 def attach_controls(scale: DictConfig, kinds: Iterable[str], continued: dict[str, Any],
@@ -109,14 +61,14 @@ def attach_controls(scale: DictConfig, kinds: Iterable[str], continued: dict[str
     if not scale.control:
         return
     for hidden, by_kind in continued.items():
-        runs = {Path(e["run"]).name: e for kind in CONTROLS
-                for e in controls.get(hidden, {}).get(kind, {}).get("runs", [])}
-        for kind in kinds:
-            best = by_kind.get(kind, {}).get("best")
-            if kind in STEP_KINDS and best is not None:
-                found = {job.meta["kind"]: runs[job.name] for job in controls_of(scale[kind], int(hidden), best)
-                         if job.name in runs}
-                by_kind[kind]["controls"] = found
+        runs = {Path(e["run"]).name: e for control in of_role(CONTROL)
+                for e in controls.get(hidden, {}).get(control.name, {}).get("runs", [])}
+        for name in kinds:
+            best = by_kind.get(name, {}).get("best")
+            kind = kind_of(name)
+            if kind.controlled and best is not None:
+                by_kind[name]["controls"] = {job.meta["kind"]: runs[job.name]
+                                             for job in kind.controls(scale, int(hidden), best) if job.name in runs}
 
 
 def save_selection(out_dir: Path, selection: dict[str, Any]) -> None:

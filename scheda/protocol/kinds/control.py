@@ -1,0 +1,75 @@
+"""The controls of the best run of a step schedule (stage 4), from the same checkpoint and,
+through the seed, the same training stream (common random numbers):
+
+* ``control``: the DA trained on at its own nu0 for as long as that run's whole continuation,
+  evaluated where the schedule switched (every K epochs): tells the schedule's effect from
+  that of more epochs;
+* ``jump``: straight to the run's selected final nu for as many epochs as it took to reach it,
+  evaluated every K: tells a gradual schedule from a single switch.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any
+
+from omegaconf import DictConfig
+
+from scheda.protocol.jobs import JobSpec, fmt, pct
+from scheda.protocol.kinds.base import ControlKind, register
+
+
+class FromTheStart(ControlKind):
+    """A constant nu from the best run's start checkpoint with its lr, evaluated every K epochs."""
+
+    @abstractmethod
+    def target(self, best: dict[str, Any]) -> tuple[float, int, str]:
+        """(nu, epochs, what the job's name adds after nu0) of the control of ``best``."""
+
+    def job(self, grid: DictConfig, hidden: int, best: dict[str, Any]) -> JobSpec:
+        nu, epochs, tag = self.target(best)
+        return JobSpec(f"{self.name}_h{hidden}_nu{fmt(best['nu0'])}{tag}_{epochs}ep", "control",
+                       groups={"schedule": "constant"},
+                       values={"model.hidden": hidden, "optim.lr": grid.lr, "init_from": best["start_checkpoint"],
+                               "evaluate.every": best["K"], "trainer.checkpoint_every": 0,
+                               "schedule.nu": nu, "schedule.epochs": epochs},
+                       meta={"kind": self.name, "hidden": hidden, "nu0": best["nu0"], "K": best["K"],
+                             "start_epoch": best["start_epoch"], "start_checkpoint": best["start_checkpoint"],
+                             "nu": nu, "epochs": epochs})
+
+
+@register
+class SameStart(FromTheStart):
+    name, label = "control", "Control: same start, constant nu"
+
+    def target(self, best: dict[str, Any]) -> tuple[float, int, str]:
+        return best["nu0"], best["epochs"], ""
+
+    def verdict(self, best: dict[str, Any], same: dict[str, Any]) -> str:
+        gain = 100 * (same["test_error"] - best["test_error"])
+        return (f"the DA trained on at nu={fmt(same['nu'])} for the schedule's {same['epochs']} epochs reached "
+                f"{pct(same['test_error'])} % test at its best epoch on validation ({same['epoch']}), so the "
+                f"schedule is {gain:+.2f} points better on test than more epochs alone "
+                f"({100 * (same['val_error'] - best['val_error']):+.2f} on validation);")
+
+    def legend(self, e: dict[str, Any]) -> str:
+        return f"control: DA({fmt(e['nu0'])}) +{e['epochs']} epochs"
+
+
+@register
+class Jump(FromTheStart):
+    name, label = "jump", "Control: same start, one jump to the final nu"
+
+    def target(self, best: dict[str, Any]) -> tuple[float, int, str]:
+        return best["nu"], best["epoch"], f"_to{fmt(best['nu'])}"
+
+    def verdict(self, best: dict[str, Any], jump: dict[str, Any]) -> str:
+        gain = 100 * (jump["test_error"] - best["test_error"])
+        word = "better than" if gain > 0 else "no better than"
+        return (f"one jump straight to nu={fmt(jump['nu'])} for {jump['epochs']} epochs reached "
+                f"{pct(jump['test_error'])} % test (best on validation at epoch {jump['epoch']}): the gradual "
+                f"schedule is {word} a single switch ({gain:+.2f} points on test, "
+                f"{100 * (jump['val_error'] - best['val_error']):+.2f} on validation).")
+
+    def legend(self, e: dict[str, Any]) -> str:
+        return f"control: DA({fmt(e['nu0'])}) -> {fmt(e['nu'])} at once"
