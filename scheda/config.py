@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Optional
@@ -26,17 +27,18 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from scheda.utils.errors import ConfigError
 
 # Where each config group's schemas live: importing a module registers them (``@register``), and
-# load_components imports exactly these. The one way scheda finds its components: a new data
-# set, classifier or schedule module is named here, under its group (tests/test_config.py checks
-# that each module fills its group and that every module of scheda.data is named).
+# load_components imports exactly these. ``package.*`` names every module of a package: a new
+# data set or logger is one module dropped into scheda/data/ or scheda/loggers/; a new noise,
+# schedule or classifier is a class in its group's module (tests/test_config.py checks that each
+# module fills its group).
 COMPONENT_MODULES: dict[str, tuple[str, ...]] = {
-    "dataset": ("scheda.data.cifar10", "scheda.data.amazon", "scheda.data.arrays"),
+    "dataset": ("scheda.data.*",),
     "model": ("scheda.model.autoencoder",),
     "noise": ("scheda.model.noise",),
     "schedule": ("scheda.model.schedule",),
     "optim": ("scheda.model.optim",),
     "trainer": ("scheda.training.trainer",),
-    "logger": ("scheda.loggers.base", "scheda.loggers.tensorboard", "scheda.loggers.csv", "scheda.loggers.mlflow"),
+    "logger": ("scheda.loggers.*",),
     "evaluate": ("scheda.evaluation.evaluate",),
     "classifier": ("scheda.evaluation.classifiers",),
     "finetune": ("scheda.evaluation.finetune",),
@@ -160,6 +162,18 @@ _loaded = False
 ENTRY_POINTS = "scheda.components"  # the entry point group of components in other packages
 
 
+def component_modules(group: str) -> list[str]:
+    """The modules of ``group`` in COMPONENT_MODULES, each ``package.*`` as its package's modules."""
+    out = []
+    for name in COMPONENT_MODULES[group]:
+        if name.endswith(".*"):
+            package = importlib.import_module(name[:-2])
+            out += sorted(f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__))
+        else:
+            out.append(name)
+    return out
+
+
 def load_components() -> None:
     """Import every component module once, so that each registers its schemas: scheda's own
     (COMPONENT_MODULES), then each module another installed package names in the entry point
@@ -167,8 +181,8 @@ def load_components() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        for modules in COMPONENT_MODULES.values():
-            for module in modules:
+        for group in COMPONENT_MODULES:
+            for module in component_modules(group):
                 importlib.import_module(module)
         from importlib.metadata import entry_points
 

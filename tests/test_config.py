@@ -57,14 +57,15 @@ def test_an_unknown_name_lists_the_known_ones(group):
 def test_every_component_module_is_named_once_under_the_group_it_fills():
     """COMPONENT_MODULES is how scheda finds its components: each schema lives in a module named
     under its own group, every named module registers something there, and every module of
-    scheda/data/ but its __init__ is a data set named under dataset."""
-    from scheda.config import COMPONENT_MODULES
+    scheda/data/ and scheda/loggers/ but their __init__ is one of theirs, found without a list."""
+    from scheda.config import COMPONENT_MODULES, component_modules
 
     homes = {(group, cls.__module__) for group, schemas in GROUPS.items() for cls in schemas.values()}
-    named = {(group, module) for group, modules in COMPONENT_MODULES.items() for module in modules}
+    named = {(group, module) for group in COMPONENT_MODULES for module in component_modules(group)}
     assert homes == named
-    data_modules = {f"scheda.data.{p.stem}" for p in (REPO / "scheda" / "data").glob("*.py") if p.stem != "__init__"}
-    assert set(COMPONENT_MODULES["dataset"]) == data_modules
+    for group, folder in (("dataset", "data"), ("logger", "loggers")):
+        found = {f"scheda.{folder}.{p.stem}" for p in (REPO / "scheda" / folder).glob("*.py") if p.stem != "__init__"}
+        assert set(component_modules(group)) == found
     assert sorted(GROUPS) == sorted(COMPONENT_MODULES)
 
 
