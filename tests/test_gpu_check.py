@@ -1,8 +1,12 @@
 """scripts/gpu_check.sh in its tiny CPU mode: every step of the device check runs (on fixture
-data), so that no device minute is lost to a typo."""
+data), so that no device minute is lost to a typo; its benchmark step is also the suite's run of
+scripts/bench_train.py."""
 
+import json
 import os
 import subprocess
+
+import pytest
 
 from helpers import REPO
 
@@ -21,10 +25,27 @@ def test_the_gpu_check_runs_every_step_on_the_cpu(tmp_path):
     for step in ("fixture-data", "tests", "bench-train", "reproduce", "row-estimate", "paper-estimate"):
         assert f"| {step} | ok |" in summary, summary
     assert "Tests: 1 passed" in summary  # a Triton step test, its kernels interpreted
-    assert "| fp32 | 16 | 20 |" in summary and "FLOOR BEATEN" not in summary
+    assert "| fp32 | 16 | 24 |" in summary and "FLOOR BEATEN" not in summary
     assert "table=table1 scale=paper: 94 jobs" in summary and "device-hours" in summary
     assert "table=table1 scale=paper_h1000: 30 jobs" in summary  # the whole row's estimate beside its part
     assert "| ScheDA | 16 |" in summary and "| DA | 16 | nu=" in summary
+    _bench_measured_what_ran(json.loads((out / "bench_train.json").read_text()))
     jobs = (out / "jobs.md").read_text()
     assert "da_h16_lr0.01_fused" in jobs  # every job the protocol ran, gathered
     assert "paper_h1000 part: scale.da.epochs=" in (out / "check.log").read_text()
+
+
+def _bench_measured_what_ran(report: dict) -> None:
+    """scripts/bench_train.py on the CPU: each time covers the minibatches that ran (40 asked
+    for, an epoch of 17: 400 / 24), no CUDA-only row, and no time below its own floor."""
+    for row in report["rows"]:
+        assert row["timed_batches"] == 17 and row["default_step"] == "eager" and row["precision"] == "fp32"
+        floors = [row[f"{k}_floor_s"] for k in ("shape", "peak", "bytes")]
+        assert min(floors) > 0 and row["floor_s"] == max(floors) and "launch_floor_s" not in row  # CUDA only
+        assert row["default_over_floor"] == pytest.approx(row["eager_s"] / row["floor_s"])
+        # A benchmark that beats its own floor measures wrong.
+        assert min(row["eager_s"], row["autograd_s"], row["naive_s"]) >= row["floor_s"], row
+        assert row["grid_s"] >= row["grid_floor_s"] > 0 and row["finetune_s"] > 0
+        assert "graphed_s" not in row and "triton_s" not in row  # CUDA graphs and Triton: CUDA only
+    assert report["beaten_floors"] == [] and report["peak_tflops"]["fp32"] > 0
+    assert report["grid"]["models"] == 2 and report["lr_search"]["seconds"] > 0
