@@ -13,7 +13,7 @@ from scheda.utils.io import atomic_write
 from scheda.protocol.figures import figure2, figure5
 from scheda.protocol.jobs import fmt, pct
 from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
-from scheda.protocol.kinds.da import DA
+from scheda.protocol.kinds.da import DA, Raw
 from scheda.protocol.seed_report import seed_cell, seeds_section
 from scheda.runs.rundir import params_of, params_text
 
@@ -62,15 +62,17 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
     raw = selection.get("raw")
     if table.raw:
         none = " — (no training noise) |" if over_seeds else ""
-        lines.append(f"| Raw pixels | — | {chosen(raw)} | {pct(raw['val_error'])} | {pct(raw['test_error'])} |{none} "
-                     f"{paper_value(paper, 'raw')} |" if raw else
-                     f"| Raw pixels | — | not completed | — | — |{none} {paper_value(paper, 'raw')} |")
+        base = kind_of(Raw.name)
+        lines.append(f"| {base.label} | — | {chosen(raw)} | {pct(raw['val_error'])} | {pct(raw['test_error'])} |{none} "
+                     f"{paper_value(paper, base.paper_row)} |" if raw else
+                     f"| {base.label} | — | not completed | — | — |{none} {paper_value(paper, base.paper_row)} |")
     verdicts = []
     for hidden, sel in selection["hidden"].items():
         da, found = sel["best"], continued.get(hidden, {})
-        lines.append(f"| DA | {hidden} | {kind_of(DA.name).describe(da)}, {chosen(da)} "
-                     f"| {pct(da['val_error'])} | {pct(da['test_error'])} |{cell(hidden, 'da')} "
-                     f"{paper_value(paper, 'da', int(hidden))} |")
+        grid = kind_of(DA.name)
+        lines.append(f"| {grid.label} | {hidden} | {grid.describe(da)}, {chosen(da)} "
+                     f"| {pct(da['val_error'])} | {pct(da['test_error'])} |{cell(hidden, grid.name)} "
+                     f"{paper_value(paper, grid.paper_row, int(hidden))} |")
         if da.get("last_of_grid"):
             verdicts.append(f"The best DA ({hidden} hidden units, nu={fmt(da['nu'])}) was selected at epoch {da['epoch']}, "
                             f"the last of the grid (scale.da.epochs): it may be under-trained, and a longer grid "
