@@ -96,7 +96,8 @@ def _run(cfg: DictConfig, output_dir: Path, data: Mapping[str, Any] | None) -> d
         return summary
     except Interrupted as exc:
         exc.message = (f"interrupted by {exc.message}; checkpoint and results.json written: "
-                       f"continue with python train.py resume={shown_path(output_dir)}")
+                       f"continue with {environment.invoked_as('scheda-train', 'scheda.cli', 'train.py')} "
+                       f"resume={shown_path(output_dir)}")
         results.record_failure(exc)
         if exc.forward is not None:  # submitit's handler: requeue the job (it exits)
             exc.forward()

@@ -1,6 +1,7 @@
 """The users' command, ``python train.py ...``, end to end on tiny fixture data."""
 
 import json
+import sys
 
 import pytest
 
@@ -205,3 +206,17 @@ def test_a_regular_install_trains_and_reproduces_outside_the_checkout(cifar_arra
     assert reproduce.returncode == 0, reproduce.stderr
     assert (work / "runs" / "selection.json").exists()
     assert "scheda-train" in [p.name for p in (target / "bin").iterdir()] and shutil.which("scheda-train")
+
+
+@pytest.mark.parametrize("argv0, typed", [
+    ("/home/u/.venv/bin/scheda-train", "scheda-train"),
+    ("train.py", "python train.py"),
+    ("cli", "python -m scheda.cli"),
+    ("/home/u/notebook/ipykernel_launcher.py", "scheda-train"),  # the Python API: the installed command
+])
+def test_a_hint_names_the_command_as_the_user_typed_it(monkeypatch, argv0, typed):
+    import scheda.cli
+    from scheda.utils.environment import invoked_as
+
+    monkeypatch.setattr(sys, "argv", [scheda.cli.__file__ if argv0 == "cli" else argv0, "resume=run"])
+    assert invoked_as("scheda-train", "scheda.cli", "train.py") == typed

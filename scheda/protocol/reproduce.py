@@ -27,6 +27,7 @@ from omegaconf import DictConfig
 
 from scheda.config import CONFIGS, register_configs
 from scheda.utils.errors import SchedaError
+from scheda.utils.environment import invoked_as
 from scheda.utils.io import atomic_write_json, shown_path
 from scheda.utils.lock import hold
 from scheda.protocol import estimate, launch, plan
@@ -154,21 +155,11 @@ def _run_stages(cfg: DictConfig, out_dir: Path, started: float) -> Path | None:
         listed = "; ".join(f"{s['name']} ({s['status']}{': ' + s['error'] if s['error'] else ''})"
                            for s in unfinished[:5])
         more = f" and {len(unfinished) - 5} more" if len(unfinished) > 5 else ""
-        retry = " ".join([invoked_as(), *map(shlex.quote, sys.argv[1:])])
+        retry = " ".join([invoked_as("scheda-reproduce", "scheda.protocol.reproduce", "scripts/reproduce.py"),
+                          *map(shlex.quote, sys.argv[1:])])
         raise SchedaError(f"{len(unfinished)} job{'s' if len(unfinished) > 1 else ''} did not finish: {listed}{more}; "
                           f"the report lists them; rerun to retry them (finished jobs are kept): {retry}")
     return path
-
-
-def invoked_as() -> str:
-    """The command as the user typed it: ``scheda-reproduce``, ``python -m scheda.protocol.reproduce``
-    or ``python scripts/reproduce.py``."""
-    argv0 = Path(sys.argv[0])
-    if argv0.resolve() == Path(__file__).resolve():
-        return "python -m scheda.protocol.reproduce"
-    if argv0.suffix == ".py":  # the checkout's shim
-        return "python scripts/reproduce.py"
-    return argv0.name
 
 
 def describe_device(statuses: list[dict]) -> str:

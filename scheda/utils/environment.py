@@ -6,6 +6,7 @@ traced to its code and machine: scheda's version, the git commit of the checkout
 from __future__ import annotations
 
 import functools
+import importlib.util
 import platform
 import socket
 import subprocess
@@ -69,3 +70,17 @@ def describe(device: torch.device) -> dict[str, Any]:
     """The environment of a run on ``device`` (once per process and device: a fused sweep's
     models share it)."""
     return dict(_describe(str(device)))
+
+
+def invoked_as(entry_point: str, module: str, shim: str) -> str:
+    """The command as the user typed it, for the hints a command prints (how to resume, how to
+    retry): ``python -m <module>``, the checkout's ``python <shim>``, or the installed
+    ``entry_point`` (also where none of these started the process: the Python API, a worker)."""
+    argv0 = Path(sys.argv[0])
+    spec = importlib.util.find_spec(module)
+    if spec is not None and spec.origin and argv0.resolve() == Path(spec.origin).resolve():
+        return f"python -m {module}"
+    if argv0.suffix == ".py" and argv0.name == Path(shim).name:
+        return f"python {shim}"
+    return entry_point
+
