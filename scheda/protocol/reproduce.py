@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 from scheda.config import CONFIGS, register_configs
 from scheda.utils.errors import SchedaError
 from scheda.utils.environment import invoked_as
+from scheda.utils.interrupt import Interrupted, terminate_as_interrupt
 from scheda.utils.io import atomic_write_json, shown_path
 from scheda.utils.lock import hold
 from scheda.protocol import estimate, launch, plan
@@ -56,7 +57,7 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
     log.info("%s", estimate.describe(cfg, estimate.estimate(cfg, bench, batch), cfg.bench))
     if cfg.dry_run:
         return None
-    with hold(out_dir, "scheda-reproduce"):
+    with terminate_as_interrupt(), hold(out_dir, "scheda-reproduce"):
         return _run_stages(cfg, out_dir, started)
 
 
@@ -73,9 +74,15 @@ class Progress:
     seeded: dict[str, Any] = field(default_factory=dict)
     seed_plan: SeedPlan | None = None
     counts: list[dict[str, int]] = field(default_factory=list)
+    launching: bool = False
 
     def all_jobs(self) -> list[JobSpec]:
         return [job for jobs in self.jobs.values() for job in jobs]
+
+    @property
+    def ran_jobs(self) -> bool:
+        """Whether this invocation trained anything (a launch it was stopped in counts)."""
+        return self.launching or any(c["run"] for c in self.counts)
 
 
 @dataclass(frozen=True)
@@ -132,16 +139,19 @@ STAGES = (
 def _run_stages(cfg: DictConfig, out_dir: Path, started: float) -> Path | None:
     plan.check_scale_unchanged(cfg.scale, out_dir)
     progress = Progress(cfg, out_dir)
-    for stage in STAGES:
-        planned = stage.plan(progress)
-        for launch_name, jobs in planned.items():
-            if stage.name in cfg.stages and jobs:
-                progress.counts.append(launch.run_stage(cfg, out_dir, launch_name, jobs))
-        progress.jobs.update(planned)
-        stage.collect(progress)
+    try:
+        for stage in STAGES:
+            planned = stage.plan(progress)
+            for launch_name, jobs in planned.items():
+                if stage.name in cfg.stages and jobs:
+                    progress.launching = True
+                    progress.counts.append(launch.run_stage(cfg, out_dir, launch_name, jobs))
+                    progress.launching = False
+            progress.jobs.update(planned)
+            stage.collect(progress)
+    finally:  # a stopped or failed invocation's time counts in the protocol's wall time too
+        invocations = launch.record_invocation(out_dir, started, cfg.table.name, ran_jobs=progress.ran_jobs)
     statuses = launch.job_statuses(progress.all_jobs(), out_dir)
-    invocations = launch.record_invocation(out_dir, started, cfg.table.name,
-                                           ran_jobs=any(c["run"] for c in progress.counts))
     info = {"device": describe_device(statuses), "invocations": invocations,
             "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": shown_path(out_dir),
             "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
@@ -185,10 +195,10 @@ def main(cfg: DictConfig) -> None:
     except SchedaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("interrupted: finished jobs are kept and a stopped one resumes from its checkpoint: "
               "run the same command again", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(exc.exit_code if isinstance(exc, Interrupted) else 130)
 
 
 if __name__ == "__main__":

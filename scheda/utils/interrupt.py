@@ -7,6 +7,9 @@ The handler only records the request; the trainer checks it after every minibatc
 checkpoint of where it stands (mid-epoch included) and results.json, and raises
 :class:`Interrupted`, whose exit status is the conventional 128 + the signal's number. A
 second Ctrl-C while the checkpoint is written stops at once.
+
+A process that only waits on others (the protocol waits on its stages) takes SIGTERM as it
+takes Ctrl-C: :func:`terminate_as_interrupt`.
 """
 
 from __future__ import annotations
@@ -84,3 +87,23 @@ def stop_on_signals() -> Iterator[StopRequest]:
     finally:
         for s, h in stop.previous.items():
             signal.signal(s, h)
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises :class:`Interrupted` where the main thread stands, as Ctrl-C raises
+    KeyboardInterrupt: a ``kill`` or a scheduler's stop then runs the same clean-up (stop the
+    children, record what ran) instead of ending the process with its children left running."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        signal.signal(signum, signal.SIG_IGN)  # a second SIGTERM does not cut the clean-up short
+        raise Interrupted(signum, signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
