@@ -253,8 +253,11 @@ def train(run: TypedRun, output_dir: Path, results: RunResults) -> dict[str, Any
     job.check()
     job.trainer_cfg.setup_process()
     data, train_x, labelled = load_training_data(run, job.device)
-    log.info("schedule %s: %s (%d epochs), device %s", job.schedule.name, job.schedule.describe(),
-             job.schedule.total_epochs, job.device)
+    if job.standalone:  # no autoencoder training: the schedule's line would describe nothing that runs
+        log.info("fine-tuning %s's encoder (finetune.standalone: no schedule), device %s", run.init_from, job.device)
+    else:
+        log.info("schedule %s: %s (%d epochs), device %s", job.schedule.name, job.schedule.describe(),
+                 job.schedule.total_epochs, job.device)
     try:
         trainer = job.build(data, train_x, labelled)
         if not job.standalone:

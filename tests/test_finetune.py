@@ -65,11 +65,17 @@ def test_resume_mid_finetuning_matches_an_uninterrupted_run(cifar_arrays, tmp_pa
     assert strip(resumed) == strip(golden) and resumed["chosen"] == golden["chosen"]
 
 
-def test_standalone_finetuning_from_a_checkpoint(cifar_arrays, tmp_path):
+def test_standalone_finetuning_from_a_checkpoint(cifar_arrays, tmp_path, caplog):
     run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, "model.hidden=16", "evaluate.enabled=false"]),
         tmp_path / "da")
-    summary = run(_cfg(cifar_arrays, "finetune.standalone=true", f"init_from={tmp_path / 'da'}",
-                       "finetune.lrs=[0.5]", "finetune.max_epochs=3"), tmp_path / "ft")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="scheda.run"):
+        summary = run(_cfg(cifar_arrays, "finetune.standalone=true", f"init_from={tmp_path / 'da'}",
+                           "finetune.lrs=[0.5]", "finetune.max_epochs=3"), tmp_path / "ft")
+    said = [r.getMessage() for r in caplog.records if r.name == "scheda.run"]
+    # no schedule line: a stand-alone fine-tuning trains no autoencoder (it once logged the default's 400 epochs)
+    assert not [m for m in said if m.startswith("schedule ")]
+    assert f"fine-tuning {tmp_path / 'da'}'s encoder (finetune.standalone: no schedule), device cpu" in said
     assert summary.get("history") is None and not list((tmp_path / "ft" / "checkpoints").glob("epoch_*.pt"))
     assert summary["evaluations"][0]["reason"] == "before_finetune"
     assert summary["finetune"]["per_lr"][0]["epochs_run"] == 3
