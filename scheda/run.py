@@ -30,7 +30,7 @@ from scheda.model.noise import build_noise
 from scheda.model.optim import build_optimizer
 from scheda.model.schedule import build_schedule, check_nu, nu_key
 from scheda.runs.resume import check_resume_config
-from scheda.runs.rundir import RunResults, params_of, params_text, previous_attempt, set_aside, status_of
+from scheda.runs.rundir import RunResults, params_of, params_text, previous_attempt, read_results, set_aside, status_of
 from scheda.training.callbacks import CheckpointCallback, ProgressBar
 from scheda.training.checkpoint import find_checkpoint_dir, load_checkpoint, load_model_weights
 from scheda.training.rules import TypedRun, check_run
@@ -62,7 +62,12 @@ def _run(cfg: DictConfig, output_dir: Path, data: Mapping[str, Any] | None) -> d
     check_composed(cfg)
     # A directory that already holds a run: a sweep run again into its folder, a job Slurm
     # requeued (time limit, preemption), the same hydra.run.dir twice.
-    action, why, before = previous_attempt(cfg, output_dir) if not cfg.resume else ("ran", "", None)
+    if not cfg.resume:
+        action, why, before = previous_attempt(cfg, output_dir)
+    elif Path(cfg.resume).resolve() == output_dir.resolve():  # resume=RUN_DIR continues into RUN_DIR
+        action, why, before = "resumed", "", read_results(output_dir)
+    else:
+        action, why, before = "ran", "", None
     attempts = [*(before or {}).get("attempts", []), {"action": action, "at": time.strftime("%Y-%m-%dT%H:%M:%S")}]
     if why:
         restart = os.environ.get("SLURM_RESTART_COUNT", "0")
@@ -81,7 +86,7 @@ def _run(cfg: DictConfig, output_dir: Path, data: Mapping[str, Any] | None) -> d
         if changed:
             log.warning("resuming with changed settings: %s", ", ".join(changed))
     results = RunResults(output_dir / "results.json", config=OmegaConf.to_container(cfg, resolve=True),
-                         attempts=attempts)
+                         attempts=attempts, seconds=earlier_seconds(action, before))
     results.save()  # status running from the start: a rerun tells a killed run from a fresh directory
     try:
         typed_run = check_run(cfg)  # every group and every rule between groups, before any data, logger or checkpoint
@@ -105,6 +110,12 @@ def _run(cfg: DictConfig, output_dir: Path, data: Mapping[str, Any] | None) -> d
     except BaseException as exc:
         results.record_failure(exc)
         raise
+
+
+def earlier_seconds(action: str, before: dict[str, Any] | None) -> float:
+    """The time a resumed run's earlier attempts spent (what they recorded when stopped; a
+    SIGKILL records none), so that results.json's seconds is the run's, not its last attempt's."""
+    return float((before or {}).get("seconds") or 0.0) if action == "resumed" else 0.0
 
 
 def log_summary(summary: dict[str, Any], output_dir: Path, loggers: Sequence[Any] = ()) -> None:
@@ -141,7 +152,7 @@ class Job:
         self.trainer: ModelState | None = None
         self.evaluation: EvaluationCallback | None = None
         self.loggers = Loggers()  # every backend logger= selects, built with the run
-        self.started = time.time()
+        self.started = time.time() - (results.data.get("seconds") or 0.0)  # a resumed run's earlier attempts count
 
     def check(self) -> None:
         """What the run is, before any data is loaded: its schedule, noise, device and model
@@ -319,7 +330,7 @@ def train_parallel(run: TypedRun, output_dir: Path, results: RunResults) -> dict
     matmuls, each in ``models/<k>/`` with its own results.json, checkpoints and TensorBoard.
     A failing model (divergence, say) stops the sweep; every model's results.json says where
     it got to."""
-    started = time.time()
+    started = time.time() - (results.data.get("seconds") or 0.0)
     variants = parallel_variants(run)
     jobs = []
     for k, overrides in enumerate(variants):
@@ -331,7 +342,9 @@ def train_parallel(run: TypedRun, output_dir: Path, results: RunResults) -> dict
             resume = str(model_dir)
         run_k = model_of(run, overrides, resume)
         out = output_dir / "models" / str(k)
-        job = Job(run_k, out, RunResults(out / "results.json", overrides=overrides, config=run_k.composed))
+        spent = earlier_seconds("resumed" if resume else "ran", read_results(out) if resume else None)
+        job = Job(run_k, out, RunResults(out / "results.json", overrides=overrides, config=run_k.composed,
+                                         seconds=spent))
         job.check()
         atomic_write(out / "config.yaml", lambda f, c=run_k.composed: f.write(OmegaConf.to_yaml(c).encode()))
         jobs.append(job)

@@ -54,6 +54,7 @@ def test_a_signal_checkpoints_and_resume_gives_the_uninterrupted_run(golden, tmp
     assert lines[0].endswith("continue with python train.py resume=run")  # as typed where it ran
     results = json.loads((run_dir / "results.json").read_text())
     assert results["status"] == "interrupted" and results["epochs"] < EPOCHS
+    first_seconds = results["seconds"]
     checkpoint = load_checkpoint(run_dir)
     assert "_batch_" in checkpoint["path"] and "partial_epoch" in checkpoint  # mid-epoch, where it stopped
 
@@ -68,6 +69,9 @@ def test_a_signal_checkpoints_and_resume_gives_the_uninterrupted_run(golden, tmp
     assert results["status"] == "completed" and results["switches"] == golden_results["switches"]
     assert [h["loss"] for h in results["history"]] == [h["loss"] for h in golden_results["history"]]
     assert "resumed from" in (run_dir / "train.log").read_text()
+    # the run's record spans both attempts: its time (it once counted the last attempt's alone) and each attempt
+    assert [a["action"] for a in results["attempts"]] == ["ran", "resumed"]
+    assert results["seconds"] > first_seconds > 0
 
 
 def test_resume_reuses_the_runs_config_and_refuses_changes(cifar_arrays, tmp_path):
