@@ -86,7 +86,7 @@ def _run(cfg: DictConfig, output_dir: Path, data: Mapping[str, Any] | None) -> d
         if changed:
             log.warning("resuming with changed settings: %s", ", ".join(changed))
     results = RunResults(output_dir / "results.json", config=OmegaConf.to_container(cfg, resolve=True),
-                         attempts=attempts, seconds=earlier_seconds(action, before))
+                         attempts=attempts, seconds=earlier_seconds(before if action == "resumed" else None))
     results.save()  # status running from the start: a rerun tells a killed run from a fresh directory
     try:
         typed_run = check_run(cfg)  # every group and every rule between groups, before any data, logger or checkpoint
@@ -112,10 +112,11 @@ def _run(cfg: DictConfig, output_dir: Path, data: Mapping[str, Any] | None) -> d
         raise
 
 
-def earlier_seconds(action: str, before: dict[str, Any] | None) -> float:
-    """The time a resumed run's earlier attempts spent (what they recorded when stopped; a
-    SIGKILL records none), so that results.json's seconds is the run's, not its last attempt's."""
-    return float((before or {}).get("seconds") or 0.0) if action == "resumed" else 0.0
+def earlier_seconds(before: dict[str, Any] | None) -> float:
+    """The time the earlier attempts of a run being resumed spent (what they recorded when
+    stopped; a SIGKILL records none), so that results.json's seconds is the run's, not its last
+    attempt's; ``before``: their results, None for a fresh run."""
+    return float((before or {}).get("seconds") or 0.0)
 
 
 def log_summary(summary: dict[str, Any], output_dir: Path, loggers: Sequence[Any] = ()) -> None:
@@ -342,9 +343,8 @@ def train_parallel(run: TypedRun, output_dir: Path, results: RunResults) -> dict
             resume = str(model_dir)
         run_k = model_of(run, overrides, resume)
         out = output_dir / "models" / str(k)
-        spent = earlier_seconds("resumed" if resume else "ran", read_results(out) if resume else None)
         job = Job(run_k, out, RunResults(out / "results.json", overrides=overrides, config=run_k.composed,
-                                         seconds=spent))
+                                         seconds=earlier_seconds(read_results(out) if resume else None)))
         job.check()
         atomic_write(out / "config.yaml", lambda f, c=run_k.composed: f.write(OmegaConf.to_yaml(c).encode()))
         jobs.append(job)
