@@ -203,3 +203,20 @@ def test_a_run_says_when_there_are_no_unlabelled_reviews(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="scheda.data.amazon"):
         load_dataset(_cfg(tmp_path / "with"))
     assert "no unlabelled" not in caplog.text
+
+
+@pytest.mark.parametrize("per_group, sizes", [(29, [104, 35, 35]), (7, [20, 11, 11]), (1000, [3600, 1200, 1200]),
+                                               (13, [31, 20, 27])])
+def test_balanced_splits_get_exactly_their_sizes_when_nothing_divides_evenly(per_group, sizes):
+    """Six (domain, label) groups: each split has its own size however the groups round, and the
+    splits are disjoint and balanced to within one review per group."""
+    from scheda.data.amazon import balanced_split
+
+    domains = np.repeat(np.arange(3), 2 * per_group)
+    labels = np.tile(np.repeat([0, 1], per_group), 3)
+    parts = balanced_split(labels, domains, sizes, 0)
+    assert [len(p) for p in parts] == sizes
+    assert len(np.unique(np.concatenate(parts))) == sum(sizes)
+    for part, size in zip(parts, sizes):
+        counts = np.bincount(domains[part] * 2 + labels[part], minlength=6)
+        assert counts.max() - counts.min() <= 1 + (size < 6)

@@ -236,8 +236,19 @@ def test_every_experiment_preset_composes(experiment):
     assert all(isinstance(v, str) for v in params.values())
 
 
-@pytest.mark.parametrize("table", ["table1", "increasing", "random_nu"])
-@pytest.mark.parametrize("scale", ["paper", "gpu", "cpu", "smoke"])
+def table_scales() -> list[tuple[str, str]]:
+    """Every table of configs/table/ at every scale of configs/scale/ it runs at (``scales``)."""
+    import yaml
+
+    scales = sorted(p.stem for p in (REPO / "configs" / "scale").glob("*.yaml"))
+    pairs = []
+    for path in sorted((REPO / "configs" / "table").glob("*.yaml")):
+        allowed = yaml.safe_load(path.read_text()).get("scales") or scales
+        pairs += [(path.stem, scale) for scale in scales if scale in allowed]
+    return pairs
+
+
+@pytest.mark.parametrize("table, scale", table_scales())
 def test_every_table_and_scale_plans_its_jobs(table, scale):
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         cfg = compose(config_name="reproduce", overrides=[f"table={table}", f"scale={scale}"])
@@ -260,8 +271,11 @@ def test_every_table_and_scale_plans_its_jobs(table, scale):
         if isinstance(kind_of(job.meta["kind"]), StepKind):
             assert schedule.total_epochs == job.meta["epochs"]
     if scale == "paper" and "scheda" in cfg.table.continuations:
-        assert "scheda_h1000_nu0.1_dnu0.05_K50" in {j.name for j in cont}
-        assert "scheda_h1000_nu0.1_dnu0.1_K50" not in {j.name for j in cont}  # no level from 0.1 to 0.05
+        h = cfg.scale.hidden[0]
+        assert f"scheda_h{h}_nu0.1_dnu0.05_K50" in {j.name for j in cont}
+        assert f"scheda_h{h}_nu0.1_dnu0.1_K50" not in {j.name for j in cont}  # no level from 0.1 to 0.05
+    if table == "amazon":  # every job of its scales reads the reviews
+        assert cfg.scale.train[0] == "dataset=amazon" and cfg.out_dir == f"outputs/reproduce/amazon_{scale}"
     if "random_uniform" in cfg.table.continuations:  # one per lr of the DA grid
         assert {j.values["optim.lr"] for j in cont if j.meta["kind"] == "random_uniform"} == set(cfg.scale.da.lr)
     if (table, scale) == ("table1", "paper"):

@@ -175,17 +175,18 @@ def balanced_split(labels: np.ndarray, domains: np.ndarray, sizes: list[int], se
     groups = [np.flatnonzero((labels == lab) & (domains == dom))
               for dom in np.unique(domains) for lab in np.unique(labels)]
     groups = [rng.permutation(g) for g in groups if len(g)]
-    total = len(labels)
     parts: list[list[int]] = [[] for _ in sizes]
     taken = [0] * len(groups)
     for s, size in enumerate(sizes):
-        # Largest-remainder allocation of this split over the groups, proportional to group size.
-        want = [size * len(g) / total for g in groups]
+        # Largest-remainder allocation of this split over what is left of each group, in proportion:
+        # every split gets exactly its size (proportions of the whole group would leave the last
+        # split short where the earlier ones rounded up in the same group).
+        left = [len(g) - t for g, t in zip(groups, taken)]
+        want = [size * n / sum(left) for n in left]
         alloc = [int(math.floor(w)) for w in want]
         for i in sorted(range(len(groups)), key=lambda i: want[i] - alloc[i], reverse=True)[:size - sum(alloc)]:
             alloc[i] += 1
         for i, (g, a) in enumerate(zip(groups, alloc)):
-            a = min(a, len(g) - taken[i])
             parts[s].extend(g[taken[i]:taken[i] + a])
             taken[i] += a
     return [np.sort(np.asarray(p, np.int64)) for p in parts]

@@ -94,6 +94,7 @@ def evaluate_features(
         **settings[chosen],  # C=..., k=...: a chosen value as its own field too
         "at_edge": at_edge,
         "val_error": grid[chosen]["val_error"],
+        "val_n": int(np.asarray(labels["val"]).size),
         "test_error": float(np.mean(~test_correct)),
         "test_n": int(test_y.size),
         "test_correct": pack_correct(test_correct),

@@ -83,6 +83,12 @@ class TableConfig:
     title: str = MISSING
     continuations: List[str] = field(default_factory=list)
     raw: bool = True
+    raw_label: str = "Raw pixels"  # the raw baseline's row in the report
+    # The scales the table runs at (empty: any). A table on other data than CIFAR-10 specialises
+    # each of them (configs/table_scale/<table>_<scale>.yaml) and refuses the others.
+    scales: List[str] = field(default_factory=list)
+    inputs: int = 3072  # the raw baseline's features (the estimate's C search on them)
+    train_examples: int = 45000  # an epoch's examples (the estimate), unless the runs set dataset.train_limit
     paper: Any = field(default_factory=dict)
 
 

@@ -25,8 +25,8 @@ from scheda.protocol.jobs import fmt
 from scheda.protocol.kinds import BASELINE, CONTROL, FINETUNE, kind_of, of_role
 from scheda.protocol.plan import continuation_jobs, da_jobs
 
-TRAIN_EXAMPLES = 45000  # CIFAR-10's training split: what one epoch of the paper's runs sees
-INPUTS = 3072  # CIFAR-10's pixels: the raw baseline's features
+TRAIN_EXAMPLES = 45000  # CIFAR-10's training split: an epoch of the benchmark (its "n") and of Table 1's runs
+INPUTS = 3072  # CIFAR-10's pixels: the benchmark's input size (scripts/bench_train.py) and Table 1's raw features
 
 
 def plan(cfg: DictConfig) -> dict[str, Any]:
@@ -110,15 +110,16 @@ def bench_row(bench: dict[str, Any], hidden: int, batch_size: int) -> dict[str, 
 
 
 def epoch_seconds(bench: dict[str, Any], hidden: int, batch_size: int, fast: bool = False,
-                  examples: int = TRAIN_EXAMPLES, key: str | None = None) -> float:
-    """One model's epoch of ``examples`` at ``hidden`` units: the measured row at this minibatch
-    (``key``, or the device's default step when the runs use it, ``fast``, else the eager torch
-    step), scaled linearly in H from the nearest measured size."""
+                  examples: int = TRAIN_EXAMPLES, key: str | None = None, inputs: int = INPUTS) -> float:
+    """One model's epoch of ``examples`` at ``hidden`` units and ``inputs`` inputs: the measured
+    row at this minibatch (``key``, or the device's default step when the runs use it, ``fast``,
+    else the eager torch step), scaled linearly in H and inputs from the nearest measured size."""
     row = bench_row(bench, hidden, batch_size)
     seconds = row.get(key) if key else row.get("default_s", row.get("graphed_s")) if fast else None
     if seconds is None or math.isnan(seconds):
         seconds = row.get("eager_s", row.get("scheda_s"))
-    return seconds * hidden / row["hidden"] * examples / bench.get("n", TRAIN_EXAMPLES)
+    return (seconds * hidden / row["hidden"] * examples / bench.get("n", TRAIN_EXAMPLES)
+            * inputs / bench.get("inputs", INPUTS))
 
 
 def _override(cfg: DictConfig, key: str, default: float) -> float:
@@ -139,10 +140,11 @@ def search_share(cfg: DictConfig) -> float:
 
 
 def train_examples(cfg: DictConfig) -> int:
-    """An epoch's examples: ``dataset.train_limit`` where the runs set it, else CIFAR-10's split."""
+    """An epoch's examples: ``dataset.train_limit`` where the runs set it, else the table's data
+    set's (``table.train_examples``: CIFAR-10's 45000)."""
     limits = [int(o.split("=", 1)[1]) for o in [*cfg.scale.train, *cfg.overrides]
               if o.startswith("dataset.train_limit=") and o.split("=", 1)[1] not in ("null", "None")]
-    return limits[-1] if limits else TRAIN_EXAMPLES
+    return limits[-1] if limits else int(cfg.table.get("train_examples", TRAIN_EXAMPLES))
 
 
 def finetune_budget(preset: str, overrides: list[str] = ()) -> tuple[int, int]:
@@ -183,15 +185,16 @@ def start_seconds(bench: dict[str, Any], jobs: int, stages: int, launcher: str) 
 
 
 def item_seconds(item: dict[str, Any], bench: dict[str, Any], batch_size: int, fast: bool,
-                 examples: int = TRAIN_EXAMPLES, search_scale: float = 1.0) -> tuple[float, float]:
-    """(training, evaluation) seconds of one planned job (an item of :func:`plan`); raw pixels
-    (no hidden units) evaluate CIFAR-10's 3072 inputs. ``search_scale``: the runs' C search over
-    the benchmark's (:func:`search_share`)."""
+                 examples: int = TRAIN_EXAMPLES, search_scale: float = 1.0,
+                 inputs: int = INPUTS) -> tuple[float, float]:
+    """(training, evaluation) seconds of one planned job (an item of :func:`plan`); the raw
+    baseline (no hidden units) evaluates the ``inputs`` features. ``search_scale``: the runs' C
+    search over the benchmark's (:func:`search_share`)."""
     grid, search = bench.get("grid"), bench.get("lr_search")
     per_feature = search_scale * search["seconds"] / search["features"] if search else 0.0
     if not item["hidden"]:
-        return 0.0, item["evals"] * per_feature * INPUTS
-    one = epoch_seconds(bench, item["hidden"], batch_size, fast and not item.get("eager"), examples)
+        return 0.0, item["evals"] * per_feature * inputs
+    one = epoch_seconds(bench, item["hidden"], batch_size, fast and not item.get("eager"), examples, inputs=inputs)
     # a fused sweep's cost per model from the row of its own size where measured there
     over_one = bench_row(bench, item["hidden"], batch_size).get("grid_over_one", grid and grid["grid_over_one"])
     fused = over_one / grid["models"] * item["models"] if grid and item["models"] > 1 else item["models"]
@@ -208,7 +211,7 @@ def fast_step(cfg: DictConfig) -> bool:
 def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> dict[str, Any]:
     """Jobs, model-epochs, evaluations and (with a benchmark) device-hours of ``cfg``'s scale."""
     p = plan(cfg)
-    fast, examples = fast_step(cfg), train_examples(cfg)
+    fast, examples, inputs = fast_step(cfg), train_examples(cfg), int(cfg.table.get("inputs", INPUTS))
     out: dict[str, Any] = {"jobs": {}, "model_epochs": {}, "evaluations": 0, "finetune_jobs": p["finetune_jobs"]}
     seconds_train = seconds_eval = 0.0
     for item in p["items"]:
@@ -217,7 +220,7 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
         out["model_epochs"][stage] = out["model_epochs"].get(stage, 0) + item["epochs"] * item["models"]
         out["evaluations"] += item["evals"]
         if bench is not None:
-            train, evals = item_seconds(item, bench, batch_size, fast, examples, search_share(cfg))
+            train, evals = item_seconds(item, bench, batch_size, fast, examples, search_share(cfg), inputs)
             seconds_train, seconds_eval = seconds_train + train, seconds_eval + evals
     if bench is None:
         return out
@@ -232,9 +235,10 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
             row = bench_row(bench, hidden, batch_size)
             finetune_measured &= "finetune_s" in row
             if fused and "finetune_grid_s" in row:  # every rate in one step, measured for the paper's five
-                per_rate = epoch_seconds(bench, hidden, batch_size, examples=examples, key="finetune_grid_s") / 5
+                per_rate = epoch_seconds(bench, hidden, batch_size, examples=examples, key="finetune_grid_s",
+                                         inputs=inputs) / 5
             else:
-                per_rate = epoch_seconds(bench, hidden, batch_size, examples=examples, key="finetune_s")
+                per_rate = epoch_seconds(bench, hidden, batch_size, examples=examples, key="finetune_s", inputs=inputs)
             seconds_finetune += p["finetune_jobs"] / len(cfg.scale.hidden) * lrs * epochs * per_rate
     total = seconds_train + seconds_eval + seconds_jobs + seconds_finetune
     out.update(device=bench.get("device_name", bench.get("device")), train_hours=seconds_train / 3600,

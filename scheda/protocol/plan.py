@@ -35,6 +35,9 @@ def check(cfg: DictConfig) -> None:
     unknown = set(cfg.stages) - set(STAGES)
     if unknown:
         raise ConfigError(f"stages has {sorted(unknown)}: use any of {', '.join(STAGES)}")
+    if cfg.table.scales and cfg.scale.name not in cfg.table.scales:
+        raise ConfigError(f"table={cfg.table.name} has no scale={cfg.scale.name}: use scale="
+                          f"{' | '.join(cfg.table.scales)} (configs/table_scale/{cfg.table.name}_<scale>.yaml)")
     check_seeds(cfg.scale)
     da_jobs(cfg.scale, cfg.table.raw)
     launcher_overrides(cfg)

@@ -15,6 +15,7 @@ from scheda.protocol.jobs import fmt, pct
 from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
 from scheda.protocol.kinds.da import DA, Raw
 from scheda.protocol.seed_report import seed_cell, seeds_section
+from scheda.protocol.sensitivity import section as sensitivity_section
 from scheda.runs.rundir import params_of, params_text
 
 
@@ -63,9 +64,9 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
     if table.raw:
         none = " — (no training noise) |" if over_seeds else ""
         base = kind_of(Raw.name)
-        lines.append(f"| {base.label} | — | {chosen(raw)} | {pct(raw['val_error'])} | {pct(raw['test_error'])} |{none} "
+        lines.append(f"| {table.raw_label} | — | {chosen(raw)} | {pct(raw['val_error'])} | {pct(raw['test_error'])} |{none} "
                      f"{paper_value(paper, base.paper_row)} |" if raw else
-                     f"| {base.label} | — | not completed | — | — |{none} {paper_value(paper, base.paper_row)} |")
+                     f"| {table.raw_label} | — | not completed | — | — |{none} {paper_value(paper, base.paper_row)} |")
     verdicts = []
     for hidden, sel in selection["hidden"].items():
         da, found = sel["best"], continued.get(hidden, {})
@@ -104,6 +105,7 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
                              f"{paper_value(paper, kind.paper_row, int(hidden))} |")
     lines += [""] + [f"- {'On the selection seed alone: ' if over_seeds else ''}{v}" for v in verdicts]
     lines += seeds_section(seeded)
+    lines += sensitivity_section(paper, selection, continued, seeded)
     for hidden, sel in selection["hidden"].items():
         lines += _detail_tables(hidden, sel, continued.get(hidden, {}))
         for name, draw in (("figure2", figure2), ("figure5", figure5)):

@@ -35,7 +35,8 @@ def register(cls: type["JobKind"]) -> type["JobKind"]:
 
 def errors(evaluation: dict[str, Any]) -> dict[str, Any]:
     """What every selected entry keeps of an evaluation: its errors and the classifier's setting."""
-    return {"val_error": evaluation["val_error"], "test_error": evaluation["test_error"], "params": params_of(evaluation)}
+    return {"val_error": evaluation["val_error"], "test_error": evaluation["test_error"], "params": params_of(evaluation),
+            "val_n": evaluation.get("val_n")}
 
 
 def settings_text(e: dict[str, Any]) -> str:
