@@ -2,9 +2,12 @@
 
 For each precision, hidden size H and minibatch size it prints the floors, each a time no
 epoch can beat, and every timing's ratio to the largest:
-  (a) the shape floor: the epoch's FLOPs (10 N d H) over the best rate among the step's own
-      product shapes (each timed on its own in 10 ms bursts, before and after the timings, the
-      best burst kept);
+  (a) the product floor: each of the step's four products (encode x~ W^T + b, decode h W + b',
+      dh = dz W^T, the update W += [dh; h]^T [x~; dz]), called as the step calls them, at its own
+      rate, each timed on its own in 10 ms bursts, before and after the timings, the best burst
+      kept; the floor sums each product's FLOPs over its own rate. The shape floor charges all
+      10 N d H FLOPs at the best of those rates (never above the product floor; kept for older
+      rows). Each product's rate is printed, so a slow one shows;
   (b) the peak floor: the same FLOPs over the device's peak dense rate for the precision in
       use, from a large square product (fp32 and tf32 apart; TF32 is CUDA's);
   (c) the byte floor: about five passes over W per minibatch (three products read it, the
@@ -75,26 +78,43 @@ def best_rate(run, work: float, device, seconds: float) -> float:
     return best
 
 
-def gemm_rate(n, H, device, seconds=0.5, K=1) -> float:
-    """The best FLOP/s among the step's own products for K models (each a batched product, as
-    the step calls them: encoder x~ W^T and dh = dz W^T: n x d x H; decoder h W: n x H x d; the
-    weight update W += A^T B: H x 2n x d), each timed for ``seconds``, and the same products
-    unbatched: no epoch of these products can beat FLOPs / this rate."""
+PRODUCTS = ("encode", "decode", "dh", "update")  # the step's four products, in its order
+
+
+def product_flops(n, H, K=1) -> dict[str, int]:
+    """Each product's FLOPs a minibatch of n for K models: three of n x d x H, the rank-2n update twice that."""
+    one = 2 * K * n * D * H
+    return {"encode": one, "decode": one, "dh": one, "update": 2 * one}
+
+
+def product_rates(n, H, device, seconds=0.5, K=1) -> dict[str, float]:
+    """Each of the step's products for K models at its best FLOP/s, called as the step calls it
+    (scheda.training.step.BatchedStep: batched products over W [K, H, d] and its transpose view,
+    the biases added by baddbmm, the update in place), each timed for ``seconds``: no epoch of
+    the step can run a product faster than its rate here."""
     g = torch.Generator(device=device).manual_seed(0)
     x = torch.rand(K, n, D, device=device, generator=g)
     W = torch.rand(K, H, D, device=device, generator=g)
     h = torch.rand(K, n, H, device=device, generator=g)
+    b, b_prime = torch.rand(K, 1, H, device=device, generator=g), torch.rand(K, 1, D, device=device, generator=g)
     A, B = torch.rand(K, 2 * n, H, device=device, generator=g), torch.rand(K, 2 * n, D, device=device, generator=g)
     out_h, out_d = torch.empty(K, n, H, device=device), torch.empty(K, n, D, device=device)
-    flops = 2 * K * n * D * H
-    products = [(lambda: torch.bmm(x, W.transpose(1, 2), out=out_h), flops),
-                (lambda: torch.bmm(h, W, out=out_d), flops),
-                (lambda: W.baddbmm_(A.transpose(1, 2), B, alpha=1e-30), 2 * flops)]
-    if K == 1:
-        products += [(lambda: torch.mm(x[0], W[0].t(), out=out_h[0]), flops),
-                     (lambda: torch.mm(h[0], W[0], out=out_d[0]), flops),
-                     (lambda: W[0].addmm_(A[0].t(), B[0], alpha=1e-30), 2 * flops)]
-    return max(best_rate(product, flops, device, seconds) for product, flops in products)
+    calls = {"encode": lambda: torch.baddbmm(b, x, W.transpose(1, 2), out=out_h),
+             "decode": lambda: torch.baddbmm(b_prime, out_h, W, out=out_d),
+             "dh": lambda: torch.bmm(out_d, W.transpose(1, 2), out=out_h),
+             "update": lambda: W.baddbmm_(A.transpose(1, 2), B, alpha=1e-30)}
+    flops = product_flops(n, H, K)
+    return {name: best_rate(call, flops[name], device, seconds) for name, call in calls.items()}
+
+
+def best_rates(measured: list[dict[str, float]]) -> dict[str, float]:
+    """Each product's best rate over several measurements (a busy moment only slows one down)."""
+    return {name: max(m[name] for m in measured) for name in PRODUCTS}
+
+
+def product_floor(rates: dict[str, float], n, H, minibatches, K=1) -> float:
+    """Seconds of an epoch's products, each at its own rate."""
+    return minibatches * sum(f / rates[name] for name, f in product_flops(n, H, K).items())
 
 
 def bandwidth(device, numel=None, seconds=0.5) -> float:
@@ -357,7 +377,9 @@ def main(argv=None) -> int:
     node_s = node_seconds(device) if cuda else None
     triton = cuda and not args.no_triton
     kernels = {K: kernels_per_minibatch(K, 64, 20, device) for K in {1, args.grid or 1}} if triton else {}
+    libraries = {} if cuda else cpu_libraries()
     print(f"device {device} ({name}), torch {torch.__version__}, threads {torch.get_num_threads()}; "
+          + "".join(f"{k.replace('_', ' ')} {v}; " for k, v in libraries.items()) +
           f"N={N}, d={D}, nu={NU}; copy bandwidth {bytes_per_s / 1e9:.1f} GB/s; peak "
           + ", ".join(f"{p} {r / 1e12:.1f} TFLOP/s" for p, r in peaks.items())
           + (f"; one graph node {node_s * 1e6:.2f} us" if cuda else "")
@@ -377,13 +399,14 @@ def main(argv=None) -> int:
             for bs in args.batch_sizes:
                 # The shape rate is measured around the timings and the best kept: a busy machine
                 # only slows a measurement down, so the floor stays a floor when the load changes.
-                shape_rates = [gemm_rate(bs, H, device, rate_s)]
-                n_batches = timed_batches(args.batches or max(4, int(8 * shape_rates[0] / (10 * bs * D * H))), bs)
+                measured = [product_rates(bs, H, device, rate_s)]
+                n_batches = timed_batches(args.batches or max(4, int(8 * max(measured[0].values())
+                                                                     / (10 * bs * D * H))), bs)
                 times = {}
                 for label, step in steps.items():
                     if first or label == default:
                         times[label] = scheda_epoch(data, n_batches, bs, H, device, **step)
-                shape_rates.append(gemm_rate(bs, H, device, rate_s))
+                measured.append(product_rates(bs, H, device, rate_s))
                 if first:
                     times["autograd"] = scheda_epoch(data, n_batches, bs, H, device, fused=False, cuda_graph=False)
                     if not args.skip_naive:
@@ -391,16 +414,19 @@ def main(argv=None) -> int:
                 if args.finetune:  # one rate with autograd, and the paper's five fused (the default)
                     times["finetune"] = finetune_epoch(data, n_batches, bs, H, device)
                     times["finetune_grid"] = finetune_epoch(data, n_batches, bs, H, device, rates=FINETUNE_RATES)
-                shape_rates.append(gemm_rate(bs, H, device, rate_s))
+                measured.append(product_rates(bs, H, device, rate_s))
+                rates = best_rates(measured)
                 minibatches = math.ceil(N / bs)
                 flops = 10 * N * D * H
-                floors = {"shape": flops / max(shape_rates), "peak": flops / peaks[precision],
+                floors = {"product": product_floor(rates, bs, H, minibatches), "shape": flops / max(rates.values()),
+                          "peak": flops / peaks[precision],
                           "bytes": minibatches * 5 * 4 * H * D / bandwidth(device, H * D, rate_s)}
                 if kernels.get(1):
                     floors["launch"] = kernels[1] * node_s * minibatches
                 largest = max(floors.values())
                 row = {"precision": precision, "hidden": H, "batch_size": bs, "timed_batches": n_batches,
-                       "shape_gflops": max(shape_rates) / 1e9, "peak_tflops": peaks[precision] / 1e12,
+                       "product_gflops": {name: r / 1e9 for name, r in rates.items()},
+                       "shape_gflops": max(rates.values()) / 1e9, "peak_tflops": peaks[precision] / 1e12,
                        "bandwidth_gbs": bytes_per_s / 1e9, **{f"{k}_floor_s": v for k, v in floors.items()},
                        "floor_s": largest, "default_step": default, "default_s": times[default],
                        **{f"{k}_s": v for k, v in times.items()}}
@@ -408,7 +434,8 @@ def main(argv=None) -> int:
                     K = args.grid
                     row["grid_s"] = scheda_epoch(data, n_batches, bs, H, device, models=K, **steps[default])
                     # its own floors: the batched products of K models, K models' weights streamed
-                    row["grid_floor_s"] = max(K * flops / gemm_rate(bs, H, device, rate_s, K), K * floors["peak"],
+                    row["grid_floor_s"] = max(product_floor(product_rates(bs, H, device, rate_s, K), bs, H, minibatches, K),
+                                              K * floors["peak"],
                                               minibatches * 5 * 4 * K * H * D / bandwidth(device, K * H * D, rate_s),
                                               (kernels.get(K) or 0) * (node_s or 0) * minibatches)
                     row["grid_over_one"] = row["grid_s"] / times[default]
@@ -422,11 +449,12 @@ def main(argv=None) -> int:
                 if args.grid and row["grid_s"] < row["grid_floor_s"]:
                     beaten.append(f"{precision} H {H} batch {bs}: grid {row['grid_s']:.4g} s < floor {row['grid_floor_s']:.4g} s")
                 rows.append(row)
-                print(f"{precision} H {H} batch {bs}: floors " + ", ".join(f"{k} {v:.3g}" for k, v in floors.items())
+                print(f"{precision} H {H} batch {bs}: products " + ", ".join(f"{k} {r / 1e9:.0f}" for k, r in rates.items())
+                      + " GFLOP/s; floors " + ", ".join(f"{k} {v:.3g}" for k, v in floors.items())
                       + " s; " + ", ".join(f"{k} {v:.3g}" for k, v in times.items())
                       + (f", {args.grid} fused {row['grid_s']:.3g} ({row['grid_over_one']:.2f}x one)" if args.grid else "")
                       + f" s; {default}/floor {row['default_over_floor']:.2f}", flush=True)
-    report = {"device": str(device), "device_name": name, "torch": torch.__version__,
+    report = {"device": str(device), "device_name": name, "torch": torch.__version__, **libraries,
               "threads": torch.get_num_threads(), "n": N, "node_us": node_s * 1e6 if node_s else None,
               "kernels_per_minibatch": {str(K): n for K, n in kernels.items()},
               "peak_tflops": {p: r / 1e12 for p, r in peaks.items()}, "rows": rows, "beaten_floors": beaten}
@@ -447,6 +475,18 @@ def main(argv=None) -> int:
     for line in beaten:
         print(f"a timing beats its floor (the benchmark is wrong): {line}", file=sys.stderr)
     return 1 if beaten else 0
+
+
+def cpu_libraries() -> dict[str, str]:
+    """The BLAS torch's CPU products call and the vector extension its kernels use (a CPU row's
+    rates mean little without them)."""
+    import re
+
+    config = torch.__config__.show()
+    blas = re.search(r"BLAS_INFO=(\w+)", config)
+    version = re.search(r"(Math Kernel Library Version [\d.]+|OpenBLAS[\w .\-]*\d)", config)
+    name = (blas.group(1) if blas else "unknown") + (f" ({version.group(1)})" if version else "")
+    return {"blas": name, "vector_extension": torch.backends.cpu.get_cpu_capability()}
 
 
 def cpu_name() -> str:

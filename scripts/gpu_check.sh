@@ -144,7 +144,7 @@ if bench.exists():
     f = lambda v: "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3g}"
     print(f"Training, one epoch of {b['n']} examples on {b['device_name']} (s); one graph node "
           f"{f(b.get('node_us'))} us, Triton step kernels a minibatch {b.get('kernels_per_minibatch')}:\n")
-    cols = ["shape_floor_s", "peak_floor_s", "bytes_floor_s", "launch_floor_s", "eager_s", "graphed_s", "triton_s",
+    cols = ["product_floor_s", "shape_floor_s", "peak_floor_s", "bytes_floor_s", "launch_floor_s", "eager_s", "graphed_s", "triton_s",
             "autograd_s", "naive_s", "finetune_s", "grid_s", "default_over_floor", "grid_over_one"]
     print("| precision | H | batch | " + " | ".join(c.replace("_s", "").replace("_", " ") for c in cols) + " |")
     print("|---|---|---|" + "---|" * len(cols))

@@ -40,12 +40,16 @@ def _bench_measured_what_ran(report: dict) -> None:
     for, an epoch of 17: 400 / 24), no CUDA-only row, and no time below its own floor."""
     for row in report["rows"]:
         assert row["timed_batches"] == 17 and row["default_step"] == "eager" and row["precision"] == "fp32"
-        floors = [row[f"{k}_floor_s"] for k in ("shape", "peak", "bytes")]
+        floors = [row[f"{k}_floor_s"] for k in ("product", "shape", "peak", "bytes")]
         assert min(floors) > 0 and row["floor_s"] == max(floors) and "launch_floor_s" not in row  # CUDA only
+        # each product at its own rate: never below charging all FLOPs at the best of them
+        assert set(row["product_gflops"]) == {"encode", "decode", "dh", "update"}
+        assert row["product_floor_s"] >= row["shape_floor_s"] * (1 - 1e-9)
         assert row["default_over_floor"] == pytest.approx(row["eager_s"] / row["floor_s"])
         # A benchmark that beats its own floor measures wrong.
         assert min(row["eager_s"], row["autograd_s"], row["naive_s"]) >= row["floor_s"], row
         assert row["grid_s"] >= row["grid_floor_s"] > 0 and row["finetune_s"] > 0
         assert "graphed_s" not in row and "triton_s" not in row  # CUDA graphs and Triton: CUDA only
     assert report["beaten_floors"] == [] and report["peak_tflops"]["fp32"] > 0
+    assert report["blas"] and report["vector_extension"]  # what a CPU row's rates depend on
     assert report["grid"]["models"] == 2 and report["lr_search"]["seconds"] > 0
