@@ -181,7 +181,7 @@ class Job:
         optimizer = build_optimizer(run.optim, model.parameters())
         start_epoch = int(self.init_state["epoch"]) if self.init_state is not None else 0
         generator = torch.Generator(device=device).manual_seed(train_seed(run.seed, start_epoch, run.train_seed))
-        self.results.data.update(schedule=self.schedule.describe(), device=str(device), cuda_graph=run.trainer.cuda_graph, triton=run.trainer.triton,
+        self.results.data.update(schedule=self.schedule.describe(), device=str(device), cuda_graph=run.trainer.cuda_graph, triton=run.trainer.triton, two_pass=run.trainer.two_pass,
                                  cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
                                  environment=environment.describe(device))
         self.loggers = build_loggers(run.logger, self.output_dir,

@@ -22,6 +22,10 @@ from scheda.utils.io import atomic_write_json
 from scheda.utils.stats import paired, summarize
 
 
+# Where a precision is one step's own, both sides train with that step (fp32 against it there).
+STEP_OF = {"tf32x3": ["trainer.two_pass=true"]}
+
+
 def sweep(precision: str, seeds: list[int], overrides: list[str], out: Path) -> tuple[list[float], float]:
     """Train the fused sweep in one process; its models' final test errors (%) and wall seconds."""
     start = time.perf_counter()
@@ -41,7 +45,9 @@ def sweep(precision: str, seeds: list[int], overrides: list[str], out: Path) -> 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--precision", default="tf32", choices=["tf32"], help="the fused step takes fp32 and tf32")
+    parser.add_argument("--precision", default="tf32", choices=["tf32", "tf32x3"],
+                        help="tf32: the torch products in TF32; tf32x3: the two-pass step's in three-pass TF32, "
+                             "against the two-pass step in fp32")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--margin", type=float, default=0.3, help="points of test error either side of fp32")
     parser.add_argument("--runs", type=Path, default=Path("outputs/precision"))
@@ -50,9 +56,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if len(args.seeds) < 2:
         parser.error("--seeds needs at least two seeds for an interval")
-    result = {"overrides": args.overrides, "seeds": args.seeds, "margin": args.margin}
+    overrides = [*args.overrides, *STEP_OF.get(args.precision, [])]
+    result = {"overrides": overrides, "seeds": args.seeds, "margin": args.margin}
     for precision in ("fp32", args.precision):
-        errors, seconds = sweep(precision, args.seeds, args.overrides, args.runs / precision)
+        errors, seconds = sweep(precision, args.seeds, overrides, args.runs / precision)
         result[precision] = {"test_error": errors, "seconds": seconds, "summary": summarize(errors).__dict__}
     diff = paired(result[args.precision]["test_error"], result["fp32"]["test_error"])
     s = diff.summary

@@ -18,7 +18,8 @@ from scheda.model.optim import SGD
 from scheda.run import run
 from scheda.model.schedule import NoiseSchedule, Stage
 from scheda.model.noise import Masking
-from scheda.training.step import AutogradStep, BatchedStep, FusedStep, GraphedStep, StepBuilder, TritonStep
+from scheda.training.step import (AutogradStep, BatchedStep, FusedStep, GraphedStep, StepBuilder, TritonStep,
+                                  TwoPassStep)
 from scheda.training.trainer import ModelState
 
 from helpers import N_VAL, REPO, STAGES, TINY, compose_cfg
@@ -104,6 +105,43 @@ def test_the_triton_steps_graphs_repeat_its_eager_minibatches_bit_for_bit():
     for graphed, rows in ((False, 20), (True, 320), (True, 20)):
         models, opts, gens = _sweep(2)
         step = TritonStep(models, opts, [Masking(), Masking()], 20, x, gens, graphed=graphed)
+        step.prepare()
+        for first in range(0, 960, rows):
+            step(x, torch.arange(first, first + rows, device=CUDA).repeat(2, 1), [0.3, 0.5], gens)
+        runs.append([p.clone() for m in models for p in m.parameters()] + [step.take_loss_sums()])
+    for other in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(runs[0], other))
+
+
+@pytest.mark.parametrize("precision, tolerance", [("fp32", 1e-4), ("tf32x3", 1e-3)])
+def test_the_two_pass_step_graphed_is_the_torch_step_on_cuda(precision, tolerance):
+    """As the Triton step's test: 1003 rows in calls of 16 minibatches, the last call of 2 whole
+    minibatches and 3 rows; several tiles of W's rows and columns; fp32 and three-pass TF32."""
+    x = _data(n=1003, d=200)
+    (m_ref, o_ref, g_ref), (m_tp, o_tp, g_tp) = _sweep(2, d=200, H=70), _sweep(2, d=200, H=70)
+    ref = BatchedStep(m_ref, o_ref, [Masking(), Masking()], 20, CUDA)
+    tp = TwoPassStep(m_tp, o_tp, [Masking(), Masking()], 20, x, g_tp, graphed=True, precision=precision)
+    tp.prepare()
+    perm = torch.stack([torch.randperm(1003, device=CUDA, generator=torch.Generator(device=CUDA).manual_seed(k))
+                        for k in range(2)])
+    for first in range(0, 1003, 20):
+        ref(x, perm[:, first:first + 20], [0.3, 0.5], g_ref)
+    for first in range(0, 1003, 320):
+        tp(x, perm[:, first:first + 320], [0.3, 0.5], g_tp)
+    torch.testing.assert_close(tp.take_loss_sums().sum(1), ref.take_loss_sums(), rtol=tolerance, atol=1e-2)
+    for a, b in zip(m_ref, m_tp):
+        for pa, pb in zip(a.parameters(), b.parameters()):
+            torch.testing.assert_close(pb, pa, rtol=tolerance, atol=tolerance / 100)
+    assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(g_ref, g_tp))
+
+
+def test_the_two_pass_steps_graphs_repeat_its_eager_sequences_bit_for_bit():
+    """Graphed calls of 16, graphed calls of 1, and one eager call of the whole: the same bits."""
+    x = _data(n=1003)
+    runs = []
+    for graphed, rows in ((False, 960), (True, 320), (True, 20)):
+        models, opts, gens = _sweep(2)
+        step = TwoPassStep(models, opts, [Masking(), Masking()], 20, x, gens, graphed=graphed)
         step.prepare()
         for first in range(0, 960, rows):
             step(x, torch.arange(first, first + rows, device=CUDA).repeat(2, 1), [0.3, 0.5], gens)

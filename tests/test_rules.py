@@ -32,6 +32,7 @@ CASES = {
     "finetune_output_needs_a_linear_classifier": (["classifier=knn", "finetune.enabled=true"],
                                                   "finetune.init_output=classifier starts"),
     "raw_needs_evaluation": (["model=raw", "evaluate.enabled=false"], "model=raw only evaluates"),
+    "two_pass_is_a_triton_step": (["trainer.precision=tf32x3"], "trainer.precision=tf32x3 is the two-pass step's"),
 }
 NEEDS_CUDA = {"graph_can_capture_the_step", "triton_can_take_the_step"}  # the trainer's own check comes first off CUDA
 # Every reason a CUDA graph refuses a run (scheda.training.step.graph_refusal), each alone.
@@ -94,13 +95,14 @@ def test_a_broken_rule_stops_the_run_before_any_file(cifar_arrays, tmp_path, nam
 
 
 def _typed_without_device_checks(cfg) -> rules.TypedRun:
-    """The typed run, with trainer.cuda_graph and trainer.triton kept off while checking (this
-    machine has no CUDA) and put back after: the rules read values, not devices."""
-    graph, triton = cfg.trainer.cuda_graph, cfg.trainer.triton
-    cfg.trainer.cuda_graph = cfg.trainer.triton = False
+    """The typed run, with trainer.cuda_graph, trainer.triton and trainer.two_pass kept off while
+    checking (this machine has no CUDA) and put back after: the rules read values, not devices."""
+    graph, triton, two_pass = cfg.trainer.cuda_graph, cfg.trainer.triton, cfg.trainer.two_pass
+    cfg.trainer.cuda_graph = cfg.trainer.triton = cfg.trainer.two_pass = False
     typed = rules.typed_run(cfg)
-    cfg.trainer.cuda_graph, cfg.trainer.triton = graph, triton
-    return dataclasses.replace(typed, trainer=dataclasses.replace(typed.trainer, cuda_graph=graph, triton=triton))
+    cfg.trainer.cuda_graph, cfg.trainer.triton, cfg.trainer.two_pass = graph, triton, two_pass
+    return dataclasses.replace(typed, trainer=dataclasses.replace(typed.trainer, cuda_graph=graph, triton=triton,
+                                                                  two_pass=two_pass))
 
 
 @pytest.mark.parametrize("overrides", [["model.loss=squared_error"], ["optim.momentum=0.9"], ["trainer.fused=false"],
@@ -159,3 +161,28 @@ def test_triton_null_turns_on_only_where_its_kernels_can_take_the_step(cifar_arr
     assert rules.check_run(cfg).trainer.triton is False  # this machine: CPU
     monkeypatch.setattr(TrainerConfig, "resolve_device", lambda self: torch.device("cuda"))
     assert rules.check_run(cfg).trainer.triton is kernels
+
+
+# Every reason the two-pass step refuses a run, each alone: the Triton step's, then its own.
+@pytest.mark.parametrize("overrides, message", [
+    (["trainer.batch_size=200"], "trainer.two_pass=true keeps a minibatch in one program: trainer.batch_size=200 "
+                                 "must be <= 128"),
+    (["trainer.triton=false"], "trainer.two_pass=true is a Triton step"),
+    (["noise=gaussian"], "trainer.two_pass=true needs the masking noise"),
+    (["optim.momentum=0.9"], "trainer.two_pass=true needs the plain fused step"),
+    (["trainer.precision=tf32"], "trainer.two_pass=true computes its products in fp32 or tf32x3"),
+])
+def test_two_pass_true_refuses_each_run_its_kernels_cannot_take(cifar_arrays, overrides, message):
+    typed = _typed_without_device_checks(_cfg(cifar_arrays, ["trainer.two_pass=true", *overrides]))
+    assert [rule.__name__ for rule in rules.RULES if rule(typed)] == ["two_pass_is_a_triton_step"]
+    assert rules.two_pass_is_a_triton_step(typed).startswith(message)
+
+
+def test_two_pass_turns_the_triton_step_on(cifar_arrays, monkeypatch):
+    """trainer.two_pass=true with trainer.triton=null: the Triton step, as TwoPassStep; tf32x3 is allowed with it."""
+    from scheda.training.trainer import TrainerConfig
+    import torch
+
+    monkeypatch.setattr(TrainerConfig, "resolve_device", lambda self: torch.device("cuda"))
+    checked = rules.check_run(_cfg(cifar_arrays, ["trainer.two_pass=true", "trainer.precision=tf32x3"]))
+    assert checked.trainer.triton is True and checked.trainer.step_builder().two_pass

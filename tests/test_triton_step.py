@@ -10,7 +10,7 @@ from scheda.model.autoencoder import DenoisingAutoencoder
 from scheda.model.noise import Masking
 from scheda.model.optim import SGD
 from scheda.model.schedule import NoiseSchedule, Stage
-from scheda.training.step import BatchedStep, StepBuilder, TritonStep
+from scheda.training.step import BatchedStep, StepBuilder, TritonStep, TwoPassStep
 from scheda.training.trainer import ModelState
 
 D, H = 40, 12
@@ -106,3 +106,87 @@ def test_where_triton_cannot_compile_the_torch_step_trains_from_the_same_state(m
     [warning] = [r.getMessage() for r in caplog.records]
     assert warning == ("the Triton step cannot run here (RuntimeError: Failed to compile the launcher: cc not found): "
                        "training with the torch step; trainer.triton=false skips the attempt")
+
+
+# --- The two-pass step (scheda.training.step.TwoPassStep): the decode, then one pass over W's rows ---
+
+D2, H2 = 150, 40  # several tiles of W's rows (32) and columns (64), none full at the edge
+
+
+def _two_pass_models(K, activation):
+    models = [DenoisingAutoencoder(D2, H2, activation=activation, generator=torch.Generator().manual_seed(k))
+              for k in range(K)]
+    return (models, [SGD(m.parameters(), lr=0.05 * (k + 1)) for k, m in enumerate(models)],
+            [torch.Generator().manual_seed(10 + k) for k in range(K)])
+
+
+def _two_pass_epoch(K, activation, cuts):
+    """An epoch of 101 rows in minibatches of 16 (the last of 5) by the two-pass step, handed to
+    it in calls that end at the minibatch counts ``cuts``."""
+    x_all = torch.rand(101, D2, generator=torch.Generator().manual_seed(2))
+    models, opts, gens = _two_pass_models(K, activation)
+    step = TwoPassStep(models, opts, [Masking() for _ in range(K)], 16, x_all, gens, graphed=False)
+    perm = torch.stack([torch.randperm(101, generator=torch.Generator().manual_seed(k)) for k in range(K)])
+    nus = [0.3 + 0.1 * k for k in range(K)]
+    first = 0
+    for cut in [*cuts, 7]:
+        step(x_all, perm[:, first * 16:cut * 16], nus, gens)
+        first = cut
+    return x_all, perm, nus, models, gens, step.take_loss_sums()
+
+
+@pytest.mark.parametrize("K, activation", [(1, "sigmoid"), (3, "relu")])
+def test_an_epoch_of_the_two_pass_step_is_the_torch_steps(K, activation):
+    """The same masks and update as the torch step, each model at its own level and rate, over a
+    partial last minibatch: losses and weights to float tolerance, the generators where the torch
+    step leaves them."""
+    x_all, perm, nus, models, gens, losses = _two_pass_epoch(K, activation, [])
+    ref_models, ref_opts, ref_gens = _two_pass_models(K, activation)
+    ref = BatchedStep(ref_models, ref_opts, [Masking() for _ in range(K)], 16, torch.device("cpu"))
+    for first in range(0, 101, 16):
+        ref(x_all, perm[:, first:first + 16], nus, ref_gens)
+    torch.testing.assert_close(losses.sum(1), ref.take_loss_sums(), rtol=1e-5, atol=1e-4)
+    for a, b in zip(ref_models, models):
+        for pa, pb in zip(a.parameters(), b.parameters()):
+            torch.testing.assert_close(pb, pa, rtol=1e-5, atol=1e-6)
+    assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(ref_gens, gens))
+
+
+def test_where_the_loop_cuts_the_two_pass_steps_minibatches_changes_no_bit():
+    """A call's first minibatch is encoded alone, by the loop that encodes the next minibatch
+    inside the update pass: an epoch in one call, in calls of 3 and 4, or one minibatch a call
+    (a graph's replays, a resumed epoch) gives the same bits."""
+    runs = [_two_pass_epoch(3, "sigmoid", cuts) for cuts in ([], [3], [1, 2, 3, 4, 5, 6])]
+    for _, _, _, models, gens, losses in runs[1:]:
+        assert torch.equal(losses, runs[0][5])
+        for a, b in zip(runs[0][3], models):
+            for pa, pb in zip(a.parameters(), b.parameters()):
+                assert torch.equal(pa, pb)
+        assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(runs[0][4], gens))
+
+
+def _two_pass_trainer(epochs=2, n=70):
+    [model], [opt], _ = _models(1)
+    x = torch.rand(n, D, generator=torch.Generator().manual_seed(4))
+    return ModelState(model, opt, Masking(), NoiseSchedule("constant", [Stage(0.4, epochs)]), x, 4,
+                      torch.Generator().manual_seed(7), step=StepBuilder(triton=True, two_pass=True))
+
+
+def test_the_training_loop_trains_with_the_two_pass_step_and_resumes_it_bit_for_bit():
+    """Through the real loop (calls of 16 minibatches, then 2 more, the last of 2 rows): the torch
+    step's epochs; and an epoch checkpointed and resumed repeats the uninterrupted run exactly."""
+    torch_run, golden = _trainer(False), _two_pass_trainer()
+    torch_run.fit()
+    golden.fit()
+    assert isinstance(golden.alone._step, TwoPassStep)
+    for a, b in zip(torch_run.history, golden.history):
+        assert a["epoch"] == b["epoch"] and a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    torch.testing.assert_close(golden.model.W, torch_run.model.W, rtol=1e-5, atol=1e-6)
+    first = _two_pass_trainer()
+    first.train_epoch()
+    resumed = _two_pass_trainer()
+    resumed.load_state_dict(first.state_dict())
+    resumed.fit()
+    assert [h["loss"] for h in resumed.history] == [h["loss"] for h in golden.history]
+    for key, value in golden.model.state_dict().items():
+        assert torch.equal(resumed.model.state_dict()[key], value), key

@@ -150,3 +150,138 @@ def backprop(A: torch.Tensor, b: torch.Tensor, neg_lr: torch.Tensor, sigmoid: bo
 def loss_slots(K: int, d: int, device: torch.device) -> torch.Tensor:
     """The decoder kernel's loss accumulators: one per model and column block."""
     return torch.zeros(K, triton.cdiv(d, BLOCK_COL), device=device)
+
+
+# --- The two-pass step (scheda.training.step.TwoPassStep): W read twice and written once a minibatch ---
+#
+# Pass (i), :func:`decode_pass`: the decoder product over column tiles of W with all n rows of the
+# minibatch in one program (no reduction across programs), then dz, the loss slot and b''s update.
+# Pass (ii), :func:`rows_pass`: over tiles of W's rows: dh (which needs only row j of W), b's and
+# row j's update, and the NEXT minibatch's encode from the updated row (UPDATE=False: the encode
+# alone, for the first minibatch of a call). The encode is the same loop in both modes, so where
+# a sequence of minibatches is cut (graph replays, a resumed epoch) does not change a bit.
+# Products are tl.dot in full fp32 ("ieee") or three-pass TF32 ("tf32x3": near-fp32 on tensor cores).
+
+MAX_ROWS = 128  # the two-pass step keeps a minibatch's rows in one program
+BLOCK_H2 = 32  # W's rows per program in pass (ii), and hidden units per tile of pass (i)
+BLOCK_D2 = BLOCK_COL  # W's columns per tile (pass (i): per program, so its loss slots are loss_slots()')
+
+
+@triton.jit
+def _decode_pass(h, W, b_prime, x, neg_lr, dz, loss, n, H, d, h_k, W_k, x_k, dz_k, loss_k,
+                 BLOCK_N: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+    k = tl.program_id(0)
+    blk = tl.program_id(1)
+    c = blk * BLOCK_D + tl.arange(0, BLOCK_D)
+    mc = c < d
+    r = tl.arange(0, BLOCK_N)
+    mr = r < n
+    acc = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    for first in range(0, H, BLOCK_H):
+        j = first + tl.arange(0, BLOCK_H)
+        mj = j < H
+        hv = tl.load(h + k * h_k + r[:, None] * H + j[None, :], mask=mr[:, None] & mj[None, :], other=0.0)
+        wv = tl.load(W + k * W_k + j[:, None] * d + c[None, :], mask=mj[:, None] & mc[None, :], other=0.0)
+        acc += tl.dot(hv, wv, input_precision=PRECISION)
+    bp = tl.load(b_prime + k * d + c, mask=mc, other=0.0)
+    mm = mr[:, None] & mc[None, :]
+    at = r[:, None] * d + c[None, :]
+    l = acc + bp[None, :]
+    xv = tl.load(x + k * x_k + at, mask=mm, other=0.0)
+    g = tl.where(mm, 1.0 / (1.0 + tl.exp(-l)) - xv, 0.0)
+    tl.store(dz + k * dz_k + at, g, mask=mm)
+    ce = tl.where(mm, tl.maximum(l, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(l))) - xv * l, 0.0)
+    scale = tl.load(neg_lr + k) / n
+    tl.store(b_prime + k * d + c, bp + tl.sum(g, axis=0) * scale, mask=mc)
+    slot = loss + k * loss_k + blk
+    tl.store(slot, tl.load(slot) + tl.sum(tl.sum(ce, axis=1), axis=0))
+
+
+@triton.jit
+def _rows_pass(W, b, h, dz, xt, xt_next, neg_lr, n, n_next, H, d, W_k, h_k, dz_k, xt_k, xn_k,
+               SIGMOID: tl.constexpr, UPDATE: tl.constexpr, ENCODE: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+    k = tl.program_id(0)
+    j = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    mj = j < H
+    r = tl.arange(0, BLOCK_N)
+    bv = tl.load(b + k * H + j, mask=mj, other=0.0)
+    if UPDATE:
+        mr = r < n
+        hv = tl.load(h + k * h_k + r[:, None] * H + j[None, :], mask=mr[:, None] & mj[None, :], other=0.0)
+        acc = tl.zeros([BLOCK_N, BLOCK_H], dtype=tl.float32)
+        for first in range(0, d, BLOCK_D):  # dh = dz W_j^T: row j of W alone
+            c = first + tl.arange(0, BLOCK_D)
+            mc = c < d
+            dzv = tl.load(dz + k * dz_k + r[:, None] * d + c[None, :], mask=mr[:, None] & mc[None, :], other=0.0)
+            wv = tl.load(W + k * W_k + j[:, None] * d + c[None, :], mask=mj[:, None] & mc[None, :], other=0.0)
+            acc += tl.dot(dzv, tl.trans(wv), input_precision=PRECISION)
+        if SIGMOID:
+            g = acc * (hv - hv * hv)
+        else:
+            g = tl.where(hv > 0.0, acc, 0.0)
+        g = tl.where(mr[:, None] & mj[None, :], g, 0.0)
+        scale = tl.load(neg_lr + k) / n
+        bv = bv + tl.sum(g, axis=0) * scale
+        tl.store(b + k * H + j, bv, mask=mj)
+        gs = tl.trans(g * scale)  # [BLOCK_H, BLOCK_N]: -lr/n dh^T
+        hs = tl.trans(hv * scale)
+    if ENCODE:
+        mn = r < n_next
+        enc = tl.zeros([BLOCK_N, BLOCK_H], dtype=tl.float32)
+    for first in range(0, d, BLOCK_D):  # row j's update, then the next minibatch's encode from it
+        c = first + tl.arange(0, BLOCK_D)
+        mc = c < d
+        wm = mj[:, None] & mc[None, :]
+        wv = tl.load(W + k * W_k + j[:, None] * d + c[None, :], mask=wm, other=0.0)
+        if UPDATE:
+            at = r[:, None] * d + c[None, :]
+            xtv = tl.load(xt + k * xt_k + at, mask=mr[:, None] & mc[None, :], other=0.0)
+            dzv = tl.load(dz + k * dz_k + at, mask=mr[:, None] & mc[None, :], other=0.0)
+            wv = wv + (tl.dot(gs, xtv, input_precision=PRECISION) + tl.dot(hs, dzv, input_precision=PRECISION))
+            tl.store(W + k * W_k + j[:, None] * d + c[None, :], wv, mask=wm)
+        if ENCODE:
+            xnv = tl.load(xt_next + k * xn_k + r[:, None] * d + c[None, :], mask=mn[:, None] & mc[None, :], other=0.0)
+            enc += tl.dot(xnv, tl.trans(wv), input_precision=PRECISION)
+    if ENCODE:
+        a = enc + bv[None, :]
+        if SIGMOID:
+            a = 1.0 / (1.0 + tl.exp(-a))
+        else:
+            a = tl.maximum(a, 0.0)
+        tl.store(h + k * h_k + r[:, None] * H + j[None, :], a, mask=mn[:, None] & mj[None, :])
+
+
+def _rows_block(n: int) -> int:
+    """A minibatch's rows padded for tl.dot (a power of two, at least 16)."""
+    return max(16, triton.next_power_of_2(n))
+
+
+def decode_pass(h: torch.Tensor, W: torch.Tensor, b_prime: torch.Tensor, x: torch.Tensor, neg_lr: torch.Tensor,
+                dz: torch.Tensor, loss: torch.Tensor, batch_size: int, precision: str) -> None:
+    """Pass (i): dz = sigmoid(h W + b') - x, b' += -lr/n sum_i dz, loss[k, block] += the block's
+    cross-entropy. ``h`` [K, n, H], ``x``, ``dz`` [K, n, d] (rows contiguous), n <= batch_size <=
+    MAX_ROWS (the tiles are sized by the step's minibatch, so a short one sums as a full one)."""
+    K, n, H = h.shape
+    d = W.shape[2]
+    _decode_pass[(K, triton.cdiv(d, BLOCK_D2))](h, W, b_prime, x, neg_lr, dz, loss, n, H, d, h.stride(0),
+            W.stride(0), x.stride(0), dz.stride(0), loss.stride(0), BLOCK_N=_rows_block(batch_size),
+            BLOCK_H=BLOCK_H2, BLOCK_D=BLOCK_D2, PRECISION=precision)
+
+
+def rows_pass(W: torch.Tensor, b: torch.Tensor, h: torch.Tensor, dz: torch.Tensor | None, x_tilde: torch.Tensor | None,
+              x_tilde_next: torch.Tensor | None, neg_lr: torch.Tensor, sigmoid: bool, batch_size: int,
+              precision: str) -> None:
+    """Pass (ii) over W's rows. With ``dz`` and ``x_tilde`` (this minibatch's, [K, n, d]): dh from
+    ``h`` [K, n, H], b and W updated by -lr/n. With ``x_tilde_next`` [K, n', d]: h = s(x~' W^T + b)
+    for it, from the weights as this pass leaves them, written over ``h``'s first n' rows."""
+    K, H, d = W.shape
+    update, encode = dz is not None, x_tilde_next is not None
+    n = dz.shape[1] if update else 0
+    n_next = x_tilde_next.shape[1] if encode else 0
+    some = dz if update else x_tilde_next
+    _rows_pass[(K, triton.cdiv(H, BLOCK_H2))](W, b, h, some, x_tilde if update else some,
+            x_tilde_next if encode else some, neg_lr, n, n_next, H, d, W.stride(0), h.stride(0), some.stride(0),
+            (x_tilde if update else some).stride(0), (x_tilde_next if encode else some).stride(0),
+            SIGMOID=sigmoid, UPDATE=update, ENCODE=encode, BLOCK_N=_rows_block(batch_size),
+            BLOCK_H=BLOCK_H2, BLOCK_D=BLOCK_D2, PRECISION=precision)

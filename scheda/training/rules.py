@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from scheda.config import COMPONENT_MODULES, MANY, typed, typed_many
 from scheda.utils.errors import ConfigError
 from scheda.model.schedule import nu_key, options_with_nu_key
-from scheda.training.step import graph_refusal, parallel_refusal, triton_refusal
+from scheda.training.step import graph_refusal, parallel_refusal, triton_refusal, two_pass_refusal
 
 GROUPS = tuple(COMPONENT_MODULES)
 
@@ -87,6 +87,22 @@ def triton_can_take_the_step(run: TypedRun) -> str | None:
     return _triton_refusal(run) if run.trainer.triton else None
 
 
+def two_pass_is_a_triton_step(run: TypedRun) -> str | None:
+    """The two-pass step is the Triton step in other kernels: what that needs, then its own limits;
+    ``trainer.precision=tf32x3`` names its products, so it needs it."""
+    t = run.trainer
+    if not t.two_pass:
+        if t.precision == "tf32x3":
+            return "trainer.precision=tf32x3 is the two-pass step's product precision: set trainer.two_pass=true"
+        return None
+    if t.triton is False:
+        return "trainer.two_pass=true is a Triton step: leave trainer.triton null (or true), or use trainer.two_pass=false"
+    refusal = _triton_refusal(run)
+    if refusal:
+        return refusal.replace("trainer.triton=true", "trainer.two_pass=true")
+    return two_pass_refusal(t.batch_size, t.precision)
+
+
 def parallel_needs_the_fused_step(run: TypedRun) -> str | None:
     t = run.trainer
     return parallel_refusal(_fusable(run), t.fused, t.precision, _plain_sgd(run)) if _parallel(run) else None
@@ -133,7 +149,8 @@ def raw_needs_evaluation(run: TypedRun) -> str | None:
 
 
 RULES: tuple[Callable[[TypedRun], str | None], ...] = (
-    graph_can_capture_the_step, triton_can_take_the_step, parallel_needs_the_fused_step, parallel_nu_needs_a_noise_level,
+    graph_can_capture_the_step, triton_can_take_the_step, two_pass_is_a_triton_step, parallel_needs_the_fused_step,
+    parallel_nu_needs_a_noise_level,
     parallel_trains, resume_or_init_from, standalone_needs_init_from, finetune_output_needs_a_linear_classifier,
     raw_needs_evaluation,
 )
@@ -154,7 +171,7 @@ def resolve(run: TypedRun) -> TypedRun:
     if run.trainer.cuda_graph is None:
         run.trainer.cuda_graph = graph_applies(run)
     if run.trainer.triton is None:
-        run.trainer.triton = triton_applies(run)
+        run.trainer.triton = triton_applies(run) or run.trainer.two_pass
     return run
 
 

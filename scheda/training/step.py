@@ -174,6 +174,21 @@ def triton_refusal(fusable: bool, fused: bool, precision: str, sgd_is_plain: boo
     return None
 
 
+TWO_PASS_ROWS = 128  # the two-pass step holds a minibatch's rows in one program (kernels.MAX_ROWS)
+TWO_PASS_PRECISIONS = ("fp32", "tf32x3")
+
+
+def two_pass_refusal(batch_size: int, precision: str) -> str | None:
+    """Why :class:`TwoPassStep` cannot train this run beyond what the Triton step needs (None: it
+    can): a minibatch of at most 128 rows, and its products in fp32 or three-pass TF32."""
+    if batch_size > TWO_PASS_ROWS:
+        return (f"trainer.two_pass=true keeps a minibatch in one program: trainer.batch_size={batch_size} must be "
+                f"<= {TWO_PASS_ROWS} (or use trainer.two_pass=false)")
+    if precision not in TWO_PASS_PRECISIONS:
+        return (f"trainer.two_pass=true computes its products in fp32 or tf32x3, not trainer.precision={precision}")
+    return None
+
+
 def parallel_refusal(fusable: bool, fused: bool, precision: str, sgd_is_plain: bool) -> str | None:
     """Why a fused sweep (``trainer.parallel``) cannot train these models together (None: it can):
     its models share the hand-written step, with plain SGD folded into it."""
@@ -437,6 +452,98 @@ class TritonStep(BatchedStep):
                 self.minibatch(x_all, part, generators)
 
 
+class TwoPassStep(TritonStep):
+    """The Triton step as two passes over W a minibatch (scheda.training.kernels, "the two-pass
+    step"): the decode over W's column tiles, then one pass over its rows that computes dh, updates
+    b and W, and encodes the NEXT minibatch from the updated rows; W is read twice and written
+    once, where the four-kernel step reads or writes it five times. The first minibatch of a call
+    is encoded alone, by the same loop, so where a call starts changes no bit. Its products are
+    tl.dot in fp32 (``trainer.precision=fp32``) or three-pass TF32 (``tf32x3``); its masks are
+    :class:`TritonStep`'s (each model's words from its own generator, drawn in the same order).
+    ``trainer.two_pass=true`` (CUDA; what else it needs: :func:`two_pass_refusal`)."""
+
+    def __init__(self, models: list[DenoisingAutoencoder], optimizers: list[SGD], noises: list[Noise],
+                 batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator], graphed: bool,
+                 precision: str = "fp32"):
+        refusal = two_pass_refusal(batch_size, precision)
+        if refusal:
+            raise ConfigError(refusal)
+        super().__init__(models, optimizers, noises, batch_size, x_all, generators, graphed)
+        K, n, d = self.x.shape
+        f32 = dict(dtype=self.W.dtype, device=x_all.device)
+        self.h = torch.empty(K, n, self.W.shape[1], **f32)
+        self.dz = torch.empty(K, n, d, **f32)
+        self.xs = torch.empty(2, K, n, d, **f32)  # this minibatch's x and the next one's, in turn
+        self.x_tildes = torch.empty(2, K, n, d, **f32)
+        self.dot_precision = {"fp32": "ieee", "tf32x3": "tf32x3"}[precision]
+
+    def _corrupt(self, x_all: torch.Tensor, idx: torch.Tensor, generators: list, slot: int) -> None:
+        n, d = idx.shape[1], self.x.shape[2]
+        n_words = (n * d + 3) // 4
+        for k, g in enumerate(generators):
+            self.words[k, :n_words].random_(generator=g)
+        self.kernels.corrupt(x_all, idx, self.words.view(torch.int16), self.thr, self.xs[slot, :, :n],
+                             self.x_tildes[slot, :, :n])
+
+    @torch.no_grad()
+    def sequence(self, x_all: torch.Tensor, idx: torch.Tensor, generators: list) -> None:
+        """Every minibatch of ``idx`` [K, rows] in order, each encoded by the pass before it."""
+        kernels, n, sigmoid, precision = self.kernels, self.batch_size, self.activation == "sigmoid", self.dot_precision
+        W, b, b_prime, h, neg_lr = self.W, self.b, self.b_prime, self.h, self.neg_lr()
+        parts = list(idx.split(n, dim=1))
+        slot = 0
+        self._corrupt(x_all, parts[0], generators, slot)
+        kernels.rows_pass(W, b, h, None, None, self.x_tildes[slot, :, :parts[0].shape[1]], neg_lr, sigmoid, n, precision)
+        for t, part in enumerate(parts):
+            m = part.shape[1]
+            kernels.decode_pass(h[:, :m], W, b_prime, self.xs[slot, :, :m], neg_lr, self.dz[:, :m], self.loss_sums,
+                                n, precision)
+            following = None
+            if t + 1 < len(parts):
+                self._corrupt(x_all, parts[t + 1], generators, 1 - slot)
+                following = self.x_tildes[1 - slot, :, :parts[t + 1].shape[1]]
+            kernels.rows_pass(W, b, h[:, :m], self.dz[:, :m], self.x_tildes[slot, :, :m], following, neg_lr, sigmoid,
+                              n, precision)
+            slot = 1 - slot
+
+    def _graph(self, m: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        """The graph of a sequence of ``m`` minibatches and the index buffer it reads, captured once."""
+        if m in self.graphs:
+            return self.graphs[m]
+        n, K = self.batch_size, self.x.shape[0]
+        idx = torch.zeros(K, m * n, dtype=torch.long, device=self.x_all.device)
+        graph = capture_graph(lambda: self.sequence(self.x_all, idx[:, :min(m, 2) * n], self.generators),
+                              lambda: self.sequence(self.x_all, idx, self.generators),
+                              [self.W, self.b, self.b_prime], self.generators, self.loss_sums)
+        self.graphs[m] = (graph, idx)
+        return self.graphs[m]
+
+    def prepare(self) -> None:
+        """Compile the kernels (both passes, both modes) and, graphed, capture the graph of a whole
+        call now, not inside an epoch (the loss slots must be empty, as for :class:`TritonStep`)."""
+        if self.graphed:
+            self._graph(self.minibatches)
+            return
+        with undone([self.W, self.b, self.b_prime], self.generators, self.loss_sums):
+            self.sequence(self.x_all, torch.zeros(self.x.shape[0], 2 * self.batch_size, dtype=torch.long,
+                                                  device=self.x_all.device), self.generators)
+
+    def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> None:
+        """``idx`` [K, rows]: consecutive minibatches of n rows (the last may be shorter); graphed,
+        the whole minibatches replay a graph of their number, and a short last one runs eager."""
+        self.set_levels(nus)
+        n, rows = self.batch_size, idx.shape[1]
+        whole = rows // n * n
+        if not self.graphed or not whole:
+            self.sequence(x_all, idx, generators)
+            return
+        graph, static = self._graph(whole // n)
+        static.copy_(idx[:, :whole])
+        graph.replay()
+        if whole < rows:
+            self.sequence(x_all, idx[:, whole:], generators)
+
+
 class OneModel(LossSums):
     """A one-model step (:class:`AutogradStep`) called like a K-model one, with K = 1."""
 
@@ -462,6 +569,7 @@ class StepBuilder:
     precision: str = "fp32"
     cuda_graph: bool = False
     triton: bool = False
+    two_pass: bool = False  # the Triton step as TwoPassStep
 
     def build(self, models: list[DenoisingAutoencoder], optimizers: list[SGD],
               noises: list[Noise], batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator],
@@ -481,7 +589,11 @@ class StepBuilder:
                                      all(isinstance(noise, Masking) for noise in noises), nu_per_minibatch)
             if refusal:
                 raise ConfigError(refusal)
-            step = TritonStep(models, optimizers, noises, batch_size, x_all, generators, self.cuda_graph)
+            if self.two_pass:
+                step = TwoPassStep(models, optimizers, noises, batch_size, x_all, generators, self.cuda_graph,
+                                   self.precision)
+            else:
+                step = TritonStep(models, optimizers, noises, batch_size, x_all, generators, self.cuda_graph)
             try:
                 step.prepare()
                 return step

@@ -29,7 +29,7 @@ from scheda.model.schedule import NoiseSchedule
 from scheda.training.step import StepBuilder
 
 log = logging.getLogger(__name__)
-PRECISIONS = ("fp32", "tf32", "bf16")
+PRECISIONS = ("fp32", "tf32", "tf32x3", "bf16")
 
 
 @dataclass
@@ -65,7 +65,14 @@ class TrainerConfig(Component):
     # fused step, the masking noise, one nu per epoch; scheda.training.rules.resolve); true: refuse a run
     # it cannot take. The CPU keeps the torch step, which measures faster there.
     triton: Optional[bool] = None
-    precision: str = "fp32"  # fp32 | tf32 (CUDA matmuls in TF32) | bf16 (autocast; autograd step)
+    # The Triton step as two passes over W a minibatch (decode; then dh, the update and the next
+    # minibatch's encode in one pass over W's rows: scheda.training.step.TwoPassStep). Needs what the
+    # Triton step needs and a minibatch of at most 128. Off until a GPU measures it against the
+    # four-kernel Triton step (issue 45's device check).
+    two_pass: bool = False
+    # fp32 | tf32 (CUDA matmuls in TF32) | tf32x3 (the two-pass step's products in three-pass TF32:
+    # tensor cores at near-fp32 accuracy) | bf16 (autocast; autograd step)
+    precision: str = "fp32"
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
     def check(self) -> None:
@@ -78,7 +85,7 @@ class TrainerConfig(Component):
         if self.precision not in PRECISIONS:
             raise self.invalid("precision", f"must be {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}")
         device = self.resolve_device()
-        for key in ("cuda_graph", "triton"):
+        for key in ("cuda_graph", "triton", "two_pass"):
             if getattr(self, key) and device.type != "cuda":
                 raise ConfigError(f"trainer.{key}=true needs a CUDA device, not {device}: "
                                   f"use trainer.device=cuda or trainer.{key}=false")
@@ -98,7 +105,7 @@ class TrainerConfig(Component):
 
     def step_builder(self) -> StepBuilder:
         """The update these settings ask for (``cuda_graph`` and ``triton`` resolved by scheda.training.rules first)."""
-        return StepBuilder(self.fused, self.precision, bool(self.cuda_graph), bool(self.triton))
+        return StepBuilder(self.fused, self.precision, bool(self.cuda_graph), bool(self.triton), self.two_pass)
 
     def setup_process(self) -> None:
         """Torch's threads, and TF32 matmuls on CUDA only when asked for (off by default, for exactness)."""
