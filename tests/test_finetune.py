@@ -46,8 +46,8 @@ def test_resume_mid_finetuning_matches_an_uninterrupted_run(cifar_arrays, tmp_pa
     golden = run(_cfg(cifar_arrays, "logger=none"), tmp_path / "golden")["finetune"]
     original = scheda.evaluation.finetune.FineTuner._save
 
-    def crash_after_some_epochs(self, current):
-        original(self, current)
+    def crash_after_some_epochs(self, current, bests):
+        original(self, current, bests)
         if current is not None and len(current["models"][0]["history"]) == 5:
             raise KeyboardInterrupt  # killed in the middle of the learning rates' epochs
 
@@ -63,6 +63,53 @@ def test_resume_mid_finetuning_matches_an_uninterrupted_run(cifar_arrays, tmp_pa
                  [(h["train_loss"], h["val_error"]) for h in x["history"]]) for x in r["per_lr"]]
 
     assert strip(resumed) == strip(golden) and resumed["chosen"] == golden["chosen"]
+
+
+def test_checkpoints_every_few_epochs_and_an_interrupt_between_them_resumes_exactly(cifar_arrays, tmp_path,
+                                                                                     monkeypatch):
+    """finetune.checkpoint_every=5 over 12 epochs: the resumable state is written after epochs 5
+    and 10 and at the end (not every epoch); a Ctrl-C in epoch 7 writes the state of epoch 6 from
+    memory, and the resumed run is the uninterrupted one, best nets included."""
+    from scheda.training import checkpoint
+
+    every = ["finetune.checkpoint_every=5", "logger=none"]
+    golden = run(_cfg(cifar_arrays, *every), tmp_path / "golden")["finetune"]
+    writes = []
+    save = checkpoint.save_checkpoint
+
+    def counted(path, state):
+        if path.name == "finetune_last.pt":
+            writes.append([len(m["history"]) for m in (state["current"] or {}).get("models", [])])
+        return save(path, state)
+
+    monkeypatch.setattr(scheda.evaluation.finetune, "save_checkpoint", counted)
+    run(_cfg(cifar_arrays, *every), tmp_path / "counted")
+    assert writes == [[5, 5], [10, 10], []]
+    writes.clear()
+    end_epoch = scheda.evaluation.finetune.FineTuner._end_epoch
+
+    def interrupted(self, t, train_loss, seconds):
+        if t.epoch == 6:  # in epoch 7, after its minibatches, before its evaluation
+            raise KeyboardInterrupt
+        end_epoch(self, t, train_loss, seconds)
+
+    monkeypatch.setattr(scheda.evaluation.finetune.FineTuner, "_end_epoch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(_cfg(cifar_arrays, *every), tmp_path / "killed")
+    assert writes == [[5, 5], [6, 6]]
+    monkeypatch.undo()
+    resumed = run(_cfg(cifar_arrays, *every, f"resume={tmp_path / 'killed'}"), tmp_path / "resumed")["finetune"]
+    for a, b in zip(resumed["per_lr"], golden["per_lr"]):
+        assert [(h["train_loss"], h["val_error"]) for h in a["history"]] == \
+            [(h["train_loss"], h["val_error"]) for h in b["history"]]
+    assert resumed["chosen"] == golden["chosen"]
+    names = sorted(p.name for p in (tmp_path / "golden" / "checkpoints").glob("finetune_best_lr*.pt"))
+    assert names  # a rate whose best is its start (epoch 0) keeps no file
+    for name in (f"checkpoints/{n}" for n in names):  # written after the resume, else before: the uninterrupted run's
+        found = tmp_path / "resumed" / name if (tmp_path / "resumed" / name).exists() else tmp_path / "killed" / name
+        a = torch.load(found, weights_only=False)
+        b = torch.load(tmp_path / "golden" / name, weights_only=False)
+        assert a["epoch"] == b["epoch"] and all(torch.equal(a["model"][k], b["model"][k]) for k in b["model"])
 
 
 def test_standalone_finetuning_from_a_checkpoint(cifar_arrays, tmp_path, caplog):

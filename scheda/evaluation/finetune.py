@@ -84,6 +84,10 @@ class FinetuneConfig(Component):
     momentum: float = 0.0
     fused: bool = True  # every learning rate at once by one hand-written step (plain SGD); false: one after another
     init_output: str = "classifier"  # classifier: the frozen-feature LR's weights at its chosen C | zero
+    # Write the resumable state (checkpoints/finetune_last.pt, every rate's weights) and the best
+    # nets every this many epochs, when a rate finishes, and on an interrupt (from the state of the
+    # last whole epoch, kept in memory): a GPU epoch of the fused rates is shorter than writing them.
+    checkpoint_every: int = 1
 
     def check(self) -> None:
         if not self.lrs or any(not (lr > 0 and math.isfinite(lr)) for lr in self.lrs):
@@ -96,6 +100,8 @@ class FinetuneConfig(Component):
             raise self.invalid("batch_size", "must be >= 1")
         if self.init_output not in ("classifier", "zero"):
             raise self.invalid("init_output", "must be classifier or zero")
+        if self.checkpoint_every < 1:
+            raise self.invalid("checkpoint_every", "must be >= 1 (epochs between checkpoints)")
 
 
 class FusedFineTune:
@@ -219,7 +225,9 @@ class Tuning:
 class FineTuner:
     """Runs the learning-rate grid in one job on data already on the device: every rate at once
     by :class:`FusedFineTune` (``finetune.fused``, plain SGD), else one after another with
-    autograd; resumable from ``checkpoints/finetune_last.pt`` (written atomically every epoch)."""
+    autograd; resumable from ``checkpoints/finetune_last.pt`` (written atomically every
+    ``checkpoint_every`` epochs, when a rate finishes, and from the last whole epoch's state on an
+    interrupt)."""
 
     def __init__(self, cfg: Mapping, da: DenoisingAutoencoder, data: Splits, inputs: dict[str, torch.Tensor],
                  device: torch.device, output_dir: Path, seed: int, init: LinearModel | None = None, loggers: MetricLogger | None = None):
@@ -234,6 +242,7 @@ class FineTuner:
         self.n_classes = int(max(int(y.max()) for y in self.y.values())) + 1
         self.done: dict[int, dict[str, Any]] = {}  # learning rate index -> its result
         self._resume: dict[int, dict[str, Any]] = {}  # index -> the state of a rate in progress
+        self._best: dict[int, dict[str, Any]] = {}  # index -> its best net since the last checkpoint, to write
 
     @property
     def fused(self) -> bool:
@@ -273,35 +282,61 @@ class FineTuner:
     def _fit(self, tunings: list[Tuning]) -> None:
         """Train the rates of ``tunings`` in lockstep, each epoch evaluated and checkpointed; a rate
         that reaches its last epoch (or runs out of patience) drops out and the step is rebuilt."""
-        cfg, x, y = self.cfg, self.x, self.y
-        n, bs = x["train"].shape[0], cfg["batch_size"]
+        cfg = self.cfg
         ticks = bar(cfg["max_epochs"], "finetune lr=" + ",".join(f"{t.lr:g}" for t in tunings), "epoch",
                     initial=min(t.epoch for t in tunings))
-        stacked, step = None, None
-        while active := [t for t in tunings if not t.finished(cfg)]:
-            if stacked != [t.index for t in active] and self.fused:
-                stacked = [t.index for t in active]
-                step = FusedFineTune([t.net for t in active], [t.lr for t in active], x["train"], y["train"], bs)
-            start = time.perf_counter()
-            perms = [torch.randperm(n, generator=t.generator, device=self.device) for t in active]
-            if self.fused:
-                step.loss_sums.zero_()
-                for first in range(0, n, bs):
-                    step(torch.stack([p[first:first + bs] for p in perms]))
-                losses = (step.loss_sums / n).tolist()
-            else:
-                losses = [self._autograd_epoch(active[0], perms[0])]  # one rate alone
-            seconds = time.perf_counter() - start  # the lockstep's epoch, as a fused DA sweep reports it
-            for t, train_loss in zip(active, losses):
-                self._end_epoch(t, train_loss, seconds)
-                if t.finished(cfg):
-                    self.done[t.index] = t.result()
-            self._save({"models": [t.state_dict() for t in tunings if not t.finished(cfg)]} if
-                       any(not t.finished(cfg) for t in tunings) else None)
-            ticks.update(1)
-        ticks.close()
+        stacked, step, ran = None, None, 0
+        saved = written = None  # the state after the last whole epoch, and whether it is on disk
+        try:
+            while active := [t for t in tunings if not t.finished(cfg)]:
+                stacked, step = self._epoch(tunings, active, stacked, step)
+                ran += 1
+                saved, newly = self._state(tunings)
+                written = ran % cfg.checkpoint_every == 0 or newly or saved["current"] is None
+                if written:
+                    self._save(**saved)
+                ticks.update(1)
+        except BaseException:  # an interrupt or a failure: the last whole epoch's state is kept
+            if saved is not None and not written:
+                self._save(**saved)
+            raise
+        finally:
+            ticks.close()
         for t in tunings:  # finished before this call (a resumed rate at its last epoch)
             self.done.setdefault(t.index, t.result())
+
+    def _state(self, tunings: list[Tuning]) -> tuple[dict[str, Any], bool]:
+        """What a checkpoint would hold now (the rates in progress, copied, and the best nets not
+        written yet), and whether a rate finished with this epoch (its result is written at once)."""
+        cfg = self.cfg
+        newly = False
+        for t in tunings:
+            if t.finished(cfg) and t.index not in self.done:
+                self.done[t.index] = t.result()
+                newly = True
+        running = [t.state_dict() for t in tunings if not t.finished(cfg)]
+        return {"current": {"models": running} if running else None, "bests": dict(self._best)}, newly
+
+    def _epoch(self, tunings: list[Tuning], active: list[Tuning], stacked, step):
+        """One lockstep epoch of the ``active`` rates (the fused step rebuilt when one dropped out)."""
+        cfg, x, y = self.cfg, self.x, self.y
+        n, bs = x["train"].shape[0], cfg["batch_size"]
+        if stacked != [t.index for t in active] and self.fused:
+            stacked = [t.index for t in active]
+            step = FusedFineTune([t.net for t in active], [t.lr for t in active], x["train"], y["train"], bs)
+        start = time.perf_counter()
+        perms = [torch.randperm(n, generator=t.generator, device=self.device) for t in active]
+        if self.fused:
+            step.loss_sums.zero_()
+            for first in range(0, n, bs):
+                step(torch.stack([p[first:first + bs] for p in perms]))
+            losses = (step.loss_sums / n).tolist()
+        else:
+            losses = [self._autograd_epoch(active[0], perms[0])]  # one rate alone
+        seconds = time.perf_counter() - start  # the lockstep's epoch, as a fused DA sweep reports it
+        for t, train_loss in zip(active, losses):
+            self._end_epoch(t, train_loss, seconds)
+        return stacked, step
 
     def _autograd_epoch(self, t: Tuning, perm: torch.Tensor) -> float:
         """One epoch of one rate with autograd (momentum, or ``finetune.fused=false``)."""
@@ -325,10 +360,10 @@ class FineTuner:
         t.history.append({"epoch": t.epoch + 1, "train_loss": train_loss, "val_error": val,
                           "test_error": tested["test_error"], "seconds": seconds})
         self._log(t.lr, t.history[-1])
-        if val < t.best["val_error"]:
+        if val < t.best["val_error"]:  # written with the next checkpoint
             t.best = {"epoch": t.epoch, "val_error": val, **tested}
-            save_checkpoint(self.dir / f"finetune_best_lr{t.index}.pt",
-                            {"model": t.net.state_dict(), "epoch": t.epoch, "lr": t.lr, **t.best})
+            self._best[t.index] = {"model": {k: v.detach().clone() for k, v in t.net.state_dict().items()},
+                                   "epoch": t.epoch, "lr": t.lr, **t.best}
 
     def _test(self, net: FineTuneNet) -> dict[str, Any]:
         """Test error and which test images it got right (for McNemar's test between models)."""
@@ -336,8 +371,13 @@ class FineTuner:
         return {"test_error": int((~correct).sum()) / correct.numel(), "test_n": correct.numel(),
                 "test_correct": pack_correct(correct)}
 
-    def _save(self, current: dict[str, Any] | None) -> None:
-        """Every epoch: the rates done and the state of those in progress (``{"models": [...]}``)."""
+    def _save(self, current: dict[str, Any] | None, bests: dict[int, dict[str, Any]]) -> None:
+        """The best nets found since the last checkpoint (``bests``), then the rates done and the
+        state of those in progress (``{"models": [...]}``): a resume finds the best nets its records name."""
+        for index, best in sorted(bests.items()):
+            save_checkpoint(self.dir / f"finetune_best_lr{index}.pt", best)
+            if self._best.get(index) is best:
+                del self._best[index]
         done = [self.done[i] for i in sorted(self.done)]
         save_checkpoint(self.dir / LAST, {"model": {}, "kind": "finetune", "per_lr": done,
                                           "current": current, "epoch": len(done)})
