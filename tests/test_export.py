@@ -84,3 +84,20 @@ def test_bad_exports_are_refused_in_one_line(trained, tmp_path, capsys):
 
     with pytest.raises(CheckpointError, match="cannot be read as exported weights"):
         load_checkpoint(tmp_path / "bad.safetensors")
+
+
+def test_weights_of_a_run_trained_on_handed_arrays_need_no_data(tmp_path, monkeypatch, capsys):
+    """README's Python example (scheda.train with data=(x, y)): its weights export (they need no
+    data), and its features say in one line that the arrays are not on disk."""
+    monkeypatch.chdir(tmp_path)
+    x = np.random.default_rng(0).random((130, 24))
+    run = scheda.train(["model.hidden=7", "schedule=constant", "schedule.nu=0.3", "schedule.epochs=2", "logger=none",
+                        "trainer.progress_bar=false"], data=(x, np.arange(130) % 3))
+    assert export([str(run.dir), "--weights", str(tmp_path / "W.safetensors")]) == 0
+    from safetensors.torch import load_file
+
+    assert torch.equal(load_file(tmp_path / "W.safetensors")["W"], run.model.W.detach())
+    capsys.readouterr()
+    assert export([str(run.dir), "--features", str(tmp_path / "F.npz")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: dataset.root=handed:") and "\n" not in err and not (tmp_path / "F.npz").exists()

@@ -123,6 +123,9 @@ def load_run_model(path: str | Path, device: str | torch.device = "cpu"):
         except (OSError, ValueError, KeyError):
             raise CheckpointError(f"{run_dir} has neither .hydra/config.yaml nor a results.json with the run's "
                                   f"config: pass a checkpoint inside a scheda run directory") from None
-    model = build_model(cfg.model, input_size(cfg.dataset))
+    # The input size is the saved W's (a DA, any composite): weights need no data, and a run of
+    # arrays handed to scheda.train has none on disk. A model without W asks its data set.
+    saved_w = state["model"].get("W")
+    model = build_model(cfg.model, saved_w.shape[1] if saved_w is not None else input_size(cfg.dataset))
     load_model_weights(model, state)
     return cfg, model.to(device), state
