@@ -492,3 +492,26 @@ def test_a_job_kind_is_registered_once_and_any_other_name_is_a_schedule_of_scale
     assert kind_of("scheda").label == "ScheDA"
     other = kind_of("cosine")
     assert isinstance(other, ScheduleKind) and other.label == "Schedule cosine"
+
+
+def test_a_report_never_overwrites_another_protocol_folders_report(tmp_path):
+    """Two out_dirs of one table and scale: the second report takes its folder's name; each
+    rewrites its own; a report from before the owner line is rewritten as before."""
+    from omegaconf import OmegaConf
+
+    from scheda.protocol.report import OWNER, folder_id, report_path
+
+    cfg = OmegaConf.create({"table": {"name": "table1"}, "scale": {"name": "smoke"}, "report_dir": str(tmp_path)})
+    first, second = tmp_path / "a" / "runs", tmp_path / "b" / "runs"
+    first.mkdir(parents=True), second.mkdir(parents=True), (tmp_path / "c" / "runs").mkdir(parents=True)
+    assert report_path(cfg, first) == tmp_path / "table1_smoke.md"
+    (tmp_path / "table1_smoke.md").write_text("# report\n\n" + OWNER.format(folder_id(first)) + "\n")
+    assert report_path(cfg, first) == tmp_path / "table1_smoke.md"
+    assert report_path(cfg, second) == tmp_path / "table1_smoke_runs.md"
+    (tmp_path / "table1_smoke_runs.md").write_text("# report\n" + OWNER.format(folder_id(second)) + "\n")
+    assert report_path(cfg, second) == tmp_path / "table1_smoke_runs.md"
+    assert report_path(cfg, tmp_path / "c" / "runs") == tmp_path / "table1_smoke_runs_2.md"
+    (tmp_path / "a").rename(tmp_path / "moved")  # a moved folder is still the same one
+    assert report_path(cfg, tmp_path / "moved" / "runs") == tmp_path / "table1_smoke.md"
+    (tmp_path / "table1_smoke.md").write_text("# a report written before the owner line\n")
+    assert report_path(cfg, second) == tmp_path / "table1_smoke.md"

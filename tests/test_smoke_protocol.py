@@ -145,6 +145,11 @@ def test_each_seed_is_read_at_the_selected_epoch_and_at_its_own_best(smoke):
     assert "### 16 hidden units: both rules side by side" in report
     line = next(row for row in report.splitlines() if row.startswith("| ScheDA − best DA |") and "p " in row)
     assert line.count("not resolved") == 2  # one further seed: no interval under either rule
+    # whose runs it reports (a report of another out_dir is never overwritten), and the diagnostic
+    protocol = (smoke[0] / "runs" / "protocol_id").read_text()
+    assert report.rstrip().splitlines()[-1] == f"<!-- scheda-reproduce protocol folder: {protocol} -->"
+    assert "## Sensitivity to the noise level (the paper's diagnostic)" in report
+    assert "- 16 hidden units: cannot be judged: ScheDA's gain has no interval" in report
 
 
 def test_every_reported_model_has_its_errors_per_seed(smoke):

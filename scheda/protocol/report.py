@@ -4,11 +4,14 @@ scheda.protocol.seed_report (statistics over seeds) and scheda.protocol.figures 
 
 from __future__ import annotations
 
+import logging
+import uuid
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from scheda.utils.errors import SchedaError
 from scheda.utils.io import atomic_write
 from scheda.protocol.figures import figure2, figure5
 from scheda.protocol.jobs import fmt, pct
@@ -32,6 +35,39 @@ def paper_value(paper: DictConfig, row: str, hidden: int | None = None) -> str:
             known = "/".join(f"{h}: {v}" for h, v in paper[row].items())
             return f"— (paper, by hidden units: {known})"
     return "—" if value is None else f"{value}"
+
+
+log = logging.getLogger(__name__)
+OWNER = "<!-- scheda-reproduce protocol folder: {} -->"  # the report's last line: whose runs it reports
+
+
+def folder_id(out_dir: Path) -> str:
+    """The protocol folder's own id (``<out_dir>/protocol_id``, made at its first report): moved
+    or reached by another path, a folder is the same one; the report names no absolute path."""
+    path = out_dir / "protocol_id"
+    if not path.exists():
+        atomic_write(path, lambda f: f.write(uuid.uuid4().hex.encode()))
+    return path.read_text().strip()
+
+
+def report_path(cfg: DictConfig, out_dir: Path) -> Path:
+    """``report_dir/<table>_<scale>.md``, unless that file reports another protocol folder's runs
+    (another ``out_dir`` of the same table and scale): then ``<table>_<scale>_<out_dir's name>.md``
+    (numbered if that too is another's). A report never overwrites another folder's."""
+    stem = f"{cfg.table.name}_{cfg.scale.name}"
+    owner = OWNER.format(folder_id(out_dir))
+    candidates = [stem, f"{stem}_{out_dir.name}", *(f"{stem}_{out_dir.name}_{i}" for i in range(2, 1000))]
+    for name in candidates:
+        path = Path(cfg.report_dir) / f"{name}.md"
+        if not path.exists():
+            return path
+        lines = path.read_text(errors="replace").rstrip("\n").splitlines()
+        if not lines or not lines[-1].startswith(OWNER.format("")[:-4]) or lines[-1] == owner:
+            if name != stem:
+                log.info("%s reports another out_dir's runs: this report is %s", Path(cfg.report_dir) / f"{stem}.md",
+                         path)
+            return path  # its own report, or one from before the owner line: rewritten as before
+    raise SchedaError(f"{cfg.report_dir} holds 1000 reports of {stem} for other out_dirs: give report_dir=...")
 
 
 def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str, Any], seeded: dict[str, Any],
@@ -116,7 +152,8 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
     for row in statuses:
         minutes = f"{row['seconds'] / 60:.1f}" if row["seconds"] else "—"
         lines.append(f"| {row['name']} | {row['stage']} | {row['status']} | {minutes} | {row['error'] or ''} |")
-    lines += ["", "## Configuration", "", "```yaml", OmegaConf.to_yaml(cfg.scale).strip(), "```", ""]
+    lines += ["", "## Configuration", "", "```yaml", OmegaConf.to_yaml(cfg.scale).strip(), "```", "",
+              OWNER.format(info["protocol_id"]), ""]
     atomic_write(path, lambda f: f.write("\n".join(lines).encode()))
     return path
 

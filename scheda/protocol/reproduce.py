@@ -36,7 +36,7 @@ from scheda.protocol import selection as select
 from scheda.protocol.config import register_protocol_configs
 from scheda.protocol.jobs import JobSpec
 from scheda.runs.rundir import FINAL_STATUSES
-from scheda.protocol.report import write_report
+from scheda.protocol.report import folder_id, report_path, write_report
 from scheda.protocol.seeds import SUBSTAGES, SeedPlan
 
 log = logging.getLogger("reproduce")
@@ -154,8 +154,9 @@ def _run_stages(cfg: DictConfig, out_dir: Path, started: float) -> Path | None:
     statuses = launch.job_statuses(progress.all_jobs(), out_dir)
     info = {"device": describe_device(statuses), "invocations": invocations,
             "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": shown_path(out_dir),
+            "protocol_id": folder_id(out_dir),
             "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
-    path = Path(cfg.report_dir) / f"{cfg.table.name}_{cfg.scale.name}.md"
+    path = report_path(cfg, out_dir)
     if "report" in cfg.stages:
         write_report(cfg, progress.selection, progress.continued, progress.seeded, statuses, info, path)
         log.info("report: %s", path)
