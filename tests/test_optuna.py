@@ -35,6 +35,10 @@ def test_a_search_continues_its_study_and_never_runs_a_completed_trial_again(cif
     more = run_train([*common, "hydra.sweeper.n_trials=4"], cwd=tmp_path)  # one more trial, not four
     assert more.returncode == 0, more.stderr[-2000:]
     assert len(_study(folder).trials) == 4 and (folder / "3").is_dir() and not (folder / "4").exists()
+    # the one it ran, said so; and new values, not a completed trial's again (the sampler's seed moved on)
+    assert "jobs: 1 ran, 0 skipped, 0 resumed, 0 reran, 3 not run by this invocation" in more.stdout + more.stderr
+    params = [tuple(sorted(t.params.items())) for t in _study(folder).trials]
+    assert params[3] not in params[:3]
     again = run_train([*common, "hydra.sweeper.n_trials=4"], cwd=tmp_path)
     assert again.returncode == 0 and "4 trials completed, 0 to run" in again.stderr + again.stdout
     assert len(_study(folder).trials) == 4

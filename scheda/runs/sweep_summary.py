@@ -6,6 +6,7 @@ callback, registered in configs/hydra/default.yaml."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,10 @@ from omegaconf import DictConfig, OmegaConf
 from scheda.utils.io import atomic_write, shown_path
 
 
-def job_line(job_dir: Path) -> tuple[str, float | None, str | None]:
+def job_line(job_dir: Path, since: str | None = None) -> tuple[str, float | None, str | None]:
     """One job's summary line, its validation error (None without an evaluation) and what this
-    invocation did with it (scheda.runs.resume.ACTIONS; None when it did not get to it)."""
+    invocation did with it (scheda.runs.resume.ACTIONS; None when it did not get to it: no
+    attempt at or after ``since``, the invocation's start as results.json's ``at`` writes it)."""
     overrides_file = job_dir / ".hydra" / "overrides.yaml"
     overrides = " ".join(str(o) for o in OmegaConf.load(overrides_file)) if overrides_file.exists() else ""
     results_file = job_dir / "results.json"
@@ -34,7 +36,10 @@ def job_line(job_dir: Path) -> tuple[str, float | None, str | None]:
         val = evaluations[-1]["val_error"]
     errors = f", val {100 * val:.2f} %" if val is not None else ""
     errors += f", test {100 * test:.2f} %" if test is not None else ""
-    action = (results.get("attempts") or [{}])[-1].get("action")
+    last = (results.get("attempts") or [{}])[-1]
+    action = last.get("action")
+    if since is not None and (last.get("at") or "") < since:
+        action = None  # a job this invocation did not touch (an earlier trial of a continued search)
     done = f" ({action})" if action else ""
     return f"{job_dir.name}: {overrides}: {results.get('status', '?')}{done}{errors}", val, action
 
@@ -59,6 +64,11 @@ def swept_label(sweep_dir: Path, job_overrides: list[str]) -> str:
 
 
 class SweepSummary(Callback):
+    started: str | None = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.started = time.strftime("%Y-%m-%dT%H:%M:%S")  # results.json's attempts say "at" so
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         jobs = sorted((p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()),
@@ -68,12 +78,14 @@ class SweepSummary(Callback):
             return
         from scheda.runs.rundir import ACTIONS
 
-        lines = [job_line(job) for job in jobs]
+        lines = [job_line(job, self.started) for job in jobs]
         print(f"sweep of {len(jobs)} jobs in {shown_path(sweep_dir)}:")
         for text, _, _ in lines:
             print(f"  {text}")
         counts = {a: sum(1 for _, _, action in lines if action == a) for a in ACTIONS}
+        earlier = sum(1 for _, _, action in lines if action is None)
         print("jobs: " + ", ".join(f"{n} {a}" for a, n in counts.items())
+              + (f", {earlier} not run by this invocation" if earlier else "")
               + " (skipped: completed or diverged before with the same config; resumed: from its newest "
                 "checkpoint; reran: failed before, or rerun=true)")
         scored = [(val, text) for text, val, _ in lines if val is not None]
