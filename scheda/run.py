@@ -1,8 +1,8 @@
 """One training run from a composed config: build everything, train, write results.
 
-``train.py`` (the users' entry point) is a thin Hydra wrapper around :func:`run`; tests,
-scripts and the Python API (scheda.api) call :func:`run` with a config, an output directory
-and, if they have them, arrays to train on. The composed config is checked and typed once
+``scheda-train`` (scheda.cli; ``python train.py`` in a checkout) is the thin Hydra wrapper
+around :func:`run`; tests, scripts and the Python API (scheda.api) call :func:`run` with a
+config, an output directory and, if they have them, arrays to train on. The composed config is checked and typed once
 (scheda.training.rules.check_run); everything after that is built from the typed run alone.
 """
 

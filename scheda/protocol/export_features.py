@@ -1,5 +1,7 @@
-"""Write a trained run's encoded features in LIBSVM text format, so LIBLINEAR's own
-``svm_read_problem`` and command-line tools (``train -s 0 -B 1 ...``) can read them.
+"""Replaced by ``scheda-export RUN --features F.svm`` (scheda.evaluation.export), and kept
+for this release only: writes a trained run's encoded features in LIBSVM text, so LIBLINEAR's
+own ``svm_read_problem`` and command-line tools (``train -s 0 -B 1 ...``) read them, and says
+that it is replaced.
 
     scheda-export-features outputs/runs/DATE/TIME --out features/
     scheda-export-features RUN/checkpoints/epoch_00100.pt --splits test

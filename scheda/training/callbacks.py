@@ -1,5 +1,6 @@
-"""Callbacks the trainer calls at epoch, stage and interrupt boundaries: checkpoints, the
-progress bar (and, in their own modules, evaluation and TensorBoard)."""
+"""Callbacks the training loop calls at epoch, stage and interrupt boundaries: here the
+checkpoints and the progress bar; evaluation's in scheda.evaluation.evaluate, and the metric
+loggers (TensorBoard, CSV, MLflow) in scheda.loggers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""One minibatch update of K >= 1 DAs, the trainer's inner loop, and which update a run gets.
+"""One minibatch update of K >= 1 DAs, and which update a run gets (the loop that calls it,
+minibatch after minibatch, is scheda.training.trainer).
 
 :class:`StepBuilder` builds the step the run's settings ask for, by the answers of
 :func:`fused_applies`, :func:`graph_refusal`, :func:`triton_refusal` and :func:`parallel_refusal`,
@@ -9,7 +10,8 @@ which scheda.training.rules asks too before the run starts (one decision, one se
   squared error, any optimizer settings, bf16 autocast).
 * :class:`GraphedStep`: the batched step below captured once in a CUDA graph and replayed per
   minibatch (launch-bound at minibatch 20), where :func:`graph_refusal` has no objection.
-* :class:`BatchedStep` (:class:`FusedStep` for one model): the tied-weight cross-entropy DA
+* :class:`BatchedStep` (one model is K = 1; :class:`FusedStep` calls it as :class:`AutogradStep`
+  is called, for tests and scripts): the tied-weight cross-entropy DA
   with SGD, written out by hand, for K models of a fused sweep at once (K = 1: one run). With
   ``a = x~ W^T + b``, ``h = s(a)``, ``l = h W + b'``, ``dz = sigmoid(l) - x`` (summed loss):
 
@@ -25,6 +27,8 @@ which scheda.training.rules asks too before the run starts (one decision, one se
   Triton kernels for all K models (scheda.training.kernels), graphed several minibatches a replay: the
   CUDA default where :func:`triton_refusal` has no objection (on a CPU the torch step above
   measures faster, and Triton has no CPU backend but its interpreter).
+* :class:`TwoPassStep` (``trainer.two_pass``, opt-in): the Triton step as two passes over W a
+  minibatch, the next minibatch's encode inside the update's pass (scheda.training.kernels).
 """
 
 from __future__ import annotations
