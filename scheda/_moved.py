@@ -19,6 +19,10 @@ MOVED = {
     **{f"scheda.{m}": f"scheda.model.{m}" for m in ("noise", "schedule", "optim")},
     **{f"scheda.{m}": f"scheda.training.{m}" for m in ("trainer", "step", "kernels", "callbacks", "checkpoint", "rules")},
     **{f"scheda.{m}": f"scheda.evaluation.{m}" for m in ("evaluate", "classifiers", "finetune", "export")},
+    # the analysis commands left the protocol's package (they are not the protocol)
+    "scheda.protocol.analysis": "scheda.analysis.core",
+    **{f"scheda.protocol.{m}": f"scheda.analysis.{m}" for m in ("concat_eval", "feature_similarity", "plot_filters")},
+    "scheda.protocol.export_features": "scheda.evaluation.export_features",
 }
 
 

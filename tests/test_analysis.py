@@ -1,7 +1,7 @@
 
 import torch
 
-from scheda.protocol.analysis import closest_counts, max_cosine_similarity, run_label
+from scheda.analysis.core import closest_counts, max_cosine_similarity, run_label
 
 from helpers import STAGES, TINY, compose_cfg, run_module
 
@@ -40,11 +40,11 @@ def _runs(cifar_arrays, tmp_path):
 def test_run_labels_and_scripts(cifar_arrays, tmp_path):
     runs = _runs(cifar_arrays, tmp_path)
     assert run_label(runs["da"]) == "DA(0.3)" and run_label(runs["scheda"]) == "ScheDA(0.5->0.2)"
-    proc = run_module("scheda.protocol.plot_filters", [runs["da"], runs["scheda"], "--n", "8",
+    proc = run_module("scheda.analysis.plot_filters", [runs["da"], runs["scheda"], "--n", "8",
                                                        "--out", tmp_path / "f.png"])
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    proc = run_module("scheda.protocol.feature_similarity", [
+    proc = run_module("scheda.analysis.feature_similarity", [
         "--reference", runs["scheda"], "--baseline", runs["da_seed"], "--da", f"0.3={runs['da']}",
         f"0.5={runs['scheda']}", "--out", tmp_path / "t2.md"])
     assert proc.returncode == 0, proc.stderr
@@ -65,7 +65,7 @@ def test_concatenation_grid_from_a_fused_sweep(cifar_arrays, tmp_path):
                        "trainer.parallel.nu=[0.2,0.5]", "trainer.parallel.seed=[1,2]", "evaluate.enabled=false",
                        "logger=none"])
     run(cfg, tmp_path / "sweep")
-    proc = run_module("scheda.protocol.concat_eval", ["--sweep", tmp_path / "sweep", "--classifier", "torch_lr",
+    proc = run_module("scheda.analysis.concat_eval", ["--sweep", tmp_path / "sweep", "--classifier", "torch_lr",
                                                       "--c-log2-min", "-3", "--c-log2-max", "0",
                                                       "--out", tmp_path / "grid.png"])
     assert proc.returncode == 0, proc.stderr
@@ -76,7 +76,7 @@ def test_concatenation_grid_from_a_fused_sweep(cifar_arrays, tmp_path):
     assert (tmp_path / "grid.png").read_bytes()[:4] == b"\x89PNG"
     # Two runs given directly: their concatenation and each alone.
     a, b = tmp_path / "sweep" / "models" / "0", tmp_path / "sweep" / "models" / "3"
-    proc = run_module("scheda.protocol.concat_eval", [a, b, "--classifier", "torch_lr", "--c-log2-min", "-3",
+    proc = run_module("scheda.analysis.concat_eval", [a, b, "--classifier", "torch_lr", "--c-log2-min", "-3",
                                                       "--c-log2-max", "0"])
     assert proc.returncode == 0, proc.stderr
     assert "DA(0.2) + DA(0.5): 16 features" in proc.stdout and proc.stdout.count("alone") == 2

@@ -228,7 +228,7 @@ def test_export_features_is_readable_by_liblinear(cifar_arrays, tmp_path):
     (tmp_path / "run" / ".hydra").mkdir()
     (tmp_path / "run" / ".hydra" / "config.yaml").write_text(
         json.dumps(json.loads((tmp_path / "run" / "results.json").read_text())["config"]))
-    proc = run_module("scheda.protocol.export_features", [tmp_path / "run", "--out", tmp_path / "feat"])
+    proc = run_module("scheda.evaluation.export_features", [tmp_path / "run", "--out", tmp_path / "feat"])
     assert proc.returncode == 0, proc.stderr
     cfg, model, _ = load_run_model(tmp_path / "run")
     data = load_dataset(cfg.dataset)
@@ -243,7 +243,7 @@ def test_export_features_bad_path_is_one_line(tmp_path):
 
 
 
-    proc = run_module("scheda.protocol.export_features", [tmp_path / "nope"])
+    proc = run_module("scheda.evaluation.export_features", [tmp_path / "nope"])
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "does not exist" in proc.stderr
 
 

@@ -18,6 +18,7 @@ LAYERS = [
     {"scheda.training"},                               # the step, the loop, callbacks, checkpoints, rules
     {"scheda.loggers"},
     {"scheda.evaluation"},                             # classifiers, fine-tuning, exports
+    {"scheda.analysis"},                               # filters, feature similarity, concatenated features
     {"scheda.run", "scheda.protocol"},                 # one run built and run; the paper's protocol
     {"scheda.api", "scheda.cli"},                      # the Python API and the command line
 ]

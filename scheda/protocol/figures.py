@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scheda.protocol.analysis import pyplot, save_png
+from scheda.analysis.core import pyplot, save_png
 from scheda.protocol.jobs import fmt
 from scheda.protocol.kinds import CONTINUATION, kind_of, of_role
 

@@ -21,7 +21,7 @@ import torch
 from omegaconf import OmegaConf
 
 
-from scheda.protocol.analysis import concat_grid, heat_map, run_label, sweep_models
+from scheda.analysis.core import concat_grid, heat_map, run_label, sweep_models
 from scheda.evaluation.classifiers import LiblinearConfig, TorchLRConfig
 from scheda.data import load_dataset
 from scheda.utils.errors import SchedaError

@@ -14,7 +14,7 @@ import torch
 
 
 from scheda.loggers import filter_grid
-from scheda.protocol.analysis import pyplot, run_label, save_png
+from scheda.analysis.core import pyplot, run_label, save_png
 from scheda.training.checkpoint import find_checkpoint
 from scheda.data import dataset_spec
 from scheda.utils.errors import SchedaError

@@ -15,7 +15,7 @@ from pathlib import Path
 
 
 
-from scheda.protocol.analysis import closest_counts, run_label
+from scheda.analysis.core import closest_counts, run_label
 from scheda.data import load_dataset
 from scheda.utils.errors import SchedaError
 from scheda.utils.io import atomic_write
