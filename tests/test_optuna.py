@@ -36,7 +36,10 @@ def test_a_search_continues_its_study_and_never_runs_a_completed_trial_again(cif
     assert more.returncode == 0, more.stderr[-2000:]
     assert len(_study(folder).trials) == 4 and (folder / "3").is_dir() and not (folder / "4").exists()
     # the one it ran, said so; and new values, not a completed trial's again (the sampler's seed moved on)
-    assert "jobs: 1 ran, 0 skipped, 0 resumed, 0 reran, 3 not run by this invocation" in more.stdout + more.stderr
+    said = [line for line in (more.stdout + more.stderr).splitlines() if line.startswith("jobs:")]
+    assert said == ["jobs: 1 ran, 0 skipped, 0 resumed, 0 reran, 3 not run by this invocation (skipped: completed or "
+                    "diverged before with the same config; resumed: from its newest checkpoint; reran: failed before, "
+                    "or rerun=true)"], said
     params = [tuple(sorted(t.params.items())) for t in _study(folder).trials]
     assert params[3] not in params[:3]
     again = run_train([*common, "hydra.sweeper.n_trials=4"], cwd=tmp_path)

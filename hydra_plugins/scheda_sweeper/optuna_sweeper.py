@@ -96,15 +96,6 @@ class OptunaSweeper(Sweeper):
         self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
                                                                 task_function=task_function, config=config)
 
-    def _exists(self, storage: str) -> bool:
-        """Whether the storage already holds this study (a continued search)."""
-        import optuna
-
-        try:
-            return any(s.study_name == self.study_name for s in optuna.study.get_all_study_summaries(storage))
-        except Exception:  # noqa: BLE001 - a storage not made yet holds none
-            return False
-
     def sweep(self, arguments: List[str]) -> Any:
         try:
             import optuna
@@ -122,13 +113,12 @@ class OptunaSweeper(Sweeper):
         folder.mkdir(parents=True, exist_ok=True)
         storage = self.storage or f"sqlite:///{folder.resolve() / 'optuna.db'}"
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.load_study(study_name=self.study_name, storage=storage) if self._exists(storage) else None
+        study = optuna.create_study(study_name=self.study_name, storage=storage, direction=self.direction,
+                                    load_if_exists=True)
         # The sampler's seed moves on by the trials the study holds: a continued search seeded as the
         # first invocation was would draw the first trial's values again (its startup trials are random).
-        asked = len(study.trials) if study is not None else 0
-        seed = None if self.seed is None else self.seed + asked
-        study = optuna.create_study(study_name=self.study_name, storage=storage, direction=self.direction,
-                                    sampler=optuna.samplers.TPESampler(seed=seed), load_if_exists=True)
+        asked = len(study.get_trials(deepcopy=False))
+        study.sampler = optuna.samplers.TPESampler(seed=None if self.seed is None else self.seed + asked)
         for stale in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             study.tell(stale.number, state=optuna.trial.TrialState.FAIL)  # a killed sweep's: asked anew
         done = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
