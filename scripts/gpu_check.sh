@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The GPU check: on a bare machine with a CUDA GPU and torch, in one call of about nine minutes,
+# The GPU check: on a bare machine with a CUDA GPU and torch, in one call of about eight minutes,
 # install scheda from packages that travel with the working tree, rebuild CIFAR-10 from the
-# 20 MB tarball, run the CUDA tests of the training step, the training benchmark (every floor;
-# one model and a fused 8 at H 1000/2000/5000, minibatch 20 and 128, fp32 and tf32; fine-tuning's
-# epoch; the C search), the paper's 1000-unit row (scale=paper_h1000) for as many DA epochs as
+# 20 MB tarball, run the CUDA tests of the training steps (the two-pass step's too), the training
+# benchmark (every floor; one model and a fused 8 at H 1000/2000/5000, minibatch 20 and 128, fp32
+# and tf32, the Triton and the two-pass step; fine-tuning's epoch; the C search), three-pass TF32
+# against fp32 in the two-pass step over five seeds, the paper's 1000-unit row (scale=paper_h1000) for as many DA epochs as
 # the measured speed fits in its minutes, with one ScheDA and both controls, and the estimates of
 # that row and of the paper's whole scale; a short table last. Everything it reports goes to
 # $OUT (at most 8 files).
@@ -124,9 +125,9 @@ fi
 # The part of the paper's row that fits: one ScheDA (nu0 0.7, dnu 0.1, K 50) and both controls
 # from the DA grid's best DA(0.7), the DA's epochs sized from the benchmark's fused sweep.
 ROW=(table=table1 scale=paper_h1000 scale.scheda.nu0=[0.7] scale.scheda.delta_nu=[0.1] "${SCALE[@]}")
-# GPU_CHECK_TOTAL_S: what the whole check may take (a lent device's call: 10 minutes); the row
+# GPU_CHECK_TOTAL_S: what the whole check may take (8 minutes: a lent device has 15 in all, starts included); the row
 # gets what is left of it after the steps above and the estimates after it, at most 330 s.
-ROW_S=$(( ${GPU_CHECK_TOTAL_S:-560} - SECONDS - 40 ))
+ROW_S=$(( ${GPU_CHECK_TOTAL_S:-470} - SECONDS - 40 ))
 [ "$ROW_S" -gt 330 ] && ROW_S=330
 [ "$ROW_S" -lt 60 ] && ROW_S=60
 EPOCHS=$($PY scripts/size_row.py "$OUT/bench_train.json" "${SIZE[@]}" --budget "$ROW_S" "${ROW[@]}" 2>>"$LOG")
