@@ -34,7 +34,7 @@ from scheda.runs.rundir import RunResults, params_of, params_text, previous_atte
 from scheda.training.callbacks import CheckpointCallback, ProgressBar
 from scheda.training.checkpoint import find_checkpoint_dir, load_checkpoint, load_model_weights
 from scheda.training.rules import TypedRun, check_run
-from scheda.training.trainer import ModelState, Trainer
+from scheda.training.trainer import ModelState, Trainer, setup_process
 from scheda.utils import environment
 from scheda.utils.errors import CheckpointError, ConfigError
 from scheda.utils.interrupt import Interrupted, stop_on_signals
@@ -263,7 +263,7 @@ def train(run: TypedRun, output_dir: Path, results: RunResults) -> dict[str, Any
         return train_parallel(run, output_dir, results)
     job = Job(run, output_dir, results)
     job.check()
-    job.trainer_cfg.setup_process()
+    setup_process(job.trainer_cfg)
     data, train_x, labelled = load_training_data(run, job.device)
     if job.standalone:  # no autoencoder training: the schedule's line would describe nothing that runs
         log.info("fine-tuning %s's encoder (finetune.standalone: no schedule), device %s", run.init_from, job.device)
@@ -350,7 +350,7 @@ def train_parallel(run: TypedRun, output_dir: Path, results: RunResults) -> dict
         jobs.append(job)
     if len({j.device for j in jobs}) != 1:
         raise ConfigError("trainer.parallel models must share trainer.device")
-    jobs[0].trainer_cfg.setup_process()
+    setup_process(jobs[0].trainer_cfg)
     data, train_x, labelled = load_training_data(jobs[0].run, jobs[0].device)
     log.info("fused sweep of %d models: %s", len(jobs), variants)
     try:

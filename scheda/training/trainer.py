@@ -107,12 +107,16 @@ class TrainerConfig(Component):
         """The update these settings ask for (``cuda_graph`` and ``triton`` resolved by scheda.training.rules first)."""
         return StepBuilder(self.fused, self.precision, bool(self.cuda_graph), bool(self.triton), self.two_pass)
 
-    def setup_process(self) -> None:
-        """Torch's threads, and TF32 matmuls on CUDA only when asked for (off by default, for exactness)."""
-        if self.num_threads:
-            torch.set_num_threads(self.num_threads)
-        torch.backends.cuda.matmul.allow_tf32 = self.precision == "tf32"
-        torch.backends.cudnn.allow_tf32 = self.precision == "tf32"
+
+
+def setup_process(trainer: TrainerConfig) -> None:
+    """What a run sets in its process, once, from its trainer's values (the config only holds
+    them): torch's threads, and TF32 matmuls on CUDA only when asked for (off by default, for
+    exactness)."""
+    if trainer.num_threads:
+        torch.set_num_threads(trainer.num_threads)
+    torch.backends.cuda.matmul.allow_tf32 = trainer.precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = trainer.precision == "tf32"
 
 
 class EpochState:
