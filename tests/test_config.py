@@ -1,6 +1,9 @@
 """The config registry: every registered option composes, builds, and is documented in
 configs/README.md; unknown names list the known ones; typed objects reach the builders."""
 
+import subprocess
+import sys
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -154,3 +157,38 @@ def test_a_checkout_imported_without_installing_reads_its_configs_folder(tmp_pat
                          env={"PYTHONPATH": f"{checkout}:{site}", "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == [str(checkout / "configs"), "0.1"]
+
+
+def test_help_lists_every_groups_options_from_one_copy_of_the_repository(monkeypatch):
+    """scheda-train --help answers each group's options from one copy of Hydra's config
+    repository (scheda.cli.list_groups_from_one_copy): the same answers as a copy per question."""
+    from hydra import initialize_config_module
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.global_hydra import GlobalHydra
+
+    import scheda.cli
+
+    def groups(loader, parent=""):
+        found = {}
+        for group in loader.list_groups(parent):
+            name = f"{parent}/{group}" if parent else group
+            found[name] = loader.get_group_options(name)
+            found.update(groups(loader, name))
+        return found
+
+    with initialize_config_module("scheda.configs", version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        each = groups(loader)
+        monkeypatch.setattr(ConfigLoaderImpl, "_parse_overrides_and_create_caching_repo",
+                            ConfigLoaderImpl._parse_overrides_and_create_caching_repo)  # undone after the test
+        scheda.cli.list_groups_from_one_copy()
+        assert getattr(ConfigLoaderImpl._parse_overrides_and_create_caching_repo, "shared", False)
+        assert groups(loader) == each
+    assert each["table_scale"] == ["amazon_cpu", "amazon_paper", "amazon_smoke"] and "hydra/launcher" in each
+
+
+def test_help_prints_the_groups_and_the_config():
+    proc = subprocess.run([sys.executable, "-m", "scheda.cli", "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "table_scale: amazon_cpu, amazon_paper, amazon_smoke" in proc.stdout
+    assert "two_pass: false" in proc.stdout and "Traceback" not in proc.stderr
