@@ -4,7 +4,7 @@
 ``--help``, ``--cfg`` and shell completion import torch too (about 1.5 s of CPU): the schemas Hydra
 composes live in the modules that use them, beside their torch code. ``--help`` and shell completion
 list every group's options, for which Hydra copies the whole config store once per group (120
-copies, 4 s here): :func:`list_groups_from_one_copy` makes one copy serve them all.
+copies, 4 s here): :func:`scheda.config.list_groups_from_one_copy` makes one copy serve them all.
 """
 
 import shutil
@@ -16,7 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from scheda.config import CONFIGS, register_configs
+from scheda.config import CONFIGS, list_groups_from_one_copy, register_configs
 from scheda.utils.devices import claim_gpu
 from scheda.utils.errors import ConfigError, SchedaError
 from scheda.runs.resume import resume_argv
@@ -92,34 +92,9 @@ def _remove_failed_run_dir(output_dir: Path) -> None:
             output_dir.parent.rmdir()
 
 
-LISTS_GROUPS = {"--help", "-h", "--hydra-help", "--shell-completion", "-sc"}
-
-
-def list_groups_from_one_copy() -> None:
-    """Hydra (1.3) answers each group's "which options?" from a fresh deep copy of the config
-    repository, whose schemas are many: one copy per set of overrides serves every question of
-    this process (asked only where the command lists groups: ``--help``, shell completion)."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-
-    create = getattr(ConfigLoaderImpl, "_parse_overrides_and_create_caching_repo", None)
-    if create is None or getattr(create, "shared", False):  # another Hydra, or done already
-        return
-    made: dict = {}
-
-    def shared(self, config_name, overrides):
-        key = (id(self), config_name, tuple(overrides))
-        if key not in made:
-            made[key] = create(self, config_name, overrides)
-        return made[key]
-
-    shared.shared = True
-    ConfigLoaderImpl._parse_overrides_and_create_caching_repo = shared
-
-
 def main() -> None:
     sys.argv = resume_argv(sys.argv)  # resume=RUN: the run's own overrides, then these, into RUN
-    if LISTS_GROUPS & set(sys.argv[1:]):
-        list_groups_from_one_copy()
+    list_groups_from_one_copy(sys.argv)
     train()
 
 

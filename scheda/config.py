@@ -315,3 +315,30 @@ if __name__ == "__main__":  # run as a script, this file is not the module the c
     from scheda import config
 
     print(config.groups_text())
+
+
+LISTS_GROUPS = {"--help", "-h", "--hydra-help", "--shell-completion", "-sc"}
+
+
+def list_groups_from_one_copy(argv: list[str] | None = None) -> None:
+    """Hydra (1.3) answers each group's "which options?" from a fresh deep copy of the config
+    repository, whose schemas are many (4 s for ``--help``'s 120 questions): one copy per set of
+    overrides serves every question of this process, where a command lists groups (``argv`` has
+    ``--help`` or asks for shell completion; None: now)."""
+    if argv is not None and not LISTS_GROUPS & set(argv[1:]):
+        return
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    create = getattr(ConfigLoaderImpl, "_parse_overrides_and_create_caching_repo", None)
+    if create is None or getattr(create, "shared", False):  # another Hydra, or done already
+        return
+    made: dict = {}
+
+    def shared(self, config_name, overrides):
+        key = (id(self), config_name, tuple(overrides))
+        if key not in made:
+            made[key] = create(self, config_name, overrides)
+        return made[key]
+
+    shared.shared = True
+    ConfigLoaderImpl._parse_overrides_and_create_caching_repo = shared

@@ -166,7 +166,7 @@ def test_help_lists_every_groups_options_from_one_copy_of_the_repository(monkeyp
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.global_hydra import GlobalHydra
 
-    import scheda.cli
+    from scheda.config import list_groups_from_one_copy
 
     def groups(loader, parent=""):
         found = {}
@@ -181,7 +181,7 @@ def test_help_lists_every_groups_options_from_one_copy_of_the_repository(monkeyp
         each = groups(loader)
         monkeypatch.setattr(ConfigLoaderImpl, "_parse_overrides_and_create_caching_repo",
                             ConfigLoaderImpl._parse_overrides_and_create_caching_repo)  # undone after the test
-        scheda.cli.list_groups_from_one_copy()
+        list_groups_from_one_copy()
         assert getattr(ConfigLoaderImpl._parse_overrides_and_create_caching_repo, "shared", False)
         assert groups(loader) == each
     assert each["table_scale"] == ["amazon_cpu", "amazon_paper", "amazon_smoke"] and "hydra/launcher" in each

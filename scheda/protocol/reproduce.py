@@ -25,7 +25,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from scheda.config import CONFIGS, register_configs
+from scheda.config import CONFIGS, list_groups_from_one_copy, register_configs
 from scheda.utils.errors import SchedaError
 from scheda.utils.environment import invoked_as
 from scheda.utils.interrupt import Interrupted, terminate_as_interrupt
@@ -190,7 +190,7 @@ def git_commit() -> str:
 
 
 @hydra.main(version_base="1.3", config_path=CONFIGS, config_name="reproduce")
-def main(cfg: DictConfig) -> None:
+def _main(cfg: DictConfig) -> None:
     try:
         reproduce(cfg, Path(cfg.out_dir).resolve())  # the jobs' init_from paths must not depend on a cwd
     except SchedaError as exc:
@@ -200,6 +200,11 @@ def main(cfg: DictConfig) -> None:
         print("interrupted: finished jobs are kept and a stopped one resumes from its checkpoint: "
               "run the same command again", file=sys.stderr)
         sys.exit(exc.exit_code if isinstance(exc, Interrupted) else 130)
+
+
+def main() -> None:
+    list_groups_from_one_copy(sys.argv)  # --help: one copy of Hydra's repository for every group
+    _main()
 
 
 if __name__ == "__main__":
