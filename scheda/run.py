@@ -146,20 +146,17 @@ def log_summary(summary: dict[str, Any], output_dir: Path, loggers: Sequence[Any
 
 class Job:
     """One DA to train: its typed run (scheda.training.rules), output directory and results, and
-    what is built for it."""
+    what is built for it: made with what needs no data (:meth:`build` adds what does)."""
 
     def __init__(self, run: TypedRun, output_dir: Path, results: RunResults):
+        """What the run is, before any data is loaded: its schedule, noise, device and model
+        (seeded: this seeds torch's global generator and draws the initial weights), and the
+        checkpoints it resumes or starts from (loaded here, so a bad one fails before the data)."""
         self.run, self.output_dir, self.results = run, output_dir, results
         self.trainer: ModelState | None = None
         self.evaluation: EvaluationCallback | None = None
         self.loggers = Loggers()  # every backend logger= selects, built with the run
         self.started = time.time() - (results.data.get("seconds") or 0.0)  # a resumed run's earlier attempts count
-
-    def check(self) -> None:
-        """What the run is, before any data is loaded: its schedule, noise, device and model
-        (seeded: this seeds torch's global generator and draws the initial weights), and the
-        checkpoint it resumes (loaded here, so a bad one fails before the data)."""
-        run = self.run
         self.trainer_cfg = run.trainer
         self.schedule = build_schedule(run.schedule, run.trainer.max_epochs)
         self.noise = build_noise(run.noise)
@@ -262,7 +259,6 @@ def train(run: TypedRun, output_dir: Path, results: RunResults) -> dict[str, Any
     if parallel_variants(run):
         return train_parallel(run, output_dir, results)
     job = Job(run, output_dir, results)
-    job.check()
     setup_process(job.trainer_cfg)
     data, train_x, labelled = load_training_data(run, job.device)
     if job.standalone:  # no autoencoder training: the schedule's line would describe nothing that runs
@@ -345,7 +341,6 @@ def train_parallel(run: TypedRun, output_dir: Path, results: RunResults) -> dict
         out = output_dir / "models" / str(k)
         job = Job(run_k, out, RunResults(out / "results.json", overrides=overrides, config=run_k.composed,
                                          seconds=earlier_seconds(read_results(out) if resume else None)))
-        job.check()
         atomic_write(out / "config.yaml", lambda f, c=run_k.composed: f.write(OmegaConf.to_yaml(c).encode()))
         jobs.append(job)
     if len({j.device for j in jobs}) != 1:

@@ -190,8 +190,7 @@ def test_initialisation_has_its_own_stream(cifar_arrays, tmp_path):
     from scheda.utils.seeding import derive_seed
 
     cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, "seed=3"])
-    job = Job(check_run(cfg), tmp_path, RunResults(tmp_path / "results.json"))
-    job.check()
+    job = Job(check_run(cfg), tmp_path, RunResults(tmp_path / "results.json"))  # before any data
     expected = build_model(cfg.model, 3072, generator=torch.Generator().manual_seed(derive_seed(3, "init")))
     same_as_seed = build_model(cfg.model, 3072, generator=torch.Generator().manual_seed(3))
     assert torch.equal(job.model.W, expected.W) and not torch.equal(job.model.W, same_as_seed.W)
