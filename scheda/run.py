@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from scheda.config import check_composed
 from scheda.data import dataset_spec
 from scheda.evaluation.evaluate import EvaluationCallback, evaluate_features, labels_of, raw_features
-from scheda.evaluation.finetune import FineTuner
+from scheda.evaluation.finetune import finetune_encoder
 from scheda.loggers import Loggers, LoggingCallback, build_loggers, hparams
 from scheda.model.autoencoder import build_model
 from scheda.model.noise import build_noise
@@ -221,9 +221,9 @@ class Job:
 
     def finish(self, data, labelled) -> dict[str, Any]:
         if self.run.finetune.enabled:
-            self.results.update(finetune=finetune(self.run.finetune, self.run.seed, self.model, data, labelled, self.device, self.output_dir,
-                                                  self.evaluation, self.resume_dir, self.loggers,
-                                                  epoch=self.trainer.epoch))
+            self.results.update(finetune=finetune_encoder(
+                self.run.finetune, self.model, data, labelled, self.device, self.output_dir, seed=self.run.seed,
+                evaluation=self.evaluation, resume_dir=self.resume_dir, loggers=self.loggers, epoch=self.trainer.epoch))
         self.results.update(status="completed", seconds=time.time() - self.started)
         self.loggers.close("completed")
         return self.results.data
@@ -385,29 +385,6 @@ def _fit_fused(jobs: list[Job], data, train_x, labelled, variants, results: RunR
     for job in jobs:
         job.record_training()
     return [job.finish(data, labelled) for job in jobs]
-
-
-def finetune(finetune_cfg, seed, model, data, labelled, device, output_dir, evaluation, resume_dir, loggers, epoch) -> dict:
-    """Fine-tune ``model``'s encoder; the frozen-feature evaluation (run now if training did
-    not end with one) gives the baseline and the output layer's starting weights."""
-    frozen = None
-    if evaluation is not None:
-        if evaluation.last_model is None or not evaluation.results.evaluations:
-            evaluation.evaluate(model, device, epoch=epoch, nu=None, reason="before_finetune")
-        last = evaluation.results.evaluations[-1]
-        frozen = {"epoch": last["epoch"], "params": params_of(last), "val_error": last["val_error"],
-                  "test_error": last["test_error"]}
-    tuner = FineTuner(finetune_cfg, model, data, labelled, device, output_dir, seed,
-                      init=evaluation.last_model if evaluation is not None else None, loggers=loggers)
-    if resume_dir is not None:
-        tuner.load(resume_dir)
-    result = tuner.run()
-    result["frozen"] = frozen
-    chosen = result["chosen"]
-    log.info("fine-tuned: lr=%g epoch %d val %.4f test %.4f (frozen features: %s)", chosen["lr"],
-             chosen["best_epoch"], chosen["val_error"], chosen["test_error"],
-             f"test {frozen['test_error']:.4f}" if frozen else "not evaluated")
-    return result
 
 
 def run_raw(run: TypedRun, results: RunResults) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from scheda.config import Component, register, typed
 from scheda.data import Splits
 from scheda.loggers.base import Loggers, MetricLogger
 from scheda.utils.errors import ConfigError, DivergenceError
-from scheda.runs.rundir import pack_correct
+from scheda.runs.rundir import pack_correct, params_of
 from scheda.model.autoencoder import ACTIVATIONS, DenoisingAutoencoder
 from scheda.model.optim import SGD
 from scheda.utils.progress import bar
@@ -387,3 +387,30 @@ class FineTuner:
                  h["val_error"], h["test_error"], h["seconds"])
         self.loggers.log_dict({f"finetune/lr_{lr:g}/{key}": h[key] for key in ("train_loss", "val_error", "test_error")},
                               h["epoch"])
+
+
+def finetune_encoder(cfg: Mapping, model: DenoisingAutoencoder, data: Splits, labelled: dict[str, torch.Tensor],
+                     device: torch.device, output_dir: Path, *, seed: int, evaluation=None,
+                     resume_dir: Path | None = None, loggers: MetricLogger | None = None, epoch: int = 0) -> dict:
+    """Fine-tune ``model``'s encoder after its training (a run's last step): the frozen-feature
+    evaluation (``evaluation``, scheda.evaluation.evaluate.EvaluationCallback; run now at ``epoch``
+    if training did not end with one) gives the baseline and the output layer's starting weights;
+    a run resumed from ``resume_dir`` picks up a fine-tuning cut short there."""
+    frozen = None
+    if evaluation is not None:
+        if evaluation.last_model is None or not evaluation.results.evaluations:
+            evaluation.evaluate(model, device, epoch=epoch, nu=None, reason="before_finetune")
+        last = evaluation.results.evaluations[-1]
+        frozen = {"epoch": last["epoch"], "params": params_of(last), "val_error": last["val_error"],
+                  "test_error": last["test_error"]}
+    tuner = FineTuner(cfg, model, data, labelled, device, output_dir, seed,
+                      init=evaluation.last_model if evaluation is not None else None, loggers=loggers)
+    if resume_dir is not None:
+        tuner.load(resume_dir)
+    result = tuner.run()
+    result["frozen"] = frozen
+    chosen = result["chosen"]
+    log.info("fine-tuned: lr=%g epoch %d val %.4f test %.4f (frozen features: %s)", chosen["lr"],
+             chosen["best_epoch"], chosen["val_error"], chosen["test_error"],
+             f"test {frozen['test_error']:.4f}" if frozen else "not evaluated")
+    return result
