@@ -50,8 +50,7 @@ def gains(seeded: dict[str, Any], hidden: str) -> dict[str, stats.Paired]:
     out = {}
     s0 = seeded.get("selection_seed")
     for rule in RULES:
-        rows = (seeded.get(rule) if rule != "hidden" else seeded.get("hidden", {})) or {}
-        rows = rows.get(hidden, {})
+        rows = (seeded.get(rule) or {}).get(hidden, {})  # seeds.collect: "hidden" and "own_best"
         if DA.name not in rows or SCHEDA not in rows:
             continue
         pairs = [(rows[DA.name][str(s)], v) for s, v in further(rows[SCHEDA], s0) if str(s) in rows[DA.name]]
