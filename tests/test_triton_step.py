@@ -110,7 +110,7 @@ def test_where_triton_cannot_compile_the_torch_step_trains_from_the_same_state(m
 
 # --- The two-pass step (scheda.training.step.TwoPassStep): the decode, then one pass over W's rows ---
 
-D2, H2 = 150, 40  # several tiles of W's rows (32) and columns (64), none full at the edge
+D2, H2 = 150, 40  # several tiles of W's rows (16) and columns (64), none full at the edge
 
 
 def _two_pass_models(K, activation):

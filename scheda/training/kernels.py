@@ -163,7 +163,7 @@ def loss_slots(K: int, d: int, device: torch.device) -> torch.Tensor:
 # Products are tl.dot in full fp32 ("ieee") or three-pass TF32 ("tf32x3": near-fp32 on tensor cores).
 
 MAX_ROWS = 128  # the two-pass step keeps a minibatch's rows in one program
-BLOCK_H2 = 32  # W's rows per program in pass (ii), and hidden units per tile of pass (i)
+BLOCK_H2 = 16  # W's rows per program in pass (ii) (H / 16 programs a model: 63 at H 1000), hidden units per tile of pass (i)
 BLOCK_D2 = BLOCK_COL  # W's columns per tile (pass (i): per program, so its loss slots are loss_slots()')
 
 
