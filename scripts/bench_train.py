@@ -96,14 +96,14 @@ def product_rates(n, H, device, seconds=0.5, K=1) -> dict[str, float]:
     g = torch.Generator(device=device).manual_seed(0)
     x = torch.rand(K, n, D, device=device, generator=g)
     W = torch.rand(K, H, D, device=device, generator=g)
-    h = torch.rand(K, n, H, device=device, generator=g)
+    h, dz = torch.rand(K, n, H, device=device, generator=g), torch.rand(K, n, D, device=device, generator=g)
     b, b_prime = torch.rand(K, 1, H, device=device, generator=g), torch.rand(K, 1, D, device=device, generator=g)
     A, B = torch.rand(K, 2 * n, H, device=device, generator=g), torch.rand(K, 2 * n, D, device=device, generator=g)
     out_h, out_d = torch.empty(K, n, H, device=device), torch.empty(K, n, D, device=device)
     calls = {"encode": [lambda: torch.baddbmm(b, x, W.transpose(1, 2), out=out_h),
                         lambda: torch.bmm(x, W.transpose(1, 2), out=out_h)],  # the Triton step adds b in a kernel
-             "decode": [lambda: torch.baddbmm(b_prime, out_h, W, out=out_d), lambda: torch.bmm(out_h, W, out=out_d)],
-             "dh": [lambda: torch.bmm(out_d, W.transpose(1, 2), out=out_h)],
+             "decode": [lambda: torch.baddbmm(b_prime, h, W, out=out_d), lambda: torch.bmm(h, W, out=out_d)],
+             "dh": [lambda: torch.bmm(dz, W.transpose(1, 2), out=out_h)],
              "update": [lambda: W.baddbmm_(A.transpose(1, 2), B, alpha=1e-30)]}
     flops = product_flops(n, H, K)
     return {name: max(best_rate(call, flops[name], device, seconds) for call in forms) for name, forms in calls.items()}
