@@ -43,10 +43,10 @@ import torch.nn.functional as F
 
 
 from scheda.model.autoencoder import DenoisingAutoencoder
-from scheda.model.noise import Masking
 from scheda.model.optim import SGD
 from scheda.model.schedule import NoiseSchedule, Stage
-from scheda.training.step import StepBuilder
+from scheda.model.noise import build_noise
+from scheda.training.step import StepChoice
 from scheda.training.trainer import Trainer, ModelState
 
 D, NU, LR = 3072, 0.3, 0.01
@@ -177,7 +177,7 @@ def _triton_step(K, H, bs, data, graphed):
 
     models = [DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(k)).to(data.device) for k in range(K)]
     gens = [torch.Generator(device=data.device).manual_seed(k) for k in range(K)]
-    return TritonStep(models, [SGD(m.parameters(), lr=LR) for m in models], [Masking() for _ in range(K)], bs,
+    return TritonStep(models, [SGD(m.parameters(), lr=LR) for m in models], [build_noise({"name": "masking"}) for _ in range(K)], bs,
                       data, gens, graphed)
 
 
@@ -190,15 +190,15 @@ def timed_batches(wanted: int, bs: int) -> int:
 def scheda_epoch(data, n_batches, bs, H, device, models=1, **step) -> float:
     """Seconds per N-example epoch of the real training loop (a Trainer of ``models`` trainers,
     one model each: a fused sweep when more than one), from ``n_batches`` timed minibatches,
-    with the step ``step`` asks StepBuilder for."""
+    with the step ``step`` names (scheda.training.step.StepChoice's fields)."""
     x = data[: n_batches * bs]
     n_batches = math.ceil(x.shape[0] / bs)
     trainers = []
     for k in range(models):
         model = DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(k)).to(device)
-        trainers.append(ModelState(model, SGD(model.parameters(), lr=LR), Masking(),
+        trainers.append(ModelState(model, SGD(model.parameters(), lr=LR), build_noise({"name": "masking"}),
                                 NoiseSchedule("constant", [Stage(NU, 2)]), x, bs,
-                                torch.Generator(device=device).manual_seed(k), step=StepBuilder(**step)))
+                                torch.Generator(device=device).manual_seed(k), step=StepChoice(**step)))
     loop = Trainer(trainers)
 
     def epoch():
@@ -325,8 +325,8 @@ def job_costs(data, bs, H, device, step, tries: int = 3) -> dict[str, float]:
     builds = []
     for _ in range(tries):
         model = DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(0)).to(device)
-        trainer = ModelState(model, SGD(model.parameters(), lr=LR), Masking(), NoiseSchedule("constant", [Stage(NU, 1)]),
-                          data, bs, torch.Generator(device=device).manual_seed(0), step=StepBuilder(**step))
+        trainer = ModelState(model, SGD(model.parameters(), lr=LR), build_noise({"name": "masking"}), NoiseSchedule("constant", [Stage(NU, 1)]),
+                          data, bs, torch.Generator(device=device).manual_seed(0), step=StepChoice(**step))
         t = time.perf_counter()
         Trainer([trainer]).step_for([trainer])
         sync(device)
@@ -388,12 +388,12 @@ def main(argv=None) -> int:
           + ("; Triton step kernels a minibatch " + ", ".join(f"K={K}: {n}" for K, n in sorted(kernels.items()))
              if triton else ""), flush=True)
     rows, beaten = [], []
-    steps = {"eager": dict(cuda_graph=False, triton=False)}
+    steps = {"eager": dict(kind="fused")}
     if cuda:
-        steps["graphed"] = dict(cuda_graph=True, triton=False)
+        steps["graphed"] = dict(kind="fused", cuda_graph=True)
     if triton:
-        steps["triton"] = dict(cuda_graph=True, triton=True)
-        steps["two_pass"] = dict(cuda_graph=True, triton=True, two_pass=True)  # its own kernels: not the default yet
+        steps["triton"] = dict(kind="triton", cuda_graph=True)
+        steps["two_pass"] = dict(kind="two_pass", cuda_graph=True)  # its own kernels: not the default yet
     default = "triton" if triton else "graphed" if cuda else "eager"
     for precision in args.precisions:
         set_precision(precision)
@@ -411,7 +411,7 @@ def main(argv=None) -> int:
                         times[label] = scheda_epoch(data, n_batches, bs, H, device, **step)
                 measured.append(product_rates(bs, H, device, rate_s))
                 if first:
-                    times["autograd"] = scheda_epoch(data, n_batches, bs, H, device, fused=False, cuda_graph=False)
+                    times["autograd"] = scheda_epoch(data, n_batches, bs, H, device, kind="autograd")
                     if not args.skip_naive:
                         times["naive"] = naive_epoch(data, n_batches, bs, H, device)
                 if args.finetune:  # one rate with autograd, and the paper's five fused (the default)

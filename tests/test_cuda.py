@@ -13,16 +13,17 @@ import torch
 from scheda.training.checkpoint import load_checkpoint
 from scheda.evaluation.classifiers import Liblinear, TorchLogReg, objective
 from scheda.model.autoencoder import DenoisingAutoencoder
-from scheda.model.noise import masking
 from scheda.model.optim import SGD
 from scheda.run import run
 from scheda.model.schedule import NoiseSchedule, Stage
-from scheda.model.noise import Masking
-from scheda.training.step import (AutogradStep, BatchedStep, FusedStep, GraphedStep, StepBuilder, TritonStep,
+from scheda.model.noise import build_noise
+from scheda.training.step import (AutogradStep, BatchedStep, FusedStep, GraphedStep, StepChoice, TritonStep,
                                   TwoPassStep)
 from scheda.training.trainer import ModelState
 
 from helpers import N_VAL, REPO, STAGES, TINY, compose_cfg
+
+masking = build_noise({"name": "masking"})
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")]
@@ -81,8 +82,8 @@ def test_the_triton_step_graphed_is_the_torch_step_on_cuda():
     the torch step, and the generators advanced alike."""
     x = _data(n=1003)
     (m_ref, o_ref, g_ref), (m_tri, o_tri, g_tri) = _sweep(2), _sweep(2)
-    ref = BatchedStep(m_ref, o_ref, [Masking(), Masking()], 20, CUDA)
-    tri = TritonStep(m_tri, o_tri, [Masking(), Masking()], 20, x, g_tri, graphed=True)
+    ref = BatchedStep(m_ref, o_ref, [build_noise({"name": "masking"}), build_noise({"name": "masking"})], 20, CUDA)
+    tri = TritonStep(m_tri, o_tri, [build_noise({"name": "masking"}), build_noise({"name": "masking"})], 20, x, g_tri, graphed=True)
     tri.prepare()
     perm = torch.stack([torch.randperm(1003, device=CUDA, generator=torch.Generator(device=CUDA).manual_seed(k))
                         for k in range(2)])
@@ -106,7 +107,7 @@ def test_the_triton_steps_graphs_repeat_their_eager_minibatches_bit_for_bit(step
     runs = []
     for graphed, rows in ((False, eager_rows), (True, 320), (True, 20)):
         models, opts, gens = _sweep(2)
-        step = step_class(models, opts, [Masking(), Masking()], 20, x, gens, graphed=graphed)
+        step = step_class(models, opts, [build_noise({"name": "masking"}), build_noise({"name": "masking"})], 20, x, gens, graphed=graphed)
         step.prepare()
         for first in range(0, 960, rows):
             step(x, torch.arange(first, first + rows, device=CUDA).repeat(2, 1), [0.3, 0.5], gens)
@@ -121,8 +122,8 @@ def test_the_two_pass_step_graphed_is_the_torch_step_on_cuda(precision, toleranc
     minibatches and 3 rows; several tiles of W's rows and columns; fp32 and three-pass TF32."""
     x = _data(n=1003, d=200)
     (m_ref, o_ref, g_ref), (m_tp, o_tp, g_tp) = _sweep(2, d=200, H=70), _sweep(2, d=200, H=70)
-    ref = BatchedStep(m_ref, o_ref, [Masking(), Masking()], 20, CUDA)
-    tp = TwoPassStep(m_tp, o_tp, [Masking(), Masking()], 20, x, g_tp, graphed=True, precision=precision)
+    ref = BatchedStep(m_ref, o_ref, [build_noise({"name": "masking"}), build_noise({"name": "masking"})], 20, CUDA)
+    tp = TwoPassStep(m_tp, o_tp, [build_noise({"name": "masking"}), build_noise({"name": "masking"})], 20, x, g_tp, graphed=True, precision=precision)
     tp.prepare()
     perm = torch.stack([torch.randperm(1003, device=CUDA, generator=torch.Generator(device=CUDA).manual_seed(k))
                         for k in range(2)])
@@ -141,7 +142,7 @@ def test_the_two_pass_step_graphed_is_the_torch_step_on_cuda(precision, toleranc
 def test_an_epoch_makes_no_host_device_synchronisation(cuda_graph, triton):
     m, opt = _model(d=3072, H=100)
     trainer = ModelState(m, opt, masking, NoiseSchedule("constant", [Stage(0.3, 3)]), _data(n=1000, d=3072), 20,
-                      torch.Generator(device=CUDA).manual_seed(0), step=StepBuilder(cuda_graph=cuda_graph, triton=triton))
+                      torch.Generator(device=CUDA).manual_seed(0), step=StepChoice("triton" if triton else "fused", cuda_graph))
     trainer.train_epoch()  # the first epoch builds (and captures) the step
     torch.cuda.set_sync_debug_mode("error")
     try:

@@ -2,7 +2,9 @@ import pytest
 import torch
 
 from scheda.utils.errors import ConfigError
-from scheda.model.noise import build_noise, gaussian, masking, salt_pepper
+from scheda.model.noise import build_noise
+
+masking, gaussian, salt_pepper = (build_noise({"name": n}) for n in ("masking", "gaussian", "salt_pepper"))
 
 
 def _gen(seed=0):

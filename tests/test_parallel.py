@@ -114,11 +114,11 @@ def test_a_fused_sweep_types_its_config_once_and_records_each_models_as_composed
     run with its values set, and records the config that composing it alone would give."""
     from omegaconf import OmegaConf
 
-    import scheda.training.rules as rules
+    import scheda.training.plan as plan
 
     calls = []
-    typed_run = rules.typed_run
-    monkeypatch.setattr(rules, "typed_run", lambda cfg: calls.append(1) or typed_run(cfg))
+    typed_config = plan.typed_config
+    monkeypatch.setattr(plan, "typed_config", lambda cfg: calls.append(1) or typed_config(cfg))
     overrides = [f"dataset.root={cifar_arrays}", *TINY, "classifier=torch_lr", "schedule=constant", "schedule.epochs=1",
                  "evaluate.enabled=false", "logger=[tensorboard,csv]"]
     with caplog.at_level("INFO", logger="scheda.run"):

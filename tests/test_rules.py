@@ -1,21 +1,26 @@
 """Every rule between config groups (scheda.training.rules) refuses its config with one line before the
 run loads its data or writes anything but the failure's record; the list of cases covers every
-rule there is."""
+rule there is. The rules read the typed config and the device they are given (a CUDA device here,
+where this machine has none), and the step they leave is chosen once (rules.choose_step)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
 
+import torch
+
 from scheda.training import rules
+from scheda.training.plan import typed_config
 from scheda.utils.errors import ConfigError
 from scheda.run import run
 from helpers import STAGES, TINY, compose_cfg
 
 # rule -> overrides that break it (and only it), and the start of its message
 CASES = {
+    "cuda_settings_need_a_cuda_device": (["trainer.device=cpu", "trainer.cuda_graph=true"],
+                                         "trainer.cuda_graph=true needs a CUDA device, not cpu"),
     "graph_can_capture_the_step": (["trainer.cuda_graph=true", "trainer.precision=bf16"],
                                    "trainer.cuda_graph=true needs the fused step"),
     "triton_can_take_the_step": (["trainer.triton=true", "noise=gaussian"],
@@ -34,8 +39,9 @@ CASES = {
     "raw_needs_evaluation": (["model=raw", "evaluate.enabled=false"], "model=raw only evaluates"),
     "two_pass_is_a_triton_step": (["trainer.precision=tf32x3"], "trainer.precision=tf32x3 is the two-pass step's"),
 }
-NEEDS_CUDA = {"graph_can_capture_the_step", "triton_can_take_the_step"}  # the trainer's own check comes first off CUDA
-# Every reason a CUDA graph refuses a run (scheda.training.step.graph_refusal), each alone.
+NEEDS_CUDA = {"graph_can_capture_the_step", "triton_can_take_the_step"}  # off CUDA the device rule refuses first
+CUDA = torch.device("cuda")
+# Every reason a CUDA graph refuses a run (rules.graph_can_capture_the_step), each alone.
 GRAPH_REFUSALS = [
     (["trainer.precision=bf16"], "trainer.cuda_graph=true needs the fused step"),
     (["trainer.fused=false"], "trainer.cuda_graph=true needs the fused step"),
@@ -46,7 +52,7 @@ GRAPH_REFUSALS = [
     (["schedule=random_discrete"], "trainer.cuda_graph=true needs one noise level per epoch"),
 ]
 
-# Every reason the Triton step refuses a run (scheda.training.step.triton_refusal), each alone.
+# Every reason the Triton step refuses a run (rules.triton_can_take_the_step), each alone.
 TRITON_REFUSALS = [
     (["trainer.precision=bf16"], "trainer.triton=true needs the plain fused step"),
     (["trainer.fused=false"], "trainer.triton=true needs the plain fused step"),
@@ -73,13 +79,14 @@ def test_each_rule_refuses_its_config_and_only_its_own(cifar_arrays, name):
     cfg = _cfg(cifar_arrays, [o for o in overrides if not o.startswith("resume=")])
     if name == "resume_or_init_from":
         cfg.resume = "RUN"
-    typed = _typed_without_device_checks(cfg)
-    assert [rule.__name__ for rule in rules.RULES if rule(typed)] == [name]
-    assert getattr(rules, name)(typed).startswith(message)
+    typed = typed_config(cfg)
+    device = torch.device("cpu") if name == "cuda_settings_need_a_cuda_device" else CUDA
+    assert [rule.__name__ for rule in rules.RULES if rule(typed, device)] == [name]
+    assert getattr(rules, name)(typed, device).startswith(message)
 
 
 # resume= reads the run it continues before anything else (scheda.runs.resume), so its rule is
-# checked on the typed config above; the CUDA-graph rules come after the trainer's own device check.
+# checked on the typed config above; off CUDA the device rule refuses the CUDA-graph and Triton cases first.
 @pytest.mark.parametrize("name", sorted(set(CASES) - NEEDS_CUDA - {"resume_or_init_from"}))
 def test_a_broken_rule_stops_the_run_before_any_file(cifar_arrays, tmp_path, name):
     overrides, message = CASES[name]
@@ -94,32 +101,21 @@ def test_a_broken_rule_stops_the_run_before_any_file(cifar_arrays, tmp_path, nam
     assert results["status"] == "failed" and message in results["error"]
 
 
-def _typed_without_device_checks(cfg) -> rules.TypedRun:
-    """The typed run, with trainer.cuda_graph, trainer.triton and trainer.two_pass kept off while
-    checking (this machine has no CUDA) and put back after: the rules read values, not devices."""
-    graph, triton, two_pass = cfg.trainer.cuda_graph, cfg.trainer.triton, cfg.trainer.two_pass
-    cfg.trainer.cuda_graph = cfg.trainer.triton = cfg.trainer.two_pass = False
-    typed = rules.typed_run(cfg)
-    cfg.trainer.cuda_graph, cfg.trainer.triton, cfg.trainer.two_pass = graph, triton, two_pass
-    return dataclasses.replace(typed, trainer=dataclasses.replace(typed.trainer, cuda_graph=graph, triton=triton,
-                                                                  two_pass=two_pass))
-
-
 @pytest.mark.parametrize("overrides", [["model.loss=squared_error"], ["optim.momentum=0.9"], ["trainer.fused=false"],
                                        ["trainer.precision=bf16"]])
 def test_a_fused_sweep_is_refused_before_its_data_for_each_step_it_cannot_share(cifar_arrays, overrides):
     """Every setting without the plain fused step refuses trainer.parallel among the rules, not
     once the data are loaded and the step is built."""
-    typed = _typed_without_device_checks(_cfg(cifar_arrays, ["trainer.parallel.lr=[0.1,0.2]", *overrides]))
-    assert [rule.__name__ for rule in rules.RULES if rule(typed)] == ["parallel_needs_the_fused_step"]
+    typed = typed_config(_cfg(cifar_arrays, ["trainer.parallel.lr=[0.1,0.2]", *overrides]))
+    assert [rule.__name__ for rule in rules.RULES if rule(typed, CUDA)] == ["parallel_needs_the_fused_step"]
 
 
 @pytest.mark.parametrize("overrides, message", GRAPH_REFUSALS)
 def test_cuda_graph_true_refuses_each_run_a_graph_cannot_take(cifar_arrays, overrides, message):
     cfg = _cfg(cifar_arrays, ["trainer.cuda_graph=true", *overrides])
-    typed = _typed_without_device_checks(cfg)
-    assert [rule.__name__ for rule in rules.RULES if rule(typed)] == ["graph_can_capture_the_step"]
-    assert rules.graph_can_capture_the_step(typed).startswith(message)
+    typed = typed_config(cfg)
+    assert [rule.__name__ for rule in rules.RULES if rule(typed, CUDA)] == ["graph_can_capture_the_step"]
+    assert rules.graph_can_capture_the_step(typed, CUDA).startswith(message)
 
 
 @pytest.mark.parametrize("overrides, graphed", [
@@ -127,23 +123,19 @@ def test_cuda_graph_true_refuses_each_run_a_graph_cannot_take(cifar_arrays, over
     (["trainer.cuda_graph=false"], False),
     *[(overrides, False) for overrides, _ in GRAPH_REFUSALS],
 ])
-def test_cuda_graph_null_turns_on_only_where_a_graph_can_take_the_step(cifar_arrays, monkeypatch, overrides, graphed):
+def test_cuda_graph_null_turns_on_only_where_a_graph_can_take_the_step(cifar_arrays, overrides, graphed):
     """trainer.cuda_graph defaults to null: on a CUDA device it becomes true exactly when the run
     has the fused step and plain SGD (no refusal either way); off CUDA it stays off."""
-    from scheda.training.trainer import TrainerConfig
-    import torch
-
-    cfg = _cfg(cifar_arrays, overrides)
-    assert rules.check_run(cfg).trainer.cuda_graph is False  # this machine: CPU
-    monkeypatch.setattr(TrainerConfig, "resolve_device", lambda self: torch.device("cuda"))
-    assert rules.check_run(cfg).trainer.cuda_graph is graphed
+    typed = typed_config(_cfg(cifar_arrays, overrides))
+    assert rules.choose_step(typed, torch.device("cpu")).cuda_graph is False
+    assert rules.choose_step(typed, CUDA).cuda_graph is graphed
 
 
 @pytest.mark.parametrize("overrides, message", TRITON_REFUSALS)
 def test_triton_true_refuses_each_run_its_kernels_cannot_take(cifar_arrays, overrides, message):
-    typed = _typed_without_device_checks(_cfg(cifar_arrays, ["trainer.triton=true", *overrides]))
-    assert [rule.__name__ for rule in rules.RULES if rule(typed)] == ["triton_can_take_the_step"]
-    assert rules.triton_can_take_the_step(typed).startswith(message)
+    typed = typed_config(_cfg(cifar_arrays, ["trainer.triton=true", *overrides]))
+    assert [rule.__name__ for rule in rules.RULES if rule(typed, CUDA)] == ["triton_can_take_the_step"]
+    assert rules.triton_can_take_the_step(typed, CUDA).startswith(message)
 
 
 @pytest.mark.parametrize("overrides, kernels", [
@@ -151,16 +143,12 @@ def test_triton_true_refuses_each_run_its_kernels_cannot_take(cifar_arrays, over
     (["trainer.triton=false"], False),
     *[(overrides, False) for overrides, _ in TRITON_REFUSALS],
 ])
-def test_triton_null_turns_on_only_where_its_kernels_can_take_the_step(cifar_arrays, monkeypatch, overrides, kernels):
+def test_triton_null_turns_on_only_where_its_kernels_can_take_the_step(cifar_arrays, overrides, kernels):
     """trainer.triton defaults to null: on a CUDA device it becomes true exactly where the Triton
     step applies; off CUDA the torch step trains (it measures faster on a CPU)."""
-    from scheda.training.trainer import TrainerConfig
-    import torch
-
-    cfg = _cfg(cifar_arrays, overrides)
-    assert rules.check_run(cfg).trainer.triton is False  # this machine: CPU
-    monkeypatch.setattr(TrainerConfig, "resolve_device", lambda self: torch.device("cuda"))
-    assert rules.check_run(cfg).trainer.triton is kernels
+    typed = typed_config(_cfg(cifar_arrays, overrides))
+    assert rules.choose_step(typed, torch.device("cpu")).triton is False
+    assert rules.choose_step(typed, CUDA).triton is kernels
 
 
 # Every reason the two-pass step refuses a run, each alone: the Triton step's, then its own.
@@ -173,16 +161,14 @@ def test_triton_null_turns_on_only_where_its_kernels_can_take_the_step(cifar_arr
     (["trainer.precision=tf32"], "trainer.two_pass=true computes its products in fp32 or tf32x3"),
 ])
 def test_two_pass_true_refuses_each_run_its_kernels_cannot_take(cifar_arrays, overrides, message):
-    typed = _typed_without_device_checks(_cfg(cifar_arrays, ["trainer.two_pass=true", *overrides]))
-    assert [rule.__name__ for rule in rules.RULES if rule(typed)] == ["two_pass_is_a_triton_step"]
-    assert rules.two_pass_is_a_triton_step(typed).startswith(message)
+    typed = typed_config(_cfg(cifar_arrays, ["trainer.two_pass=true", *overrides]))
+    assert [rule.__name__ for rule in rules.RULES if rule(typed, CUDA)] == ["two_pass_is_a_triton_step"]
+    assert rules.two_pass_is_a_triton_step(typed, CUDA).startswith(message)
 
 
-def test_two_pass_turns_the_triton_step_on(cifar_arrays, monkeypatch):
+def test_two_pass_turns_the_triton_step_on(cifar_arrays):
     """trainer.two_pass=true with trainer.triton=null: the Triton step, as TwoPassStep; tf32x3 is allowed with it."""
-    from scheda.training.trainer import TrainerConfig
-    import torch
-
-    monkeypatch.setattr(TrainerConfig, "resolve_device", lambda self: torch.device("cuda"))
-    checked = rules.check_run(_cfg(cifar_arrays, ["trainer.two_pass=true", "trainer.precision=tf32x3"]))
-    assert checked.trainer.triton is True and checked.trainer.step_builder().two_pass
+    typed = typed_config(_cfg(cifar_arrays, ["trainer.two_pass=true", "trainer.precision=tf32x3"]))
+    rules.check(typed, CUDA)
+    step = rules.choose_step(typed, CUDA)
+    assert step.triton and step.kind == "two_pass" and step.precision == "tf32x3"

@@ -2,10 +2,11 @@ import pytest
 import torch
 
 from scheda.model.autoencoder import DenoisingAutoencoder
-from scheda.model.noise import gaussian, masking, salt_pepper
+from scheda.model.noise import build_noise
 from scheda.model.optim import SGD
-from scheda.utils.errors import ConfigError
-from scheda.training.step import AutogradStep, BatchedStep, FusedStep, OneModel, StepBuilder
+from scheda.training.step import AutogradStep, BatchedStep, FusedStep, OneModel, StepChoice
+
+masking, gaussian, salt_pepper = (build_noise({"name": n}) for n in ("masking", "gaussian", "salt_pepper"))
 
 
 def _pair(activation="sigmoid", momentum=0.0, weight_decay=0.0, noise=masking, d=40, H=12, bs=16):
@@ -48,26 +49,30 @@ def test_fused_step_with_another_noise():
     torch.testing.assert_close(fused.model.W, auto.model.W, rtol=1e-4, atol=1e-6)
 
 
-def test_the_step_builder_falls_back_to_autograd_for_one_model_and_refuses_it_for_several():
+def test_the_step_choice_builds_the_step_it_names_and_autograd_for_one_model_only():
+    """The plan chooses (scheda.training.rules.choose_step, tested in test_rules); the choice builds
+    that step and decides nothing: a step built for models it cannot train is a programming error."""
     x = torch.rand(30, 10)
     g = torch.Generator()
 
-    def build(builder, *models):
+    def build(choice, *models):
         opts = [SGD(m.parameters(), lr=0.1) for m in models]
-        return builder.build(list(models), opts, [masking] * len(models), 8, x, [g] * len(models))
+        return choice.build(list(models), opts, [masking] * len(models), 8, x, [g] * len(models))
 
     m = DenoisingAutoencoder(10, 4)
-    assert isinstance(build(StepBuilder(), m), BatchedStep)
-    for builder in (StepBuilder(fused=False), StepBuilder(precision="bf16")):
-        step = build(builder, m)
+    assert isinstance(build(StepChoice(), m), BatchedStep)
+    for choice in (StepChoice("autograd"), StepChoice("autograd", precision="bf16")):
+        step = build(choice, m)
         assert isinstance(step, OneModel) and isinstance(step.step, AutogradStep)
         assert step(x, torch.arange(8).unsqueeze(0), [0.3], [g]).shape == (1,)  # called like K models, K = 1
     se = DenoisingAutoencoder(10, 4, loss="squared_error")
-    assert isinstance(build(StepBuilder(), se).step, AutogradStep)
-    with pytest.raises(ConfigError, match="trainer.parallel needs the plain fused step"):
-        build(StepBuilder(), se, DenoisingAutoencoder(10, 4, loss="squared_error"))
-    with pytest.raises(ConfigError, match="trainer.cuda_graph=true needs the fused step"):
-        build(StepBuilder(cuda_graph=True), se)
+    assert isinstance(build(StepChoice("autograd"), se).step, AutogradStep)
+    with pytest.raises(ValueError, match="the autograd step trains one model"):
+        build(StepChoice("autograd"), m, DenoisingAutoencoder(10, 4))
+    with pytest.raises(ValueError, match="the batched step trains tied cross-entropy DAs"):
+        build(StepChoice(), se)
+    with pytest.raises(ValueError, match="a step is one of"):
+        StepChoice("eager")
 
 
 @pytest.mark.parametrize("noise", [masking, gaussian, salt_pepper])

@@ -1,4 +1,4 @@
-"""A sweep run again into its folder continues it (scheda.runs.resume.previous_attempt): a completed
+"""A sweep run again into its folder continues it (scheda.runs.reentry.previous_attempt): a completed
 job is skipped, a killed one resumes from its newest checkpoint and ends where it would have
 without the kill, a failed one runs again with its old files kept, a job whose config changed is
 refused with one line, and rerun=true runs everything again. Real ``train.py -m`` processes,
@@ -144,7 +144,7 @@ def test_a_killed_fused_sweep_run_again_resumes_every_model(cifar_arrays, tmp_pa
 
 def test_a_diverged_job_is_a_result_that_a_rerun_keeps(cifar_arrays, tmp_path):
     """Run again with its config and seed, a diverged job would diverge again: the sweep keeps
-    it, as the protocol does (one policy: scheda.runs.resume.reentry); rerun=true runs it anyway."""
+    it, as the protocol does (one policy: scheda.runs.reentry.reentry); rerun=true runs it anyway."""
     sweep_dir = tmp_path / "sweep"
     args = ["-m", f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1",
             "optim.lr=0.01,1e38", "evaluate.enabled=false", "logger=none", f"hydra.sweep.dir={sweep_dir}"]
@@ -169,7 +169,7 @@ def test_the_sweep_and_the_protocol_follow_one_reentry_policy(tmp_path, status, 
     """A sweep's job (previous_attempt, through reentry) and the protocol (job_state) decide alike."""
     from scheda.protocol.jobs import JobSpec
     from scheda.protocol.launch import job_state
-    from scheda.runs.rundir import reentry
+    from scheda.runs.reentry import reentry
 
     assert reentry(status, checkpoint)[0] == action
     run_dir = tmp_path / "da" / "job"

@@ -7,13 +7,15 @@ from scheda.training.callbacks import Callback
 from scheda.training.checkpoint import load_checkpoint
 from scheda.utils.errors import ConfigError, DivergenceError
 from scheda.model.autoencoder import DenoisingAutoencoder
-from scheda.model.noise import masking
+from scheda.model.noise import build_noise
 from scheda.model.optim import SGD
 from scheda.run import run
 from scheda.model.schedule import build_schedule
 from scheda.training.trainer import ModelState
 
 from helpers import STAGES, TINY, compose_cfg
+
+masking = build_noise({"name": "masking"})
 
 
 def _synthetic(n=256, d=64, seed=0):
@@ -185,15 +187,16 @@ def test_streams_are_derived_from_the_seed():
 def test_initialisation_has_its_own_stream(cifar_arrays, tmp_path):
     from scheda.model.autoencoder import build_model
     from scheda.runs.rundir import RunResults
-    from scheda.training.rules import check_run
-    from scheda.run import Job
+    from scheda.training.plan import make_plan
+    from scheda.run import Member
     from scheda.utils.seeding import derive_seed
 
     cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, "seed=3"])
-    job = Job(check_run(cfg), tmp_path, RunResults(tmp_path / "results.json"))  # before any data
+    plan = make_plan(cfg)
+    member = Member(plan.models[0], plan, tmp_path, RunResults(tmp_path / "results.json"))  # before any data
     expected = build_model(cfg.model, 3072, generator=torch.Generator().manual_seed(derive_seed(3, "init")))
     same_as_seed = build_model(cfg.model, 3072, generator=torch.Generator().manual_seed(3))
-    assert torch.equal(job.model.W, expected.W) and not torch.equal(job.model.W, same_as_seed.W)
+    assert torch.equal(member.model.W, expected.W) and not torch.equal(member.model.W, same_as_seed.W)
 
 
 def test_a_continuation_does_not_replay_the_da_stream_and_shares_its_own(cifar_arrays, tmp_path):

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from scheda.model.autoencoder import DenoisingAutoencoder
-from scheda.model.noise import Masking
+from scheda.model.noise import build_noise
 from scheda.model.optim import SGD
 from scheda.model.schedule import NoiseSchedule, Stage
-from scheda.training.step import BatchedStep, StepBuilder, TritonStep, TwoPassStep
+from scheda.training.step import BatchedStep, StepChoice, TritonStep, TwoPassStep
 from scheda.training.trainer import ModelState
 
 D, H = 40, 12
@@ -30,8 +30,8 @@ def test_an_epoch_of_the_triton_step_is_the_torch_steps(K, activation):
     model at its own noise level and learning rate."""
     x_all = torch.rand(101, D, generator=torch.Generator().manual_seed(2))
     (m_ref, o_ref, g_ref), (m_tri, o_tri, g_tri) = _models(K, activation), _models(K, activation)
-    ref = BatchedStep(m_ref, o_ref, [Masking() for _ in range(K)], 16, torch.device("cpu"))
-    tri = TritonStep(m_tri, o_tri, [Masking() for _ in range(K)], 16, x_all, g_tri, graphed=False)
+    ref = BatchedStep(m_ref, o_ref, [build_noise({"name": "masking"}) for _ in range(K)], 16, torch.device("cpu"))
+    tri = TritonStep(m_tri, o_tri, [build_noise({"name": "masking"}) for _ in range(K)], 16, x_all, g_tri, graphed=False)
     nus = [0.3 + 0.1 * k for k in range(K)]
     perm = torch.stack([torch.randperm(101, generator=torch.Generator().manual_seed(k)) for k in range(K)])
     for first in range(0, 101, 16):
@@ -48,8 +48,8 @@ def test_an_epoch_of_the_triton_step_is_the_torch_steps(K, activation):
 def _trainer(triton, epochs=2, n=70):
     [model], [opt], _ = _models(1)
     x = torch.rand(n, D, generator=torch.Generator().manual_seed(4))
-    return ModelState(model, opt, Masking(), NoiseSchedule("constant", [Stage(0.4, epochs)]), x, 4,
-                   torch.Generator().manual_seed(7), step=StepBuilder(triton=triton))
+    return ModelState(model, opt, build_noise({"name": "masking"}), NoiseSchedule("constant", [Stage(0.4, epochs)]), x, 4,
+                   torch.Generator().manual_seed(7), step=StepChoice("triton" if triton else "fused"))
 
 
 def test_the_training_loop_hands_the_triton_step_whole_replays_and_gets_the_torch_steps_epochs():
@@ -100,7 +100,7 @@ def test_where_triton_cannot_compile_the_torch_step_trains_from_the_same_state(m
     weights, state = model.W.detach().clone(), gen.get_state()
     monkeypatch.setattr(kernels, "corrupt", fails)
     with caplog.at_level("WARNING", logger="scheda.training.step"):
-        step = StepBuilder(triton=True).build([model], [opt], [Masking()], 8, x_all, [gen])
+        step = StepChoice("triton").build([model], [opt], [build_noise({"name": "masking"})], 8, x_all, [gen])
     assert type(step) is BatchedStep
     assert torch.equal(gen.get_state(), state) and torch.equal(model.W, weights)
     [warning] = [r.getMessage() for r in caplog.records]
@@ -125,7 +125,7 @@ def _two_pass_epoch(K, activation, cuts):
     it in calls that end at the minibatch counts ``cuts``."""
     x_all = torch.rand(101, D2, generator=torch.Generator().manual_seed(2))
     models, opts, gens = _two_pass_models(K, activation)
-    step = TwoPassStep(models, opts, [Masking() for _ in range(K)], 16, x_all, gens, graphed=False)
+    step = TwoPassStep(models, opts, [build_noise({"name": "masking"}) for _ in range(K)], 16, x_all, gens, graphed=False)
     perm = torch.stack([torch.randperm(101, generator=torch.Generator().manual_seed(k)) for k in range(K)])
     nus = [0.3 + 0.1 * k for k in range(K)]
     first = 0
@@ -142,7 +142,7 @@ def test_an_epoch_of_the_two_pass_step_is_the_torch_steps(K, activation):
     step leaves them."""
     x_all, perm, nus, models, gens, losses = _two_pass_epoch(K, activation, [])
     ref_models, ref_opts, ref_gens = _two_pass_models(K, activation)
-    ref = BatchedStep(ref_models, ref_opts, [Masking() for _ in range(K)], 16, torch.device("cpu"))
+    ref = BatchedStep(ref_models, ref_opts, [build_noise({"name": "masking"}) for _ in range(K)], 16, torch.device("cpu"))
     for first in range(0, 101, 16):
         ref(x_all, perm[:, first:first + 16], nus, ref_gens)
     torch.testing.assert_close(losses.sum(1), ref.take_loss_sums(), rtol=1e-5, atol=1e-4)
@@ -168,8 +168,8 @@ def test_where_the_loop_cuts_the_two_pass_steps_minibatches_changes_no_bit():
 def _two_pass_trainer(epochs=2, n=70):
     [model], [opt], _ = _models(1)
     x = torch.rand(n, D, generator=torch.Generator().manual_seed(4))
-    return ModelState(model, opt, Masking(), NoiseSchedule("constant", [Stage(0.4, epochs)]), x, 4,
-                      torch.Generator().manual_seed(7), step=StepBuilder(triton=True, two_pass=True))
+    return ModelState(model, opt, build_noise({"name": "masking"}), NoiseSchedule("constant", [Stage(0.4, epochs)]), x, 4,
+                      torch.Generator().manual_seed(7), step=StepChoice("two_pass"))
 
 
 def test_the_training_loop_trains_with_the_two_pass_step_and_resumes_it_bit_for_bit():

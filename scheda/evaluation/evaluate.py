@@ -18,10 +18,12 @@ import torch
 
 from scheda.training.callbacks import Callback
 from scheda.config import Component, register, typed
-from scheda.data import Splits
+from scheda.data import Splits, dataset_spec
 from scheda.loggers.base import Loggers, MetricLogger
 from scheda.utils.progress import bar
-from scheda.runs.rundir import pack_correct, params_text
+from scheda.runs.rundir import RunResults, pack_correct, params_text
+from scheda.utils import environment
+from scheda.utils.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -139,20 +141,20 @@ class EvaluationCallback(Callback):
         self.loggers = loggers if loggers is not None else Loggers()
         self.last_model = None
 
-    def _due(self, trainer, metrics) -> str | None:
+    def _due(self, state, metrics) -> str | None:
         every = self.cfg["every"]
         if metrics["stage_end"] and self.cfg["at_stage_ends"]:
             return "stage_end"
         if every > 0 and metrics["epoch"] % every == 0:
             return "every"
-        if self.cfg["at_end"] and metrics["epoch"] == trainer.schedule.total_epochs:
+        if self.cfg["at_end"] and metrics["epoch"] == state.schedule.total_epochs:
             return "end"
         return None
 
-    def on_epoch_end(self, trainer, metrics):
-        reason = self._due(trainer, metrics)
+    def on_epoch_end(self, state, metrics):
+        reason = self._due(state, metrics)
         if reason is not None:
-            self.evaluate(trainer.model, trainer.device, metrics["epoch"], metrics["nu"], reason)
+            self.evaluate(state.model, state.device, metrics["epoch"], metrics["nu"], reason)
 
     def evaluate(self, model, device: torch.device, epoch: int, nu: float | None, reason: str) -> dict[str, Any]:
         """Evaluate ``model`` now; the chosen classifier is kept as ``last_model``."""
@@ -179,3 +181,18 @@ class EvaluationCallback(Callback):
 
     def load_state_dict(self, state):
         self.results.evaluations[:] = state.get("evaluations", [])
+
+
+def evaluate_raw(dataset: Any, classifier: Any, device: torch.device, results: RunResults) -> dict[str, Any]:
+    """The raw-input baseline (``model=raw``): no training, the same evaluation on the inputs themselves."""
+    started = time.time()
+    data = dataset_spec(dataset).load()
+    if not data.labelled:
+        raise ConfigError("model=raw only evaluates, and dataset.root has no train_y: add train_y")
+    results.data.update(device=str(device), environment=environment.describe(device))
+    result = evaluate_features(raw_features(data, device), labels_of(data), classifier, device)
+    results.add_evaluation({"epoch": 0, "nu": None, "reason": "raw", **result})
+    log.info("raw %s: %s val %.4f test %.4f", data.name, params_text(result["params"]), result["val_error"],
+             result["test_error"])
+    results.update(status="completed", epochs=0, seconds=time.time() - started)
+    return results.data

@@ -144,28 +144,28 @@ class LoggingCallback(Callback):
         self.image_shape, self.vocabulary, self.n_filters = image_shape, vocabulary, n_filters
         self.switches_logged = 0
 
-    def on_fit_start(self, trainer):
+    def on_fit_start(self, state):
         self.loggers.log_config(self.hparams)
-        self.switches_logged = len(trainer.switches)
+        self.switches_logged = len(state.switches)
 
-    def on_epoch_end(self, trainer, metrics):
+    def on_epoch_end(self, state, metrics):
         self.loggers.log_dict({"train/reconstruction_ce": metrics["loss"], "train/nu": metrics["nu"],
                                "time/epoch_seconds": metrics["seconds"]}, metrics["epoch"])
-        for switch in trainer.switches[self.switches_logged:]:  # where the noise level changed
+        for switch in state.switches[self.switches_logged:]:  # where the noise level changed
             if switch["nu"] is not None:
                 self.loggers.log("schedule/nu_at_switch", switch["nu"], switch["epoch"])
                 self.loggers.log_text("schedule/switches", f"after epoch {switch['epoch']}: nu = {switch['nu']:g}",
                                       switch["epoch"])
-        self.switches_logged = len(trainer.switches)
+        self.switches_logged = len(state.switches)
 
-    def on_stage_end(self, trainer, metrics):
+    def on_stage_end(self, state, metrics):
         if self.n_filters <= 0:
             return
         if self.image_shape is not None:
-            self.loggers.log_image("filters", filter_grid(trainer.model.filters(), self.image_shape, self.n_filters),
+            self.loggers.log_image("filters", filter_grid(state.model.filters(), self.image_shape, self.n_filters),
                                    metrics["epoch"])
         if self.vocabulary is not None:
-            self.loggers.log_text("filters/top_words", top_words(trainer.model.filters(), self.vocabulary,
+            self.loggers.log_text("filters/top_words", top_words(state.model.filters(), self.vocabulary,
                                                                  self.n_filters), metrics["epoch"])
 
 

@@ -1,9 +1,11 @@
 """Corruption processes q(x~ | x) with a single level nu (Vincent et al., 2010).
 
-Each takes a clean minibatch ``x`` in [0, 1], the level ``nu`` (a float, or a 0-dim tensor
-for schedules that draw nu per minibatch), and the run's generator, so that a seed fixes
-every corruption. ``nu = 0`` returns ``x`` unchanged. Each process is also its own config
-schema (the ``noise`` group has no settings beyond the name).
+Each option of the ``noise`` group is a config schema (data: its name) that knows its process;
+:func:`build_noise` puts one to work as a :class:`Corruption`, which holds what the process keeps
+between calls (the masking noise's scratch buffers), one per model. A corruption takes a clean
+minibatch ``x`` in [0, 1], the level ``nu`` (a float, or a 0-dim tensor for schedules that draw
+nu per minibatch), and the run's generator, so that a seed fixes every corruption. ``nu = 0``
+returns ``x`` unchanged.
 """
 
 from __future__ import annotations
@@ -40,21 +42,41 @@ def _is_zero(nu: Nu) -> bool:
 
 @dataclass
 class Noise(Component, abc.ABC):
-    """Base of the noise group: a corruption process, called as ``noise(x, nu, generator, out=None)``.
-    ``out`` (the shape of ``x``) receives the corruption without a fresh allocation: the fused
-    training step passes its preallocated buffer for every noise alike."""
+    """Base of the noise group's schemas: which corruption process a run uses (no state: what
+    a process keeps between calls lives in the :class:`Corruption` built from it)."""
 
     name: str = MISSING
+
+    @abc.abstractmethod
+    def corrupt(self, x: torch.Tensor, nu: Nu, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
+        """Write the corruption of ``x`` at level ``nu`` (not 0) into ``out`` and return it."""
+
+    def corrupt_reusing(self, x: torch.Tensor, nu: Nu, generator: torch.Generator, out: torch.Tensor,
+                        scratch: dict) -> torch.Tensor:
+        """:meth:`corrupt` with ``scratch``, the caller's buffers kept between calls, for a process
+        that would otherwise allocate its draws each call (the masking noise)."""
+        return self.corrupt(x, nu, generator, out)
+
+
+class Corruption:
+    """A noise schema put to work, called as ``corruption(x, nu, generator, out=None)``: ``out``
+    (the shape of ``x``) receives the corruption without a fresh allocation (the fused training
+    step passes its preallocated buffer for every noise alike), and the scratch buffers the
+    process reuses between calls are this object's, so two models never share them."""
+
+    def __init__(self, noise: Noise):
+        self.noise = noise
+        self.scratch: dict = {}
+
+    @property
+    def name(self) -> str:
+        return self.noise.name
 
     def __call__(self, x: torch.Tensor, nu: Nu, generator: torch.Generator,
                  out: torch.Tensor | None = None) -> torch.Tensor:
         if _is_zero(nu):
             return x if out is None else out.copy_(x)
-        return self.corrupt(x, nu, generator, torch.empty_like(x) if out is None else out)
-
-    @abc.abstractmethod
-    def corrupt(self, x: torch.Tensor, nu: Nu, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
-        """Write the corruption of ``x`` at level ``nu`` (not 0) into ``out`` and return it."""
+        return self.noise.corrupt_reusing(x, nu, generator, torch.empty_like(x) if out is None else out, self.scratch)
 
 
 @register("noise")
@@ -66,18 +88,21 @@ class Masking(Noise):
     bits (the generator's int64 draws lie in [0, 2^63), so only 15 bits of every lane are
     uniform): one draw per four inputs instead of one float per input. The drop
     probability is nu rounded to a multiple of 2^-15 (within 1.6e-5 of nu). The draws and
-    the mask live in buffers kept between calls (grown when a larger input comes)."""
+    the mask live in the caller's scratch buffers (grown when a larger input comes)."""
 
     name: str = "masking"
 
     def corrupt(self, x, nu, generator, out):
+        return self.corrupt_reusing(x, nu, generator, out, {})
+
+    def corrupt_reusing(self, x, nu, generator, out, scratch):
         n = x.numel()
         n_words = (n + 3) // 4
-        words, mask = getattr(self, "_buffers", (None, None))
+        words, mask = scratch.get("masking", (None, None))
         if words is None or words.numel() < n_words or words.device != x.device:
             words = torch.empty(n_words, dtype=torch.int64, device=x.device)
             mask = torch.empty(n, dtype=torch.bool, device=x.device)
-            self._buffers = (words, mask)
+            scratch["masking"] = (words, mask)
         words = words[:n_words].random_(generator=generator)
         draws = words.view(torch.int16)[:n].view(x.shape).bitwise_and_((1 << MASK_BITS) - 1)
         keep = torch.ge(draws, mask_threshold(nu), out=mask[:n].view(x.shape))
@@ -108,9 +133,6 @@ class SaltPepper(Noise):
         return torch.where(u < nu, salt, x, out=out)
 
 
-masking, gaussian, salt_pepper = Masking(), Gaussian(), SaltPepper()
-
-
-def build_noise(cfg: Mapping) -> Noise:
-    """The corruption process ``cfg`` (the noise group) names."""
-    return typed("noise", cfg)
+def build_noise(cfg: Mapping | Noise) -> Corruption:
+    """The corruption process ``cfg`` (the noise group, or its schema) names, with buffers of its own."""
+    return Corruption(typed("noise", cfg))

@@ -233,9 +233,12 @@ def level_count(direction: int, nu0: float, delta_nu: float, nu_final: float | N
 @dataclass
 class ScheduleConfig(Component, abc.ABC):
     """Base of the schedules. ``nu_key``: the key that holds a run's noise level, which a fused
-    sweep's ``trainer.parallel.nu`` sets (None: the schedule has no single one)."""
+    sweep's ``trainer.parallel.nu`` sets (None: the schedule has no single one);
+    ``per_minibatch``: whether the schedule it builds draws nu per minibatch (the steps that hold
+    one level an epoch refuse it: scheda.training.rules), known without building it."""
 
     nu_key: ClassVar[str | None] = None
+    per_minibatch: ClassVar[bool] = NoiseSchedule.per_minibatch
 
     @abc.abstractmethod
     def build(self) -> NoiseSchedule:
@@ -324,6 +327,7 @@ class RandomUniformScheduleConfig(ScheduleConfig):
     low: float = 0.1
     high: float = 0.7
     epochs: int = 100
+    per_minibatch: ClassVar[bool] = RandomUniformSchedule.per_minibatch
 
     def build(self) -> NoiseSchedule:
         low, high = check_nu("schedule.low", self.low), check_nu("schedule.high", self.high)
@@ -340,6 +344,7 @@ class RandomDiscreteScheduleConfig(ScheduleConfig):
     name: str = "random_discrete"
     values: List[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
     epochs: int = 100
+    per_minibatch: ClassVar[bool] = RandomDiscreteSchedule.per_minibatch
 
     def build(self) -> NoiseSchedule:
         if not self.values:

@@ -29,7 +29,8 @@ from scheda.protocol.slurm import (
     record_scheduler_states,
     scheduler_states,
 )
-from scheda.runs.rundir import FINAL_STATUSES, has_checkpoint, read_results, reentry
+from scheda.runs.reentry import has_checkpoint, reentry
+from scheda.runs.rundir import FINAL_STATUSES, read_results
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ LAUNCHERS = ("basic", "joblib", "submitit_slurm", "submitit_local")
 
 def job_state(run_dir: Path, job: JobSpec) -> str:
     """'done', 'resume' (a checkpoint to continue from) or 'new' (a failed job reruns), by the
-    policy a sweep run again follows too (scheda.runs.resume.reentry). A finished job run with other
+    policy a sweep run again follows too (scheda.runs.reentry.reentry). A finished job run with other
     settings is an error: the protocol directory belongs to one scale."""
     results = read_results(run_dir)
     if results is not None and "config" in results:

@@ -1,5 +1,5 @@
 """``python train.py resume=RUN``: continue a run as itself (what a job does with a run
-directory that already holds a run is scheda.runs.rundir's ``previous_attempt``).
+directory that already holds a run is scheda.runs.reentry).
 
 The run's own overrides (``RUN/.hydra/overrides.yaml``) are composed again with the ones on
 the command line on top, and the run writes into its own directory, so its checkpoints,

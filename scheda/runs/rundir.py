@@ -7,8 +7,8 @@ command line read runs without it). What a run writes there and how a later proc
   it got right (:func:`pack_correct`); the evaluation a run is read at (:func:`pick`);
 * ``checkpoints/epoch_NNNNN.pt`` (:func:`checkpoint_name`), and ``models/<k>/`` for a fused sweep;
 * ``metrics.csv`` of ``logger=csv`` (:func:`read_metrics`);
-* what a job does with a directory that already holds a run (:func:`reentry`, the one policy of a
-  sweep run again and of the protocol), and ``attempts/<n>/`` for what it sets aside;
+* what a job does with a directory that already holds a run: scheda.runs.reentry;
+* what a finished run tells its user (:func:`summary_lines`);
 * ``.lock``: one writer at a time (scheda.utils.lock, which the protocol's folder uses too).
 """
 
@@ -17,15 +17,13 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from scheda.utils.errors import ConfigError
-from scheda.utils.io import atomic_write_json
+from scheda.utils.io import atomic_write_json, shown_path
 
 log = logging.getLogger(__name__)
 
@@ -167,67 +165,28 @@ ACTIONS = ("ran", "skipped", "resumed", "reran")
 # A run that ended with one of these is a result: run again with the same config and seed it
 # would end the same way (a diverged run diverges again), so it is kept, not rerun.
 FINAL_STATUSES = ("completed", "diverged")
-KEPT = {".hydra", "train.log", ".lock", "attempts"}  # left in place when an attempt is set aside
 
 
-def has_checkpoint(run_dir: Path) -> bool:
-    folders = [run_dir / "checkpoints", *sorted((run_dir / "models").glob("*/checkpoints"))]
-    return any(CHECKPOINT_RE.match(p.name) for folder in folders if folder.is_dir() for p in folder.iterdir())
-
-
-def reentry(status: str | None, checkpointed: bool, error: str | None = None) -> tuple[str, str]:
-    """The one policy for a run directory that already holds a run, used by a sweep run again
-    (:func:`previous_attempt`) and by the protocol (scheda.protocol.launch.job_state): from the
-    earlier attempt's status (None: no results.json), whether it left a checkpoint and the error
-    it recorded, the action (``ACTIONS``) and a line saying why. A final status (completed, diverged) is kept;
-    a failure reruns from the start (what failed may be in its checkpoints); a run that stopped
-    (interrupted, killed, out of time) resumes from its newest checkpoint."""
-    if status is None:
-        if checkpointed:  # written before results.json was (an older scheda)
-            return "resumed", "checkpoints and no results.json: resuming from its newest checkpoint"
-        return "ran", ""
-    if status in FINAL_STATUSES:
-        return "skipped", f"{status} before with the same config: skipped (rerun=true runs it again)"
-    if status == "failed":
-        return "reran", f"failed before ({error or 'no error recorded'}): running it again (its files under attempts/)"
-    if checkpointed:
-        return "resumed", f"{status} before: resuming from its newest checkpoint"
-    return "reran", f"{status} before, with no checkpoint: running it again"
-
-
-def previous_attempt(cfg: Any, run_dir: Path) -> tuple[str, str, dict[str, Any] | None]:
-    """What this job does with what an earlier attempt left in ``run_dir`` (read before the new
-    results.json replaces it), by :func:`reentry`, or ``reran`` for ``rerun=true`` and an
-    unreadable results.json. A config that alters what the earlier attempt trained is refused
-    with one line naming the difference. Returns the action, a line saying why, and the earlier
-    results (those of a skipped run are its result)."""
-    from scheda.runs.resume import config_changes
-
-    path = run_dir / "results.json"
-    if not path.is_file():
-        return (*reentry(None, has_checkpoint(run_dir)), None)
-    try:
-        before = json.loads(path.read_text())
-        status, saved = before["status"], before["config"]
-    except (ValueError, KeyError, TypeError):
-        return "reran", "its results.json is unreadable: running it again (the old files under attempts/)", None
-    if cfg.get("rerun"):
-        return "reran", f"rerun=true: running it again ({status} before; its files under attempts/)", before
-    _, altering, shown = config_changes(saved, cfg)
-    if altering:
-        raise ConfigError(f"{run_dir.name} holds a run of another config ({shown}): give the sweep a new "
-                          f"hydra.sweep.dir, or add rerun=true to run it again")
-    return (*reentry(status, has_checkpoint(run_dir), before.get("error")), before)
-
-
-def set_aside(run_dir: Path) -> Path:
-    """Move an earlier attempt's files (results, checkpoints, curves, models) into
-    ``attempts/<n>/``: a rerun never deletes what a run wrote."""
-    attempts = run_dir / "attempts"
-    n = 1 + max((int(p.name) for p in attempts.glob("*") if p.name.isdigit()), default=0)
-    target = attempts / str(n)
-    target.mkdir(parents=True)
-    for item in sorted(run_dir.iterdir()):
-        if item.name not in KEPT:
-            os.replace(item, target / item.name)
-    return target
+def summary_lines(summary: dict[str, Any], output_dir: Path, loggers: Iterable[Any] = ()) -> list[str]:
+    """What a finished run gives and where everything is, on one screen: each model's chosen
+    setting and errors, the fine-tuned result, and where its results, checkpoints and each
+    logger's records (``logger.where``) are."""
+    shown = shown_path(output_dir)
+    lines = [f"done in {summary.get('seconds', 0) / 60:.1f} min ({summary.get('epochs', 0)} epochs)"]
+    models = summary.get("models")
+    for entry in models or [summary]:
+        last = entry if models else (summary["evaluations"][-1] if summary.get("evaluations") else None)
+        where = f"  {entry['dir']} {entry['overrides']}: " if models else "  "
+        if last and last.get("val_error") is not None:
+            chosen = f"{params_text(params_of(last))}, " if params_of(last) else ""
+            lines.append(f"{where}{chosen}val error {100 * last['val_error']:.2f} %, test error {100 * last['test_error']:.2f} %")
+        elif models:
+            lines.append(f"{where}{entry.get('status')}")
+    ft = summary.get("finetune", {}).get("chosen")
+    if ft:
+        lines.append(f"  fine-tuned: lr {ft['lr']:g}, epoch {ft['best_epoch']}: val error {100 * ft['val_error']:.2f} %, "
+                     f"test error {100 * ft['test_error']:.2f} %")
+    lines.append(f"  results: {shown}/results.json")
+    if (output_dir / "checkpoints").is_dir() or models:
+        lines.append(f"  checkpoints: {shown}/{'models/*/' if models else ''}checkpoints/")
+    return lines + [f"  {line}" for line in (logger.where(output_dir) for logger in loggers) if line]

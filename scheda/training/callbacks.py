@@ -6,50 +6,33 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Any
 
-import torch
 from tqdm import tqdm
 
 from scheda.runs.rundir import checkpoint_name
 from scheda.training.checkpoint import save_checkpoint
 
+if TYPE_CHECKING:  # the loop calls the callbacks; they sit beside it, not above it
+    from scheda.training.trainer import ModelState
+
 log = logging.getLogger(__name__)
 
 
-class ModelState(Protocol):
-    """What a callback reads of the trainer that calls it (scheda.training.trainer.ModelState is one): the
-    callbacks sit beside the loop, not above it, so they name no module of it."""
-
-    model: torch.nn.Module
-    schedule: Any
-    train_x: torch.Tensor
-    epoch: int
-    partial: Any  # the epoch an interrupt stopped (its n_batches), or None
-    on_batch: Optional[Callable[[int], None]]
-
-    @property
-    def device(self) -> torch.device: ...
-
-    @property
-    def switches(self) -> list[dict[str, Any]]: ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-
 class Callback:
-    """Hooks; ``epoch`` in ``metrics`` counts completed epochs (1 after the first)."""
+    """Hooks the loop calls with one model's state (scheda.training.trainer.ModelState); ``epoch``
+    in ``metrics`` counts completed epochs (1 after the first)."""
 
-    def on_fit_start(self, trainer: "ModelState") -> None: ...
+    def on_fit_start(self, state: "ModelState") -> None: ...
 
-    def on_epoch_end(self, trainer: "ModelState", metrics: dict[str, Any]) -> None: ...
+    def on_epoch_end(self, state: "ModelState", metrics: dict[str, Any]) -> None: ...
 
-    def on_stage_end(self, trainer: "ModelState", metrics: dict[str, Any]) -> None: ...
+    def on_stage_end(self, state: "ModelState", metrics: dict[str, Any]) -> None: ...
 
-    def on_fit_end(self, trainer: "ModelState") -> None: ...
+    def on_fit_end(self, state: "ModelState") -> None: ...
 
-    def on_interrupt(self, trainer: "ModelState") -> None:
-        """A signal stopped training mid-epoch (``trainer.partial`` says where)."""
+    def on_interrupt(self, state: "ModelState") -> None:
+        """A signal stopped training mid-epoch (``state.partial`` says where)."""
 
     def close(self) -> None:
         """Release resources; called even when training fails."""
@@ -68,15 +51,15 @@ class CheckpointCallback(Callback):
         self.every = every
         self.last_path: Path | None = None
 
-    def on_epoch_end(self, trainer, metrics):
+    def on_epoch_end(self, state, metrics):
         epoch = metrics["epoch"]
         if metrics["stage_end"] or (self.every > 0 and epoch % self.every == 0):
-            self.last_path = save_checkpoint(self.directory / checkpoint_name(epoch), trainer.state_dict())
+            self.last_path = save_checkpoint(self.directory / checkpoint_name(epoch), state.state_dict())
             log.info("checkpoint %s", self.last_path)
 
-    def on_interrupt(self, trainer):
-        name = checkpoint_name(trainer.epoch, trainer.partial.n_batches)
-        self.last_path = save_checkpoint(self.directory / name, trainer.state_dict())
+    def on_interrupt(self, state):
+        name = checkpoint_name(state.epoch, state.partial.n_batches)
+        self.last_path = save_checkpoint(self.directory / name, state.state_dict())
         log.info("checkpoint %s (interrupted)", self.last_path)
 
 
@@ -100,16 +83,16 @@ class ProgressBar(Callback):
         self.bar = None
         self.total_epochs = 0
 
-    def on_fit_start(self, trainer):
+    def on_fit_start(self, state):
         from scheda.utils.progress import bar
 
-        n = trainer.train_x.shape[0]
-        self.total_epochs = trainer.schedule.total_epochs
-        self.bar = bar(self.total_epochs * n, "train", "ex", self.enabled, initial=trainer.epoch * n, unit_scale=True)
+        n = state.train_x.shape[0]
+        self.total_epochs = state.schedule.total_epochs
+        self.bar = bar(self.total_epochs * n, "train", "ex", self.enabled, initial=state.epoch * n, unit_scale=True)
         if not self.bar.disable:
-            trainer.on_batch = self.bar.update
+            state.on_batch = self.bar.update
 
-    def on_epoch_end(self, trainer, metrics):
+    def on_epoch_end(self, state, metrics):
         if self.bar is not None:
             nu = metrics["nu"]
             self.bar.set_postfix(epoch=f"{metrics['epoch']}/{self.total_epochs}", nu=f"{nu:.3g}",

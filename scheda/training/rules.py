@@ -1,95 +1,98 @@
-"""Rules between config groups, held in one place and checked once, before a run loads its data
-or writes anything but its results.json (written first, with status running, so that a refused
-run leaves its one-line error where a sweep reads it): no TensorBoard, no checkpoint.
+"""Rules between config groups, and the step they leave a run: every refusal of a run's settings
+lives here, one function and one line each, checked once while the run's plan is made
+(scheda.training.plan), before it loads its data or writes anything but its results.json
+(written first, with status running, so that a refused run leaves its one-line error where a
+sweep reads it): no TensorBoard, no checkpoint.
 
 Each group's own values are checked by its schema (``check()``); what can only be judged from
-two groups together lives here, as one function per rule returning the one-line error (or
-None). ``typed_run`` types every group once; ``check_run`` applies every rule to that.
+two groups together, or from a group and the device, lives here: each rule takes the typed
+config (scheda.training.plan.RunConfig) and the device, and returns the one-line error or None.
+:func:`choose_step` then turns the settings left open (``trainer.cuda_graph=null``,
+``trainer.triton=null``) into the one step that trains the run.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+import importlib.util
+from typing import TYPE_CHECKING, Callable
 
-from omegaconf import DictConfig, OmegaConf
+import torch
 
-from scheda.config import COMPONENT_MODULES, MANY, typed, typed_many
-from scheda.utils.errors import ConfigError
 from scheda.model.schedule import nu_key, options_with_nu_key
-from scheda.training.step import graph_refusal, parallel_refusal, triton_refusal, two_pass_refusal
+from scheda.training.step import TWO_PASS_PRECISIONS, TWO_PASS_ROWS, StepChoice
+from scheda.utils.errors import ConfigError
 
-GROUPS = tuple(COMPONENT_MODULES)
+if TYPE_CHECKING:
+    from scheda.training.plan import RunConfig
 
-
-@dataclass
-class TypedRun:
-    """Every group of a run's config as its checked schema object, and the top-level keys."""
-
-    dataset: Any
-    model: Any
-    noise: Any
-    schedule: Any
-    optim: Any
-    trainer: Any
-    logger: list  # every selected logger's schema (config.MANY)
-    evaluate: Any
-    classifier: Any
-    finetune: Any
-    seed: int = 0
-    train_seed: Optional[int] = None
-    resume: Optional[str] = None
-    init_from: Optional[str] = None
-    # The composed config as plain data, to record (results.json, a fused model's config.yaml)
-    # and to compare with a saved run's; nothing is built from it.
-    composed: dict = field(default_factory=dict)
+FUSED_STEP = "model.name=da, model.loss=cross_entropy, trainer.fused=true, trainer.precision fp32 or tf32"
+PLAIN_SGD = "optim.momentum=0 and optim.weight_decay=0"
+TRITON_STEP = "the masking noise, one noise level per epoch"
 
 
-def typed_run(cfg: DictConfig) -> TypedRun:
-    """Type (and so check) every group once; a bad value is a one-line ConfigError."""
-    return TypedRun(**{g: typed_many(g, cfg.get(g)) if g in MANY else typed(g, cfg[g]) for g in GROUPS},
-                    seed=int(cfg.get("seed", 0)), train_seed=cfg.get("train_seed"), resume=cfg.get("resume"),
-                    init_from=cfg.get("init_from"), composed=OmegaConf.to_container(cfg, resolve=True))
+def _fused(run: RunConfig) -> bool:
+    """Whether the hand-written step trains the models: a tied cross-entropy DA, asked for
+    (``trainer.fused``), in fp32 or tf32 (or tf32x3, the two-pass step's)."""
+    return (run.model.name == "da" and run.model.loss == "cross_entropy" and run.trainer.fused
+            and run.trainer.precision != "bf16")
 
 
-def _fusable(run: TypedRun) -> bool:
-    """Whether the model is one the hand-written step (scheda.training.step) trains: a tied cross-entropy DA."""
-    return run.model.name == "da" and run.model.loss == "cross_entropy"
-
-
-def _plain_sgd(run: TypedRun) -> bool:
+def _plain_sgd(run: RunConfig) -> bool:
     return run.optim.momentum == 0 and run.optim.weight_decay == 0
 
 
-def _parallel(run: TypedRun) -> bool:
+def _parallel(run: RunConfig) -> bool:
     par = run.trainer.parallel
     return bool(par.nu or par.lr or par.seed)
 
 
-def _graph_refusal(run: TypedRun) -> str | None:
-    """What keeps a CUDA graph from this run's step (scheda.training.step decides), the device aside."""
-    t = run.trainer
-    return graph_refusal(_fusable(run), t.fused, t.precision, _plain_sgd(run), run.schedule.build().per_minibatch)
+def _graph_refusal(run: RunConfig) -> str | None:
+    """Why a CUDA graph cannot capture this run's step, the device aside (None: it can). A graph
+    replays the fused step with plain SGD folded into it and a noise level fixed for the epoch:
+    a schedule that draws nu per minibatch would replay a stale one."""
+    if not _fused(run):
+        return f"trainer.cuda_graph=true needs the fused step: {FUSED_STEP}"
+    if not _plain_sgd(run):
+        return f"trainer.cuda_graph=true needs plain SGD: {PLAIN_SGD}"
+    if run.schedule.per_minibatch:
+        return ("trainer.cuda_graph=true needs one noise level per epoch, and this schedule draws nu per "
+                "minibatch: use trainer.cuda_graph=null (it then runs eager) or false")
+    return None
 
 
-def graph_can_capture_the_step(run: TypedRun) -> str | None:
+def _triton_refusal(run: RunConfig) -> str | None:
+    """Why the Triton step cannot train this run, the device aside (None: it can): its kernels
+    hold the plain fused step and the masking noise, with the level fixed for the epoch; triton
+    must be installed."""
+    if not (_fused(run) and _plain_sgd(run)):
+        return f"trainer.triton=true needs the plain fused step: {FUSED_STEP}, {PLAIN_SGD}"
+    if run.noise.name != "masking" or run.schedule.per_minibatch:
+        return f"trainer.triton=true needs {TRITON_STEP}: use trainer.triton=null (it then runs the torch step) or false"
+    if importlib.util.find_spec("triton") is None:
+        return "trainer.triton=true needs triton: pip install triton (Linux), or use trainer.triton=false"
+    return None
+
+
+def cuda_settings_need_a_cuda_device(run: RunConfig, device: torch.device) -> str | None:
+    for key in ("cuda_graph", "triton", "two_pass"):
+        if getattr(run.trainer, key) and device.type != "cuda":
+            return (f"trainer.{key}=true needs a CUDA device, not {device}: use trainer.device=cuda or "
+                    f"trainer.{key}=false")
+    return None
+
+
+def graph_can_capture_the_step(run: RunConfig, device: torch.device) -> str | None:
     return _graph_refusal(run) if run.trainer.cuda_graph else None
 
 
-def _triton_refusal(run: TypedRun) -> str | None:
-    """What keeps the Triton step from this run (scheda.training.step decides), the device aside."""
-    t = run.trainer
-    return triton_refusal(_fusable(run), t.fused, t.precision, _plain_sgd(run), run.noise.name == "masking",
-                          run.schedule.build().per_minibatch)
-
-
-def triton_can_take_the_step(run: TypedRun) -> str | None:
+def triton_can_take_the_step(run: RunConfig, device: torch.device) -> str | None:
     return _triton_refusal(run) if run.trainer.triton else None
 
 
-def two_pass_is_a_triton_step(run: TypedRun) -> str | None:
-    """The two-pass step is the Triton step in other kernels: what that needs, then its own limits;
-    ``trainer.precision=tf32x3`` names its products, so it needs it."""
+def two_pass_is_a_triton_step(run: RunConfig, device: torch.device) -> str | None:
+    """The two-pass step is the Triton step in other kernels: what that needs, then its own limits
+    (a minibatch in one program; fp32 or three-pass TF32 products); ``trainer.precision=tf32x3``
+    names its products, so it needs it."""
     t = run.trainer
     if not t.two_pass:
         if t.precision == "tf32x3":
@@ -100,41 +103,48 @@ def two_pass_is_a_triton_step(run: TypedRun) -> str | None:
     refusal = _triton_refusal(run)
     if refusal:
         return refusal.replace("trainer.triton=true", "trainer.two_pass=true")
-    return two_pass_refusal(t.batch_size, t.precision)
+    if t.batch_size > TWO_PASS_ROWS:
+        return (f"trainer.two_pass=true keeps a minibatch in one program: trainer.batch_size={t.batch_size} must be "
+                f"<= {TWO_PASS_ROWS} (or use trainer.two_pass=false)")
+    if t.precision not in TWO_PASS_PRECISIONS:
+        return f"trainer.two_pass=true computes its products in fp32 or tf32x3, not trainer.precision={t.precision}"
+    return None
 
 
-def parallel_needs_the_fused_step(run: TypedRun) -> str | None:
-    t = run.trainer
-    return parallel_refusal(_fusable(run), t.fused, t.precision, _plain_sgd(run)) if _parallel(run) else None
+def parallel_needs_the_fused_step(run: RunConfig, device: torch.device) -> str | None:
+    """A fused sweep's models share the hand-written step, with plain SGD folded into it."""
+    if _parallel(run) and not (_fused(run) and _plain_sgd(run)):
+        return f"trainer.parallel needs the plain fused step: {FUSED_STEP}, {PLAIN_SGD}"
+    return None
 
 
-def parallel_nu_needs_a_noise_level(run: TypedRun) -> str | None:
+def parallel_nu_needs_a_noise_level(run: RunConfig, device: torch.device) -> str | None:
     if run.trainer.parallel.nu and nu_key({"name": run.schedule.name}) is None:
         return (f"trainer.parallel.nu needs schedule {', '.join(options_with_nu_key())} (one noise level to set), "
                 f"not {run.schedule.name}")
     return None
 
 
-def parallel_trains(run: TypedRun) -> str | None:
+def parallel_trains(run: RunConfig, device: torch.device) -> str | None:
     if _parallel(run) and run.finetune.enabled and run.finetune.standalone:
         return "trainer.parallel trains models: it cannot be combined with finetune.standalone"
     return None
 
 
-def resume_or_init_from(run: TypedRun) -> str | None:
+def resume_or_init_from(run: RunConfig, device: torch.device) -> str | None:
     standalone = run.finetune.enabled and run.finetune.standalone
     if run.resume and run.init_from and not standalone:
         return "resume and init_from are both set: resume continues a run, init_from starts a new one"
     return None
 
 
-def standalone_needs_init_from(run: TypedRun) -> str | None:
+def standalone_needs_init_from(run: RunConfig, device: torch.device) -> str | None:
     if run.finetune.enabled and run.finetune.standalone and not run.init_from:
         return "finetune.standalone=true needs init_from=<a DA/ScheDA run or checkpoint>"
     return None
 
 
-def finetune_output_needs_a_linear_classifier(run: TypedRun) -> str | None:
+def finetune_output_needs_a_linear_classifier(run: RunConfig, device: torch.device) -> str | None:
     if run.finetune.enabled and run.finetune.init_output == "classifier" and not run.classifier.linear:
         return (f"finetune.init_output=classifier starts the output layer from a linear classifier, and "
                 f"classifier={run.classifier.name} has none: use classifier=torch_lr or liblinear, or "
@@ -142,45 +152,37 @@ def finetune_output_needs_a_linear_classifier(run: TypedRun) -> str | None:
     return None
 
 
-def raw_needs_evaluation(run: TypedRun) -> str | None:
+def raw_needs_evaluation(run: RunConfig, device: torch.device) -> str | None:
     if not run.model.trains and not run.evaluate.enabled:
         return "model=raw only evaluates: set evaluate.enabled=true"
     return None
 
 
-RULES: tuple[Callable[[TypedRun], str | None], ...] = (
-    graph_can_capture_the_step, triton_can_take_the_step, two_pass_is_a_triton_step, parallel_needs_the_fused_step,
-    parallel_nu_needs_a_noise_level,
-    parallel_trains, resume_or_init_from, standalone_needs_init_from, finetune_output_needs_a_linear_classifier,
-    raw_needs_evaluation,
+RULES: tuple[Callable[[RunConfig, torch.device], str | None], ...] = (
+    cuda_settings_need_a_cuda_device, graph_can_capture_the_step, triton_can_take_the_step, two_pass_is_a_triton_step,
+    parallel_needs_the_fused_step, parallel_nu_needs_a_noise_level, parallel_trains, resume_or_init_from,
+    standalone_needs_init_from, finetune_output_needs_a_linear_classifier, raw_needs_evaluation,
 )
 
 
-def graph_applies(run: TypedRun) -> bool:
-    """Whether a CUDA graph can capture this run's step: what ``trainer.cuda_graph=null`` turns into."""
-    return run.trainer.resolve_device().type == "cuda" and _graph_refusal(run) is None
-
-
-def triton_applies(run: TypedRun) -> bool:
-    """Whether the Triton step trains this run: what ``trainer.triton=null`` turns into."""
-    return run.trainer.resolve_device().type == "cuda" and _triton_refusal(run) is None
-
-
-def resolve(run: TypedRun) -> TypedRun:
-    """Settings whose default depends on other groups, decided once (after the rules passed)."""
-    if run.trainer.cuda_graph is None:
-        run.trainer.cuda_graph = graph_applies(run)
-    if run.trainer.triton is None:
-        run.trainer.triton = triton_applies(run) or run.trainer.two_pass
-    return run
-
-
-def check_run(cfg: DictConfig) -> TypedRun:
-    """Every group typed and checked, then every rule between groups: the first broken one is
-    raised as one line. Returns the typed run, its cross-group defaults resolved."""
-    run = typed_run(cfg)
+def check(run: RunConfig, device: torch.device) -> None:
+    """Every rule; the first broken one is raised as one line."""
     for rule in RULES:
-        message = rule(run)
+        message = rule(run, device)
         if message:
             raise ConfigError(message)
-    return resolve(run)
+
+
+def choose_step(run: RunConfig, device: torch.device) -> StepChoice:
+    """The step that trains a run whose rules passed: ``trainer.cuda_graph=null`` becomes true on
+    a CUDA device wherever a graph can capture the step, ``trainer.triton=null`` wherever the
+    Triton step applies (on a CPU the torch step measures faster); ``trainer.two_pass`` makes a
+    Triton step the two-pass one."""
+    t, cuda = run.trainer, device.type == "cuda"
+    graph = t.cuda_graph if t.cuda_graph is not None else cuda and _graph_refusal(run) is None
+    triton = t.triton if t.triton is not None else (cuda and _triton_refusal(run) is None) or t.two_pass
+    if triton:
+        kind = "two_pass" if t.two_pass else "triton"
+    else:
+        kind = "fused" if _fused(run) else "autograd"
+    return StepChoice(kind, bool(graph), t.precision)

@@ -1,15 +1,15 @@
 """One minibatch update of K >= 1 DAs, and which update a run gets (the loop that calls it,
 minibatch after minibatch, is scheda.training.trainer).
 
-:class:`StepBuilder` builds the step the run's settings ask for, by the answers of
-:func:`fused_applies`, :func:`graph_refusal`, :func:`triton_refusal` and :func:`parallel_refusal`,
-which scheda.training.rules asks too before the run starts (one decision, one set of error lines):
+:class:`StepChoice` is which step trains a run: scheda.training.rules chooses it once, in the run's
+plan (scheda.training.plan), and refuses there every setting a step cannot take; the loop builds
+the chosen step from it for the models it holds, and nothing here decides again:
 
 * :class:`AutogradStep` (called as K = 1 through :class:`OneModel`): ``model.training_loss``
   (corrupt, reconstruct), ``backward``, ``optimizer.step``. Serves every option (any noise,
   squared error, any optimizer settings, bf16 autocast).
 * :class:`GraphedStep`: the batched step below captured once in a CUDA graph and replayed per
-  minibatch (launch-bound at minibatch 20), where :func:`graph_refusal` has no objection.
+  minibatch (launch-bound at minibatch 20).
 * :class:`BatchedStep` (one model is K = 1; :class:`FusedStep` calls it as :class:`AutogradStep`
   is called, for tests and scripts): the tied-weight cross-entropy DA
   with SGD, written out by hand, for K models of a fused sweep at once (K = 1: one run). With
@@ -25,8 +25,8 @@ which scheda.training.rules asks too before the run starts (one decision, one se
   the minimum for a tied DA.
 * :class:`TritonStep`: the same update with the masking noise, its elementwise work in four
   Triton kernels for all K models (scheda.training.kernels), graphed several minibatches a replay: the
-  CUDA default where :func:`triton_refusal` has no objection (on a CPU the torch step above
-  measures faster, and Triton has no CPU backend but its interpreter).
+  CUDA default where it applies (on a CPU the torch step above measures faster, and Triton has
+  no CPU backend but its interpreter).
 * :class:`TwoPassStep` (``trainer.two_pass``, opt-in): the Triton step as two passes over W a
   minibatch, the next minibatch's encode inside the update's pass (scheda.training.kernels).
 """
@@ -35,16 +35,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import logging
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from scheda.utils.errors import ConfigError
 from scheda.model.autoencoder import DenoisingAutoencoder
-from scheda.model.noise import Masking, Noise, mask_threshold
+from scheda.model.noise import Corruption, mask_threshold
 from scheda.model.optim import SGD
 
 log = logging.getLogger(__name__)
@@ -75,7 +73,7 @@ class AutogradStep:
     """Corrupt, the model's own training loss, backward, the model's after-backward hook
     (the composite DA freezes inactive groups there), the optimiser's step."""
 
-    def __init__(self, model: DenoisingAutoencoder, optimizer: SGD, noise: Noise,
+    def __init__(self, model: DenoisingAutoencoder, optimizer: SGD, noise: Corruption,
                  autocast_dtype: torch.dtype | None = None):
         self.model, self.optimizer, self.noise = model, optimizer, noise
         self.autocast_dtype = autocast_dtype
@@ -134,73 +132,6 @@ def plain_sgd(optimizer: SGD) -> bool:
     return group["momentum"] == 0 and group["weight_decay"] == 0
 
 
-# Which step trains a run, decided here from the run's settings alone: scheda.training.rules refuses a
-# config with these lines before anything is built, and StepBuilder builds by the same answers.
-FUSED_STEP = "model.name=da, model.loss=cross_entropy, trainer.fused=true, trainer.precision fp32 or tf32"
-PLAIN_SGD = "optim.momentum=0 and optim.weight_decay=0"
-
-
-def fused_applies(fusable: bool, fused: bool, precision: str) -> bool:
-    """Whether the hand-written step trains the models: tied cross-entropy DAs with one SGD
-    group each (``fusable``), asked for (``trainer.fused``), in fp32 or tf32."""
-    return fusable and fused and precision != "bf16"
-
-
-def graph_refusal(fusable: bool, fused: bool, precision: str, sgd_is_plain: bool, nu_per_minibatch: bool) -> str | None:
-    """Why a CUDA graph cannot capture this run's step, as the line that refuses
-    ``trainer.cuda_graph=true`` (None: it can; ``trainer.cuda_graph=null`` then turns it on on CUDA).
-    A graph replays the fused step with plain SGD folded into it and a noise level fixed for
-    the epoch: a schedule that draws nu per minibatch would replay a stale one."""
-    if not fused_applies(fusable, fused, precision):
-        return f"trainer.cuda_graph=true needs the fused step: {FUSED_STEP}"
-    if not sgd_is_plain:
-        return f"trainer.cuda_graph=true needs plain SGD: {PLAIN_SGD}"
-    if nu_per_minibatch:
-        return ("trainer.cuda_graph=true needs one noise level per epoch, and this schedule draws nu per "
-                "minibatch: use trainer.cuda_graph=null (it then runs eager) or false")
-    return None
-
-
-TRITON_STEP = "the masking noise, one noise level per epoch"
-
-
-def triton_refusal(fusable: bool, fused: bool, precision: str, sgd_is_plain: bool, masking: bool,
-                   nu_per_minibatch: bool) -> str | None:
-    """Why :class:`TritonStep` cannot train this run (None: it can; ``trainer.triton=null`` then
-    turns it on on CUDA): its kernels hold the plain fused step and the masking noise, with the
-    level fixed for the epoch; triton must be installed."""
-    if not (fused_applies(fusable, fused, precision) and sgd_is_plain):
-        return f"trainer.triton=true needs the plain fused step: {FUSED_STEP}, {PLAIN_SGD}"
-    if not masking or nu_per_minibatch:
-        return f"trainer.triton=true needs {TRITON_STEP}: use trainer.triton=null (it then runs the torch step) or false"
-    if importlib.util.find_spec("triton") is None:
-        return "trainer.triton=true needs triton: pip install triton (Linux), or use trainer.triton=false"
-    return None
-
-
-TWO_PASS_ROWS = 128  # the two-pass step holds a minibatch's rows in one program (kernels.MAX_ROWS)
-TWO_PASS_PRECISIONS = ("fp32", "tf32x3")
-
-
-def two_pass_refusal(batch_size: int, precision: str) -> str | None:
-    """Why :class:`TwoPassStep` cannot train this run beyond what the Triton step needs (None: it
-    can): a minibatch of at most 128 rows, and its products in fp32 or three-pass TF32."""
-    if batch_size > TWO_PASS_ROWS:
-        return (f"trainer.two_pass=true keeps a minibatch in one program: trainer.batch_size={batch_size} must be "
-                f"<= {TWO_PASS_ROWS} (or use trainer.two_pass=false)")
-    if precision not in TWO_PASS_PRECISIONS:
-        return (f"trainer.two_pass=true computes its products in fp32 or tf32x3, not trainer.precision={precision}")
-    return None
-
-
-def parallel_refusal(fusable: bool, fused: bool, precision: str, sgd_is_plain: bool) -> str | None:
-    """Why a fused sweep (``trainer.parallel``) cannot train these models together (None: it can):
-    its models share the hand-written step, with plain SGD folded into it."""
-    if not (fused_applies(fusable, fused, precision) and sgd_is_plain):
-        return f"trainer.parallel needs the plain fused step: {FUSED_STEP}, {PLAIN_SGD}"
-    return None
-
-
 class LossSums:
     """What every step the loop calls shares: each model's running sum of its training losses this
     epoch, kept on the device in ``loss_sums`` [K, ...] (a scalar per model, or the Triton step's
@@ -233,13 +164,12 @@ class BatchedStep(LossSums):
     optimiser steps); a sweep needs plain SGD, fused into the product."""
 
     def __init__(self, models: list[DenoisingAutoencoder], optimizers: list[SGD],
-                 noises: list[Noise], batch_size: int, device: torch.device):
-        for m, opt in zip(models, optimizers):  # built where fused_applies: the models' own part
-            refusal = parallel_refusal(self.supports(m, opt), True, "fp32", len(models) == 1 or plain_sgd(opt))
-            if refusal:
-                raise ConfigError(refusal)
+                 noises: list[Corruption], batch_size: int, device: torch.device):
+        # What the plan chose this step for (scheda.training.rules refuses every run without it).
+        if not all(map(self.supports, models, optimizers)) or (len(models) > 1 and not all(map(plain_sgd, optimizers))):
+            raise ValueError("the batched step trains tied cross-entropy DAs with one SGD group (plain SGD for several)")
         if len({(m.n_input, m.n_hidden, m.activation) for m in models}) != 1:
-            raise ConfigError("trainer.parallel models must share model.hidden, model.activation and the data")
+            raise ValueError("models trained by one step share their input size, hidden units and activation")
         self.models, self.optimizers, self.noises = models, optimizers, noises
         self.plain_sgd = all(plain_sgd(opt) for opt in optimizers)
         K, d, H, n = len(models), models[0].n_input, models[0].n_hidden, batch_size
@@ -333,7 +263,7 @@ class BatchedStep(LossSums):
 class FusedStep(BatchedStep):
     """The fused step of one model: the batched step with K = 1, called like :class:`AutogradStep`."""
 
-    def __init__(self, model: DenoisingAutoencoder, optimizer: SGD, noise: Noise,
+    def __init__(self, model: DenoisingAutoencoder, optimizer: SGD, noise: Corruption,
                  batch_size: int, device: torch.device):
         super().__init__([model], [optimizer], [noise], batch_size, device)
         self.model, self.optimizer, self.noise = model, optimizer, noise
@@ -354,16 +284,12 @@ class TritonStep(BatchedStep):
 
     minibatches = 16
 
-    def __init__(self, models: list[DenoisingAutoencoder], optimizers: list[SGD], noises: list[Noise],
+    def __init__(self, models: list[DenoisingAutoencoder], optimizers: list[SGD], noises: list[Corruption],
                  batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator], graphed: bool):
         device = x_all.device
         super().__init__(models, optimizers, noises, batch_size, device)
-        refusal = triton_refusal(True, True, "fp32", self.plain_sgd,
-                                 all(isinstance(noise, Masking) for noise in noises), False)
-        if refusal:
-            raise ConfigError(refusal)
-        if graphed and device.type != "cuda":
-            raise ConfigError(f"trainer.cuda_graph=true needs a CUDA device, not {device}")
+        if not self.plain_sgd or not all(noise.name == "masking" for noise in noises):
+            raise ValueError("the Triton step trains with plain SGD and the masking noise (scheda.training.rules)")
         from scheda.training import kernels
 
         self.kernels = kernels
@@ -464,14 +390,14 @@ class TwoPassStep(TritonStep):
     is encoded alone, by the same loop, so where a call starts changes no bit. Its products are
     tl.dot in fp32 (``trainer.precision=fp32``) or three-pass TF32 (``tf32x3``); its masks are
     :class:`TritonStep`'s (each model's words from its own generator, drawn in the same order).
-    ``trainer.two_pass=true`` (CUDA; what else it needs: :func:`two_pass_refusal`)."""
+    ``trainer.two_pass=true`` (what else it needs: scheda.training.rules.two_pass_is_a_triton_step)."""
 
-    def __init__(self, models: list[DenoisingAutoencoder], optimizers: list[SGD], noises: list[Noise],
+    def __init__(self, models: list[DenoisingAutoencoder], optimizers: list[SGD], noises: list[Corruption],
                  batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator], graphed: bool,
                  precision: str = "fp32"):
-        refusal = two_pass_refusal(batch_size, precision)
-        if refusal:
-            raise ConfigError(refusal)
+        if batch_size > TWO_PASS_ROWS or precision not in TWO_PASS_PRECISIONS:
+            raise ValueError(f"the two-pass step takes at most {TWO_PASS_ROWS} rows a minibatch, in "
+                             f"{' or '.join(TWO_PASS_PRECISIONS)} (scheda.training.rules)")
         super().__init__(models, optimizers, noises, batch_size, x_all, generators, graphed)
         K, n, d = self.x.shape
         f32 = dict(dtype=self.W.dtype, device=x_all.device)
@@ -561,39 +487,39 @@ class OneModel(LossSums):
         return loss
 
 
-@dataclass(frozen=True)
-class StepBuilder:
-    """Which minibatch update trains a set of models in lockstep, decided once by the run
-    (``trainer.fused``, ``trainer.precision``, ``trainer.cuda_graph``) and built by the loop for
-    the models it holds (again when a fused sweep's model drops out). Every step it builds is
-    called as ``step(x_all, idx [K, rows], nus, generators)`` with ``rows`` at most its
-    ``minibatches`` minibatches, and keeps the K summed losses (:class:`LossSums`)."""
+STEP_KINDS = ("autograd", "fused", "triton", "two_pass")
+TWO_PASS_ROWS = 128  # the two-pass step holds a minibatch's rows in one program (kernels.MAX_ROWS)
+TWO_PASS_PRECISIONS = ("fp32", "tf32x3")
 
-    fused: bool = True
-    precision: str = "fp32"
+
+@dataclass(frozen=True)
+class StepChoice:
+    """Which minibatch update trains a run's models, chosen once (scheda.training.rules.choose_step)
+    and built by the loop for the models it holds (again when a fused sweep's model drops out):
+    ``kind`` is the autograd step (one model), the hand-written fused step, the Triton step or
+    its two-pass form; ``cuda_graph`` captures the fused or Triton step in CUDA graphs;
+    ``precision`` is the products' (bf16: autograd under autocast). Every step it builds is called
+    as ``step(x_all, idx [K, rows], nus, generators)`` with ``rows`` at most its ``minibatches``
+    minibatches, and keeps the K summed losses (:class:`LossSums`)."""
+
+    kind: str = "fused"
     cuda_graph: bool = False
-    triton: bool = False
-    two_pass: bool = False  # the Triton step as TwoPassStep
+    precision: str = "fp32"
+
+    def __post_init__(self):
+        if self.kind not in STEP_KINDS:
+            raise ValueError(f"a step is one of {', '.join(STEP_KINDS)}, not {self.kind!r}")
+
+    @property
+    def triton(self) -> bool:
+        return self.kind in ("triton", "two_pass")
 
     def build(self, models: list[DenoisingAutoencoder], optimizers: list[SGD],
-              noises: list[Noise], batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator],
-              nu_per_minibatch: bool = False):
-        """The Triton step when asked for, else the fused step where it applies
-        (:func:`fused_applies`), captured in a CUDA graph when asked for (before the first epoch,
-        not inside it); else autograd, for one model. A run's settings were checked by the same
-        functions (scheda.training.rules) before it got here."""
-        fusable = all(map(BatchedStep.supports, models, optimizers))
-        sgd_is_plain = all(map(plain_sgd, optimizers))
-        if self.cuda_graph:
-            refusal = graph_refusal(fusable, self.fused, self.precision, sgd_is_plain, nu_per_minibatch)
-            if refusal:
-                raise ConfigError(refusal)
+              noises: list[Corruption], batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator]):
+        """The chosen step for these models. A Triton step that cannot compile here (no C
+        compiler, no Python headers) says so and trains with the fused torch step instead."""
         if self.triton:
-            refusal = triton_refusal(fusable, self.fused, self.precision, sgd_is_plain,
-                                     all(isinstance(noise, Masking) for noise in noises), nu_per_minibatch)
-            if refusal:
-                raise ConfigError(refusal)
-            if self.two_pass:
+            if self.kind == "two_pass":
                 step = TwoPassStep(models, optimizers, noises, batch_size, x_all, generators, self.cuda_graph,
                                    self.precision)
             else:
@@ -605,7 +531,7 @@ class StepBuilder:
                 reason = (str(exc).strip().splitlines() or [""])[0][:200]
                 log.warning("the Triton step cannot run here (%s: %s): training with the torch step; "
                             "trainer.triton=false skips the attempt", type(exc).__name__, reason)
-        if fused_applies(fusable, self.fused, self.precision):
+        if self.kind != "autograd":
             step = BatchedStep(models, optimizers, noises, batch_size, x_all.device)
             if not self.cuda_graph:
                 return step
@@ -613,7 +539,8 @@ class StepBuilder:
             graphed.prepare()
             return graphed
         if len(models) > 1:
-            raise ConfigError(parallel_refusal(fusable, self.fused, self.precision, all(map(plain_sgd, optimizers))))
+            raise ValueError("the autograd step trains one model (scheda.training.rules refuses a sweep without "
+                             "the fused step)")
         return OneModel(AutogradStep(models[0], optimizers[0], noises[0],
                                      torch.bfloat16 if self.precision == "bf16" else None), x_all.device)
 
@@ -626,11 +553,11 @@ class GraphedStep(LossSums):
     the graph, so each replay advances them as an eager step would: masks stay seeded, and a
     checkpoint's generator state resumes the run. A minibatch of another size (an epoch's
     partial last one) runs the eager step. ``trainer.cuda_graph`` turns it on (CUDA only; what
-    else it needs: :func:`graph_refusal`)."""
+    else it needs: scheda.training.rules.graph_can_capture_the_step)."""
 
     def __init__(self, step: BatchedStep, x_all: torch.Tensor, generators: list[torch.Generator]):
         if x_all.device.type != "cuda":
-            raise ConfigError(f"trainer.cuda_graph=true needs a CUDA device, not {x_all.device}")
+            raise ValueError(f"a CUDA graph needs a CUDA device, not {x_all.device}")
         self.step, self.x_all, self.generators = step, x_all, generators
         self.eager = functools.partial(BatchedStep.__call__, step)  # the K-model call, also for a FusedStep
         K, n = step.x.shape[0], step.x.shape[1]

@@ -23,10 +23,10 @@ from scheda.config import Component, register
 from scheda.utils.errors import ConfigError, DivergenceError
 from scheda.utils.interrupt import NEVER, Interrupted
 from scheda.model.autoencoder import DenoisingAutoencoder
-from scheda.model.noise import Noise
+from scheda.model.noise import Corruption
 from scheda.model.optim import SGD
 from scheda.model.schedule import NoiseSchedule
-from scheda.training.step import StepBuilder
+from scheda.training.step import StepChoice
 
 log = logging.getLogger(__name__)
 PRECISIONS = ("fp32", "tf32", "tf32x3", "bf16")
@@ -58,11 +58,11 @@ class TrainerConfig(Component):
     fused: bool = True  # the hand-written tied-DA step (cross-entropy + SGD); false: autograd
     # Capture the fused step in a CUDA graph (one launch per minibatch instead of ~45): 2.75-4.2x
     # faster than eager on an H100 (docs/results/table1_gpu.md's check). null: on wherever it applies (a CUDA device,
-    # the fused step, plain SGD, fp32/tf32; scheda.training.rules.resolve); true: refuse a run it cannot take.
+    # the fused step, plain SGD, fp32/tf32; scheda.training.rules.choose_step); true: refuse a run it cannot take.
     cuda_graph: Optional[bool] = None
     # The step's elementwise work in four Triton kernels for all models (scheda.training.kernels): about
     # 45 kernels a minibatch become K + 8. null: on wherever it applies (a CUDA device, the plain
-    # fused step, the masking noise, one nu per epoch; scheda.training.rules.resolve); true: refuse a run
+    # fused step, the masking noise, one nu per epoch; scheda.training.rules.choose_step); true: refuse a run
     # it cannot take. The CPU keeps the torch step, which measures faster there.
     triton: Optional[bool] = None
     # The Triton step as two passes over W a minibatch (decode; then dh, the update and the next
@@ -84,11 +84,6 @@ class TrainerConfig(Component):
             raise self.invalid("num_threads", "must be >= 1 or null")
         if self.precision not in PRECISIONS:
             raise self.invalid("precision", f"must be {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}")
-        device = self.resolve_device()
-        for key in ("cuda_graph", "triton", "two_pass"):
-            if getattr(self, key) and device.type != "cuda":
-                raise ConfigError(f"trainer.{key}=true needs a CUDA device, not {device}: "
-                                  f"use trainer.device=cuda or trainer.{key}=false")
 
     def resolve_device(self) -> torch.device:
         """'auto' is CUDA when present, else CPU; an explicit CUDA device must exist."""
@@ -102,11 +97,6 @@ class TrainerConfig(Component):
             raise ConfigError(f"trainer.device={self.device} but CUDA is not available here: "
                               f"use trainer.device=auto or cpu")
         return device
-
-    def step_builder(self) -> StepBuilder:
-        """The update these settings ask for (``cuda_graph`` and ``triton`` resolved by scheda.training.rules first)."""
-        return StepBuilder(self.fused, self.precision, bool(self.cuda_graph), bool(self.triton), self.two_pass)
-
 
 
 def setup_process(trainer: TrainerConfig) -> None:
@@ -155,20 +145,20 @@ class EpochState:
 
 class ModelState:
     """One model's training state: its optimiser, noise, schedule, generator, callbacks, epoch,
-    updates and history; ``step`` (a StepBuilder) says which update trains it, built by the
-    loop. ``fit`` runs it alone: a :class:`Trainer` of one. (Callbacks receive it as ``trainer``.)"""
+    updates and history; ``step`` (a StepChoice, the plan's) says which update trains it, built by
+    the loop. ``fit`` runs it alone: a :class:`Trainer` of one. Callbacks receive it as ``state``."""
 
     def __init__(
         self,
         model: DenoisingAutoencoder,
         optimizer: SGD,
-        noise: Noise,
+        noise: Corruption,
         schedule: NoiseSchedule,
         train_x: torch.Tensor,
         batch_size: int,
         generator: torch.Generator,
         callbacks: Sequence[Callback] = (),
-        step: StepBuilder = StepBuilder(),
+        step: StepChoice = StepChoice(),
     ):
         self.model = model
         self.optimizer = optimizer
@@ -177,7 +167,7 @@ class ModelState:
         self.train_x = train_x
         self.batch_size = batch_size
         self.generator = generator
-        self.step_builder = step
+        self.step = step
         self.callbacks: list[Callback] = list(callbacks)
         self.epoch = 0  # completed epochs
         self.updates = 0  # completed minibatch updates
@@ -235,7 +225,7 @@ class ModelState:
         perm = torch.randperm(self.train_x.shape[0], generator=self.generator, device=self.device)
         return EpochState(nu, self.schedule.per_minibatch, perm, start, self.device)
 
-    def hold(self, epoch: "EpochState") -> None:
+    def keep_partial(self, epoch: "EpochState") -> None:
         """Keep the epoch an interrupt stopped, and let the callbacks checkpoint it."""
         self.partial = epoch
         for cb in self.callbacks:
@@ -321,10 +311,9 @@ class Trainer:
     def step_for(self, active: list[ModelState]):
         """The step of the models in ``active``, built when that set changes."""
         if self._stacked != [id(t) for t in active]:
-            self._step = active[0].step_builder.build(
+            self._step = active[0].step.build(
                 [t.model for t in active], [t.optimizer for t in active], [t.noise for t in active],
-                self.batch_size, self.x_all, [t.generator for t in active],
-                any(t.schedule.per_minibatch for t in active))
+                self.batch_size, self.x_all, [t.generator for t in active])
             self._stacked = [id(t) for t in active]
         return self._step
 
@@ -374,7 +363,7 @@ class Trainer:
             if lead.stop.requested and epochs[0].next_first < n:
                 self.take_losses(step, epochs)
                 for t, e in zip(active, epochs):
-                    t.hold(e)
+                    t.keep_partial(e)
                 where = f"epoch {lead.epoch + 1}, minibatch {epochs[0].n_batches} of {math.ceil(n / bs)}"
                 raise Interrupted(lead.stop.signum, f"{lead.stop.name} in {where}", forward=lead.stop.forward())
         self.take_losses(step, epochs)

@@ -1,0 +1,130 @@
+"""What a run does with a directory that already holds a run: a sweep run again into its folder,
+a job Slurm requeued (time limit, preemption), the same ``hydra.run.dir`` twice. One policy
+(:func:`reentry`), which the protocol follows too (scheda.protocol.launch.job_state): a finished
+run is kept, a failed one runs again with its files set aside under ``attempts/<n>/``, a stopped
+one resumes from its newest checkpoint. No torch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from scheda.runs.resume import check_resume_config, config_changes
+from scheda.runs.rundir import CHECKPOINT_RE, FINAL_STATUSES, RunResults, read_results
+from scheda.utils.errors import ConfigError
+from scheda.utils.io import shown_path
+
+log = logging.getLogger(__name__)
+KEPT = {".hydra", "train.log", ".lock", "attempts"}  # left in place when an attempt is set aside
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    folders = [run_dir / "checkpoints", *sorted((run_dir / "models").glob("*/checkpoints"))]
+    return any(CHECKPOINT_RE.match(p.name) for folder in folders if folder.is_dir() for p in folder.iterdir())
+
+
+def reentry(status: str | None, checkpointed: bool, error: str | None = None) -> tuple[str, str]:
+    """The one policy for a run directory that already holds a run, used by a sweep run again
+    (:func:`previous_attempt`) and by the protocol (scheda.protocol.launch.job_state): from the
+    earlier attempt's status (None: no results.json), whether it left a checkpoint and the error
+    it recorded, the action (``ACTIONS``) and a line saying why. A final status (completed, diverged) is kept;
+    a failure reruns from the start (what failed may be in its checkpoints); a run that stopped
+    (interrupted, killed, out of time) resumes from its newest checkpoint."""
+    if status is None:
+        if checkpointed:  # written before results.json was (an older scheda)
+            return "resumed", "checkpoints and no results.json: resuming from its newest checkpoint"
+        return "ran", ""
+    if status in FINAL_STATUSES:
+        return "skipped", f"{status} before with the same config: skipped (rerun=true runs it again)"
+    if status == "failed":
+        return "reran", f"failed before ({error or 'no error recorded'}): running it again (its files under attempts/)"
+    if checkpointed:
+        return "resumed", f"{status} before: resuming from its newest checkpoint"
+    return "reran", f"{status} before, with no checkpoint: running it again"
+
+
+def previous_attempt(cfg: Any, run_dir: Path) -> tuple[str, str, dict[str, Any] | None]:
+    """What this job does with what an earlier attempt left in ``run_dir`` (read before the new
+    results.json replaces it), by :func:`reentry`, or ``reran`` for ``rerun=true`` and an
+    unreadable results.json. A config that alters what the earlier attempt trained is refused
+    with one line naming the difference. Returns the action, a line saying why, and the earlier
+    results (those of a skipped run are its result)."""
+    path = run_dir / "results.json"
+    if not path.is_file():
+        return (*reentry(None, has_checkpoint(run_dir)), None)
+    try:
+        before = json.loads(path.read_text())
+        status, saved = before["status"], before["config"]
+    except (ValueError, KeyError, TypeError):
+        return "reran", "its results.json is unreadable: running it again (the old files under attempts/)", None
+    if cfg.get("rerun"):
+        return "reran", f"rerun=true: running it again ({status} before; its files under attempts/)", before
+    _, altering, shown = config_changes(saved, cfg)
+    if altering:
+        raise ConfigError(f"{run_dir.name} holds a run of another config ({shown}): give the sweep a new "
+                          f"hydra.sweep.dir, or add rerun=true to run it again")
+    return (*reentry(status, has_checkpoint(run_dir), before.get("error")), before)
+
+
+def set_aside(run_dir: Path) -> Path:
+    """Move an earlier attempt's files (results, checkpoints, curves, models) into
+    ``attempts/<n>/``: a rerun never deletes what a run wrote."""
+    attempts = run_dir / "attempts"
+    n = 1 + max((int(p.name) for p in attempts.glob("*") if p.name.isdigit()), default=0)
+    target = attempts / str(n)
+    target.mkdir(parents=True)
+    for item in sorted(run_dir.iterdir()):
+        if item.name not in KEPT:
+            os.replace(item, target / item.name)
+    return target
+
+
+def earlier_seconds(before: dict[str, Any] | None) -> float:
+    """The time the earlier attempts of a run being resumed spent (what they recorded when
+    stopped; a SIGKILL records none), so that results.json's seconds is the run's, not its last
+    attempt's; ``before``: their results, None for a fresh run."""
+    return float((before or {}).get("seconds") or 0.0)
+
+
+def enter(cfg: Any, output_dir: Path) -> tuple[RunResults, bool]:
+    """Take ``output_dir`` for the run ``cfg`` composes, by :func:`reentry`: the run's
+    results.json, written now with status running (a rerun tells a killed run from a fresh
+    directory), and whether the run is already done (skipped: its earlier results, with this
+    attempt added). A run to resume gets ``cfg.resume`` set to its own directory (its checkpoint
+    holds where it stands: where it started no longer counts); a rerun's earlier files go under
+    ``attempts/``; a resume with changed settings says which."""
+    if not cfg.resume:
+        action, why, before = previous_attempt(cfg, output_dir)
+    elif Path(cfg.resume).resolve() == output_dir.resolve():  # resume=RUN_DIR continues into RUN_DIR
+        action, why, before = "resumed", "", read_results(output_dir)
+    else:
+        action, why, before = "ran", "", None
+    attempts = [*(before or {}).get("attempts", []), {"action": action, "at": time.strftime("%Y-%m-%dT%H:%M:%S")}]
+    if why:
+        restart = os.environ.get("SLURM_RESTART_COUNT", "0")
+        requeued = f"requeued by Slurm (restart {restart}): " if restart not in ("", "0") else ""
+        log.info("%s%s: %s", requeued, shown_path(output_dir), why)
+    if action == "skipped":
+        results = RunResults(output_dir / "results.json")
+        results.data = {**before, "attempts": attempts}
+        results.save()
+        return results, True
+    if action == "resumed":
+        cfg.resume, cfg.init_from = str(output_dir), None
+    elif action == "reran" and (output_dir / "results.json").exists():
+        set_aside(output_dir)
+    if cfg.resume:
+        changed = check_resume_config(cfg, cfg.resume)
+        if changed:
+            log.warning("resuming with changed settings: %s", ", ".join(changed))
+    results = RunResults(output_dir / "results.json", config=OmegaConf.to_container(cfg, resolve=True),
+                         attempts=attempts, seconds=earlier_seconds(before if action == "resumed" else None))
+    results.save()
+    return results, False

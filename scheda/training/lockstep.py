@@ -1,0 +1,59 @@
+"""The lockstep loop: K >= 1 members trained epoch by epoch by one step, built for the members
+still training and built again when one drops out. DA training (scheda.training.trainer.Trainer:
+the models of a run or of a fused sweep) and fine-tuning (scheda.evaluation.finetune: the
+learning rates of a grid) each give it their members, their step and what one epoch does; the
+loop keeps the active set, the step and the order of the hooks, so neither repeats them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+
+class Lockstep:
+    """Trains ``members`` (each says when it is ``finished``) to their ends: :meth:`begin`, then
+    :meth:`run_epoch` of the active members while any is, then :meth:`end`; :meth:`stopped` when
+    an epoch fails or is interrupted (a member's last whole state written, say), :meth:`close`
+    always. ``build_step(active)`` makes the step that trains ``active`` in one call;
+    :meth:`step_for` keeps it until the active set changes."""
+
+    def __init__(self, members: Sequence[Any], build_step: Callable[[list[Any]], Any]):
+        self.members = list(members)
+        self.build_step = build_step
+        self._step: Any = None
+        self._built_for: list[int] | None = None
+
+    def step_for(self, active: list[Any]) -> Any:
+        """The step of the members in ``active``, built when that set changes."""
+        if self._built_for != [id(m) for m in active]:
+            self._step = self.build_step(active)
+            self._built_for = [id(m) for m in active]
+        return self._step
+
+    def fit(self) -> None:
+        try:
+            self.begin()
+            while active := [m for m in self.members if not m.finished]:
+                self.run_epoch(active)
+            self.end()
+        except BaseException as exc:
+            self.stopped(exc)
+            raise
+        finally:
+            self.close()
+
+    def begin(self) -> None:
+        """Before the first epoch."""
+
+    def run_epoch(self, active: list[Any]) -> None:
+        """One epoch of every member in ``active``, by ``self.step_for(active)``."""
+        raise NotImplementedError
+
+    def end(self) -> None:
+        """After the last member finished."""
+
+    def stopped(self, exc: BaseException) -> None:
+        """An epoch raised ``exc`` (it is raised again after this)."""
+
+    def close(self) -> None:
+        """Release what the loop holds; called whatever happened."""

@@ -1,0 +1,161 @@
+"""A run's plan: what its config decides, decided once, before any data, logger or checkpoint.
+
+:func:`make_plan` types the composed config (every group's schema, checked), resolves the
+device, checks every rule between groups (scheda.training.rules), chooses the one step that
+trains the run, and lists its K >= 1 models: one for a run, one per combination of
+``trainer.parallel`` for a fused sweep, each the typed config with its own values and its
+schedule built once. What follows (scheda.run) builds from the plan and decides nothing again.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from scheda.config import COMPONENT_MODULES, MANY, typed, typed_many
+from scheda.model.schedule import NoiseSchedule, build_schedule, check_nu, nu_key
+from scheda.training import rules
+from scheda.training.step import StepChoice
+from scheda.utils.errors import CheckpointError, ConfigError
+
+GROUPS = tuple(COMPONENT_MODULES)
+
+
+@dataclass
+class RunConfig:
+    """Every group of a run's config as its checked schema object, and the top-level keys."""
+
+    dataset: Any
+    model: Any
+    noise: Any
+    schedule: Any
+    optim: Any
+    trainer: Any
+    logger: list  # every selected logger's schema (config.MANY)
+    evaluate: Any
+    classifier: Any
+    finetune: Any
+    seed: int = 0
+    train_seed: Optional[int] = None
+    resume: Optional[str] = None
+    init_from: Optional[str] = None
+    # The composed config as plain data, to record (results.json, a fused model's config.yaml)
+    # and to compare with a saved run's; nothing is built from it.
+    composed: dict = field(default_factory=dict)
+
+
+def typed_config(cfg: DictConfig) -> RunConfig:
+    """Type (and so check) every group once; a bad value is a one-line ConfigError."""
+    return RunConfig(**{g: typed_many(g, cfg.get(g)) if g in MANY else typed(g, cfg[g]) for g in GROUPS},
+                     seed=int(cfg.get("seed", 0)), train_seed=cfg.get("train_seed"), resume=cfg.get("resume"),
+                     init_from=cfg.get("init_from"), composed=OmegaConf.to_container(cfg, resolve=True))
+
+
+@dataclass(frozen=True)
+class PlannedModel:
+    """One model a run trains: its values in a fused sweep (``overrides``, {} for a run of one
+    model), its config with those values set, its schedule, and its directory under the run's."""
+
+    index: int
+    overrides: dict
+    config: RunConfig
+    schedule: NoiseSchedule
+    subdir: str  # "" for a run of one model, models/<index> in a fused sweep
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run is: its typed config, device, step and models (``sweep``: a fused sweep, whose
+    models live under models/<k>/ even when ``trainer.parallel`` lists one value)."""
+
+    config: RunConfig
+    device: torch.device
+    step: StepChoice
+    models: tuple[PlannedModel, ...]
+    sweep: bool
+
+    @property
+    def standalone(self) -> bool:
+        """No autoencoder training: fine-tune ``init_from``'s encoder."""
+        return self.config.finetune.enabled and self.config.finetune.standalone
+
+
+def parallel_variants(run: RunConfig) -> list[dict[str, Any]]:
+    """The overrides of each model of a fused sweep (``trainer.parallel``); [] for one model."""
+    par = run.trainer.parallel
+    axes = []
+    if par.nu:  # a schedule with one noise level to set (rules.parallel_nu_needs_a_noise_level)
+        key = nu_key({"name": run.schedule.name})
+        axes.append([(f"schedule.{key}", check_nu("trainer.parallel.nu", v)) for v in par.nu])
+    if par.lr:
+        axes.append([("optim.lr", float(v)) for v in par.lr])
+    if par.seed:
+        axes.append([("seed", int(v)) for v in par.seed])
+    return [dict(combo) for combo in itertools.product(*axes)] if axes else []
+
+
+def model_of(run: RunConfig, overrides: dict[str, Any], resume: str | None) -> RunConfig:
+    """One model of a fused sweep: the typed config with that model's values (``schedule.<nu key>``,
+    ``optim.lr``, ``seed``) set on copies of the groups they belong to, its loggers naming its
+    records by those values, and its record of the config to match. Nothing is composed or
+    typed again."""
+    groups: dict[str, Any] = {"trainer": dataclasses.replace(
+        run.trainer, parallel=dataclasses.replace(run.trainer.parallel, nu=[], lr=[], seed=[]))}
+    seed = run.seed
+    composed = copy.deepcopy(run.composed)
+    composed["trainer"]["parallel"].update(nu=[], lr=[], seed=[])
+    for key, value in overrides.items():
+        group, _, name = key.partition(".")
+        if group == "seed":
+            seed = value
+            composed["seed"] = value
+        else:
+            groups[group] = dataclasses.replace(groups.get(group, getattr(run, group)), **{name: value})
+            groups[group].check()  # that group's own ranges, for this value
+            composed[group][name] = value
+    label = ",".join(f"{key}={v}" for key, v in overrides.items())
+    loggers = [copy.copy(c) for c in run.logger]
+    for logger in loggers:  # each model's curves by its values
+        type(logger).label(logger, label)
+    for key, logger in zip(composed.get("logger") or {}, loggers):
+        composed["logger"][key] = {**composed["logger"][key], **dataclasses.asdict(logger)}
+    return dataclasses.replace(run, **groups, logger=loggers, seed=seed, resume=resume, composed=composed)
+
+
+def _planned(index: int, overrides: dict, config: RunConfig, subdir: str) -> PlannedModel:
+    return PlannedModel(index, overrides, config, build_schedule(config.schedule, config.trainer.max_epochs), subdir)
+
+
+def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None) -> Plan:
+    """The plan of the run ``cfg`` composes: every group typed, every rule checked (the first
+    broken one is a one-line ConfigError), the step chosen, the models listed. ``data``: arrays
+    handed to the run, read as ``dataset=arrays`` reads its files."""
+    config = typed_config(cfg)
+    device = config.trainer.resolve_device()
+    rules.check(config, device)
+    step = rules.choose_step(config, device)
+    if data is not None:
+        if not hasattr(config.dataset, "handed"):
+            raise ConfigError(f"arrays handed to the run are read as dataset=arrays reads its files: compose "
+                              f"it with dataset=arrays, not dataset={config.dataset.name}")
+        config.dataset = config.dataset.handed(data)
+    variants = parallel_variants(config)
+    if not variants:
+        return Plan(config, device, step, (_planned(0, {}, config, ""),), sweep=False)
+    models = []
+    for k, overrides in enumerate(variants):
+        resume = None
+        if config.resume:
+            model_dir = Path(config.resume) / "models" / str(k)
+            if not model_dir.is_dir():
+                raise CheckpointError(f"{model_dir} not found: resume a fused sweep with its run directory")
+            resume = str(model_dir)
+        models.append(_planned(k, overrides, model_of(config, overrides, resume), f"models/{k}"))
+    return Plan(config, device, step, tuple(models), sweep=True)
