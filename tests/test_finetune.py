@@ -44,14 +44,14 @@ def test_patience_stops_early(cifar_arrays, tmp_path):
 
 def test_resume_mid_finetuning_matches_an_uninterrupted_run(cifar_arrays, tmp_path, monkeypatch):
     golden = run(_cfg(cifar_arrays, "logger=none"), tmp_path / "golden")["finetune"]
-    original = scheda.evaluation.finetune.FineTuner._save
+    original = scheda.evaluation.finetune.FineTuner.save
 
     def crash_after_some_epochs(self, current, bests):
         original(self, current, bests)
         if current is not None and len(current["models"][0]["history"]) == 5:
             raise KeyboardInterrupt  # killed in the middle of the learning rates' epochs
 
-    monkeypatch.setattr(scheda.evaluation.finetune.FineTuner, "_save", crash_after_some_epochs)
+    monkeypatch.setattr(scheda.evaluation.finetune.FineTuner, "save", crash_after_some_epochs)
     with pytest.raises(KeyboardInterrupt):
         run(_cfg(cifar_arrays, "logger=none"), tmp_path / "killed")
     assert json.loads((tmp_path / "killed" / "results.json").read_text())["status"] == "interrupted"

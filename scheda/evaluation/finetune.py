@@ -33,6 +33,7 @@ from scheda.runs.rundir import pack_correct, params_of
 from scheda.model.autoencoder import ACTIVATIONS, DenoisingAutoencoder
 from scheda.model.optim import SGD
 from scheda.utils.progress import bar
+from scheda.training.loop import Loop
 from scheda.training.step import capture_graph
 
 log = logging.getLogger(__name__)
@@ -185,12 +186,31 @@ class FusedFineTune:
         self.graph.replay()
 
 
+class AutogradFineTune:
+    """One net's SGD step with autograd (momentum, or ``finetune.fused=false``), called as
+    :class:`FusedFineTune` is, with K = 1: ``idx`` [1, n'], the loss summed in ``loss_sums``."""
+
+    def __init__(self, tuning: "Tuning", x_all: torch.Tensor, y_all: torch.Tensor):
+        self.net, self.optimizer, self.x_all, self.y_all = tuning.net, tuning.optimizer, x_all, y_all
+        self.loss_sums = torch.zeros(1, device=x_all.device)
+
+    def __call__(self, idx: torch.Tensor) -> None:
+        idx = idx[0]
+        loss = F.cross_entropy(self.net(self.x_all.index_select(0, idx)), self.y_all.index_select(0, idx))
+        self.optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        self.optimizer.step()
+        self.loss_sums += loss.detach() * idx.shape[0]
+
+
 class Tuning:
     """One learning rate of the grid being fine-tuned: its net, optimiser, generator (the
     minibatch order), per-epoch history and best evaluation so far."""
 
-    def __init__(self, index: int, lr: float, net: FineTuneNet, optimizer: SGD, generator: torch.Generator):
+    def __init__(self, index: int, lr: float, net: FineTuneNet, optimizer: SGD, generator: torch.Generator,
+                 max_epochs: int, patience: int | None):
         self.index, self.lr, self.net, self.optimizer, self.generator = index, lr, net, optimizer, generator
+        self.max_epochs, self.patience = max_epochs, patience
         self.history: list[dict[str, Any]] = []
         self.best: dict[str, Any] = {}
 
@@ -198,9 +218,11 @@ class Tuning:
     def epoch(self) -> int:
         return len(self.history)
 
-    def finished(self, cfg) -> bool:
-        patience = cfg["patience"] is not None and self.epoch - self.best["epoch"] >= cfg["patience"]
-        return self.epoch >= cfg["max_epochs"] or patience
+    @property
+    def finished(self) -> bool:
+        """Its last epoch ran, or it ran out of patience (``finetune.patience`` epochs without a new best)."""
+        waited = self.patience is not None and self.epoch - self.best["epoch"] >= self.patience
+        return self.epoch >= self.max_epochs or waited
 
     def state_dict(self) -> dict[str, Any]:
         return {"index": self.index, "net": {k: v.detach().clone() for k, v in self.net.state_dict().items()},
@@ -263,7 +285,7 @@ class FineTuner:
     def run(self) -> dict[str, Any]:
         pending = [i for i in range(len(self.lrs)) if i not in self.done]
         for group in ([pending] if self.fused and pending else [[i] for i in pending]):
-            self._fit([self._start(i) for i in group])
+            FineTuneLoop(self, [self._start(i) for i in group]).fit()
         per_lr = [self.done[i] for i in range(len(self.lrs))]
         best = min(per_lr, key=lambda r: (r["val_error"], r["lr"]))
         return {"per_lr": per_lr, "chosen": {k: best.get(k) for k in ("lr", "best_epoch", "val_error", "test_error",
@@ -273,83 +295,44 @@ class FineTuner:
         net = FineTuneNet(self.da, self.n_classes, self.init).to(self.device)
         lr = self.lrs[index]
         tuning = Tuning(index, lr, net, SGD(net.parameters(), lr=lr, momentum=self.cfg["momentum"]),
-                        torch.Generator(device=self.device).manual_seed(self.seed + 1000 * (index + 1)))
+                        torch.Generator(device=self.device).manual_seed(self.seed + 1000 * (index + 1)),
+                        self.cfg.max_epochs, self.cfg.patience)
         tuning.best = {"epoch": 0, "val_error": net.error(self.x["val"], self.y["val"]), **self._test(net)}
         if index in self._resume:
             tuning.load_state_dict(self._resume.pop(index))
         return tuning
 
-    def _fit(self, tunings: list[Tuning]) -> None:
-        """Train the rates of ``tunings`` in lockstep, each epoch evaluated and checkpointed; a rate
-        that reaches its last epoch (or runs out of patience) drops out and the step is rebuilt."""
-        cfg = self.cfg
-        ticks = bar(cfg["max_epochs"], "finetune lr=" + ",".join(f"{t.lr:g}" for t in tunings), "epoch",
-                    initial=min(t.epoch for t in tunings))
-        stacked, step, ran = None, None, 0
-        saved = written = None  # the state after the last whole epoch, and whether it is on disk
-        try:
-            while active := [t for t in tunings if not t.finished(cfg)]:
-                stacked, step = self._epoch(tunings, active, stacked, step)
-                ran += 1
-                saved, newly = self._state(tunings)
-                written = ran % cfg.checkpoint_every == 0 or newly or saved["current"] is None
-                if written:
-                    self._save(**saved)
-                ticks.update(1)
-        except BaseException:  # an interrupt or a failure: the last whole epoch's state is kept
-            if saved is not None and not written:
-                self._save(**saved)
-            raise
-        finally:
-            ticks.close()
-        for t in tunings:  # finished before this call (a resumed rate at its last epoch)
-            self.done.setdefault(t.index, t.result())
+    def build_step(self, active: list[Tuning]):
+        """The step of the rates in ``active``: all at once by :class:`FusedFineTune`, or one alone with autograd."""
+        if self.fused:
+            return FusedFineTune([t.net for t in active], [t.lr for t in active], self.x["train"], self.y["train"],
+                                 self.cfg.batch_size)
+        [tuning] = active
+        return AutogradFineTune(tuning, self.x["train"], self.y["train"])
 
-    def _state(self, tunings: list[Tuning]) -> tuple[dict[str, Any], bool]:
+    def state(self, tunings: list[Tuning]) -> tuple[dict[str, Any], bool]:
         """What a checkpoint would hold now (the rates in progress, copied, and the best nets not
         written yet), and whether a rate finished with this epoch (its result is written at once)."""
-        cfg = self.cfg
         newly = False
         for t in tunings:
-            if t.finished(cfg) and t.index not in self.done:
+            if t.finished and t.index not in self.done:
                 self.done[t.index] = t.result()
                 newly = True
-        running = [t.state_dict() for t in tunings if not t.finished(cfg)]
+        running = [t.state_dict() for t in tunings if not t.finished]
         return {"current": {"models": running} if running else None, "bests": dict(self._best)}, newly
 
-    def _epoch(self, tunings: list[Tuning], active: list[Tuning], stacked, step):
-        """One lockstep epoch of the ``active`` rates (the fused step rebuilt when one dropped out)."""
-        cfg, x, y = self.cfg, self.x, self.y
-        n, bs = x["train"].shape[0], cfg["batch_size"]
-        if stacked != [t.index for t in active] and self.fused:
-            stacked = [t.index for t in active]
-            step = FusedFineTune([t.net for t in active], [t.lr for t in active], x["train"], y["train"], bs)
+    def epoch(self, active: list[Tuning], step) -> None:
+        """One lockstep epoch of the ``active`` rates by ``step``, each then evaluated."""
+        n, bs = self.x["train"].shape[0], self.cfg.batch_size
         start = time.perf_counter()
         perms = [torch.randperm(n, generator=t.generator, device=self.device) for t in active]
-        if self.fused:
-            step.loss_sums.zero_()
-            for first in range(0, n, bs):
-                step(torch.stack([p[first:first + bs] for p in perms]))
-            losses = (step.loss_sums / n).tolist()
-        else:
-            losses = [self._autograd_epoch(active[0], perms[0])]  # one rate alone
+        step.loss_sums.zero_()
+        for first in range(0, n, bs):
+            step(torch.stack([p[first:first + bs] for p in perms]))
+        losses = (step.loss_sums / n).tolist()
         seconds = time.perf_counter() - start  # the lockstep's epoch, as a fused DA sweep reports it
         for t, train_loss in zip(active, losses):
             self._end_epoch(t, train_loss, seconds)
-        return stacked, step
-
-    def _autograd_epoch(self, t: Tuning, perm: torch.Tensor) -> float:
-        """One epoch of one rate with autograd (momentum, or ``finetune.fused=false``)."""
-        x, y, bs = self.x["train"], self.y["train"], self.cfg["batch_size"]
-        loss_sum = torch.zeros((), device=self.device)
-        for first in range(0, x.shape[0], bs):
-            idx = perm[first:first + bs]
-            loss = F.cross_entropy(t.net(x.index_select(0, idx)), y.index_select(0, idx))
-            t.optimizer.zero_grad(set_to_none=False)
-            loss.backward()
-            t.optimizer.step()
-            loss_sum += loss.detach() * idx.shape[0]
-        return (loss_sum / x.shape[0]).item()
 
     def _end_epoch(self, t: Tuning, train_loss: float, seconds: float) -> None:
         """Divergence check, validation and test error, history, the best checkpoint."""
@@ -371,7 +354,7 @@ class FineTuner:
         return {"test_error": int((~correct).sum()) / correct.numel(), "test_n": correct.numel(),
                 "test_correct": pack_correct(correct)}
 
-    def _save(self, current: dict[str, Any] | None, bests: dict[int, dict[str, Any]]) -> None:
+    def save(self, current: dict[str, Any] | None, bests: dict[int, dict[str, Any]]) -> None:
         """The best nets found since the last checkpoint (``bests``), then the rates done and the
         state of those in progress (``{"models": [...]}``): a resume finds the best nets its records name."""
         for index, best in sorted(bests.items()):
@@ -387,6 +370,42 @@ class FineTuner:
                  h["val_error"], h["test_error"], h["seconds"])
         self.loggers.log_dict({f"finetune/lr_{lr:g}/{key}": h[key] for key in ("train_loss", "val_error", "test_error")},
                               h["epoch"])
+
+
+class FineTuneLoop(Loop):
+    """Rates of the grid fine-tuned in lockstep (scheda.training.loop.Loop: the active set, the
+    step rebuilt when a rate finishes or runs out of patience), each epoch evaluated; the state
+    written every ``checkpoint_every`` epochs and when a rate finishes, and on an interrupt or a
+    failure from the last whole epoch's state (kept in memory)."""
+
+    def __init__(self, tuner: FineTuner, tunings: list[Tuning]):
+        super().__init__(tunings, tuner.build_step)
+        self.tuner = tuner
+        self.ticks = bar(tuner.cfg.max_epochs, "finetune lr=" + ",".join(f"{t.lr:g}" for t in tunings), "epoch",
+                         initial=min(t.epoch for t in tunings))
+        self.ran = 0
+        self.saved: dict[str, Any] | None = None  # the state after the last whole epoch
+        self.written = False  # whether it is on disk
+
+    def run_epoch(self, active: list[Tuning]) -> None:
+        self.tuner.epoch(active, self.step_for(active))
+        self.ran += 1
+        self.saved, newly = self.tuner.state(self.members)
+        self.written = self.ran % self.tuner.cfg.checkpoint_every == 0 or newly or self.saved["current"] is None
+        if self.written:
+            self.tuner.save(**self.saved)
+        self.ticks.update(1)
+
+    def end(self) -> None:
+        for t in self.members:  # finished before this call (a resumed rate at its last epoch)
+            self.tuner.done.setdefault(t.index, t.result())
+
+    def stopped(self, exc: BaseException) -> None:
+        if self.saved is not None and not self.written:
+            self.tuner.save(**self.saved)
+
+    def close(self) -> None:
+        self.ticks.close()
 
 
 def finetune_encoder(cfg: Mapping, model: DenoisingAutoencoder, data: Splits, labelled: dict[str, torch.Tensor],

@@ -2,7 +2,8 @@
 
 :class:`ModelState` holds one model's training state (optimiser, noise, schedule, generator,
 callbacks, epoch, history); :class:`Trainer` is the one loop, for K >= 1 of them: a run is
-K = 1, a fused sweep (``trainer.parallel``) K > 1 with one batched step for all. Each epoch
+K = 1, a fused sweep (``trainer.parallel``) K > 1 with one batched step for all, in the one
+lockstep loop that fine-tuning uses too (scheda.training.loop). Each epoch
 draws a permutation from each model's generator and slices minibatches from it, so there is
 no per-sample Python in the hot loop, and a seed (plus a checkpoint's generator state on
 resume) fixes every permutation and corruption.
@@ -26,6 +27,7 @@ from scheda.model.autoencoder import DenoisingAutoencoder
 from scheda.model.noise import Corruption
 from scheda.model.optim import SGD
 from scheda.model.schedule import NoiseSchedule
+from scheda.training.loop import Loop
 from scheda.training.step import StepChoice
 
 log = logging.getLogger(__name__)
@@ -183,6 +185,11 @@ class ModelState:
         return self.train_x.device
 
     @property
+    def finished(self) -> bool:
+        """Its schedule has ended (the loop trains it no more)."""
+        return self.epoch >= self.schedule.total_epochs
+
+    @property
     def switches(self) -> list[dict[str, Any]]:
         """Where the noise level changed, from the history: ``{"epoch": e, "nu": nu}`` means that
         after ``e`` completed epochs nu became ``nu`` (None for a schedule that draws it per
@@ -294,43 +301,44 @@ class ModelState:
             cb.load_state_dict(state["callbacks"].get(type(cb).__name__, {}))
 
 
-class Trainer:
-    """The training loop for K >= 1 models' states, one step for all their models: each keeps its own
-    schedule, generator, callbacks (checkpoints, evaluation, TensorBoard) and history, as if it
-    ran alone. A model whose schedule ends drops out and the step is rebuilt for the rest.
-    ``seconds`` per epoch is the time of the whole lockstep epoch."""
+class Trainer(Loop):
+    """The training loop for K >= 1 models' states (scheda.training.loop.Loop: the active set,
+    one step for all their models, rebuilt when one drops out): each keeps its own schedule,
+    generator, callbacks (checkpoints, evaluation, TensorBoard) and history, as if it ran alone;
+    a model finishes when its schedule ends. ``seconds`` per epoch is the time of the whole
+    lockstep epoch."""
 
     def __init__(self, states: Sequence[ModelState]):
-        self.states = list(states)
-        first = self.states[0]
-        if any(t.train_x is not first.train_x or t.batch_size != first.batch_size for t in self.states):
+        states = list(states)
+        first = states[0]
+        if any(t.train_x is not first.train_x or t.batch_size != first.batch_size for t in states):
             raise ValueError("models trained in lockstep must share the training tensor and the batch size")
         self.x_all, self.batch_size = first.train_x, first.batch_size
-        self._step, self._stacked = None, None
+        super().__init__(states, self._build_step)
 
-    def step_for(self, active: list[ModelState]):
-        """The step of the models in ``active``, built when that set changes."""
-        if self._stacked != [id(t) for t in active]:
-            self._step = active[0].step.build(
-                [t.model for t in active], [t.optimizer for t in active], [t.noise for t in active],
-                self.batch_size, self.x_all, [t.generator for t in active])
-            self._stacked = [id(t) for t in active]
-        return self._step
+    @property
+    def states(self) -> list[ModelState]:
+        return self.members
 
-    def fit(self) -> None:
-        try:
-            for t in self.states:
-                for cb in t.callbacks:
-                    cb.on_fit_start(t)
-            while active := [t for t in self.states if t.epoch < t.schedule.total_epochs]:
-                self.run_epoch(active)
-            for t in self.states:
-                for cb in t.callbacks:
-                    cb.on_fit_end(t)
-        finally:
-            for t in self.states:
-                for cb in t.callbacks:
-                    cb.close()
+    def _build_step(self, active: list[ModelState]):
+        return active[0].step.build([t.model for t in active], [t.optimizer for t in active],
+                                    [t.noise for t in active], self.batch_size, self.x_all,
+                                    [t.generator for t in active])
+
+    def begin(self) -> None:
+        for t in self.states:
+            for cb in t.callbacks:
+                cb.on_fit_start(t)
+
+    def end(self) -> None:
+        for t in self.states:
+            for cb in t.callbacks:
+                cb.on_fit_end(t)
+
+    def close(self) -> None:
+        for t in self.states:
+            for cb in t.callbacks:
+                cb.close()
 
     def run_epoch(self, active: list[ModelState]) -> None:
         """One epoch of every active model, each closed and its callbacks run in turn."""

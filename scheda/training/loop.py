@@ -1,4 +1,4 @@
-"""The lockstep loop: K >= 1 members trained epoch by epoch by one step, built for the members
+"""The one lockstep loop: K >= 1 members trained epoch by epoch by one step, built for the members
 still training and built again when one drops out. DA training (scheda.training.trainer.Trainer:
 the models of a run or of a fused sweep) and fine-tuning (scheda.evaluation.finetune: the
 learning rates of a grid) each give it their members, their step and what one epoch does; the
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 
-class Lockstep:
+class Loop:
     """Trains ``members`` (each says when it is ``finished``) to their ends: :meth:`begin`, then
     :meth:`run_epoch` of the active members while any is, then :meth:`end`; :meth:`stopped` when
     an epoch fails or is interrupted (a member's last whole state written, say), :meth:`close`
