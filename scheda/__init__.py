@@ -2,14 +2,9 @@
 
 # The one place of the version: pyproject.toml reads it (dynamic), CITATION.cff and CHANGELOG.md
 # name it (tests/test_packaging.py checks they agree).
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["Run", "load", "train", "__version__"]
-
-from scheda import _moved  # noqa: E402 - the old flat import paths, for one release
-
-_moved.install()
-
 
 def __getattr__(name: str):
     """``scheda.train``, ``scheda.load`` and ``scheda.Run`` (scheda/api.py), imported on first use."""

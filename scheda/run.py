@@ -1,5 +1,5 @@
 """One training run from a composed config: its directory taken (scheda.runs.reentry), its plan
-made (scheda.training.plan: every group typed, every rule checked, the step chosen, its K >= 1
+made (scheda.training.plan: every group typed, every rule checked, the step chosen, its M >= 1
 models listed), then one path for one model and for a fused sweep alike: the models built from
 the plan, trained in lockstep (scheda.training.trainer), finished (evaluation and fine-tuning:
 scheda.evaluation) and recorded.

@@ -18,7 +18,7 @@ and scheda's trainer (scheda.training.trainer.ModelState, the real code path) wi
 step eager and graphed, the Triton step graphed (CUDA's default), autograd
 (trainer.fused=false), and a naive PyTorch loop (per-sample DataLoader, torch.bernoulli,
 autograd), each timed over a fixed number of minibatches (at most one epoch's) after a warm-up
-and extrapolated to N examples. ``--grid K`` also times a fused sweep of K models (the paper's
+and extrapolated to N examples. ``--grid M`` also times a fused sweep of M models (the paper's
 8 noise levels) with the device's default step in every row; ``--lr-search N F`` the torch_lr
 C search on N x F features; ``--finetune`` an epoch of fine-tuning (one learning rate with autograd, and the
 paper's five fused in one step). A timing under the largest
@@ -81,31 +81,31 @@ def best_rate(run, work: float, device, seconds: float) -> float:
 PRODUCTS = ("encode", "decode", "dh", "update")  # the step's four products, in its order
 
 
-def product_flops(n, H, K=1) -> dict[str, int]:
-    """Each product's FLOPs a minibatch of n for K models: three of n x d x H, the rank-2n update twice that."""
-    one = 2 * K * n * D * H
+def product_flops(n, H, M=1) -> dict[str, int]:
+    """Each product's FLOPs a minibatch of n for M models: three of n x d x H, the rank-2n update twice that."""
+    one = 2 * M * n * D * H
     return {"encode": one, "decode": one, "dh": one, "update": 2 * one}
 
 
-def product_rates(n, H, device, seconds=0.5, K=1) -> dict[str, float]:
-    """Each of the step's products for K models at its best FLOP/s, called as the steps call it
-    (batched products over W [K, H, d] and its transpose view; the biases added by baddbmm in
+def product_rates(n, H, device, seconds=0.5, M=1) -> dict[str, float]:
+    """Each of the step's products for M models at its best FLOP/s, called as the steps call it
+    (batched products over W [M, H, d] and its transpose view; the biases added by baddbmm in
     scheda.training.step.BatchedStep, by a kernel after bmm in TritonStep: the faster form
     counts; the update in place), each timed for ``seconds``: no epoch of these steps can run a
     product faster than its rate here."""
     g = torch.Generator(device=device).manual_seed(0)
-    x = torch.rand(K, n, D, device=device, generator=g)
-    W = torch.rand(K, H, D, device=device, generator=g)
-    h, dz = torch.rand(K, n, H, device=device, generator=g), torch.rand(K, n, D, device=device, generator=g)
-    b, b_prime = torch.rand(K, 1, H, device=device, generator=g), torch.rand(K, 1, D, device=device, generator=g)
-    A, B = torch.rand(K, 2 * n, H, device=device, generator=g), torch.rand(K, 2 * n, D, device=device, generator=g)
-    out_h, out_d = torch.empty(K, n, H, device=device), torch.empty(K, n, D, device=device)
+    x = torch.rand(M, n, D, device=device, generator=g)
+    W = torch.rand(M, H, D, device=device, generator=g)
+    h, dz = torch.rand(M, n, H, device=device, generator=g), torch.rand(M, n, D, device=device, generator=g)
+    b, b_prime = torch.rand(M, 1, H, device=device, generator=g), torch.rand(M, 1, D, device=device, generator=g)
+    A, B = torch.rand(M, 2 * n, H, device=device, generator=g), torch.rand(M, 2 * n, D, device=device, generator=g)
+    out_h, out_d = torch.empty(M, n, H, device=device), torch.empty(M, n, D, device=device)
     calls = {"encode": [lambda: torch.baddbmm(b, x, W.transpose(1, 2), out=out_h),
                         lambda: torch.bmm(x, W.transpose(1, 2), out=out_h)],  # the Triton step adds b in a kernel
              "decode": [lambda: torch.baddbmm(b_prime, h, W, out=out_d), lambda: torch.bmm(h, W, out=out_d)],
              "dh": [lambda: torch.bmm(dz, W.transpose(1, 2), out=out_h)],
              "update": [lambda: W.baddbmm_(A.transpose(1, 2), B, alpha=1e-30)]}
-    flops = product_flops(n, H, K)
+    flops = product_flops(n, H, M)
     return {name: max(best_rate(call, flops[name], device, seconds) for call in forms) for name, forms in calls.items()}
 
 
@@ -114,9 +114,9 @@ def best_rates(measured: list[dict[str, float]]) -> dict[str, float]:
     return {name: max(m[name] for m in measured) for name in PRODUCTS}
 
 
-def product_floor(rates: dict[str, float], n, H, minibatches, K=1) -> float:
+def product_floor(rates: dict[str, float], n, H, minibatches, M=1) -> float:
     """Seconds of an epoch's products, each at its own rate."""
-    return minibatches * sum(f / rates[name] for name, f in product_flops(n, H, K).items())
+    return minibatches * sum(f / rates[name] for name, f in product_flops(n, H, M).items())
 
 
 def bandwidth(device, numel=None, seconds=0.5) -> float:
@@ -153,31 +153,31 @@ def node_seconds(device, nodes=400) -> float:
     return 1 / best_rate(graph.replay, nodes, device, 0.3)
 
 
-def kernels_per_minibatch(K, H, bs, device) -> int | None:
-    """Kernels one minibatch of the Triton step launches for K models, counted by the profiler
+def kernels_per_minibatch(M, H, bs, device) -> int | None:
+    """Kernels one minibatch of the Triton step launches for M models, counted by the profiler
     (None where it cannot count)."""
     from torch.profiler import ProfilerActivity, profile
 
     data = torch.rand(bs, D, device=device)
-    step = _triton_step(K, H, bs, data, graphed=False)
-    idx = torch.arange(bs, device=device).repeat(K, 1)
-    step(data, idx, [NU] * K, step.generators)  # compiled and warm before counting
+    step = _triton_step(M, H, bs, data, graphed=False)
+    idx = torch.arange(bs, device=device).repeat(M, 1)
+    step(data, idx, [NU] * M, step.generators)  # compiled and warm before counting
     sync(device)
     try:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            step(data, idx, [NU] * K, step.generators)
+            step(data, idx, [NU] * M, step.generators)
             sync(device)
     except Exception:  # no CUPTI: the floor is then left out, not guessed
         return None
     return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA) or None
 
 
-def _triton_step(K, H, bs, data, graphed):
+def _triton_step(M, H, bs, data, graphed):
     from scheda.training.step import TritonStep
 
-    models = [DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(k)).to(data.device) for k in range(K)]
-    gens = [torch.Generator(device=data.device).manual_seed(k) for k in range(K)]
-    return TritonStep(models, [SGD(m.parameters(), lr=LR) for m in models], [build_noise({"name": "masking"}) for _ in range(K)], bs,
+    models = [DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(k)).to(data.device) for k in range(M)]
+    gens = [torch.Generator(device=data.device).manual_seed(k) for k in range(M)]
+    return TritonStep(models, [SGD(m.parameters(), lr=LR) for m in models], [build_noise({"name": "masking"}) for _ in range(M)], bs,
                       data, gens, graphed)
 
 
@@ -378,14 +378,14 @@ def main(argv=None) -> int:
         peaks[precision] = peak_rate(device, rate_s)
     node_s = node_seconds(device) if cuda else None
     triton = cuda and not args.no_triton
-    kernels = {K: kernels_per_minibatch(K, 64, 20, device) for K in {1, args.grid or 1}} if triton else {}
+    kernels = {M: kernels_per_minibatch(M, 64, 20, device) for M in {1, args.grid or 1}} if triton else {}
     libraries = {} if cuda else cpu_libraries()
     print(f"device {device} ({name}), torch {torch.__version__}, threads {torch.get_num_threads()}; "
           + "".join(f"{k.replace('_', ' ')} {v}; " for k, v in libraries.items()) +
           f"N={N}, d={D}, nu={NU}; copy bandwidth {bytes_per_s / 1e9:.1f} GB/s; peak "
           + ", ".join(f"{p} {r / 1e12:.1f} TFLOP/s" for p, r in peaks.items())
           + (f"; one graph node {node_s * 1e6:.2f} us" if cuda else "")
-          + ("; Triton step kernels a minibatch " + ", ".join(f"K={K}: {n}" for K, n in sorted(kernels.items()))
+          + ("; Triton step kernels a minibatch " + ", ".join(f"M={M}: {n}" for M, n in sorted(kernels.items()))
              if triton else ""), flush=True)
     rows, beaten = [], []
     steps = {"eager": dict(kind="fused")}
@@ -434,17 +434,17 @@ def main(argv=None) -> int:
                        "floor_s": largest, "default_step": default, "default_s": times[default],
                        **{f"{k}_s": v for k, v in times.items()}}
                 if args.grid:
-                    K = args.grid
-                    row["grid_s"] = scheda_epoch(data, n_batches, bs, H, device, models=K, **steps[default])
-                    # its own floors: the batched products of K models, K models' weights streamed
-                    row["grid_floor_s"] = max(product_floor(product_rates(bs, H, device, rate_s, K), bs, H, minibatches, K),
-                                              K * floors["peak"],
-                                              minibatches * 5 * 4 * K * H * D / bandwidth(device, K * H * D, rate_s),
-                                              (kernels.get(K) or 0) * (node_s or 0) * minibatches)
+                    M = args.grid
+                    row["grid_s"] = scheda_epoch(data, n_batches, bs, H, device, models=M, **steps[default])
+                    # its own floors: the batched products of M models, M models' weights streamed
+                    row["grid_floor_s"] = max(product_floor(product_rates(bs, H, device, rate_s, M), bs, H, minibatches, M),
+                                              M * floors["peak"],
+                                              minibatches * 5 * 4 * M * H * D / bandwidth(device, M * H * D, rate_s),
+                                              (kernels.get(M) or 0) * (node_s or 0) * minibatches)
                     row["grid_over_one"] = row["grid_s"] / times[default]
                     row["grid_over_floor"] = row["grid_s"] / row["grid_floor_s"]
-                    if "two_pass_s" in times:  # the new step's sweep too (issue 45: K 1 and 8)
-                        row["grid_two_pass_s"] = scheda_epoch(data, n_batches, bs, H, device, models=K, **steps["two_pass"])
+                    if "two_pass_s" in times:  # the new step's sweep too (issue 45: M 1 and 8)
+                        row["grid_two_pass_s"] = scheda_epoch(data, n_batches, bs, H, device, models=M, **steps["two_pass"])
                 for k, v in floors.items():
                     row[f"default_over_{k}_floor"] = times[default] / v
                 row["default_over_floor"] = times[default] / largest
@@ -466,7 +466,7 @@ def main(argv=None) -> int:
                       + f" s; {default}/floor {row['default_over_floor']:.2f}", flush=True)
     report = {"device": str(device), "device_name": name, "torch": torch.__version__, **libraries,
               "threads": torch.get_num_threads(), "n": N, "node_us": node_s * 1e6 if node_s else None,
-              "kernels_per_minibatch": {str(K): n for K, n in kernels.items()},
+              "kernels_per_minibatch": {str(M): n for M, n in kernels.items()},
               "peak_tflops": {p: r / 1e12 for p, r in peaks.items()}, "rows": rows, "beaten_floors": beaten}
     if args.grid:  # the first row's sweep, where the estimate looks for it
         r = rows[0]

@@ -10,7 +10,7 @@ from scheda.utils.errors import ConfigError
 from scheda.evaluation.evaluate import evaluate_features, select
 from scheda.run import run
 
-from helpers import STAGES, TINY, compose_cfg, run_module, run_train
+from helpers import STAGES, TINY, compose_cfg, run_train
 
 LIBLINEAR = {"name": "liblinear", "eps": 0.01}
 TORCH_LR = {"name": "torch_lr", "eps": 1e-4, "max_newton": 100, "max_cg": 200, "dtype": "float64"}
@@ -214,37 +214,6 @@ def test_raw_baseline_through_the_entry_point(cifar_arrays, tmp_path):
     assert not (out / "checkpoints").exists()
     # The fixture's classes are well separated in pixel space.
     assert e["test_error"] < 0.2
-
-
-def test_export_features_is_readable_by_liblinear(cifar_arrays, tmp_path):
-
-    from liblinear.liblinearutil import svm_read_problem
-
-
-    from scheda.data import load_dataset
-    from scheda.training.checkpoint import load_run_model
-
-    run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, "evaluate.enabled=false"]), tmp_path / "run")
-    (tmp_path / "run" / ".hydra").mkdir()
-    (tmp_path / "run" / ".hydra" / "config.yaml").write_text(
-        json.dumps(json.loads((tmp_path / "run" / "results.json").read_text())["config"]))
-    proc = run_module("scheda.evaluation.export_features", [tmp_path / "run", "--out", tmp_path / "feat"])
-    assert proc.returncode == 0, proc.stderr
-    cfg, model, _ = load_run_model(tmp_path / "run")
-    data = load_dataset(cfg.dataset)
-    for split, n in (("train", 80), ("val", 20), ("test", 30)):
-        y, x = svm_read_problem(str(tmp_path / "feat" / f"{split}.libsvm"), return_scipy=True)
-        assert x.shape == (n, 8) and np.array_equal(y, getattr(data, f"{split}_y"))
-        expected = model.encode_dataset(data.tensor(split, "cpu")).numpy()
-        np.testing.assert_allclose(x.toarray(), expected, rtol=1e-5, atol=1e-6)
-
-
-def test_export_features_bad_path_is_one_line(tmp_path):
-
-
-
-    proc = run_module("scheda.evaluation.export_features", [tmp_path / "nope"])
-    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "does not exist" in proc.stderr
 
 
 def test_torch_lr_stops_iterating_a_class_its_line_search_cannot_improve():

@@ -22,7 +22,7 @@ LAYERS = [
     {"scheda.run", "scheda.protocol"},                 # one run built and run; the paper's protocol
     {"scheda.api", "scheda.cli"},                      # the Python API and the command line
 ]
-FRONT_DOOR = {"scheda", "scheda._moved"}  # the package itself: its lazy scheda.train, and the old paths
+FRONT_DOOR = {"scheda"}  # the package itself: its lazy scheda.train
 
 
 def unit_of(module: str) -> str | None:
@@ -77,43 +77,12 @@ def test_no_import_runs_up_a_layer_or_across_one():
     assert wrong == []
 
 
-def test_nothing_of_scheda_imports_an_old_path():
-    """The old flat paths are for users' code of before; scheda, its tests and scripts use the new ones."""
-    from scheda._moved import MOVED
-
-    files = [*(REPO / "scheda").rglob("*.py"), *(REPO / "tests").rglob("*.py"), *(REPO / "scripts").glob("*.py")]
-    old = [f"{path.relative_to(REPO)}: {target}" for path in files if path.name not in ("_moved.py", "test_layout.py")
-           for target in imports_of(path) if target in MOVED]
-    assert old == []
-
-
-def test_an_old_import_path_still_works_and_names_the_new_one():
-    code = ("import warnings\nwarnings.simplefilter('error')\n"
-            "import scheda.model.noise as new\n"
-            "try:\n    import scheda.noise\nexcept DeprecationWarning as w:\n    print(w)\n"
-            "warnings.simplefilter('ignore')\n"
-            "import scheda.noise as old\nfrom scheda.results import RunResults\n"
-            "from scheda.runs.rundir import RunResults as R\n"
-            "assert old is new and RunResults is R\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == ("scheda.noise is now scheda.model.noise; the old path works for this release "
-                                  "only: import scheda.model.noise")
-
-
-def test_what_was_pickled_with_the_old_paths_loads():
-    """A config pickled by the flat layout (a sweep's job handed to a joblib worker, say) names
-    ``scheda.model.DAConfig`` and ``scheda.noise.Masking``: both load as today's classes."""
-    import pickle
-    import warnings
-
-    from scheda.model.autoencoder import DAConfig
-    from scheda.model.noise import Masking
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        assert pickle.loads(b"cscheda.model\nDAConfig\n.") is DAConfig
-        assert pickle.loads(b"cscheda.noise\nMasking\n.") is Masking
+def test_the_old_flat_paths_are_gone():
+    """0.2.0 dropped the flat layout's import paths (``scheda.noise``, ``scheda.results``, ...),
+    which 0.1's last changes kept for one release: the package itself imports nothing of them."""
+    out = subprocess.run([sys.executable, "-c", "import scheda.noise"], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode != 0 and "No module named 'scheda.noise'" in out.stderr
+    assert not (REPO / "scheda" / "_moved.py").exists()
 
 
 @pytest.mark.parametrize("module", ["scheda.runs.rundir", "scheda.runs.gather", "scheda.runs.resume"])

@@ -483,12 +483,12 @@ def test_device_hours_of_random_nu_runs_use_eager_times():
 
 
 def test_a_job_kind_is_registered_once_and_any_other_name_is_a_schedule_of_scale_schedules():
-    from scheda.protocol.kinds import register
+    from scheda.protocol.kinds import register_kind
     from scheda.protocol.kinds.schedule import ScheduleKind
     from scheda.protocol.kinds.steps import ScheDA
 
     with pytest.raises(ValueError, match="job kind 'scheda' is registered twice"):
-        register(type("ScheDAAgain", (ScheDA,), {}))
+        register_kind(type("ScheDAAgain", (ScheDA,), {}))
     assert kind_of("scheda").label == "ScheDA"
     other = kind_of("cosine")
     assert isinstance(other, ScheduleKind) and other.label == "Schedule cosine"

@@ -247,11 +247,11 @@ LOWER_LR = '''
 a tenth of its learning rate (does annealing the learning rate do what annealing nu does?)."""
 
 from scheda.protocol.jobs import JobSpec, fmt
-from scheda.protocol.kinds import register
+from scheda.protocol.kinds import register_kind
 from scheda.protocol.kinds.base import ContinuationKind
 
 
-@register
+@register_kind
 class LowerLR(ContinuationKind):
     name, label = "lower_lr", "DA, lr / 10"
 

@@ -106,10 +106,10 @@ class FinetuneConfig(Component):
 
 
 class FusedFineTune:
-    """One SGD step of K fine-tuning nets at once (the learning-rate grid as one fused sweep),
+    """One SGD step of M fine-tuning nets at once (the learning-rate grid as one fused sweep),
     written out by hand: with ``h = s(x W^T + b)``, ``l = h V^T + c`` and ``g = (softmax(l) -
     onehot(y)) / n``, the gradients are ``dV = g^T h``, ``dc = sum g``, ``dh = g V * s'(h)``,
-    ``dW = dh^T x``, ``db = sum dh``, each a batched product over the K nets, whose parameters
+    ``dW = dh^T x``, ``db = sum dh``, each a batched product over the M nets, whose parameters
     become views of stacked tensors. Every buffer is allocated once and the loss is summed on the
     device (``loss_sums``), so on CUDA one minibatch is captured in a graph and replayed (a
     partial last minibatch runs eager; a capture that fails says so and runs eager). Plain SGD:
@@ -117,7 +117,7 @@ class FusedFineTune:
 
     def __init__(self, nets: list[FineTuneNet], lrs: list[float], x_all: torch.Tensor, y_all: torch.Tensor,
                  batch_size: int):
-        K, (H, d), C = len(nets), nets[0].W.shape, nets[0].V.shape[0]
+        M, (H, d), C = len(nets), nets[0].W.shape, nets[0].V.shape[0]
         self.W = torch.stack([net.W.detach() for net in nets])
         self.b = torch.stack([net.b.detach() for net in nets])
         self.V = torch.stack([net.V.detach() for net in nets])
@@ -128,29 +128,29 @@ class FusedFineTune:
         self.x_all, self.y_all, self.batch_size = x_all, y_all, batch_size
         f32 = dict(dtype=self.W.dtype, device=self.W.device)
         n = batch_size
-        self.x = torch.empty(K, n, d, **f32)
-        self.h = torch.empty(K, n, H, **f32)
-        self.dh = torch.empty(K, n, H, **f32)
-        self.logits = torch.empty(K, n, C, **f32)
-        self.g = torch.empty(K, n, C, **f32)
-        self.y = torch.empty(K, n, dtype=torch.long, device=self.W.device)
-        self.minus_one = torch.full((K, n, 1), -1.0, **f32)
+        self.x = torch.empty(M, n, d, **f32)
+        self.h = torch.empty(M, n, H, **f32)
+        self.dh = torch.empty(M, n, H, **f32)
+        self.logits = torch.empty(M, n, C, **f32)
+        self.g = torch.empty(M, n, C, **f32)
+        self.y = torch.empty(M, n, dtype=torch.long, device=self.W.device)
+        self.minus_one = torch.full((M, n, 1), -1.0, **f32)
         self.neg_lr = torch.tensor([-lr for lr in lrs], **f32)
-        self.loss_sums = torch.zeros(K, **f32)
-        self.idx = torch.zeros(K, n, dtype=torch.long, device=self.W.device)
+        self.loss_sums = torch.zeros(M, **f32)
+        self.idx = torch.zeros(M, n, dtype=torch.long, device=self.W.device)
         self.graph = None
 
     @torch.no_grad()
     def eager(self, idx: torch.Tensor) -> None:
-        """One minibatch of every net from ``idx`` [K, n'] (n' <= n)."""
-        K, n = idx.shape
+        """One minibatch of every net from ``idx`` [M, n'] (n' <= n)."""
+        M, n = idx.shape
         d, H, C = self.x.shape[2], self.h.shape[2], self.g.shape[2]
-        x = self.x.view(-1)[: K * n * d].view(K, n, d)  # contiguous first rows (a partial minibatch)
-        h, dh = self.h.view(-1)[: K * n * H].view(K, n, H), self.dh.view(-1)[: K * n * H].view(K, n, H)
-        g, y = self.g.view(-1)[: K * n * C].view(K, n, C), self.y.view(-1)[: K * n].view(K, n)
-        logits = self.logits.view(-1)[: K * n * C].view(K, n, C)
+        x = self.x.view(-1)[: M * n * d].view(M, n, d)  # contiguous first rows (a partial minibatch)
+        h, dh = self.h.view(-1)[: M * n * H].view(M, n, H), self.dh.view(-1)[: M * n * H].view(M, n, H)
+        g, y = self.g.view(-1)[: M * n * C].view(M, n, C), self.y.view(-1)[: M * n].view(M, n)
+        logits = self.logits.view(-1)[: M * n * C].view(M, n, C)
         flat = idx.reshape(-1)
-        torch.index_select(self.x_all, 0, flat, out=x.view(K * n, d))
+        torch.index_select(self.x_all, 0, flat, out=x.view(M * n, d))
         torch.index_select(self.y_all, 0, flat, out=y.view(-1))
         torch.baddbmm(self.b.unsqueeze(1), x, self.W.transpose(1, 2), out=h)
         h.sigmoid_() if self.sigmoid else h.relu_()
@@ -188,7 +188,7 @@ class FusedFineTune:
 
 class AutogradFineTune:
     """One net's SGD step with autograd (momentum, or ``finetune.fused=false``), called as
-    :class:`FusedFineTune` is, with K = 1: ``idx`` [1, n'], the loss summed in ``loss_sums``."""
+    :class:`FusedFineTune` is, with M = 1: ``idx`` [1, n'], the loss summed in ``loss_sums``."""
 
     def __init__(self, tuning: "Tuning", x_all: torch.Tensor, y_all: torch.Tensor):
         self.net, self.optimizer, self.x_all, self.y_all = tuning.net, tuning.optimizer, x_all, y_all

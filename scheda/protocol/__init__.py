@@ -2,8 +2,8 @@
 (``kinds``: one class per kind says how its jobs are planned, selected, reported and drawn),
 what each stage runs (``plan``), selection on validation (``selection``), running a
 stage (``launch``) and what Slurm says of it (``slurm``), the seeds axis (``seeds``), the
-report beside the paper's numbers (``report``), the figures and feature analyses
-(``analysis``), the schemas (``config``), the plan's cost (``estimate``) and the
+report beside the paper's numbers (``report``), its figures (``figures``), the paper's
+sensitivity diagnostic (``sensitivity``), the schemas (``config``), the plan's cost (``estimate``) and the
 ``scheda-reproduce`` command (``reproduce``). It talks to training only through run
 directories (results.json, checkpoints, config.yaml), ``python -m scheda.cli -m`` and the
 training side's public functions (``build_schedule``, ``load_run_model``, ...); nothing on the

@@ -1,1 +1,1 @@
-"""Training: the minibatch step (torch, fused, Triton), the loop, its callbacks, checkpoints, and the rules between config groups."""
+"""Training: a run's plan (its typed config, device, step and models) and the rules that check it, the minibatch step (torch, fused, Triton), the one lockstep loop and DA training on it, its callbacks, checkpoints."""

@@ -1,9 +1,9 @@
-"""The fused DA step's elementwise work as four Triton kernels, for K >= 1 models at once.
+"""The fused DA step's elementwise work as four Triton kernels, for M >= 1 models at once.
 
 The hand-written step (scheda.training.step.BatchedStep) is five products and about forty small
 elementwise kernels a minibatch; at the paper's minibatch of 20 on a GPU those launches, not
 the arithmetic, set the time. Here every elementwise stage between two products is ONE
-kernel for all K models, so a minibatch is K random draws (each model's own generator, as
+kernel for all M models, so a minibatch is M random draws (each model's own generator, as
 scheda.model.noise.Masking draws them) + 4 products + these 4 kernels:
 
 * :func:`corrupt`: gather the minibatch rows and apply the masking noise from the drawn words
@@ -116,40 +116,40 @@ def _backprop(A, b, neg_lr, n, H, A_k, SIGMOID: tl.constexpr, BLOCK_N: tl.conste
 
 def corrupt(x_all: torch.Tensor, idx: torch.Tensor, words: torch.Tensor, thr: torch.Tensor,
             x: torch.Tensor, x_tilde: torch.Tensor) -> None:
-    """x[k, i] = x_all[idx[k, i]]; x~ = x where the 15-bit lane of ``words`` (int16, [K, >= n d])
-    is >= thr[k] (int32), else 0. ``x``, ``x_tilde``: [K, n, d] with contiguous rows."""
-    K, n = idx.shape
+    """x[k, i] = x_all[idx[k, i]]; x~ = x where the 15-bit lane of ``words`` (int16, [M, >= n d])
+    is >= thr[k] (int32), else 0. ``x``, ``x_tilde``: [M, n, d] with contiguous rows."""
+    M, n = idx.shape
     d = x_all.shape[1]
-    _corrupt[(K * n, triton.cdiv(d, BLOCK_ROW))](x_all, idx, words, thr, x, x_tilde, n, d,
+    _corrupt[(M * n, triton.cdiv(d, BLOCK_ROW))](x_all, idx, words, thr, x, x_tilde, n, d,
             idx.stride(0), words.stride(0), x.stride(0), x_tilde.stride(0), BLOCK=BLOCK_ROW)
 
 
 def encode(h: torch.Tensor, b: torch.Tensor, sigmoid: bool) -> None:
-    """h = s(h + b) in place; ``h`` [K, n, H] with contiguous rows, ``b`` [K, H]."""
-    K, n, H = h.shape
-    _encode[(K * n, triton.cdiv(H, BLOCK_ROW))](h, b, n, H, h.stride(0), SIGMOID=sigmoid, BLOCK=BLOCK_ROW)
+    """h = s(h + b) in place; ``h`` [M, n, H] with contiguous rows, ``b`` [M, H]."""
+    M, n, H = h.shape
+    _encode[(M * n, triton.cdiv(H, BLOCK_ROW))](h, b, n, H, h.stride(0), SIGMOID=sigmoid, BLOCK=BLOCK_ROW)
 
 
 def decode(logits: torch.Tensor, x: torch.Tensor, b_prime: torch.Tensor, neg_lr: torch.Tensor,
            dz: torch.Tensor, loss: torch.Tensor) -> None:
     """dz = sigmoid(logits + b') - x; b' += -lr/n * sum_i dz; loss[k, block] += the block's summed
-    cross-entropy. ``loss``: [K, cdiv(d, BLOCK_COL)] (:func:`loss_slots`)."""
-    K, n, d = x.shape
-    _decode[(K, triton.cdiv(d, BLOCK_COL))](logits, x, b_prime, neg_lr, dz, loss, n, d,
+    cross-entropy. ``loss``: [M, cdiv(d, BLOCK_COL)] (:func:`loss_slots`)."""
+    M, n, d = x.shape
+    _decode[(M, triton.cdiv(d, BLOCK_COL))](logits, x, b_prime, neg_lr, dz, loss, n, d,
             logits.stride(0), x.stride(0), dz.stride(0), loss.stride(0), BLOCK_N=BLOCK_N, BLOCK=BLOCK_COL)
 
 
 def backprop(A: torch.Tensor, b: torch.Tensor, neg_lr: torch.Tensor, sigmoid: bool) -> None:
-    """``A`` = [dz W^T; h] ([K, 2n, H], rows contiguous) becomes -lr/n [dh; h] with
+    """``A`` = [dz W^T; h] ([M, 2n, H], rows contiguous) becomes -lr/n [dh; h] with
     dh = dz W^T * s'(a); b += -lr/n * sum_i dh."""
-    K, two_n, H = A.shape
-    _backprop[(K, triton.cdiv(H, BLOCK_COL))](A, b, neg_lr, two_n // 2, H, A.stride(0),
+    M, two_n, H = A.shape
+    _backprop[(M, triton.cdiv(H, BLOCK_COL))](A, b, neg_lr, two_n // 2, H, A.stride(0),
             SIGMOID=sigmoid, BLOCK_N=BLOCK_N, BLOCK=BLOCK_COL)
 
 
-def loss_slots(K: int, d: int, device: torch.device) -> torch.Tensor:
+def loss_slots(M: int, d: int, device: torch.device) -> torch.Tensor:
     """The decoder kernel's loss accumulators: one per model and column block."""
-    return torch.zeros(K, triton.cdiv(d, BLOCK_COL), device=device)
+    return torch.zeros(M, triton.cdiv(d, BLOCK_COL), device=device)
 
 
 # --- The two-pass step (scheda.training.step.TwoPassStep): W read twice and written once a minibatch ---
@@ -260,11 +260,11 @@ def _rows_block(n: int) -> int:
 def decode_pass(h: torch.Tensor, W: torch.Tensor, b_prime: torch.Tensor, x: torch.Tensor, neg_lr: torch.Tensor,
                 dz: torch.Tensor, loss: torch.Tensor, batch_size: int, precision: str) -> None:
     """Pass (i): dz = sigmoid(h W + b') - x, b' += -lr/n sum_i dz, loss[k, block] += the block's
-    cross-entropy. ``h`` [K, n, H], ``x``, ``dz`` [K, n, d] (rows contiguous), n <= batch_size <=
+    cross-entropy. ``h`` [M, n, H], ``x``, ``dz`` [M, n, d] (rows contiguous), n <= batch_size <=
     MAX_ROWS (the tiles are sized by the step's minibatch, so a short one sums as a full one)."""
-    K, n, H = h.shape
+    M, n, H = h.shape
     d = W.shape[2]
-    _decode_pass[(K, triton.cdiv(d, BLOCK_D2))](h, W, b_prime, x, neg_lr, dz, loss, n, H, d, h.stride(0),
+    _decode_pass[(M, triton.cdiv(d, BLOCK_D2))](h, W, b_prime, x, neg_lr, dz, loss, n, H, d, h.stride(0),
             W.stride(0), x.stride(0), dz.stride(0), loss.stride(0), BLOCK_N=_rows_block(batch_size),
             BLOCK_H=BLOCK_H2, BLOCK_D=BLOCK_D2, PRECISION=precision)
 
@@ -272,15 +272,15 @@ def decode_pass(h: torch.Tensor, W: torch.Tensor, b_prime: torch.Tensor, x: torc
 def rows_pass(W: torch.Tensor, b: torch.Tensor, h: torch.Tensor, dz: torch.Tensor | None, x_tilde: torch.Tensor | None,
               x_tilde_next: torch.Tensor | None, neg_lr: torch.Tensor, sigmoid: bool, batch_size: int,
               precision: str) -> None:
-    """Pass (ii) over W's rows. With ``dz`` and ``x_tilde`` (this minibatch's, [K, n, d]): dh from
-    ``h`` [K, n, H], b and W updated by -lr/n. With ``x_tilde_next`` [K, n', d]: h = s(x~' W^T + b)
+    """Pass (ii) over W's rows. With ``dz`` and ``x_tilde`` (this minibatch's, [M, n, d]): dh from
+    ``h`` [M, n, H], b and W updated by -lr/n. With ``x_tilde_next`` [M, n', d]: h = s(x~' W^T + b)
     for it, from the weights as this pass leaves them, written over ``h``'s first n' rows."""
-    K, H, d = W.shape
+    M, H, d = W.shape
     update, encode = dz is not None, x_tilde_next is not None
     n = dz.shape[1] if update else 0
     n_next = x_tilde_next.shape[1] if encode else 0
     some = dz if update else x_tilde_next
-    _rows_pass[(K, triton.cdiv(H, BLOCK_H2))](W, b, h, some, x_tilde if update else some,
+    _rows_pass[(M, triton.cdiv(H, BLOCK_H2))](W, b, h, some, x_tilde if update else some,
             x_tilde_next if encode else some, neg_lr, n, n_next, H, d, W.stride(0), h.stride(0), some.stride(0),
             (x_tilde if update else some).stride(0), (x_tilde_next if encode else some).stride(0),
             SIGMOID=sigmoid, UPDATE=update, ENCODE=encode, BLOCK_N=_rows_block(batch_size),

@@ -1,4 +1,4 @@
-"""The one lockstep loop: K >= 1 members trained epoch by epoch by one step, built for the members
+"""The one lockstep loop: M >= 1 members trained epoch by epoch by one step, built for the members
 still training and built again when one drops out. DA training (scheda.training.trainer.Trainer:
 the models of a run or of a fused sweep) and fine-tuning (scheda.evaluation.finetune: the
 learning rates of a grid) each give it their members, their step and what one epoch does; the

@@ -2,7 +2,7 @@
 
 :func:`make_plan` types the composed config (every group's schema, checked), resolves the
 device, checks every rule between groups (scheda.training.rules), chooses the one step that
-trains the run, and lists its K >= 1 models: one for a run, one per combination of
+trains the run, and lists its M >= 1 models: one for a run, one per combination of
 ``trainer.parallel`` for a fused sweep, each the typed config with its own values and its
 schedule built once. What follows (scheda.run) builds from the plan and decides nothing again.
 """
@@ -87,12 +87,12 @@ class Plan:
         return self.config.finetune.enabled and self.config.finetune.standalone
 
 
-def parallel_variants(run: RunConfig) -> list[dict[str, Any]]:
+def parallel_variants(config: RunConfig) -> list[dict[str, Any]]:
     """The overrides of each model of a fused sweep (``trainer.parallel``); [] for one model."""
-    par = run.trainer.parallel
+    par = config.trainer.parallel
     axes = []
     if par.nu:  # a schedule with one noise level to set (rules.parallel_nu_needs_a_noise_level)
-        key = nu_key({"name": run.schedule.name})
+        key = nu_key({"name": config.schedule.name})
         axes.append([(f"schedule.{key}", check_nu("trainer.parallel.nu", v)) for v in par.nu])
     if par.lr:
         axes.append([("optim.lr", float(v)) for v in par.lr])
@@ -101,15 +101,15 @@ def parallel_variants(run: RunConfig) -> list[dict[str, Any]]:
     return [dict(combo) for combo in itertools.product(*axes)] if axes else []
 
 
-def model_of(run: RunConfig, overrides: dict[str, Any], resume: str | None) -> RunConfig:
+def model_of(config: RunConfig, overrides: dict[str, Any], resume: str | None) -> RunConfig:
     """One model of a fused sweep: the typed config with that model's values (``schedule.<nu key>``,
     ``optim.lr``, ``seed``) set on copies of the groups they belong to, its loggers naming its
     records by those values, and its record of the config to match. Nothing is composed or
     typed again."""
     groups: dict[str, Any] = {"trainer": dataclasses.replace(
-        run.trainer, parallel=dataclasses.replace(run.trainer.parallel, nu=[], lr=[], seed=[]))}
-    seed = run.seed
-    composed = copy.deepcopy(run.composed)
+        config.trainer, parallel=dataclasses.replace(config.trainer.parallel, nu=[], lr=[], seed=[]))}
+    seed = config.seed
+    composed = copy.deepcopy(config.composed)
     composed["trainer"]["parallel"].update(nu=[], lr=[], seed=[])
     for key, value in overrides.items():
         group, _, name = key.partition(".")
@@ -117,16 +117,16 @@ def model_of(run: RunConfig, overrides: dict[str, Any], resume: str | None) -> R
             seed = value
             composed["seed"] = value
         else:
-            groups[group] = dataclasses.replace(groups.get(group, getattr(run, group)), **{name: value})
+            groups[group] = dataclasses.replace(groups.get(group, getattr(config, group)), **{name: value})
             groups[group].check()  # that group's own ranges, for this value
             composed[group][name] = value
     label = ",".join(f"{key}={v}" for key, v in overrides.items())
-    loggers = [copy.copy(c) for c in run.logger]
+    loggers = [copy.copy(c) for c in config.logger]
     for logger in loggers:  # each model's curves by its values
         type(logger).label(logger, label)
     for key, logger in zip(composed.get("logger") or {}, loggers):
         composed["logger"][key] = {**composed["logger"][key], **dataclasses.asdict(logger)}
-    return dataclasses.replace(run, **groups, logger=loggers, seed=seed, resume=resume, composed=composed)
+    return dataclasses.replace(config, **groups, logger=loggers, seed=seed, resume=resume, composed=composed)
 
 
 def _planned(index: int, overrides: dict, config: RunConfig, subdir: str) -> PlannedModel:

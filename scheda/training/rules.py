@@ -30,77 +30,77 @@ PLAIN_SGD = "optim.momentum=0 and optim.weight_decay=0"
 TRITON_STEP = "the masking noise, one noise level per epoch"
 
 
-def _fused(run: RunConfig) -> bool:
+def _fused(config: RunConfig) -> bool:
     """Whether the hand-written step trains the models: a tied cross-entropy DA, asked for
     (``trainer.fused``), in fp32 or tf32 (or tf32x3, the two-pass step's)."""
-    return (run.model.name == "da" and run.model.loss == "cross_entropy" and run.trainer.fused
-            and run.trainer.precision != "bf16")
+    return (config.model.name == "da" and config.model.loss == "cross_entropy" and config.trainer.fused
+            and config.trainer.precision != "bf16")
 
 
-def _plain_sgd(run: RunConfig) -> bool:
-    return run.optim.momentum == 0 and run.optim.weight_decay == 0
+def _plain_sgd(config: RunConfig) -> bool:
+    return config.optim.momentum == 0 and config.optim.weight_decay == 0
 
 
-def _parallel(run: RunConfig) -> bool:
-    par = run.trainer.parallel
+def _parallel(config: RunConfig) -> bool:
+    par = config.trainer.parallel
     return bool(par.nu or par.lr or par.seed)
 
 
-def _graph_refusal(run: RunConfig) -> str | None:
+def _graph_refusal(config: RunConfig) -> str | None:
     """Why a CUDA graph cannot capture this run's step, the device aside (None: it can). A graph
     replays the fused step with plain SGD folded into it and a noise level fixed for the epoch:
     a schedule that draws nu per minibatch would replay a stale one."""
-    if not _fused(run):
+    if not _fused(config):
         return f"trainer.cuda_graph=true needs the fused step: {FUSED_STEP}"
-    if not _plain_sgd(run):
+    if not _plain_sgd(config):
         return f"trainer.cuda_graph=true needs plain SGD: {PLAIN_SGD}"
-    if run.schedule.per_minibatch:
+    if config.schedule.per_minibatch:
         return ("trainer.cuda_graph=true needs one noise level per epoch, and this schedule draws nu per "
                 "minibatch: use trainer.cuda_graph=null (it then runs eager) or false")
     return None
 
 
-def _triton_refusal(run: RunConfig) -> str | None:
+def _triton_refusal(config: RunConfig) -> str | None:
     """Why the Triton step cannot train this run, the device aside (None: it can): its kernels
     hold the plain fused step and the masking noise, with the level fixed for the epoch; triton
     must be installed."""
-    if not (_fused(run) and _plain_sgd(run)):
+    if not (_fused(config) and _plain_sgd(config)):
         return f"trainer.triton=true needs the plain fused step: {FUSED_STEP}, {PLAIN_SGD}"
-    if run.noise.name != "masking" or run.schedule.per_minibatch:
+    if config.noise.name != "masking" or config.schedule.per_minibatch:
         return f"trainer.triton=true needs {TRITON_STEP}: use trainer.triton=null (it then runs the torch step) or false"
     if importlib.util.find_spec("triton") is None:
         return "trainer.triton=true needs triton: pip install triton (Linux), or use trainer.triton=false"
     return None
 
 
-def cuda_settings_need_a_cuda_device(run: RunConfig, device: torch.device) -> str | None:
+def cuda_settings_need_a_cuda_device(config: RunConfig, device: torch.device) -> str | None:
     for key in ("cuda_graph", "triton", "two_pass"):
-        if getattr(run.trainer, key) and device.type != "cuda":
+        if getattr(config.trainer, key) and device.type != "cuda":
             return (f"trainer.{key}=true needs a CUDA device, not {device}: use trainer.device=cuda or "
                     f"trainer.{key}=false")
     return None
 
 
-def graph_can_capture_the_step(run: RunConfig, device: torch.device) -> str | None:
-    return _graph_refusal(run) if run.trainer.cuda_graph else None
+def graph_can_capture_the_step(config: RunConfig, device: torch.device) -> str | None:
+    return _graph_refusal(config) if config.trainer.cuda_graph else None
 
 
-def triton_can_take_the_step(run: RunConfig, device: torch.device) -> str | None:
-    return _triton_refusal(run) if run.trainer.triton else None
+def triton_can_take_the_step(config: RunConfig, device: torch.device) -> str | None:
+    return _triton_refusal(config) if config.trainer.triton else None
 
 
-def two_pass_is_a_triton_step(run: RunConfig, device: torch.device) -> str | None:
+def two_pass_is_a_triton_step(config: RunConfig, device: torch.device) -> str | None:
     """The two-pass step is the Triton step in other kernels: what that needs, then its own limits
     (a minibatch in one program; fp32 or three-pass TF32 products); ``trainer.precision=tf32x3``
     names its products, so it needs it."""
-    t = run.trainer
+    t = config.trainer
     if not t.two_pass:
         if t.precision == "tf32x3":
             return "trainer.precision=tf32x3 is the two-pass step's product precision: set trainer.two_pass=true"
         return None
     if t.triton is False:
         return "trainer.two_pass=true is a Triton step: leave trainer.triton null (or true), or use trainer.two_pass=false"
-    refusal = _triton_refusal(run)
+    refusal = _triton_refusal(config)
     if refusal:
         return refusal.replace("trainer.triton=true", "trainer.two_pass=true")
     if t.batch_size > TWO_PASS_ROWS:
@@ -111,49 +111,49 @@ def two_pass_is_a_triton_step(run: RunConfig, device: torch.device) -> str | Non
     return None
 
 
-def parallel_needs_the_fused_step(run: RunConfig, device: torch.device) -> str | None:
+def parallel_needs_the_fused_step(config: RunConfig, device: torch.device) -> str | None:
     """A fused sweep's models share the hand-written step, with plain SGD folded into it."""
-    if _parallel(run) and not (_fused(run) and _plain_sgd(run)):
+    if _parallel(config) and not (_fused(config) and _plain_sgd(config)):
         return f"trainer.parallel needs the plain fused step: {FUSED_STEP}, {PLAIN_SGD}"
     return None
 
 
-def parallel_nu_needs_a_noise_level(run: RunConfig, device: torch.device) -> str | None:
-    if run.trainer.parallel.nu and nu_key({"name": run.schedule.name}) is None:
+def parallel_nu_needs_a_noise_level(config: RunConfig, device: torch.device) -> str | None:
+    if config.trainer.parallel.nu and nu_key({"name": config.schedule.name}) is None:
         return (f"trainer.parallel.nu needs schedule {', '.join(options_with_nu_key())} (one noise level to set), "
-                f"not {run.schedule.name}")
+                f"not {config.schedule.name}")
     return None
 
 
-def parallel_trains(run: RunConfig, device: torch.device) -> str | None:
-    if _parallel(run) and run.finetune.enabled and run.finetune.standalone:
+def parallel_trains(config: RunConfig, device: torch.device) -> str | None:
+    if _parallel(config) and config.finetune.enabled and config.finetune.standalone:
         return "trainer.parallel trains models: it cannot be combined with finetune.standalone"
     return None
 
 
-def resume_or_init_from(run: RunConfig, device: torch.device) -> str | None:
-    standalone = run.finetune.enabled and run.finetune.standalone
-    if run.resume and run.init_from and not standalone:
+def resume_or_init_from(config: RunConfig, device: torch.device) -> str | None:
+    standalone = config.finetune.enabled and config.finetune.standalone
+    if config.resume and config.init_from and not standalone:
         return "resume and init_from are both set: resume continues a run, init_from starts a new one"
     return None
 
 
-def standalone_needs_init_from(run: RunConfig, device: torch.device) -> str | None:
-    if run.finetune.enabled and run.finetune.standalone and not run.init_from:
+def standalone_needs_init_from(config: RunConfig, device: torch.device) -> str | None:
+    if config.finetune.enabled and config.finetune.standalone and not config.init_from:
         return "finetune.standalone=true needs init_from=<a DA/ScheDA run or checkpoint>"
     return None
 
 
-def finetune_output_needs_a_linear_classifier(run: RunConfig, device: torch.device) -> str | None:
-    if run.finetune.enabled and run.finetune.init_output == "classifier" and not run.classifier.linear:
+def finetune_output_needs_a_linear_classifier(config: RunConfig, device: torch.device) -> str | None:
+    if config.finetune.enabled and config.finetune.init_output == "classifier" and not config.classifier.linear:
         return (f"finetune.init_output=classifier starts the output layer from a linear classifier, and "
-                f"classifier={run.classifier.name} has none: use classifier=torch_lr or liblinear, or "
+                f"classifier={config.classifier.name} has none: use classifier=torch_lr or liblinear, or "
                 f"finetune.init_output=zero")
     return None
 
 
-def raw_needs_evaluation(run: RunConfig, device: torch.device) -> str | None:
-    if not run.model.trains and not run.evaluate.enabled:
+def raw_needs_evaluation(config: RunConfig, device: torch.device) -> str | None:
+    if not config.model.trains and not config.evaluate.enabled:
         return "model=raw only evaluates: set evaluate.enabled=true"
     return None
 
@@ -165,24 +165,24 @@ RULES: tuple[Callable[[RunConfig, torch.device], str | None], ...] = (
 )
 
 
-def check(run: RunConfig, device: torch.device) -> None:
+def check(config: RunConfig, device: torch.device) -> None:
     """Every rule; the first broken one is raised as one line."""
     for rule in RULES:
-        message = rule(run, device)
+        message = rule(config, device)
         if message:
             raise ConfigError(message)
 
 
-def choose_step(run: RunConfig, device: torch.device) -> StepChoice:
+def choose_step(config: RunConfig, device: torch.device) -> StepChoice:
     """The step that trains a run whose rules passed: ``trainer.cuda_graph=null`` becomes true on
     a CUDA device wherever a graph can capture the step, ``trainer.triton=null`` wherever the
     Triton step applies (on a CPU the torch step measures faster); ``trainer.two_pass`` makes a
     Triton step the two-pass one."""
-    t, cuda = run.trainer, device.type == "cuda"
-    graph = t.cuda_graph if t.cuda_graph is not None else cuda and _graph_refusal(run) is None
-    triton = t.triton if t.triton is not None else (cuda and _triton_refusal(run) is None) or t.two_pass
+    t, cuda = config.trainer, device.type == "cuda"
+    graph = t.cuda_graph if t.cuda_graph is not None else cuda and _graph_refusal(config) is None
+    triton = t.triton if t.triton is not None else (cuda and _triton_refusal(config) is None) or t.two_pass
     if triton:
         kind = "two_pass" if t.two_pass else "triton"
     else:
-        kind = "fused" if _fused(run) else "autograd"
+        kind = "fused" if _fused(config) else "autograd"
     return StepChoice(kind, bool(graph), t.precision)

@@ -1,18 +1,18 @@
-"""One minibatch update of K >= 1 DAs, and which update a run gets (the loop that calls it,
+"""One minibatch update of M >= 1 DAs, and which update a run gets (the loop that calls it,
 minibatch after minibatch, is scheda.training.trainer).
 
 :class:`StepChoice` is which step trains a run: scheda.training.rules chooses it once, in the run's
 plan (scheda.training.plan), and refuses there every setting a step cannot take; the loop builds
 the chosen step from it for the models it holds, and nothing here decides again:
 
-* :class:`AutogradStep` (called as K = 1 through :class:`OneModel`): ``model.training_loss``
+* :class:`AutogradStep` (called as M = 1 through :class:`OneModel`): ``model.training_loss``
   (corrupt, reconstruct), ``backward``, ``optimizer.step``. Serves every option (any noise,
   squared error, any optimizer settings, bf16 autocast).
 * :class:`GraphedStep`: the batched step below captured once in a CUDA graph and replayed per
   minibatch (launch-bound at minibatch 20).
-* :class:`BatchedStep` (one model is K = 1; :class:`FusedStep` calls it as :class:`AutogradStep`
+* :class:`BatchedStep` (one model is M = 1; :class:`FusedStep` calls it as :class:`AutogradStep`
   is called, for tests and scripts): the tied-weight cross-entropy DA
-  with SGD, written out by hand, for K models of a fused sweep at once (K = 1: one run). With
+  with SGD, written out by hand, for M models of a fused sweep at once (M = 1: one run). With
   ``a = x~ W^T + b``, ``h = s(a)``, ``l = h W + b'``, ``dz = sigmoid(l) - x`` (summed loss):
 
       dh = (dz W^T) * s'(a)        dW = dh^T x~ + h^T dz = [dh; h]^T [x~; dz]
@@ -24,7 +24,7 @@ the chosen step from it for the models it holds, and nothing here decides again:
   place, and the loss is accumulated on the device. Five products of n x d x H per step:
   the minimum for a tied DA.
 * :class:`TritonStep`: the same update with the masking noise, its elementwise work in four
-  Triton kernels for all K models (scheda.training.kernels), graphed several minibatches a replay: the
+  Triton kernels for all M models (scheda.training.kernels), graphed several minibatches a replay: the
   CUDA default where it applies (on a CPU the torch step above measures faster, and Triton has
   no CPU backend but its interpreter).
 * :class:`TwoPassStep` (``trainer.two_pass``, opt-in): the Triton step as two passes over W a
@@ -53,7 +53,7 @@ def summed_cross_entropy(logits: torch.Tensor, x: torch.Tensor, tmp: torch.Tenso
     """sum(softplus(l) - x l) with vectorised kernels only (logaddexp/softplus are scalar loops
     on the CPU, several times slower): softplus(l) = relu(l) - log sigmoid(|l|), where
     sigmoid(|l|) lies in [0.5, 1] and never underflows, and sum relu(l) = (sum l + sum |l|) / 2.
-    ``tmp`` is scratch of the logits' shape; ``batched``: one sum per model, [K, n, d] inputs."""
+    ``tmp`` is scratch of the logits' shape; ``batched``: one sum per model, [M, n, d] inputs."""
     if batched:
         def total(t):
             return t.sum(dim=(1, 2))
@@ -134,16 +134,16 @@ def plain_sgd(optimizer: SGD) -> bool:
 
 class LossSums:
     """What every step the loop calls shares: each model's running sum of its training losses this
-    epoch, kept on the device in ``loss_sums`` [K, ...] (a scalar per model, or the Triton step's
+    epoch, kept on the device in ``loss_sums`` [M, ...] (a scalar per model, or the Triton step's
     per-block slots), which the loop seeds at an epoch's start (a resumed epoch's sums go back in,
     so its additions associate as the uninterrupted epoch's did) and takes at its end; and how many
     minibatches one call may take (``minibatches``: the loop hands a step that many at once, as
-    ``idx`` of [K, minibatches * n] rows)."""
+    ``idx`` of [M, minibatches * n] rows)."""
 
     minibatches = 1
 
-    def _init_loss_sums(self, K: int, device: torch.device) -> None:
-        self.loss_sums = torch.zeros(K, device=device)
+    def _init_loss_sums(self, M: int, device: torch.device) -> None:
+        self.loss_sums = torch.zeros(M, device=device)
 
     def take_loss_sums(self) -> torch.Tensor:
         """The sums (a copy), zeroed in place (a captured graph keeps adding into the same tensor)."""
@@ -153,9 +153,9 @@ class LossSums:
 
 
 class BatchedStep(LossSums):
-    """The hand-written step (see the module docstring) for K >= 1 tied DAs at once: a fused
-    sweep stacks K models' weights into one [K, H, d] tensor, which each model's parameters
-    then view, and every product is a batched one (``bmm``); one model is the case K = 1 (its
+    """The hand-written step (see the module docstring) for M >= 1 tied DAs at once: a fused
+    sweep stacks M models' weights into one [M, H, d] tensor, which each model's parameters
+    then view, and every product is a batched one (``bmm``); one model is the case M = 1 (its
     parameters viewed as [1, H, d], no copy). Each model draws its own minibatch and corruption
     from its own generator and keeps its own learning rate, so model k follows exactly the
     trajectory it would follow alone (up to summation order). Bit for bit it differs from
@@ -172,10 +172,10 @@ class BatchedStep(LossSums):
             raise ValueError("models trained by one step share their input size, hidden units and activation")
         self.models, self.optimizers, self.noises = models, optimizers, noises
         self.plain_sgd = all(plain_sgd(opt) for opt in optimizers)
-        K, d, H, n = len(models), models[0].n_input, models[0].n_hidden, batch_size
+        M, d, H, n = len(models), models[0].n_input, models[0].n_hidden, batch_size
         self.activation = models[0].activation
         f32 = dict(dtype=models[0].W.dtype, device=device)
-        if K == 1:
+        if M == 1:
             m = models[0]
             self.W, self.b, self.b_prime = m.W.data.unsqueeze(0), m.b.data.unsqueeze(0), m.b_prime.data.unsqueeze(0)
             if not self.plain_sgd:
@@ -190,16 +190,16 @@ class BatchedStep(LossSums):
                 m.W.data, m.b.data, m.b_prime.data = self.W[k], self.b[k], self.b_prime[k]
         # Every intermediate in buffers allocated once: [dh; h] and [x~; dz] are stacked so the
         # weight gradient is one product.
-        self.x = torch.empty(K, n, d, **f32)
-        self.A = torch.empty(K, 2 * n, H, **f32)  # [dh; h]
-        self.B = torch.empty(K, 2 * n, d, **f32)  # [x~; dz]
-        self.logits = torch.empty(K, n, d, **f32)
-        self.tmp_d = torch.empty(K, n, d, **f32)
-        self.tmp_h = torch.empty(K, n, H, **f32)
+        self.x = torch.empty(M, n, d, **f32)
+        self.A = torch.empty(M, 2 * n, H, **f32)  # [dh; h]
+        self.B = torch.empty(M, 2 * n, d, **f32)  # [x~; dz]
+        self.logits = torch.empty(M, n, d, **f32)
+        self.tmp_d = torch.empty(M, n, d, **f32)
+        self.tmp_h = torch.empty(M, n, H, **f32)
         self._lrs: tuple[float, ...] | None = None
-        self._neg_lr = torch.zeros(K, **f32)
+        self._neg_lr = torch.zeros(M, **f32)
         self.neg_lr()
-        self._init_loss_sums(K, device)
+        self._init_loss_sums(M, device)
 
     @staticmethod
     def supports(model: DenoisingAutoencoder, optimizer: SGD) -> bool:
@@ -216,18 +216,18 @@ class BatchedStep(LossSums):
 
     @torch.no_grad()
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> torch.Tensor:
-        """``idx``: [K, n] rows of ``x_all`` per model; returns the K minibatch losses."""
-        K, n = idx.shape
+        """``idx``: [M, n] rows of ``x_all`` per model; returns the M minibatch losses."""
+        M, n = idx.shape
         W, b, b_prime = self.W, self.b, self.b_prime
-        # The first K*n rows of the buffer, contiguous: ``self.x[:, :n]`` is not when n < batch_size
+        # The first M*n rows of the buffer, contiguous: ``self.x[:, :n]`` is not when n < batch_size
         # (a partial last minibatch), and index_select into its reshape would fill a copy.
-        x = self.x.view(-1)[: K * n * self.x.shape[2]].view(K, n, -1)
-        torch.index_select(x_all, 0, idx.reshape(-1), out=x.view(K * n, -1))
+        x = self.x.view(-1)[: M * n * self.x.shape[2]].view(M, n, -1)
+        torch.index_select(x_all, 0, idx.reshape(-1), out=x.view(M * n, -1))
         A, B = self.A[:, : 2 * n], self.B[:, : 2 * n]
         dh, h = A[:, :n], A[:, n:]
         x_tilde, dz = B[:, :n], B[:, n:]
         logits, tmp_d, tmp_h = self.logits[:, :n], self.tmp_d[:, :n], self.tmp_h[:, :n]
-        for k in range(K):  # each model's corruption from its own generator
+        for k in range(M):  # each model's corruption from its own generator
             self.noises[k](x[k], nus[k], generators[k], out=x_tilde[k])
         torch.baddbmm(b.unsqueeze(1), x_tilde, W.transpose(1, 2), out=h)
         if self.activation == "sigmoid":
@@ -261,7 +261,7 @@ class BatchedStep(LossSums):
 
 
 class FusedStep(BatchedStep):
-    """The fused step of one model: the batched step with K = 1, called like :class:`AutogradStep`."""
+    """The fused step of one model: the batched step with M = 1, called like :class:`AutogradStep`."""
 
     def __init__(self, model: DenoisingAutoencoder, optimizer: SGD, noise: Corruption,
                  batch_size: int, device: torch.device):
@@ -276,7 +276,7 @@ class TritonStep(BatchedStep):
     """The plain fused step with masking noise in few kernels (scheda.training.kernels): per minibatch,
     each model's random words from its own generator (as :class:`~scheda.model.noise.Masking` draws
     them, so the masks are the torch step's), the four products, and four Triton kernels for
-    all K models; the loss stays in per-block slots on the device (``loss_sums`` [K, blocks]).
+    all M models; the loss stays in per-block slots on the device (``loss_sums`` [M, blocks]).
     Graphed (CUDA), one replay runs :attr:`minibatches` minibatches, so neither the host's
     cost per replay nor a launch outside the graph is paid per minibatch; a remainder of whole
     minibatches replays a one-minibatch graph, and an epoch's partial last one runs eager.
@@ -293,12 +293,12 @@ class TritonStep(BatchedStep):
         from scheda.training import kernels
 
         self.kernels = kernels
-        K, n, d = self.x.shape
+        M, n, d = self.x.shape
         self.x_all, self.generators, self.batch_size = x_all, generators, n
-        self.words = torch.empty(K, (n * d + 3) // 4, dtype=torch.int64, device=device)
-        self.thr = torch.zeros(K, dtype=torch.int32, device=device)
+        self.words = torch.empty(M, (n * d + 3) // 4, dtype=torch.int64, device=device)
+        self.thr = torch.zeros(M, dtype=torch.int32, device=device)
         self._thr: tuple[int, ...] | None = None
-        self.loss_sums = kernels.loss_slots(K, d, device)
+        self.loss_sums = kernels.loss_slots(M, d, device)
         self.graphed = graphed
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
 
@@ -314,11 +314,11 @@ class TritonStep(BatchedStep):
 
     @torch.no_grad()
     def minibatch(self, x_all: torch.Tensor, idx: torch.Tensor, generators: list) -> None:
-        """One update of every model from ``idx`` [K, n'] (n' <= n), at the levels set last."""
-        K, n = idx.shape
+        """One update of every model from ``idx`` [M, n'] (n' <= n), at the levels set last."""
+        M, n = idx.shape
         d = self.x.shape[2]
         W, b, b_prime = self.W, self.b, self.b_prime
-        x = self.x.view(-1)[: K * n * d].view(K, n, d)
+        x = self.x.view(-1)[: M * n * d].view(M, n, d)
         A, B = self.A[:, : 2 * n], self.B[:, : 2 * n]
         dh, h, x_tilde, dz = A[:, :n], A[:, n:], B[:, :n], B[:, n:]
         n_words = (n * d + 3) // 4
@@ -340,8 +340,8 @@ class TritonStep(BatchedStep):
         """The graph of ``m`` minibatches and the index buffer it reads, captured once (:func:`capture_graph`)."""
         if m in self.graphs:
             return self.graphs[m]
-        n, K = self.batch_size, self.x.shape[0]
-        idx = torch.zeros(K, m * n, dtype=torch.long, device=self.x_all.device)
+        n, M = self.batch_size, self.x.shape[0]
+        idx = torch.zeros(M, m * n, dtype=torch.long, device=self.x_all.device)
 
         def run() -> None:
             for j in range(m):
@@ -364,7 +364,7 @@ class TritonStep(BatchedStep):
             self.minibatch(self.x_all, torch.zeros_like(self.x[:, :, 0], dtype=torch.long), self.generators)
 
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> None:
-        """``idx`` [K, rows]: consecutive minibatches of n rows (the last may be shorter)."""
+        """``idx`` [M, rows]: consecutive minibatches of n rows (the last may be shorter)."""
         self.set_levels(nus)
         n, rows = self.batch_size, idx.shape[1]
         if self.graphed and rows == self.minibatches * n:
@@ -399,12 +399,12 @@ class TwoPassStep(TritonStep):
             raise ValueError(f"the two-pass step takes at most {TWO_PASS_ROWS} rows a minibatch, in "
                              f"{' or '.join(TWO_PASS_PRECISIONS)} (scheda.training.rules)")
         super().__init__(models, optimizers, noises, batch_size, x_all, generators, graphed)
-        K, n, d = self.x.shape
+        M, n, d = self.x.shape
         f32 = dict(dtype=self.W.dtype, device=x_all.device)
-        self.h = torch.empty(K, n, self.W.shape[1], **f32)
-        self.dz = torch.empty(K, n, d, **f32)
-        self.xs = torch.empty(2, K, n, d, **f32)  # this minibatch's x and the next one's, in turn
-        self.x_tildes = torch.empty(2, K, n, d, **f32)
+        self.h = torch.empty(M, n, self.W.shape[1], **f32)
+        self.dz = torch.empty(M, n, d, **f32)
+        self.xs = torch.empty(2, M, n, d, **f32)  # this minibatch's x and the next one's, in turn
+        self.x_tildes = torch.empty(2, M, n, d, **f32)
         self.dot_precision = {"fp32": "ieee", "tf32x3": "tf32x3"}[precision]
 
     def _corrupt(self, x_all: torch.Tensor, idx: torch.Tensor, generators: list, slot: int) -> None:
@@ -417,7 +417,7 @@ class TwoPassStep(TritonStep):
 
     @torch.no_grad()
     def sequence(self, x_all: torch.Tensor, idx: torch.Tensor, generators: list) -> None:
-        """Every minibatch of ``idx`` [K, rows] in order, each encoded by the pass before it."""
+        """Every minibatch of ``idx`` [M, rows] in order, each encoded by the pass before it."""
         kernels, n, sigmoid, precision = self.kernels, self.batch_size, self.activation == "sigmoid", self.dot_precision
         W, b, b_prime, h, neg_lr = self.W, self.b, self.b_prime, self.h, self.neg_lr()
         parts = list(idx.split(n, dim=1))
@@ -440,8 +440,8 @@ class TwoPassStep(TritonStep):
         """The graph of a sequence of ``m`` minibatches and the index buffer it reads, captured once."""
         if m in self.graphs:
             return self.graphs[m]
-        n, K = self.batch_size, self.x.shape[0]
-        idx = torch.zeros(K, m * n, dtype=torch.long, device=self.x_all.device)
+        n, M = self.batch_size, self.x.shape[0]
+        idx = torch.zeros(M, m * n, dtype=torch.long, device=self.x_all.device)
         graph = capture_graph(lambda: self.sequence(self.x_all, idx[:, :min(m, 2) * n], self.generators),
                               lambda: self.sequence(self.x_all, idx, self.generators),
                               [self.W, self.b, self.b_prime], self.generators, self.loss_sums)
@@ -459,7 +459,7 @@ class TwoPassStep(TritonStep):
                                                   device=self.x_all.device), self.generators)
 
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> None:
-        """``idx`` [K, rows]: consecutive minibatches of n rows (the last may be shorter); graphed,
+        """``idx`` [M, rows]: consecutive minibatches of n rows (the last may be shorter); graphed,
         the whole minibatches replay a graph of their number, and a short last one runs eager."""
         self.set_levels(nus)
         n, rows = self.batch_size, idx.shape[1]
@@ -475,7 +475,7 @@ class TwoPassStep(TritonStep):
 
 
 class OneModel(LossSums):
-    """A one-model step (:class:`AutogradStep`) called like a K-model one, with K = 1."""
+    """A one-model step (:class:`AutogradStep`) called like a M-model one, with M = 1."""
 
     def __init__(self, step: AutogradStep, device: torch.device):
         self.step = step
@@ -499,8 +499,8 @@ class StepChoice:
     ``kind`` is the autograd step (one model), the hand-written fused step, the Triton step or
     its two-pass form; ``cuda_graph`` captures the fused or Triton step in CUDA graphs;
     ``precision`` is the products' (bf16: autograd under autocast). Every step it builds is called
-    as ``step(x_all, idx [K, rows], nus, generators)`` with ``rows`` at most its ``minibatches``
-    minibatches, and keeps the K summed losses (:class:`LossSums`)."""
+    as ``step(x_all, idx [M, rows], nus, generators)`` with ``rows`` at most its ``minibatches``
+    minibatches, and keeps the M summed losses (:class:`LossSums`)."""
 
     kind: str = "fused"
     cuda_graph: bool = False
@@ -559,11 +559,11 @@ class GraphedStep(LossSums):
         if x_all.device.type != "cuda":
             raise ValueError(f"a CUDA graph needs a CUDA device, not {x_all.device}")
         self.step, self.x_all, self.generators = step, x_all, generators
-        self.eager = functools.partial(BatchedStep.__call__, step)  # the K-model call, also for a FusedStep
-        K, n = step.x.shape[0], step.x.shape[1]
+        self.eager = functools.partial(BatchedStep.__call__, step)  # the M-model call, also for a FusedStep
+        M, n = step.x.shape[0], step.x.shape[1]
         self.batch_size = n
-        self.idx = torch.zeros(K, n, dtype=torch.long, device=x_all.device)
-        self.nus = torch.zeros(K, dtype=step.W.dtype, device=x_all.device)
+        self.idx = torch.zeros(M, n, dtype=torch.long, device=x_all.device)
+        self.nus = torch.zeros(M, dtype=step.W.dtype, device=x_all.device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.loss: torch.Tensor | None = None
         self.loss_sums = step.loss_sums  # the graph adds into the step's own sums
@@ -587,7 +587,7 @@ class GraphedStep(LossSums):
             self._capture()
 
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> torch.Tensor:
-        """The batched step's signature: ``idx`` [K, n], one nu (a float) per model."""
+        """The batched step's signature: ``idx`` [M, n], one nu (a float) per model."""
         if any(isinstance(nu, torch.Tensor) for nu in nus):
             raise ValueError("a CUDA graph replays one noise level per epoch, not one drawn per minibatch "
                              "(scheda.training.rules refuses such a run)")

@@ -1,8 +1,8 @@
 """The training loop: plain minibatch SGD over one tensor of training data on the device.
 
 :class:`ModelState` holds one model's training state (optimiser, noise, schedule, generator,
-callbacks, epoch, history); :class:`Trainer` is the one loop, for K >= 1 of them: a run is
-K = 1, a fused sweep (``trainer.parallel``) K > 1 with one batched step for all, in the one
+callbacks, epoch, history); :class:`Trainer` is the one loop, for M >= 1 of them: a run is
+M = 1, a fused sweep (``trainer.parallel``) M > 1 with one batched step for all, in the one
 lockstep loop that fine-tuning uses too (scheda.training.loop). Each epoch
 draws a permutation from each model's generator and slices minibatches from it, so there is
 no per-sample Python in the hot loop, and a seed (plus a checkpoint's generator state on
@@ -63,7 +63,7 @@ class TrainerConfig(Component):
     # the fused step, plain SGD, fp32/tf32; scheda.training.rules.choose_step); true: refuse a run it cannot take.
     cuda_graph: Optional[bool] = None
     # The step's elementwise work in four Triton kernels for all models (scheda.training.kernels): about
-    # 45 kernels a minibatch become K + 8. null: on wherever it applies (a CUDA device, the plain
+    # 45 kernels a minibatch become M + 8. null: on wherever it applies (a CUDA device, the plain
     # fused step, the masking noise, one nu per epoch; scheda.training.rules.choose_step); true: refuse a run
     # it cannot take. The CPU keeps the torch step, which measures faster there.
     triton: Optional[bool] = None
@@ -302,7 +302,7 @@ class ModelState:
 
 
 class Trainer(Loop):
-    """The training loop for K >= 1 models' states (scheda.training.loop.Loop: the active set,
+    """The training loop for M >= 1 models' states (scheda.training.loop.Loop: the active set,
     one step for all their models, rebuilt when one drops out): each keeps its own schedule,
     generator, callbacks (checkpoints, evaluation, TensorBoard) and history, as if it ran alone;
     a model finishes when its schedule ends. ``seconds`` per epoch is the time of the whole

@@ -2,7 +2,7 @@
 selection, the report, the figures, the seeds and the estimate ask a run's kind what to do.
 
 Adding a kind is one module in this package: subclass a role's base class (ContinuationKind,
-ControlKind, FinetuneKind, ...) and decorate it with ``@register``; every module here is
+ControlKind, FinetuneKind, ...) and decorate it with ``@register_kind``; every module here is
 imported when the package is. A schedule of ``scale.schedules`` is a kind of its own name
 (ScheduleKind) without being registered.
 """
@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from scheda.utils.errors import ConfigError
 from scheda.protocol.kinds.base import (BASELINE, CONTINUATION, CONTROL, FINETUNE, GRID, REGISTRY, JobKind,
-                                        of_role, register)
+                                        of_role, register_kind)
 from scheda.protocol.kinds.schedule import ScheduleKind
 
 # The built-in kinds first, in the order the protocol lists them; then any other module here.
@@ -45,4 +45,4 @@ def continuation(name: str, scale: DictConfig) -> JobKind:
 
 
 __all__ = ["BASELINE", "CONTINUATION", "CONTROL", "FINETUNE", "GRID", "JobKind", "continuation", "kind_of",
-           "of_role", "register"]
+           "of_role", "register_kind"]

@@ -25,7 +25,7 @@ FINETUNE = "finetune"  # stage 5: supervised fine-tuning of a selected encoder
 REGISTRY: dict[str, "JobKind"] = {}
 
 
-def register(cls: type["JobKind"]) -> type["JobKind"]:
+def register_kind(cls: type["JobKind"]) -> type["JobKind"]:
     """Class decorator: the protocol finds the kind by ``cls.name`` from here on."""
     if cls.name in REGISTRY:
         raise ValueError(f"job kind {cls.name!r} is registered twice ({REGISTRY[cls.name]!r} and {cls!r})")

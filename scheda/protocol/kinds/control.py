@@ -16,7 +16,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from scheda.protocol.jobs import JobSpec, fmt, pct
-from scheda.protocol.kinds.base import ControlKind, register
+from scheda.protocol.kinds.base import ControlKind, register_kind
 
 
 class FromTheStart(ControlKind):
@@ -38,7 +38,7 @@ class FromTheStart(ControlKind):
                              "nu": nu, "epochs": epochs})
 
 
-@register
+@register_kind
 class SameStart(FromTheStart):
     name, label = "control", "Control: same start, constant nu"
 
@@ -56,7 +56,7 @@ class SameStart(FromTheStart):
         return f"control: DA({fmt(e['nu0'])}) +{e['epochs']} epochs"
 
 
-@register
+@register_kind
 class Jump(FromTheStart):
     name, label = "jump", "Control: same start, one jump to the final nu"
 

@@ -12,12 +12,12 @@ from typing import Any, Iterable
 
 from scheda.runs.rundir import best_evaluation, checkpoint_name
 from scheda.protocol.jobs import JobSpec, fmt
-from scheda.protocol.kinds.base import BASELINE, GRID, JobKind, errors, register
+from scheda.protocol.kinds.base import BASELINE, GRID, JobKind, errors, register_kind
 
 log = logging.getLogger(__name__)
 
 
-@register
+@register_kind
 class Raw(JobKind):
     name, label, role = "raw", "Raw pixels", BASELINE
 
@@ -30,7 +30,7 @@ class Raw(JobKind):
         found["raw"] = entry
 
 
-@register
+@register_kind
 class DA(JobKind):
     name, label, role = "da", "DA", GRID
 
@@ -59,7 +59,7 @@ class DA(JobKind):
         return f"nu={fmt(e['nu'])}, lr={fmt(e['lr'])}, {e['epoch']} epochs"
 
 
-@register
+@register_kind
 class DAFused(DA):
     """Every nu of one (hidden, lr) in one process: each model's run under ``models/<k>``."""
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from scheda.protocol.jobs import JobSpec, fmt, pct
-from scheda.protocol.kinds.base import FINETUNE, JobKind, register
+from scheda.protocol.kinds.base import FINETUNE, JobKind, register_kind
 
 
 class FinetuneKind(JobKind):
@@ -42,12 +42,12 @@ class FinetuneKind(JobKind):
         return f"lr={fmt(ft['lr'])}, epoch {ft['best_epoch']}{frozen}"
 
 
-@register
+@register_kind
 class FinetuneDA(FinetuneKind):
     name, label, short, of, paper = "finetune_da", "Fine-tuned best DA", "Fine-tuned DA", "da", "finetuned_da"
 
 
-@register
+@register_kind
 class FinetuneScheDA(FinetuneKind):
     name, label, short, of, paper = "finetune_scheda", "Fine-tuned best ScheDA", "Fine-tuned ScheDA", "scheda", "finetuned"
     compared_with = "finetune_da"

@@ -9,7 +9,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from scheda.protocol.jobs import JobSpec, fmt
-from scheda.protocol.kinds.base import ContinuationKind, register
+from scheda.protocol.kinds.base import ContinuationKind, register_kind
 
 
 class RandomNu(ContinuationKind):
@@ -33,7 +33,7 @@ class RandomNu(ContinuationKind):
                 for lr in scale.da.lr]
 
 
-@register
+@register_kind
 class RandomUniform(RandomNu):
     name, label = "random_uniform", "Random nu, uniform"
 
@@ -41,7 +41,7 @@ class RandomUniform(RandomNu):
         return {"schedule.low": cfg.low, "schedule.high": cfg.high}
 
 
-@register
+@register_kind
 class RandomDiscrete(RandomNu):
     name, label = "random_discrete", "Random nu, discrete"
 

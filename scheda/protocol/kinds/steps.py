@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from scheda.model.schedule import level_count
 from scheda.utils.errors import ConfigError
 from scheda.protocol.jobs import JobSpec, fmt
-from scheda.protocol.kinds.base import CONTROL, ContinuationKind, of_role, register
+from scheda.protocol.kinds.base import CONTROL, ContinuationKind, of_role, register_kind
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class StepKind(ContinuationKind):
         return f"{self.short} dnu={fmt(e['delta_nu'])}, K={e['K']}"
 
 
-@register
+@register_kind
 class ScheDA(StepKind):
     name, label, title, short = "scheda", "ScheDA", "ScheDA", "ScheDA"
     direction, schedule = -1, "decreasing"
@@ -91,7 +91,7 @@ class ScheDA(StepKind):
         return ""  # the controls of the paper's own schedule: named alone
 
 
-@register
+@register_kind
 class Increasing(StepKind):
     name, label, title, short = "increasing", "Increasing schedule", "Increasing", "increasing"
     direction, schedule = 1, "increasing"
