@@ -1,12 +1,8 @@
 """One training run from a composed config: its directory taken (scheda.runs.reentry), its plan
-made (scheda.training.plan: every group typed, every rule checked, the step chosen, its M >= 1
-models listed), then one path for one model and for a fused sweep alike: the models built from
-the plan, trained in lockstep (scheda.training.trainer), finished (evaluation and fine-tuning:
-scheda.evaluation) and recorded.
-
-``scheda-train`` (scheda.cli) is the Hydra wrapper around :func:`run`; tests, scripts and the
-Python API (scheda.api) call it with a config, an output directory and, if they have them,
-arrays to train on.
+made (scheda.training.plan), then one path for one model and a fused sweep alike: the models
+built from the plan, trained in lockstep (scheda.training.trainer), finished (evaluation and
+fine-tuning: scheda.evaluation) and recorded. ``scheda-train`` (scheda.cli) and the Python API
+(scheda.api) call :func:`run`.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from scheda.config import check_composed
 from scheda.data import dataset_spec
@@ -28,16 +24,16 @@ from scheda.loggers import Loggers, LoggingCallback, build_loggers, hparams
 from scheda.model.autoencoder import build_model
 from scheda.model.noise import build_noise
 from scheda.model.optim import build_optimizer
-from scheda.runs.reentry import earlier_seconds, enter
-from scheda.runs.rundir import RunResults, read_results, status_of, summary_lines
+from scheda.runs.reentry import enter, enter_model
+from scheda.runs.rundir import RunResults, summarise_sweep, summary_lines
 from scheda.training.callbacks import CheckpointCallback, ProgressBar
 from scheda.training.checkpoint import find_checkpoint_dir, load_checkpoint, load_model_weights
+from scheda.training import rules
 from scheda.training.plan import Plan, PlannedModel, make_plan
 from scheda.training.trainer import ModelState, Trainer, setup_process
 from scheda.utils import environment
-from scheda.utils.errors import CheckpointError, ConfigError
 from scheda.utils.interrupt import Interrupted, stop_on_signals
-from scheda.utils.io import atomic_write, shown_path
+from scheda.utils.io import shown_path
 from scheda.utils.lock import hold
 from scheda.utils.seeding import derive_seed, train_seed
 
@@ -45,12 +41,11 @@ log = logging.getLogger(__name__)
 
 
 def run(cfg: DictConfig, output_dir: str | Path, data: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Train the configured DA/ScheDA (or evaluate raw inputs for ``model=raw``); returns
-    the run's results, also written to results.json. ``data``: arrays to train on instead of
-    the data set's files (``train_x`` and optionally ``train_y``, ``test_x``, ``test_y``,
-    ``unlabelled_x``, read as ``dataset=arrays`` reads its files). A run that fails still leaves
-    a results.json saying how (status failed / diverged / interrupted, and the error), so a
-    sweep's selection can skip it. One process at a time writes into ``output_dir`` (scheda.utils.lock)."""
+    """Train the configured DA/ScheDA (``model=raw``: evaluate the inputs); returns the run's
+    results, also in results.json, which a failed run fills too (status failed / diverged /
+    interrupted, the error: a sweep's selection skips it). ``data``: arrays instead of the data
+    set's files, read as ``dataset=arrays`` reads its files. One process at a time writes into
+    ``output_dir`` (scheda.utils.lock)."""
     output_dir = Path(output_dir)
     log.info("run directory: %s", shown_path(output_dir))
     with hold(output_dir):
@@ -81,8 +76,8 @@ def run(cfg: DictConfig, output_dir: str | Path, data: Mapping[str, Any] | None 
 
 
 class Member:
-    """One planned model, built: its state in the loop (scheda.training.trainer.ModelState), its
-    results, loggers and evaluation. Made by :func:`build` only, which knows the order."""
+    """One planned model, built (by :func:`build`, which knows the order): its state in the loop,
+    results, loggers and evaluation."""
 
     def __init__(self, planned: PlannedModel, plan: Plan, output_dir: Path, results: RunResults):
         """What needs no data: the model (seeded: this seeds torch's global generator and draws the
@@ -91,11 +86,8 @@ class Member:
         config = self.config = planned.config
         self.planned, self.plan, self.results = planned, plan, results
         self.output_dir = output_dir / planned.subdir if planned.subdir else output_dir
-        if plan.sweep:
-            before = read_results(self.output_dir) if config.resume else None
-            self.results = RunResults(self.output_dir / "results.json", overrides=planned.overrides,
-                                      config=config.composed, seconds=earlier_seconds(before))
-            atomic_write(self.output_dir / "config.yaml", lambda f: f.write(OmegaConf.to_yaml(config.composed).encode()))
+        if plan.sweep:  # its own results.json and config.yaml under models/<k>/
+            self.results = enter_model(self.output_dir, planned.overrides, config.composed, bool(config.resume))
         self.started = time.time() - (self.results.data.get("seconds") or 0.0)  # earlier attempts count
         self.state: ModelState | None = None
         self.evaluation: EvaluationCallback | None = None
@@ -137,19 +129,7 @@ class Member:
         self.state = ModelState(model, optimizer, build_noise(config.noise), schedule, train_x,
                                 config.trainer.batch_size, generator, callbacks, step=step)
         if self.resume_state is not None:
-            self._resume()
-
-    def _resume(self) -> None:
-        saved, state = self.resume_state, self.state
-        load_model_weights(self.model, saved)
-        try:
-            state.load_state_dict(saved)
-        except (KeyError, ValueError, RuntimeError) as exc:
-            raise CheckpointError(f"{saved['path']} cannot resume this run ({exc}); "
-                                  f"check the config matches the checkpoint's run") from None
-        if saved["schedule"] != [[s.nu, s.epochs] for s in state.schedule.stages]:
-            log.warning("the schedule differs from the checkpoint's; continuing with the configured one")
-        log.info("resumed from %s at epoch %d", saved["path"], state.epoch)
+            self.state.resume(self.resume_state)
 
     def record_training(self) -> None:
         s = self.state
@@ -167,47 +147,24 @@ class Member:
         self.loggers.close("completed")
         return self.results.data
 
-    def close_loggers(self, exc: BaseException) -> None:
-        """A model that stops early closes its loggers with its status (a backend records it)."""
-        try:
-            self.loggers.close(status_of(exc))
-        except Exception as error:  # noqa: BLE001 - the run's own error is the one to report
-            log.warning("closing the loggers failed: %s", error)
-
 
 def build(plan: Plan, output_dir: Path, results: RunResults) -> tuple[list[Member], Any, dict[str, torch.Tensor]]:
     """Every model of the plan built, in the one order that works: models and checkpoints (no
     data), the process's settings, the data on the device, then each model's state."""
     members = [Member(planned, plan, output_dir, results) for planned in plan.models]
     setup_process(plan.config.trainer)
-    config = plan.config
-    data = dataset_spec(config.dataset).load()
+    data = dataset_spec(plan.config.dataset).load()
     n_train = data.train_x.shape[0] + (0 if data.unlabeled_x is None else data.unlabeled_x.shape[0])
-    if config.trainer.batch_size > n_train:
-        raise ConfigError(f"trainer.batch_size={config.trainer.batch_size} exceeds the {n_train} "
-                          f"training examples: lower it")
     log.info("data %s: train %s, val %s, test %s", data.name, data.train_x.shape, data.val_x.shape, data.test_x.shape)
-    if not data.labelled and config.finetune.enabled:
-        raise ConfigError("finetune.enabled=true needs labels, and dataset.root has no train_y: add train_y, "
-                          "or set finetune.enabled=false")
-    train_x = data.autoencoder_tensor(plan.device)
-    # Shared by every evaluation and fine-tuning of the run.
-    labelled = {"train": train_x if data.unlabeled_x is None else data.tensor("train", plan.device),
-                "val": data.tensor("val", plan.device), "test": data.tensor("test", plan.device)}
-    if plan.sweep:
-        log.info("fused sweep of %d models: %s", len(plan.models), [p.overrides for p in plan.models])
-    elif plan.standalone:  # no autoencoder training: the schedule's line would describe nothing that runs
-        log.info("fine-tuning %s's encoder (finetune.standalone: no schedule), device %s", config.init_from, plan.device)
-    else:
-        schedule = plan.models[0].schedule
-        log.info("schedule %s: %s (%d epochs), device %s", schedule.name, schedule.describe(), schedule.total_epochs,
-                 plan.device)
+    rules.check_data(plan.config, n_train, data.labelled)
+    train_x, labelled = data.on_device(plan.device)
+    log.info(plan.describe())
     try:
         for member in members:
             member._attach(data, train_x, labelled)
     except BaseException as exc:
         for member in members:
-            member.close_loggers(exc)
+            member.loggers.close_stopped(exc)
         raise
     return members, data, labelled
 
@@ -238,15 +195,6 @@ def train(plan: Plan, output_dir: Path, results: RunResults) -> dict[str, Any]:
         summaries = [member.finish(data, labelled) for member in members]
     except BaseException as exc:
         for member in members:
-            member.close_loggers(exc)
+            member.loggers.close_stopped(exc)
         raise
-    if not plan.sweep:
-        return summaries[0]
-    for entry, summary in zip(results.data["models"], summaries):
-        last = summary["evaluations"][-1] if summary["evaluations"] else {}
-        entry.update(status=summary["status"], val_error=last.get("val_error"), test_error=last.get("test_error"),
-                     final_train_loss=summary.get("final_train_loss"))
-    results.data.update(evaluations=[])
-    vals = [e["val_error"] for e in results.data["models"] if e["val_error"] is not None]
-    results.update(status="completed", best_val_error=min(vals) if vals else None, seconds=time.time() - started)
-    return results.data
+    return summarise_sweep(results, summaries, time.time() - started) if plan.sweep else summaries[0]

@@ -47,6 +47,14 @@ class Splits:
             return self.tensor("train", device)
         return torch.cat([self.tensor("train", device), self._dense(self.unlabeled_x, device)])
 
+    def on_device(self, device: torch.device | str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The autoencoder's training tensor and the labelled splits (``train``, ``val``, ``test``)
+        on ``device``, each made once: every evaluation and fine-tuning of a run shares them (the
+        labelled train split is the training tensor itself when there are no unlabelled inputs)."""
+        train_x = self.autoencoder_tensor(device)
+        return train_x, {"train": train_x if self.unlabeled_x is None else self.tensor("train", device),
+                         "val": self.tensor("val", device), "test": self.tensor("test", device)}
+
     def _dense(self, x, device) -> torch.Tensor:
         if hasattr(x, "tocsr"):  # scipy sparse: scatter the non-zeros into a dense tensor on the device
             x = x.tocsr()

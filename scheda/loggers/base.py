@@ -11,6 +11,7 @@ and fine-tuning call the same interface; only the backend modules know their lib
 from __future__ import annotations
 
 import abc
+import logging
 import dataclasses
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -21,6 +22,9 @@ import torch
 from scheda.training.callbacks import Callback
 from scheda.config import Component, register, schema_of
 from scheda.model.schedule import NoiseSchedule
+from scheda.runs.rundir import status_of
+
+log = logging.getLogger(__name__)
 
 GROUP = "logger"
 
@@ -106,6 +110,14 @@ class Loggers(MetricLogger):
                 error = error or exc
         if error is not None:
             raise error
+
+    def close_stopped(self, exc: BaseException) -> None:
+        """Close with the status ``exc`` gives a run (failed, diverged, interrupted: a backend
+        records it), never raising: the run's own error is the one to report."""
+        try:
+            self.close(status_of(exc))
+        except Exception as error:  # noqa: BLE001 - the run's own error is the one to report
+            log.warning("closing the loggers failed: %s", error)
 
 
 @register(GROUP)

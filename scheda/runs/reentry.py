@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from scheda.runs.resume import check_resume_config, config_changes
 from scheda.runs.rundir import CHECKPOINT_RE, FINAL_STATUSES, RunResults, read_results
 from scheda.utils.errors import ConfigError
-from scheda.utils.io import shown_path
+from scheda.utils.io import atomic_write, shown_path
 
 log = logging.getLogger(__name__)
 KEPT = {".hydra", "train.log", ".lock", "attempts"}  # left in place when an attempt is set aside
@@ -128,3 +128,13 @@ def enter(cfg: Any, output_dir: Path) -> tuple[RunResults, bool]:
                          attempts=attempts, seconds=earlier_seconds(before if action == "resumed" else None))
     results.save()
     return results, False
+
+
+def enter_model(model_dir: Path, overrides: dict[str, Any], composed: dict[str, Any], resumed: bool) -> RunResults:
+    """A fused sweep's model's results.json (its values in the sweep, its config, the time its
+    earlier attempts spent when the sweep resumes) and the config.yaml that composing it alone
+    would give, written before it trains."""
+    results = RunResults(model_dir / "results.json", overrides=overrides, config=composed,
+                         seconds=earlier_seconds(read_results(model_dir) if resumed else None))
+    atomic_write(model_dir / "config.yaml", lambda f: f.write(OmegaConf.to_yaml(composed).encode()))
+    return results

@@ -167,6 +167,20 @@ ACTIONS = ("ran", "skipped", "resumed", "reran")
 FINAL_STATUSES = ("completed", "diverged")
 
 
+def summarise_sweep(results: RunResults, summaries: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
+    """A fused sweep's own results.json once its models finished: each model's status, last
+    errors and final loss beside its folder (``results.data["models"]``), the best validation
+    error, no evaluations of its own."""
+    for entry, summary in zip(results.data["models"], summaries):
+        last = summary["evaluations"][-1] if summary["evaluations"] else {}
+        entry.update(status=summary["status"], val_error=last.get("val_error"), test_error=last.get("test_error"),
+                     final_train_loss=summary.get("final_train_loss"))
+    results.data.update(evaluations=[])
+    vals = [e["val_error"] for e in results.data["models"] if e["val_error"] is not None]
+    results.update(status="completed", best_val_error=min(vals) if vals else None, seconds=seconds)
+    return results.data
+
+
 def summary_lines(summary: dict[str, Any], output_dir: Path, loggers: Iterable[Any] = ()) -> list[str]:
     """What a finished run gives and where everything is, on one screen: each model's chosen
     setting and errors, the fine-tuned result, and where its results, checkpoints and each

@@ -86,6 +86,15 @@ class Plan:
         """No autoencoder training: fine-tune ``init_from``'s encoder."""
         return self.config.finetune.enabled and self.config.finetune.standalone
 
+    def describe(self) -> str:
+        """What the run trains, in one line for its log."""
+        if self.sweep:
+            return f"fused sweep of {len(self.models)} models: {[m.overrides for m in self.models]}"
+        if self.standalone:  # no autoencoder training: the schedule's line would describe nothing that runs
+            return f"fine-tuning {self.config.init_from}'s encoder (finetune.standalone: no schedule), device {self.device}"
+        schedule = self.models[0].schedule
+        return f"schedule {schedule.name}: {schedule.describe()} ({schedule.total_epochs} epochs), device {self.device}"
+
 
 def parallel_variants(config: RunConfig) -> list[dict[str, Any]]:
     """The overrides of each model of a fused sweep (``trainer.parallel``); [] for one model."""

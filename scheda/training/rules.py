@@ -173,6 +173,17 @@ def check(config: RunConfig, device: torch.device) -> None:
             raise ConfigError(message)
 
 
+def check_data(config: RunConfig, n_train: int, labelled: bool) -> None:
+    """The rules that need the data (checked once it is loaded, before anything is built from it):
+    a minibatch no larger than the training examples, labels for fine-tuning."""
+    if config.trainer.batch_size > n_train:
+        raise ConfigError(f"trainer.batch_size={config.trainer.batch_size} exceeds the {n_train} "
+                          f"training examples: lower it")
+    if not labelled and config.finetune.enabled:
+        raise ConfigError("finetune.enabled=true needs labels, and dataset.root has no train_y: add train_y, "
+                          "or set finetune.enabled=false")
+
+
 def choose_step(config: RunConfig, device: torch.device) -> StepChoice:
     """The step that trains a run whose rules passed: ``trainer.cuda_graph=null`` becomes true on
     a CUDA device wherever a graph can capture the step, ``trainer.triton=null`` wherever the

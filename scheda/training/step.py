@@ -1,5 +1,5 @@
-"""One minibatch update of M >= 1 DAs, and which update a run gets (the loop that calls it,
-minibatch after minibatch, is scheda.training.trainer).
+"""The minibatch updates of M >= 1 DAs, and the choice among them that builds one (the loop that
+calls it, minibatch after minibatch, is scheda.training.trainer).
 
 :class:`StepChoice` is which step trains a run: scheda.training.rules chooses it once, in the run's
 plan (scheda.training.plan), and refuses there every setting a step cannot take; the loop builds

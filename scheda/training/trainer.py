@@ -21,7 +21,8 @@ import torch
 
 from scheda.training.callbacks import Callback
 from scheda.config import Component, register
-from scheda.utils.errors import ConfigError, DivergenceError
+from scheda.training.checkpoint import load_model_weights
+from scheda.utils.errors import CheckpointError, ConfigError, DivergenceError
 from scheda.utils.interrupt import NEVER, Interrupted
 from scheda.model.autoencoder import DenoisingAutoencoder
 from scheda.model.noise import Corruption
@@ -288,6 +289,19 @@ class ModelState:
             "callbacks": {type(cb).__name__: cb.state_dict() for cb in self.callbacks},
             "schedule": [[s.nu, s.epochs] for s in self.schedule.stages],
         }
+
+    def resume(self, saved: dict[str, Any]) -> None:
+        """Continue from ``saved`` (a loaded checkpoint, scheda.training.checkpoint.load_checkpoint):
+        its weights and state, or one line saying it is another run's."""
+        load_model_weights(self.model, saved)
+        try:
+            self.load_state_dict(saved)
+        except (KeyError, ValueError, RuntimeError) as exc:
+            raise CheckpointError(f"{saved['path']} cannot resume this run ({exc}); "
+                                  f"check the config matches the checkpoint's run") from None
+        if saved["schedule"] != [[s.nu, s.epochs] for s in self.schedule.stages]:
+            log.warning("the schedule differs from the checkpoint's; continuing with the configured one")
+        log.info("resumed from %s at epoch %d", saved["path"], self.epoch)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue exactly where a checkpoint left off (weights, optimizer, RNG, schedule)."""
