@@ -120,9 +120,11 @@ def schema_of(group: str, node: Any) -> type:
 
 def typed(group: str, node: Any) -> Any:
     """A group's config (composed, loaded from a run's config.yaml, or a plain dict) as its
-    checked schema object; an object already typed is checked again and returned."""
+    checked schema object. An object already typed is returned as it is: it was checked when it
+    was typed (a run's plan types every group once: scheda.training.plan), so the functions that
+    build from a group (``build_noise``, ``build_schedule``, ...) take either without typing or
+    checking it again."""
     if isinstance(node, Component):
-        node.check()
         return node
     cls = schema_of(group, node)
     data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)

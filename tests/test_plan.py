@@ -23,8 +23,18 @@ BASE = [*TINY, "logger=none", "evaluate.enabled=false", "schedule=decreasing", "
 
 @pytest.fixture
 def counted(monkeypatch):
-    """How often a plan is made and a schedule built (every schedule option's build counted)."""
-    counts = {"plans": 0, "schedules": 0}
+    """How often a plan is made, a schedule built (every schedule option's build counted) and the
+    noise group checked (typed once: what builds from it neither types nor checks it again)."""
+    from scheda.model.noise import Masking
+
+    counts = {"plans": 0, "schedules": 0, "noise checks": 0}
+    check = Masking.check
+
+    def check_counted(self):
+        counts["noise checks"] += 1
+        return check(self)
+
+    monkeypatch.setattr(Masking, "check", check_counted)
     make_plan_ = scheda.run.make_plan
 
     def make_plan_counted(*args, **kwargs):
@@ -40,17 +50,17 @@ def counted(monkeypatch):
     return counts
 
 
-def test_a_run_makes_its_plan_once_and_builds_its_schedule_once(cifar_arrays, tmp_path, counted):
+def test_a_run_makes_its_plan_once_builds_its_schedule_once_and_types_each_group_once(cifar_arrays, tmp_path, counted):
     results = run(compose_cfg([f"dataset.root={cifar_arrays}", *BASE]), tmp_path / "one")
     assert results["status"] == "completed" and results["epochs"] == 3  # nu 0.5, 0.4, 0.3
-    assert counted == {"plans": 1, "schedules": 1}
+    assert counted == {"plans": 1, "schedules": 1, "noise checks": 1}
 
 
 def test_a_fused_sweep_makes_one_plan_and_one_schedule_a_model(cifar_arrays, tmp_path, counted):
     results = run(compose_cfg([f"dataset.root={cifar_arrays}", *BASE, "trainer.parallel.nu=[0.5,0.4]",
                                "trainer.parallel.seed=[1,2,3]"]), tmp_path / "sweep")
     assert [m["status"] for m in results["models"]] == ["completed"] * 6
-    assert counted == {"plans": 1, "schedules": 6}
+    assert counted == {"plans": 1, "schedules": 6, "noise checks": 1}
 
 
 def test_the_plan_holds_the_device_the_step_and_each_models_values(cifar_arrays):
