@@ -245,9 +245,9 @@ class Tuning:
 
 
 class FineTuner:
-    """Runs the learning-rate grid in one job on data already on the device: every rate at once
-    by :class:`FusedFineTune` (``finetune.fused``, plain SGD), else one after another with
-    autograd; resumable from ``checkpoints/finetune_last.pt`` (written atomically every
+    """Runs the learning-rate grid in one job on data already on the device, in the lockstep loop
+    DA training uses (:class:`FineTuneLoop`): every rate at once by :class:`FusedFineTune`
+    (``finetune.fused``, plain SGD), else one after another with autograd; resumable from ``checkpoints/finetune_last.pt`` (written atomically every
     ``checkpoint_every`` epochs, when a rate finishes, and from the last whole epoch's state on an
     interrupt)."""
 
