@@ -90,6 +90,11 @@ class FinetuneConfig(Component):
     # last whole epoch, kept in memory): a GPU epoch of the fused rates is shorter than writing them.
     checkpoint_every: int = 1
 
+    @property
+    def skips_training(self) -> bool:
+        """Fine-tuning ``init_from``'s encoder instead of training an autoencoder first."""
+        return self.enabled and self.standalone
+
     def check(self) -> None:
         if not self.lrs or any(not (lr > 0 and math.isfinite(lr)) for lr in self.lrs):
             raise ConfigError(f"finetune.lrs={list(self.lrs)} must be a non-empty list of positive numbers")
@@ -247,7 +252,8 @@ class Tuning:
 class FineTuner:
     """Runs the learning-rate grid in one job on data already on the device, in the lockstep loop
     DA training uses (:class:`FineTuneLoop`): every rate at once by :class:`FusedFineTune`
-    (``finetune.fused``, plain SGD), else one after another with autograd; resumable from ``checkpoints/finetune_last.pt`` (written atomically every
+    (``finetune.fused``, plain SGD), else one after another with autograd; resumable from
+    ``checkpoints/finetune_last.pt`` (written atomically every
     ``checkpoint_every`` epochs, when a rate finishes, and from the last whole epoch's state on an
     interrupt)."""
 

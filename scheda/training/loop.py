@@ -7,10 +7,11 @@ loop keeps the active set, the step and the order of the hooks, so neither repea
 
 from __future__ import annotations
 
+import abc
 from typing import Any, Callable, Sequence
 
 
-class Loop:
+class Loop(abc.ABC):
     """Trains ``members`` (each says when it is ``finished``) to their ends: :meth:`begin`, then
     :meth:`run_epoch` of the active members while any is, then :meth:`end`; :meth:`stopped` when
     an epoch fails or is interrupted (a member's last whole state written, say), :meth:`close`
@@ -45,9 +46,10 @@ class Loop:
     def begin(self) -> None:
         """Before the first epoch."""
 
+    @abc.abstractmethod
     def run_epoch(self, active: list[Any]) -> None:
-        """One epoch of every member in ``active``, by ``self.step_for(active)``."""
-        raise NotImplementedError
+        """One epoch of every member in ``active``, by ``self.step_for(active)``: what a loop of
+        its own kind of member does (every subclass says it)."""
 
     def end(self) -> None:
         """After the last member finished."""

@@ -84,7 +84,7 @@ class Plan:
     @property
     def standalone(self) -> bool:
         """No autoencoder training: fine-tune ``init_from``'s encoder."""
-        return self.config.finetune.enabled and self.config.finetune.standalone
+        return self.config.finetune.skips_training
 
     def describe(self) -> str:
         """What the run trains, in one line for its log."""

@@ -126,20 +126,19 @@ def parallel_nu_needs_a_noise_level(config: RunConfig, device: torch.device) -> 
 
 
 def parallel_trains(config: RunConfig, device: torch.device) -> str | None:
-    if _parallel(config) and config.finetune.enabled and config.finetune.standalone:
+    if _parallel(config) and config.finetune.skips_training:
         return "trainer.parallel trains models: it cannot be combined with finetune.standalone"
     return None
 
 
 def resume_or_init_from(config: RunConfig, device: torch.device) -> str | None:
-    standalone = config.finetune.enabled and config.finetune.standalone
-    if config.resume and config.init_from and not standalone:
+    if config.resume and config.init_from and not config.finetune.skips_training:
         return "resume and init_from are both set: resume continues a run, init_from starts a new one"
     return None
 
 
 def standalone_needs_init_from(config: RunConfig, device: torch.device) -> str | None:
-    if config.finetune.enabled and config.finetune.standalone and not config.init_from:
+    if config.finetune.skips_training and not config.init_from:
         return "finetune.standalone=true needs init_from=<a DA/ScheDA run or checkpoint>"
     return None
 
