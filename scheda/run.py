@@ -26,7 +26,7 @@ from scheda.model.noise import build_noise
 from scheda.model.optim import build_optimizer
 from scheda.runs.reentry import enter, enter_model
 from scheda.runs.rundir import RunResults, summarise_sweep, summary_lines
-from scheda.training.callbacks import CheckpointCallback, ProgressBar
+from scheda.training.callbacks import CAP, PATIENCE, SCHEDULE, CheckpointCallback, Patience, ProgressBar
 from scheda.training.checkpoint import find_checkpoint_dir, load_checkpoint, load_model_weights
 from scheda.training import rules
 from scheda.training.plan import Plan, PlannedModel, make_plan
@@ -120,6 +120,8 @@ class Member:
             self.evaluation = EvaluationCallback(config.evaluate, config.classifier, data, labelled, self.results,
                                                  self.loggers)
             callbacks.append(self.evaluation)
+            if config.trainer.patience:  # after the evaluation it reads, before the checkpoint that follows it
+                callbacks.append(Patience(self.results.evaluations, config.trainer.patience, config.trainer.min_epochs))
         callbacks.append(CheckpointCallback(self.output_dir / "checkpoints", config.trainer.checkpoint_every))
         callbacks.append(ProgressBar(config.trainer.progress_bar and self.planned.index == 0))  # one bar a run
         if self.loggers:
@@ -133,8 +135,12 @@ class Member:
 
     def record_training(self) -> None:
         s = self.state
+        stopped = {}
+        if s.finished:  # why it stopped: the patience rule, its cap, or (no rule) its schedule's end
+            stopped["stopped_by"] = PATIENCE if s.converged else CAP if self.config.trainer.patience else SCHEDULE
         self.results.data.update(epochs=s.epoch, final_train_loss=s.history[-1]["loss"] if s.history else None,
-                                 switches=s.switches, seconds=time.time() - self.started, history=s.history)
+                                 switches=s.switches, seconds=time.time() - self.started, history=s.history,
+                                 **stopped)
 
     def finish(self, data, labelled) -> dict[str, Any]:
         """Fine-tune (scheda.evaluation.finetune) if asked, then record the model completed."""

@@ -38,6 +38,8 @@ CASES = {
                                                   "finetune.init_output=classifier starts"),
     "raw_needs_evaluation": (["model=raw", "evaluate.enabled=false"], "model=raw only evaluates"),
     "two_pass_is_a_triton_step": (["trainer.precision=tf32x3"], "trainer.precision=tf32x3 is the two-pass step's"),
+    "patience_needs_evaluations": (["trainer.patience=3", "evaluate.every=0"],
+                                   "trainer.patience counts evaluations without a new best"),
 }
 NEEDS_CUDA = {"graph_can_capture_the_step", "triton_can_take_the_step"}  # off CUDA the device rule refuses first
 CUDA = torch.device("cuda")

@@ -93,6 +93,11 @@ class NoiseSchedule:
                 return i
         raise AssertionError("unreachable")
 
+    @property
+    def last_stage_start(self) -> int:
+        """Epochs completed before the last stage begins (0 for one stage)."""
+        return self.total_epochs - self.stages[-1].epochs
+
     def nu_at(self, epoch: int) -> float | None:
         return self.stages[self.stage_index(epoch)].nu
 

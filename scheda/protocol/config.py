@@ -16,7 +16,8 @@ STAGES = ("da", "select", "continue", "control", "finetune", "seeds", "report")
 @dataclass
 class DAGridConfig:
     """Stage 1: one DA per (nu, lr), each evaluated every ``eval_every`` epochs (checkpointed
-    there too, so a ScheDA can continue from the selected epoch)."""
+    there too, so a ScheDA can continue from the selected epoch), for ``epochs``: with
+    ``scale.patience`` that is the cap, and the rule stops a DA earlier."""
 
     nu: List[float] = field(default_factory=list)
     lr: List[float] = field(default_factory=list)
@@ -34,6 +35,10 @@ class StepGridConfig:
     K: List[int] = field(default_factory=list)
     nu_final: float = 0.05
     lr: float = 0.01
+    # With scale.patience: the cap of a continuation's whole length (its levels before the last run K
+    # epochs each; the last runs on until the rule stops it, evaluated every K). Its controls share it.
+    # null: the schedule's own length.
+    max_epochs: Optional[int] = None
 
 
 @dataclass
@@ -57,6 +62,7 @@ class ScheduleGridConfig:
     nu0: List[float] = field(default_factory=list)
     grid: Dict[str, List[Any]] = field(default_factory=dict)
     lr: float = 0.01
+    max_epochs: Optional[int] = None  # with scale.patience: as StepGridConfig.max_epochs
 
 
 @dataclass
@@ -70,6 +76,11 @@ class ScaleConfig:
     random_nu: RandomNuConfig = field(default_factory=RandomNuConfig)
     schedules: Dict[str, Any] = field(default_factory=dict)  # name -> ScheduleGridConfig (typed by the protocol's check)
     control: bool = False
+    # Training to convergence (every trained model: the DA grid, continuations, controls, the further
+    # seeds): stop once this many evaluations brought no new best validation error, up to the caps
+    # (da.epochs, <continuation>.max_epochs, random_nu.epochs); a model still improving at its cap is
+    # reported "at the cap". null: every model trains its fixed length.
+    patience: Optional[int] = None
     finetune: Optional[str] = None
     # The first seed selects every hyper-parameter; each further one trains the reported models
     # again with them (scheda/protocol/seeds.py): the report's means, intervals and paired tests.

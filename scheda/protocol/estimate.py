@@ -50,8 +50,10 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
     for job in cont:
         kind, hidden = kind_of(job.meta["kind"]), job.meta["hidden"]
         epochs = job.meta.get("epochs", scale.random_nu.epochs)
-        # a schedule evaluates after each level; a random-nu run every evaluate.every epochs
-        evals = job.meta["levels"] if "levels" in job.meta else epochs // job.values["evaluate.every"]
+        # a schedule evaluates after each level (under the rule every K epochs, its cap's worth); a
+        # random-nu run every evaluate.every epochs
+        evals = job.meta["levels"] if "levels" in job.meta and "trainer.patience" not in job.values \
+            else epochs // job.values["evaluate.every"]
         items.append({"stage": "continue", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1,
                       "eager": kind.eager})
         if kind.controlled:
@@ -85,7 +87,8 @@ def _seed_items(scale: DictConfig, cont: list) -> list[dict[str, Any]]:
         for kind in sorted(kinds):
             longest = max((job for job in runs if job.meta["kind"] == kind), key=lambda j: j.meta.get("epochs", 0))
             epochs = longest.meta.get("epochs", scale.random_nu.epochs)
-            evals = longest.meta.get("levels", epochs)
+            evals = longest.meta.get("levels", epochs) if "trainer.patience" not in longest.values \
+                else epochs // longest.values["evaluate.every"]
             copies = 1 + len(of_role(CONTROL)) if scale.control and kind_of(kind).controlled else 1
             items += [{"stage": "seeds", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1}] \
                 * (copies * further)
@@ -253,10 +256,14 @@ def describe(cfg: DictConfig, est: dict[str, Any], bench_path: str | None) -> st
     if est["finetune_jobs"]:
         jobs += f", finetune {est['finetune_jobs']}"
     epochs = sum(est["model_epochs"].values())
+    # under the rule of training to convergence every count is its cap's: the most it can take
+    most = "at most " if cfg.scale.get("patience") is not None else ""
     text = (f"plan for table={cfg.table.name} scale={cfg.scale.name}: "
             f"{sum(est['jobs'].values()) + est['finetune_jobs']} jobs ({jobs}), "
-            f"{epochs:,} model-epochs ({', '.join(f'{s} {n:,}' for s, n in est['model_epochs'].items())}), "
+            f"{most}{epochs:,} model-epochs ({', '.join(f'{s} {n:,}' for s, n in est['model_epochs'].items())}), "
             f"{est['evaluations']:,} evaluations")
+    if most:
+        text += f" (every model at its cap; scale.patience={cfg.scale.patience} stops them earlier)"
     if "device_hours" not in est:
         return text + "; device-hours: give bench=<scripts/bench_train.py --json output> to estimate them"
     def part(name: str, key: str, measured: bool) -> str:

@@ -35,6 +35,15 @@ class JobSpec:
                 f"defaults:\n{defaults}  - _self_\n\n{body}")
 
 
+def rule_values(patience: int | None, cap: int | None = None) -> dict[str, Any]:
+    """The train.py values of the protocol's rule of training to convergence (``scale.patience``):
+    stop after ``patience`` evaluations without a new best validation error, at most ``cap``
+    epochs (``trainer.max_epochs``; None: the schedule's length). Nothing without the rule."""
+    if patience is None:
+        return {}
+    return {"trainer.patience": patience, **({"trainer.max_epochs": cap} if cap is not None else {})}
+
+
 def fmt(x: float) -> str:
     return f"{x:g}"
 

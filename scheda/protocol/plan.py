@@ -21,7 +21,7 @@ from scheda.config import flatten
 from scheda.utils.errors import ConfigError
 from scheda.utils.io import atomic_write
 from scheda.protocol.config import STAGES
-from scheda.protocol.jobs import JobSpec, fmt
+from scheda.protocol.jobs import JobSpec, fmt, rule_values
 from scheda.protocol.kinds import FINETUNE, continuation, kind_of, of_role
 from scheda.protocol.kinds.da import DA, DAFused, Raw
 from scheda.protocol.kinds.schedule import ScheduleKind
@@ -39,6 +39,8 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError(f"table={cfg.table.name} has no scale={cfg.scale.name}: use scale="
                           f"{' | '.join(cfg.table.scales)} (configs/table_scale/{cfg.table.name}_<scale>.yaml)")
     check_seeds(cfg.scale)
+    if cfg.scale.patience is not None and cfg.scale.patience < 1:
+        raise ConfigError(f"scale.patience={cfg.scale.patience} must be >= 1 (evaluations without a new best) or null")
     da_jobs(cfg.scale, cfg.table.raw)
     launcher_overrides(cfg)
     kinds = [continuation(name, cfg.scale) for name in cfg.table.continuations]
@@ -95,7 +97,8 @@ def da_jobs(scale: DictConfig, raw: bool) -> list[JobSpec]:
                     f"da_h{hidden}_lr{fmt(lr)}_fused", "da", groups={"schedule": "constant"},
                     values={"model.hidden": hidden, "schedule.nu": grid.nu[0], "schedule.epochs": grid.epochs,
                             "trainer.parallel.nu": list(grid.nu), "optim.lr": lr,
-                            "evaluate.every": grid.eval_every, "trainer.checkpoint_every": grid.eval_every},
+                            "evaluate.every": grid.eval_every, "trainer.checkpoint_every": grid.eval_every,
+                            **rule_values(scale.patience)},
                     meta={"kind": DAFused.name, "hidden": hidden, "nus": list(grid.nu), "lr": lr,
                           "epochs": grid.epochs}))
             continue
@@ -103,15 +106,16 @@ def da_jobs(scale: DictConfig, raw: bool) -> list[JobSpec]:
             for lr in grid.lr:
                 jobs.append(JobSpec(
                     f"da_h{hidden}_nu{fmt(nu)}_lr{fmt(lr)}", "da", groups={"schedule": "constant"},
-                    values=da_values(hidden, nu, lr, grid),
+                    values=da_values(hidden, nu, lr, grid, scale.patience),
                     meta={"kind": DA.name, "hidden": hidden, "nu": nu, "lr": lr, "epochs": grid.epochs}))
     return jobs
 
 
-def da_values(hidden: int, nu: float, lr: float, grid: DictConfig) -> dict[str, Any]:
-    """One DA of the grid: evaluated and checkpointed every ``eval_every`` epochs."""
+def da_values(hidden: int, nu: float, lr: float, grid: DictConfig, patience: int | None) -> dict[str, Any]:
+    """One DA of the grid: evaluated and checkpointed every ``eval_every`` epochs, for the grid's
+    epochs (with ``patience``: at most, stopped by the rule)."""
     return {"model.hidden": hidden, "schedule.nu": nu, "schedule.epochs": grid.epochs, "optim.lr": lr,
-            "evaluate.every": grid.eval_every, "trainer.checkpoint_every": grid.eval_every}
+            "evaluate.every": grid.eval_every, "trainer.checkpoint_every": grid.eval_every, **rule_values(patience)}
 
 
 def continuation_jobs(scale: DictConfig, kinds: Iterable[str], selection: dict[str, Any]) -> list[JobSpec]:

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from scheda.utils.errors import SchedaError
 from scheda.utils.io import atomic_write
+from scheda.protocol.convergence import section as convergence_section, stopped_text
 from scheda.protocol.figures import figure2, figure5
 from scheda.protocol.jobs import fmt, pct
 from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
@@ -110,7 +111,11 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
         lines.append(f"| {grid.label} | {hidden} | {grid.describe(da)}, {chosen(da)} "
                      f"| {pct(da['val_error'])} | {pct(da['test_error'])} |{cell(hidden, grid.name)} "
                      f"{paper_value(paper, grid.paper_row, int(hidden))} |")
-        if da.get("last_of_grid"):
+        if da.get("stopped_by") == "cap":
+            verdicts.append(f"The best DA ({hidden} hidden units, nu={fmt(da['nu'])}) was still improving at its cap "
+                            f"(scale.da.epochs={scale.da.epochs}; best at epoch {da['epoch']}): at the cap, not "
+                            f"converged.")
+        elif da.get("last_of_grid") and da.get("stopped_by") != "patience":
             verdicts.append(f"The best DA ({hidden} hidden units, nu={fmt(da['nu'])}) was selected at epoch {da['epoch']}, "
                             f"the last of the grid (scale.da.epochs): it may be under-trained, and a longer grid "
                             f"could lower its error.")
@@ -141,6 +146,7 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
                              f"{paper_value(paper, kind.paper_row, int(hidden))} |")
     lines += [""] + [f"- {'On the selection seed alone: ' if over_seeds else ''}{v}" for v in verdicts]
     lines += seeds_section(seeded)
+    lines += convergence_section(scale, selection, continued, seeded)
     lines += sensitivity_section(paper, selection, continued, seeded)
     for hidden, sel in selection["hidden"].items():
         lines += _detail_tables(hidden, sel, continued.get(hidden, {}))
@@ -191,8 +197,9 @@ def _detail_tables(hidden: str, sel: dict, continued: dict) -> list[str]:
     lines = ["", f"## {hidden} hidden units: the best DA per noise level (over lr and epochs)", "",
              "| nu | lr | epochs | Classifier | Val error % | Test error % |", "|---|---|---|---|---|---|"]
     for nu, e in sorted(sel["by_nu"].items(), key=lambda kv: -float(kv[0])):
-        epoch = f"{e['epoch']}{' (last of the grid)' if e.get('last_of_grid') else ''}" \
-                f"{' (diverged later)' if e.get('status') == 'diverged' else ''}"
+        epoch = stopped_text(e) if e.get("stopped_by") else \
+            f"{e['epoch']}{' (last of the grid)' if e.get('last_of_grid') else ''}"
+        epoch += " (diverged later)" if e.get("status") == "diverged" else ""
         lines.append(f"| {nu} | {fmt(e['lr'])} | {epoch} | {chosen(e)} | {pct(e['val_error'])} | "
                      f"{pct(e['test_error'])} |")
     for name, found in continued.items():
@@ -202,6 +209,7 @@ def _detail_tables(hidden: str, sel: dict, continued: dict) -> list[str]:
         lines += ["", f"### {hidden} hidden units: {kind.label} runs (each at its best evaluation on validation)", "",
                   "| Run | Selected | Val error % | Test error % |", "|---|---|---|---|"]
         for e in sorted(found["runs"], key=lambda e: e["val_error"]):
-            lines.append(f"| {Path(e['run']).name} | {kind.describe(e)} | {pct(e['val_error'])} | "
+            stop = f"; best epoch {stopped_text(e)}" if e.get("stopped_by") else ""
+            lines.append(f"| {Path(e['run']).name} | {kind.describe(e)}{stop} | {pct(e['val_error'])} | "
                          f"{pct(e['test_error'])} |")
     return lines

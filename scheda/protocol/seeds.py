@@ -4,9 +4,10 @@ The first seed is the *selection seed*: the grid, the continuations and the cont
 it, and every hyper-parameter (nu, lr, epochs, the schedule and its T, each control's length)
 is chosen on its validation errors, as before. Each further seed then trains the reported
 models again with those hyper-parameters fixed, each as long as its selection job trained and
-evaluated as that job was, so that each seed can be read under two rules (``collect``): at the
-epoch selected on the selection seed, and at its own best validation epoch (the paper chooses
-the epochs on validation for every model it reports):
+evaluated as that job was (under ``scale.patience``, the same rule of training to convergence,
+never stopped before the selection seed's epoch), so that each seed can be read under two rules
+(``collect``): at the epoch selected on the selection seed, and at its own best validation epoch
+(the paper chooses the epochs on validation for every model it reports):
 
 * ``seed_da``: the best DA and every DA(nu0) a reported continuation starts from, from a new
   initialisation (as one fused sweep over the seeds, ``trainer.parallel.seed``, when the scale
@@ -118,7 +119,9 @@ class SeedPlan:
         continuations start."""
         nu, lr, epoch = selected["nu"], selected["lr"], selected["epoch"]
         base = f"da_h{hidden}_nu{fmt(nu)}_lr{fmt(lr)}"
-        values = da_values(hidden, nu, lr, self.scale.da)
+        values = da_values(hidden, nu, lr, self.scale.da, self.scale.patience)
+        if self.scale.patience is not None:  # the rule stops no replica before the epoch it is read at
+            values["trainer.min_epochs"] = epoch
         meta = {"kind": DA.name, "hidden": hidden, "nu": nu, "lr": lr, "epochs": self.scale.da.epochs}
         where: dict[int, Path] = {}
         if not self.scale.da.fused:
@@ -162,6 +165,8 @@ class SeedPlan:
                     raise ConfigError(f"{job.name} continues a DA that the selection does not hold: "
                                       f"its seeds cannot be planned")
                 changes["init_from"] = str(start[seed])
+            if "trainer.patience" in job.values:  # the rule stops no replica before the epoch it is read at
+                changes["trainer.min_epochs"] = best["epoch"]
             replica = self._replica(job, "seed_continue", f"{job.name}_seed{seed}", seed, changes)
             row.replicas[seed] = (self.out_dir / "seed_continue" / replica.name, best["epoch"])
         self.rows.append(row)
@@ -218,4 +223,5 @@ def _outcome(run: Path, epoch: int | str | None) -> dict[str, Any] | None:
     if not found:
         return None
     return {"run": str(run), "epoch": at, "val_error": found["val_error"], "test_error": found["test_error"],
-            "test_n": found.get("test_n"), "test_correct": found.get("test_correct")}
+            "test_n": found.get("test_n"), "test_correct": found.get("test_correct"),
+            "stopped_by": results.get("stopped_by"), "epochs_trained": results.get("epochs")}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tqdm import tqdm
 
@@ -44,7 +44,8 @@ class Callback:
 
 
 class CheckpointCallback(Callback):
-    """Saves a checkpoint at the end of every schedule stage and every ``every`` epochs."""
+    """Saves a checkpoint at the end of every schedule stage, every ``every`` epochs, and where the
+    patience rule stopped the model (its last epoch)."""
 
     def __init__(self, directory: str | Path, every: int = 0):
         self.directory = Path(directory)
@@ -53,7 +54,7 @@ class CheckpointCallback(Callback):
 
     def on_epoch_end(self, state, metrics):
         epoch = metrics["epoch"]
-        if metrics["stage_end"] or (self.every > 0 and epoch % self.every == 0):
+        if metrics["stage_end"] or state.converged or (self.every > 0 and epoch % self.every == 0):
             self.last_path = save_checkpoint(self.directory / checkpoint_name(epoch), state.state_dict())
             log.info("checkpoint %s", self.last_path)
 
@@ -61,6 +62,49 @@ class CheckpointCallback(Callback):
         name = checkpoint_name(state.epoch, state.partial.n_batches)
         self.last_path = save_checkpoint(self.directory / name, state.state_dict())
         log.info("checkpoint %s (interrupted)", self.last_path)
+
+
+# Why a model stopped training, as results.json's ``stopped_by`` records it.
+PATIENCE = "patience"  # the rule: no new best validation error in ``patience`` evaluations
+CAP = "cap"  # the rule was on, and the model was still improving when it reached trainer.max_epochs
+SCHEDULE = "schedule"  # no rule: it trained its schedule's length
+
+
+def patience_spent(evaluations: Sequence[dict[str, Any]], patience: int, after_epoch: int) -> bool:
+    """Whether the last ``patience`` evaluations made after epoch ``after_epoch`` all came after the
+    best validation error so far (the earliest on ties): the rule that a model has converged."""
+    if not evaluations:
+        return False
+    best = min(evaluations, key=lambda e: (e["val_error"], e["epoch"]))
+    since = [e for e in evaluations if e["epoch"] > max(best["epoch"], after_epoch)]
+    return len(since) >= patience
+
+
+class Patience(Callback):
+    """Training to convergence (``trainer.patience``): a model stops once ``patience`` evaluations
+    in its schedule's last stage have not improved on its best validation error, and not before
+    ``min_epochs``. The stages before the last run their length (a ScheDA's levels are the method's).
+    It reads the run's evaluations (restored from a checkpoint on resume), so it keeps no state of
+    its own: a resumed run decides as the uninterrupted one would. Runs after the evaluation."""
+
+    def __init__(self, evaluations: list[dict[str, Any]], patience: int, min_epochs: int = 0):
+        self.evaluations, self.patience, self.min_epochs = evaluations, patience, min_epochs
+
+    def _decide(self, state: "ModelState") -> bool:
+        # at the cap too: a model whose last evaluations brought nothing new stopped by the rule, not the cap
+        return (self.min_epochs <= state.epoch
+                and patience_spent(self.evaluations, self.patience, state.schedule.last_stage_start))
+
+    def on_fit_start(self, state):
+        state.converged = self._decide(state)
+
+    def on_epoch_end(self, state, metrics):
+        state.converged = self._decide(state)
+        if state.converged:
+            best = min(self.evaluations, key=lambda e: (e["val_error"], e["epoch"]))
+            log.info("converged: no new best validation error in %d evaluations (best %.4f at epoch %d); "
+                     "stopped at epoch %d of at most %d", self.patience, best["val_error"], best["epoch"],
+                     state.epoch, state.schedule.total_epochs)
 
 
 class TqdmLoggingHandler(logging.StreamHandler):

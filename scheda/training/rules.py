@@ -157,10 +157,19 @@ def raw_needs_evaluation(config: RunConfig, device: torch.device) -> str | None:
     return None
 
 
+def patience_needs_evaluations(config: RunConfig, device: torch.device) -> str | None:
+    """The patience rule counts evaluations in the schedule's last stage: it needs them there."""
+    if config.trainer.patience and not (config.evaluate.enabled and config.evaluate.every >= 1):
+        return ("trainer.patience counts evaluations without a new best validation error: set evaluate.enabled=true "
+                "and evaluate.every=N (N >= 1), or trainer.patience=null")
+    return None
+
+
 RULES: tuple[Callable[[RunConfig, torch.device], str | None], ...] = (
     cuda_settings_need_a_cuda_device, graph_can_capture_the_step, triton_can_take_the_step, two_pass_is_a_triton_step,
     parallel_needs_the_fused_step, parallel_nu_needs_a_noise_level, parallel_trains, resume_or_init_from,
     standalone_needs_init_from, finetune_output_needs_a_linear_classifier, raw_needs_evaluation,
+    patience_needs_evaluations,
 )
 
 
@@ -174,10 +183,13 @@ def check(config: RunConfig, device: torch.device) -> None:
 
 def check_data(config: RunConfig, n_train: int, labelled: bool) -> None:
     """The rules that need the data (checked once it is loaded, before anything is built from it):
-    a minibatch no larger than the training examples, labels for fine-tuning."""
+    a minibatch no larger than the training examples, labels for the patience rule and fine-tuning."""
     if config.trainer.batch_size > n_train:
         raise ConfigError(f"trainer.batch_size={config.trainer.batch_size} exceeds the {n_train} "
                           f"training examples: lower it")
+    if not labelled and config.trainer.patience:
+        raise ConfigError("trainer.patience reads the validation error, and dataset.root has no train_y: add "
+                          "train_y, or set trainer.patience=null")
     if not labelled and config.finetune.enabled:
         raise ConfigError("finetune.enabled=true needs labels, and dataset.root has no train_y: add train_y, "
                           "or set finetune.enabled=false")

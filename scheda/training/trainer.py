@@ -55,6 +55,12 @@ class TrainerConfig(Component):
     device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N
     batch_size: int = 20  # minibatch size; the loss is averaged over it (LISA-lab dA tutorial: 20)
     max_epochs: Optional[int] = None  # null: the schedule's length; else cut it, or extend its last stage
+    # Training to convergence: stop a model once this many evaluations in its schedule's last stage
+    # brought no new best validation error (scheda.training.callbacks.Patience); max_epochs is then
+    # the cap. The stages before the last run their length: a ScheDA's K epochs a level are the
+    # method's. null: train to the schedule's end.
+    patience: Optional[int] = None
+    min_epochs: int = 0  # patience stops no model before this many epochs (a replica read at a given epoch)
     checkpoint_every: int = 50  # also at every schedule stage end; 0: stage ends only
     num_threads: Optional[int] = None  # torch CPU threads; null: torch's default
     progress_bar: bool = True
@@ -81,6 +87,10 @@ class TrainerConfig(Component):
     def check(self) -> None:
         if self.batch_size < 1:
             raise self.invalid("batch_size", "must be >= 1")
+        if self.patience is not None and self.patience < 1:
+            raise self.invalid("patience", "must be >= 1 (evaluations without a new best) or null (no early stop)")
+        if self.min_epochs < 0:
+            raise self.invalid("min_epochs", "must be >= 0")
         if self.checkpoint_every < 0:
             raise self.invalid("checkpoint_every", "must be >= 0 (0: only at stage ends)")
         if self.num_threads is not None and self.num_threads < 1:
@@ -175,6 +185,7 @@ class ModelState:
         self.epoch = 0  # completed epochs
         self.updates = 0  # completed minibatch updates
         self.history: list[dict[str, Any]] = []
+        self.converged = False  # the patience rule stopped it before its schedule's end
         self.stop = NEVER  # a run sets its StopRequest (signals)
         self.on_batch = None  # called with each minibatch's size (a progress bar), if set
         self.partial: EpochState | None = None  # the epoch an interrupt stopped, or one to finish
@@ -187,8 +198,8 @@ class ModelState:
 
     @property
     def finished(self) -> bool:
-        """Its schedule has ended (the loop trains it no more)."""
-        return self.epoch >= self.schedule.total_epochs
+        """Its schedule has ended, or the patience rule stopped it (the loop trains it no more)."""
+        return self.converged or self.epoch >= self.schedule.total_epochs
 
     @property
     def switches(self) -> list[dict[str, Any]]:

@@ -39,6 +39,12 @@ def errors(evaluation: dict[str, Any]) -> dict[str, Any]:
             "val_n": evaluation.get("val_n")}
 
 
+def stopping(results: dict[str, Any]) -> dict[str, Any]:
+    """Why a run stopped and after how many epochs (``stopped_by``: patience, cap or schedule;
+    absent for a run from before the rule), as every selected entry keeps it."""
+    return {"stopped_by": results.get("stopped_by"), "epochs_trained": results.get("epochs")}
+
+
 def settings_text(e: dict[str, Any]) -> str:
     return ", ".join(f"{k}={fmt(v) if isinstance(v, float) else v}" for k, v in e["settings"].items())
 
@@ -85,10 +91,12 @@ class JobKind(ABC):
         if best is None:
             return None
         levels = [e for e in results["evaluations"] if e.get("reason") == "stage_end"]
-        T = next((i + 1 for i, e in enumerate(levels) if e["epoch"] >= best["epoch"]), None)
+        # past the last level's stage end: the last level, which the patience rule let run on
+        T = next((i + 1 for i, e in enumerate(levels) if e["epoch"] >= best["epoch"]), meta.get("levels"))
         ckpt = run_dir / "checkpoints" / checkpoint_name(best["epoch"])
         return {"run": str(run_dir), **meta, "epoch": best["epoch"], "nu": best.get("nu"), "T": T,
-                "status": results["status"], "checkpoint": str(ckpt) if ckpt.exists() else None, **errors(best)}
+                "status": results["status"], "checkpoint": str(ckpt) if ckpt.exists() else None, **errors(best),
+                **stopping(results)}
 
     def file(self, found: dict[str, Any], entry: dict[str, Any], meta: dict[str, Any]) -> None:
         """Put a selected entry where its stage keeps what it found: here, one of the runs of its
@@ -146,8 +154,9 @@ class ControlKind(JobKind):
     role = CONTROL
 
     @abstractmethod
-    def job(self, grid: DictConfig, hidden: int, best: dict[str, Any]) -> JobSpec:
-        """The control of ``best`` (a selected continuation run; ``grid``: its kind's scale grid)."""
+    def job(self, grid: DictConfig, hidden: int, best: dict[str, Any], patience: int | None = None) -> JobSpec:
+        """The control of ``best`` (a selected continuation run; ``grid``: its kind's scale grid), under
+        the protocol's rule of training to convergence when ``patience`` is set."""
 
     @abstractmethod
     def verdict(self, best: dict[str, Any], control: dict[str, Any]) -> str:

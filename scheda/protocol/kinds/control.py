@@ -6,6 +6,11 @@ through the seed, the same training stream (common random numbers):
   that of more epochs;
 * ``jump``: straight to the run's selected final nu for as many epochs as it took to reach it,
   evaluated every K: tells a gradual schedule from a single switch.
+
+Under the rule of training to convergence (``scale.patience``) each control trains until its
+validation error stops improving, up to the cap of the run it controls (``max_epochs`` of its
+kind's grid): the schedule is then compared with the same start trained to convergence, at
+nu0 and at the final nu.
 """
 
 from __future__ import annotations
@@ -15,8 +20,15 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from scheda.protocol.jobs import JobSpec, fmt, pct
+from scheda.protocol.jobs import JobSpec, fmt, pct, rule_values
 from scheda.protocol.kinds.base import ControlKind, register_kind
+
+
+def trained(e: dict[str, Any]) -> str:
+    """How long a run under the rule of training to convergence trained, and why it stopped."""
+    if e["stopped_by"] == "patience":
+        return f"until its validation error stopped improving ({e['epochs_trained']} epochs)"
+    return f"to its cap of {e['epochs_trained']} epochs (still improving there)"
 
 
 class FromTheStart(ControlKind):
@@ -26,13 +38,15 @@ class FromTheStart(ControlKind):
     def target(self, best: dict[str, Any]) -> tuple[float, int, str]:
         """(nu, epochs, what the job's name adds after nu0) of the control of ``best``."""
 
-    def job(self, grid: DictConfig, hidden: int, best: dict[str, Any]) -> JobSpec:
+    def job(self, grid: DictConfig, hidden: int, best: dict[str, Any], patience: int | None = None) -> JobSpec:
         nu, epochs, tag = self.target(best)
+        if patience is not None:  # to convergence, at most as long as the run it controls could train
+            epochs = grid.max_epochs or best["epochs"]
         return JobSpec(f"{self.name}_h{hidden}_nu{fmt(best['nu0'])}{tag}_{epochs}ep", "control",
                        groups={"schedule": "constant"},
                        values={"model.hidden": hidden, "optim.lr": grid.lr, "init_from": best["start_checkpoint"],
                                "evaluate.every": best["K"], "trainer.checkpoint_every": 0,
-                               "schedule.nu": nu, "schedule.epochs": epochs},
+                               "schedule.nu": nu, "schedule.epochs": epochs, **rule_values(patience)},
                        meta={"kind": self.name, "hidden": hidden, "nu0": best["nu0"], "K": best["K"],
                              "start_epoch": best["start_epoch"], "start_checkpoint": best["start_checkpoint"],
                              "nu": nu, "epochs": epochs})
@@ -47,7 +61,9 @@ class SameStart(FromTheStart):
 
     def verdict(self, best: dict[str, Any], same: dict[str, Any]) -> str:
         gain = 100 * (same["test_error"] - best["test_error"])
-        return (f"the DA trained on at nu={fmt(same['nu'])} for the schedule's {same['epochs']} epochs reached "
+        length = f"for the schedule's {same['epochs']} epochs" if not same.get("stopped_by") or \
+            same["stopped_by"] == "schedule" else f"{trained(same)}"
+        return (f"the DA trained on at nu={fmt(same['nu'])} {length} reached "
                 f"{pct(same['test_error'])} % test at its best epoch on validation ({same['epoch']}), so the "
                 f"schedule is {gain:+.2f} points better on test than more epochs alone "
                 f"({100 * (same['val_error'] - best['val_error']):+.2f} on validation);")
@@ -66,7 +82,9 @@ class Jump(FromTheStart):
     def verdict(self, best: dict[str, Any], jump: dict[str, Any]) -> str:
         gain = 100 * (jump["test_error"] - best["test_error"])
         word = "better than" if gain > 0 else "no better than"
-        return (f"one jump straight to nu={fmt(jump['nu'])} for {jump['epochs']} epochs reached "
+        length = f"for {jump['epochs']} epochs" if not jump.get("stopped_by") or jump["stopped_by"] == "schedule" \
+            else trained(jump)
+        return (f"one jump straight to nu={fmt(jump['nu'])} {length} reached "
                 f"{pct(jump['test_error'])} % test (best on validation at epoch {jump['epoch']}): the gradual "
                 f"schedule is {word} a single switch ({gain:+.2f} points on test, "
                 f"{100 * (jump['val_error'] - best['val_error']):+.2f} on validation).")

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 from scheda.runs.rundir import best_evaluation, checkpoint_name
 from scheda.protocol.jobs import JobSpec, fmt
-from scheda.protocol.kinds.base import BASELINE, GRID, JobKind, errors, register_kind
+from scheda.protocol.kinds.base import BASELINE, GRID, JobKind, errors, register_kind, stopping
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class DA(JobKind):
             return None
         return {"run": str(run_dir), "checkpoint": str(ckpt), "nu": meta["nu"], "lr": meta["lr"],
                 "epoch": best["epoch"], "status": results["status"],
-                "last_of_grid": best["epoch"] >= meta.get("epochs", math.inf), **errors(best)}
+                "last_of_grid": best["epoch"] >= meta.get("epochs", math.inf), **errors(best), **stopping(results)}
 
     def file(self, found: dict[str, Any], entry: dict[str, Any], meta: dict[str, Any]) -> None:
         """The best DA(nu) of a hidden size over lr and epochs (the earlier epoch on a tie)."""

@@ -8,12 +8,13 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from scheda.protocol.jobs import JobSpec, fmt
+from scheda.protocol.jobs import JobSpec, fmt, rule_values
 from scheda.protocol.kinds.base import ContinuationKind, register_kind
 
 
 class RandomNu(ContinuationKind):
-    """A random-nu DA: evaluated and checkpointed 20 times over its ``scale.random_nu.epochs``."""
+    """A random-nu DA: evaluated and checkpointed 20 times over its ``scale.random_nu.epochs`` (with
+    ``scale.patience``: its cap, the rule stopping it earlier, as a DA of the grid)."""
 
     eager = True
 
@@ -28,7 +29,8 @@ class RandomNu(ContinuationKind):
         every = max(1, cfg.epochs // 20)
         return [JobSpec(f"{self.name}_h{hidden}_lr{fmt(lr)}", "continue", groups={"schedule": self.name},
                         values={"model.hidden": hidden, "schedule.epochs": cfg.epochs, "optim.lr": lr,
-                                **self.noise(cfg), "evaluate.every": every, "trainer.checkpoint_every": every},
+                                **self.noise(cfg), "evaluate.every": every, "trainer.checkpoint_every": every,
+                                **rule_values(scale.patience)},
                         meta={"kind": self.name, "hidden": hidden, "lr": lr})
                 for lr in scale.da.lr]
 

@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from scheda.model.schedule import level_count
 from scheda.utils.errors import ConfigError
-from scheda.protocol.jobs import JobSpec, fmt
+from scheda.protocol.jobs import JobSpec, fmt, rule_values
 from scheda.protocol.kinds.base import CONTROL, ContinuationKind, of_role, register_kind
 
 log = logging.getLogger(__name__)
@@ -41,10 +41,18 @@ class StepKind(ContinuationKind):
         grid = scale[self.name]
         if not (grid.nu0 and grid.delta_nu and grid.K):
             raise ConfigError(f"scale.{self.name}.nu0, delta_nu and K must each list at least one value")
+        if grid.max_epochs is not None:
+            longest = max(level_count(self.direction, nu0, dnu, grid.nu_final) * K
+                          for nu0 in grid.nu0 for dnu in grid.delta_nu for K in grid.K)
+            if grid.max_epochs < longest:
+                raise ConfigError(f"scale.{self.name}.max_epochs={grid.max_epochs} would cut a schedule of {longest} "
+                                  f"epochs: the cap must be at least every schedule's length")
 
     def plan(self, scale: DictConfig, hidden: int, by_nu: dict[str, Any]) -> list[JobSpec]:
         """One continuation per (nu0, delta_nu, K) that has at least one level between nu0 and
-        nu_final (ScheDA from 0.1 with delta_nu 0.1 down to 0.05 has none: it is not planned)."""
+        nu_final (ScheDA from 0.1 with delta_nu 0.1 down to 0.05 has none: it is not planned).
+        Evaluated after each level; with ``scale.patience`` also every K epochs of its last level,
+        which the rule stops (at most ``max_epochs`` in all), each evaluation checkpointed."""
         grid = scale[self.name]
         jobs = []
         for nu0, start in starts(self.name, grid, hidden, by_nu):
@@ -55,19 +63,22 @@ class StepKind(ContinuationKind):
                              self.name, nu0, delta_nu, grid.nu_final)
                     continue
                 for K in grid.K:
+                    rule = rule_values(scale.patience, grid.max_epochs)
+                    every = {"evaluate.every": K, "trainer.checkpoint_every": K} if rule else \
+                        {"trainer.checkpoint_every": 0}
                     jobs.append(JobSpec(
                         f"{self.name}_h{hidden}_nu{fmt(nu0)}_dnu{fmt(delta_nu)}_K{K}", "continue",
                         groups={"schedule": self.schedule},
                         values={"model.hidden": hidden, "schedule.nu0": nu0, "schedule.delta_nu": delta_nu,
                                 "schedule.K": K, "schedule.initial_epochs": 0, "schedule.nu_final": grid.nu_final,
-                                "optim.lr": grid.lr, "init_from": start["checkpoint"], "trainer.checkpoint_every": 0},
+                                "optim.lr": grid.lr, "init_from": start["checkpoint"], **every, **rule},
                         meta={"kind": self.name, "hidden": hidden, "nu0": nu0, "delta_nu": delta_nu, "K": K,
-                              "levels": levels, "epochs": levels * K, "start_epoch": start["epoch"],
-                              "start_checkpoint": start["checkpoint"]}))
+                              "levels": levels, "epochs": rule.get("trainer.max_epochs", levels * K),
+                              "start_epoch": start["epoch"], "start_checkpoint": start["checkpoint"]}))
         return jobs
 
     def controls(self, scale: DictConfig, hidden: int, best: dict[str, Any]) -> list[JobSpec]:
-        return [control.job(scale[self.name], hidden, best) for control in of_role(CONTROL)]
+        return [control.job(scale[self.name], hidden, best, scale.patience) for control in of_role(CONTROL)]
 
     def describe(self, e: dict[str, Any]) -> str:
         return f"nu0={fmt(e['nu0'])}, dnu={fmt(e['delta_nu'])}, K={e['K']}, {self.reached(e)}"

@@ -1,0 +1,75 @@
+"""The report's account of the rule of training to convergence (``scale.patience``): for every
+reported model and seed, its best epoch on validation and why it stopped (the rule, or its cap
+while still improving), so that no model read at the edge of its budget passes as converged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+from scheda.protocol.kinds import CONTINUATION, kind_of
+from scheda.protocol.kinds.da import DA
+from scheda.training.callbacks import CAP, PATIENCE, SCHEDULE
+
+
+def stopped_text(e: dict[str, Any]) -> str:
+    """One model's best epoch and why it stopped, as the report's cells print it."""
+    why, trained = e.get("stopped_by"), e.get("epochs_trained")
+    if why == PATIENCE:
+        return f"{e['epoch']} (stopped by patience at {trained})"
+    if why == CAP:
+        return f"{e['epoch']} (**at the cap**, {trained})"
+    if why == SCHEDULE:
+        return f"{e['epoch']} (fixed length {trained})"
+    return f"{e['epoch']}"
+
+
+def _rows(hidden: str, sel: dict[str, Any], continued: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(key in the seeds' results, label, the selection seed's entry) of each reported model that trains."""
+    rows = [(DA.name, "Best DA", sel["best"])]
+    for name, found in continued.items():
+        kind = kind_of(name)
+        if kind.role != CONTINUATION or found.get("best") is None:
+            continue
+        rows.append((name, kind.label, found["best"]))
+        for control_name, control in found.get("controls", {}).items():
+            rows.append((f"{name}.{control_name}", kind_of(control_name).label, control))
+    return rows
+
+
+def section(scale: DictConfig, selection: dict[str, Any], continued: dict[str, Any],
+            seeded: dict[str, Any]) -> list[str]:
+    """The report's section on the rule; none for a scale without it."""
+    if scale.get("patience") is None:
+        return []
+    caps = [f"a DA at most {scale.da.epochs} epochs (evaluated every {scale.da.eval_every})"]
+    caps += [f"{name} at most {scale[name].max_epochs} in all (evaluated every K)"
+             for name in ("scheda", "increasing") if scale[name].get("max_epochs")]
+    lines = ["", "## Training to convergence", "",
+             f"Every trained model stopped once {scale.patience} evaluation{'s' if scale.patience != 1 else ''} in a "
+             f"row (in a schedule's last level) "
+             f"brought no new best validation error, or at its cap: {'; '.join(caps)}. A model **at the cap** was "
+             f"still improving there: it is reported, but not as converged. Each cell: the epoch the model is read "
+             f"at under the seed's own best rule (its best validation epoch), then why and when it stopped.", ""]
+    at_cap: list[str] = []
+    seeds = [str(s) for s in seeded.get("seeds", [])]
+    for hidden, sel in selection["hidden"].items():
+        by_seed = seeded.get("own_best", {}).get(hidden, {})
+        lines += [f"| {hidden} hidden units | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+                  "|---|" + "---|" * len(seeds)]
+        for key, label, entry in _rows(hidden, sel, continued.get(hidden, {})):
+            cells = []
+            for s in seeds:
+                e = entry if s == seeds[0] else by_seed.get(key, {}).get(s)
+                cells.append(stopped_text(e) if e else "—")
+                if e and e.get("stopped_by") == CAP:
+                    at_cap.append(f"{label} ({hidden} hidden units, seed {s})")
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if at_cap:
+        lines.append(f"- At the cap, still improving ({len(at_cap)}): {', '.join(at_cap)}. Their errors may fall "
+                     f"with more epochs; a comparison with them is a comparison at that budget.")
+    else:
+        lines.append("- No reported model reached its cap: each stopped by the rule.")
+    return lines
