@@ -25,6 +25,11 @@ from helpers import N_VAL, REPO, compose_cfg, run_command, smoke_cfg, start_comm
 SCRIPT = REPO / "scripts" / "reproduce.py"
 
 
+# The smoke scale without the rule of training to convergence: every run its fixed length (the DA 2
+# epochs, the ScheDA its 2 levels, a control as long as the ScheDA), for the arithmetic of those lengths.
+FIXED = ("scale.patience=null", "scale.da.epochs=2", "scale.random_nu.epochs=2")
+
+
 def reproduce_args(tmp_path: Path, data_root: Path, *args: str) -> list[str]:
     """``scale=smoke`` on the fixture data, its runs in tmp_path (``out_dir`` relative to the
     user's directory, as a user would type it)."""
@@ -116,12 +121,12 @@ def test_a_da_that_diverged_late_keeps_its_earlier_evaluations(tmp_path):
     best = select.select_das(jobs, tmp_path)["hidden"]["16"]["best"]
     assert (best["epoch"], best["val_error"], best["status"]) == (2, 0.2, "diverged")
     assert not best["last_of_grid"]  # epoch 2 of 3
-    jobs = plan.da_jobs(smoke_cfg("scale.da.nu=[0.5]").scale, raw=False)
+    jobs = plan.da_jobs(smoke_cfg("scale.da.nu=[0.5]", "scale.da.epochs=2").scale, raw=False)
     assert select.select_das(jobs, tmp_path)["hidden"]["16"]["best"]["last_of_grid"]  # epoch 2 of 2
 
 
 def test_continuations_start_from_the_selected_checkpoints_and_choose_T(tmp_path):
-    cfg = smoke_cfg("scale.scheda.nu0=[0.5,0.7]", "scale.scheda.K=[1,2]")
+    cfg = smoke_cfg(*FIXED, "scale.scheda.nu0=[0.5,0.7]", "scale.scheda.K=[1,2]")
     selection = {"hidden": {"16": {"by_nu": {"0.5": {"checkpoint": "/ck/5.pt", "epoch": 2, "nu": 0.5}},
                                    "best": {"checkpoint": "/ck/5.pt", "epoch": 2, "nu": 0.5, "run": "r"}}}}
     jobs = plan.continuation_jobs(cfg.scale, ["scheda"], selection)
@@ -152,8 +157,37 @@ def test_continuations_start_from_the_selected_checkpoints_and_choose_T(tmp_path
     assert continued["scheda"]["controls"]["jump"]["val_error"] == 0.1
 
 
+def test_under_the_rule_every_job_trains_to_convergence_up_to_its_cap(tmp_path):
+    """scale.patience: the DA grid stops by the rule within da.epochs; a ScheDA runs its levels and its
+    last one on, evaluated and checkpointed every K, to at most max_epochs; its controls train to
+    convergence under the same cap; a best evaluation past the last level's end is that level (T)."""
+    cfg = smoke_cfg("scale.patience=3", "scale.scheda.max_epochs=9")
+    da = {j.name: j for j in plan.da_jobs(cfg.scale, raw=False)}["da_h16_nu0.5_lr0.1"]
+    assert (da.values["trainer.patience"], da.values["schedule.epochs"], da.values["evaluate.every"]) == (3, 3, 1)
+    selection = {"hidden": {"16": {"by_nu": {"0.5": {"checkpoint": "/ck/5.pt", "epoch": 2, "nu": 0.5}},
+                                   "best": {"checkpoint": "/ck/5.pt", "epoch": 2, "nu": 0.5, "run": "r"}}}}
+    job, = plan.continuation_jobs(cfg.scale, ["scheda"], selection)
+    assert {k: job.values[k] for k in ("trainer.patience", "trainer.max_epochs", "evaluate.every",
+                                       "trainer.checkpoint_every")} == {
+        "trainer.patience": 3, "trainer.max_epochs": 9, "evaluate.every": 1, "trainer.checkpoint_every": 1}
+    assert job.meta["epochs"] == 9 and job.meta["levels"] == 2
+    # levels 0.4 (epoch 1) and 0.3 (from 2, on to the cap); the best at epoch 4 is past the last stage end
+    fake_run(tmp_path / "continue" / job.name, [ev(1, 0.3, reason="stage_end", nu=0.4), ev(2, 0.25, nu=0.3),
+                                                ev(4, 0.2, nu=0.3), ev(7, 0.21, nu=0.3)], checkpoints=(1, 2, 4, 7))
+    continued = select.select_continuations([job], tmp_path)["16"]
+    best = continued["scheda"]["best"]
+    assert (best["T"], best["epoch"], best["checkpoint"].endswith("epoch_00004.pt")) == (2, 4, True)
+    controls = plan.control_jobs(cfg.scale, ["scheda"], {"16": continued})
+    assert [(j.name, j.values["schedule.epochs"], j.values["trainer.patience"]) for j in controls] == [
+        ("control_h16_nu0.5_9ep", 9, 3), ("jump_h16_nu0.5_to0.3_9ep", 9, 3)]
+    with pytest.raises(ConfigError, match="scale.scheda.max_epochs=1 would cut a schedule of 2 epochs"):
+        plan.check(smoke_cfg("scale.scheda.max_epochs=1"))
+    with pytest.raises(ConfigError, match="scale.patience=0 must be >= 1"):
+        plan.check(smoke_cfg("scale.patience=0"))
+
+
 def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch):
-    cfg = smoke_cfg()
+    cfg = smoke_cfg(*FIXED)
     jobs = {j.name: j for j in plan.da_jobs(cfg.scale, raw=False)}
     done, killed = jobs["da_h16_nu0.5_lr0.1"], jobs["da_h16_nu0.3_lr0.1"]
     config = {"schedule": {"nu": 0.5, "epochs": 2}, "model": {"hidden": 16}, "optim": {"lr": 0.1},
@@ -187,7 +221,7 @@ def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch
 
 
 def test_a_continuation_of_another_checkpoint_is_refused(tmp_path):
-    cfg = smoke_cfg()
+    cfg = smoke_cfg(*FIXED)
     selection = {"hidden": {"16": {"by_nu": {"0.5": {"checkpoint": str(tmp_path / "da" / "a" / "epoch_00002.pt"),
                                                      "epoch": 2, "nu": 0.5}},
                                    "best": {"checkpoint": "c", "epoch": 2, "nu": 0.5, "run": "r"}}}}
@@ -266,7 +300,8 @@ def test_every_table_and_scale_plans_its_jobs(table, scale):
         if name not in bases:  # the schedule option as a run composes it
             bases[name] = OmegaConf.to_container(compose_cfg([f"schedule={name}"]).schedule)
         steps = {"steps": None} if "steps" in bases[name] else {}  # the plan sets nu_final, not steps
-        schedule = build_schedule({**bases[name], **steps, **values})
+        # under the rule (scale.patience) its last level may run on to the cap: trainer.max_epochs
+        schedule = build_schedule({**bases[name], **steps, **values}, job.values.get("trainer.max_epochs"))
         assert schedule.total_epochs >= 1
         if isinstance(kind_of(job.meta["kind"]), StepKind):
             assert schedule.total_epochs == job.meta["epochs"]
@@ -286,7 +321,7 @@ def test_every_table_and_scale_plans_its_jobs(table, scale):
 def test_bad_protocol_values_fail_with_one_line(tmp_path, cifar_arrays):
     proc = reproduce(tmp_path, cifar_arrays, "scale.da.eval_every=0")
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines() == ["error: scale.da.epochs=2 and scale.da.eval_every=0 must be >= 1"]
+    assert proc.stderr.strip().splitlines() == ["error: scale.da.epochs=3 and scale.da.eval_every=0 must be >= 1"]
     proc = reproduce(tmp_path, tmp_path / "nowhere", "stages=[da,select]")
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
@@ -395,7 +430,7 @@ def test_the_plan_and_its_device_hours_are_printed_first(tmp_path, cifar_arrays)
                                  "rows": [{"hidden": 16, "batch_size": 50, "eager_s": 2.0, "graphed_s": float("nan")},
                                           {"hidden": 64, "batch_size": 50, "eager_s": 8.0, "graphed_s": 4.0}],
                                  "lr_search": {"n": 45000, "features": 5000, "seconds": 10.0}}))
-    proc = reproduce(tmp_path, cifar_arrays, f"bench={bench}", "dry_run=true")
+    proc = reproduce(tmp_path, cifar_arrays, *FIXED, f"bench={bench}", "dry_run=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(line for line in proc.stdout.splitlines() if "plan for table=table1 scale=smoke" in line)
     # DA: raw + 2 runs of 2 epochs; ScheDA 0.5 -> 0.4 -> 0.3 (K 1); two controls of 2 epochs; 2 fine-tunings
@@ -406,12 +441,17 @@ def test_the_plan_and_its_device_hours_are_printed_first(tmp_path, cifar_arrays)
     assert not (tmp_path / "runs" / "da").exists()
     plain = reproduce(tmp_path, cifar_arrays, "dry_run=true")
     assert "give bench=<scripts/bench_train.py --json output>" in plain.stdout
+    # Under the rule (smoke: patience 1) every count is its cap's, and the line says so: DA 2 x 3 epochs,
+    # the ScheDA and two controls 4 each; the ScheDA and controls evaluated every K (1) to their caps.
+    line = next(line for line in plain.stdout.splitlines() if "plan for table=table1 scale=smoke" in line)
+    assert "at most 18 model-epochs (da 6, continue 4, control 8), 19 evaluations (every model at its cap; " \
+           "scale.patience=1 stops them earlier)" in line
 
 
 def test_device_hours_scale_with_the_hidden_units_and_the_fused_grid():
     from scheda.protocol import estimate
 
-    cfg = smoke_cfg("scale.hidden=[32]", "scale.da.fused=true", "scale.control=false", "scale.finetune=null")
+    cfg = smoke_cfg(*FIXED, "scale.hidden=[32]", "scale.da.fused=true", "scale.control=false", "scale.finetune=null")
     bench = {"device_name": "X", "n": 1000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 3.0}],
              "grid": {"models": 2, "grid_over_one": 1.5}}
     est = estimate.estimate(cfg, bench, 20)
@@ -431,7 +471,7 @@ def test_device_hours_count_everything_a_run_pays_each_from_its_measured_cost():
                                                      "finetune_s": 3.0}],
              "lr_search": {"n": 500, "features": 16, "seconds": 1.7},
              "job_start_s": 2.0, "data_load_s": 0.25, "build_s": 0.1}
-    cfg = smoke_cfg()  # 8 jobs in 4 stages, finetune=cpu (3 lrs) for 2 epochs, C over 4 values of 17
+    cfg = smoke_cfg(*FIXED)  # 8 jobs in 4 stages, finetune=cpu (3 lrs) for 2 epochs, C over 4 values of 17
     est = estimate.estimate(cfg, bench, 50)
     assert est["train_hours"] * 3600 == pytest.approx(10 * 1.0 * 2)  # 10 model-epochs, twice the examples
     evals = 10 * 1.7 / 16 * 16 + 1 * 1.7 / 16 * 3072  # 10 of 16 features, raw pixels' one of 3072
@@ -440,14 +480,14 @@ def test_device_hours_count_everything_a_run_pays_each_from_its_measured_cost():
     assert est["job_hours"] * 3600 == pytest.approx(8 * (0.25 * 2 + 0.1) + 2.0 * (1 + 4))
     assert est["device_hours"] == pytest.approx(est["train_hours"] + est["eval_hours"] + est["finetune_hours"]
                                                 + est["job_hours"])
-    joblib = estimate.estimate(smoke_cfg("launcher=joblib"), bench, 50)  # a process per job
+    joblib = estimate.estimate(smoke_cfg(*FIXED, "launcher=joblib"), bench, 50)  # a process per job
     assert joblib["job_hours"] * 3600 == pytest.approx(8 * (0.25 * 2 + 0.1) + 2.0 * (1 + 8))
     line = estimate.describe(cfg, est, "b.json")
     assert "jobs' start" in line and "fine-tuning" in line and "not measured" not in line
     bench["rows"][0]["finetune_grid_s"] = 5.0  # the paper's five rates fused in one step: 1.0 s a rate
     fused = estimate.estimate(cfg, bench, 50)["finetune_hours"] * 3600
     assert fused == pytest.approx(2 * 3 * 2 * 1.0 * 2)
-    alone = estimate.estimate(smoke_cfg("overrides=['finetune.fused=false']"), bench, 50)["finetune_hours"] * 3600
+    alone = estimate.estimate(smoke_cfg(*FIXED, "overrides=['finetune.fused=false']"), bench, 50)["finetune_hours"] * 3600
     assert alone == pytest.approx(2 * 3 * 2 * 3.0 * 2)
 
 
@@ -457,14 +497,14 @@ def test_device_hours_use_the_fast_step_unless_the_runs_cannot_use_it(override):
     from scheda.protocol import estimate
 
     bench = {"device_name": "X", "n": 1000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 4.0, "graphed_s": 1.0}]}
-    graphed = estimate.estimate(smoke_cfg("scale.control=false", "scale.finetune=null"), bench, 20)
-    eager = estimate.estimate(smoke_cfg("scale.control=false", "scale.finetune=null", f"overrides=['{override}']"),
-                              bench, 20)
+    graphed = estimate.estimate(smoke_cfg(*FIXED, "scale.control=false", "scale.finetune=null"), bench, 20)
+    eager = estimate.estimate(smoke_cfg(*FIXED, "scale.control=false", "scale.finetune=null",
+                                        f"overrides=['{override}']"), bench, 20)
     assert eager["train_hours"] * 3600 == pytest.approx(6 * 4.0)  # 4 DA + 2 ScheDA model-epochs
     assert graphed["train_hours"] * 3600 == pytest.approx(6 * 1.0)
     cpu = {"device_name": "CPU", "n": 1000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 4.0,
                                                         "graphed_s": float("nan")}]}
-    assert estimate.estimate(smoke_cfg("scale.control=false", "scale.finetune=null"), cpu, 20)["train_hours"] \
+    assert estimate.estimate(smoke_cfg(*FIXED, "scale.control=false", "scale.finetune=null"), cpu, 20)["train_hours"] \
         * 3600 == pytest.approx(6 * 4.0)  # measured without a graph: eager
 
 

@@ -79,8 +79,9 @@ def test_both_controls_share_the_best_scheda_start_and_stream(smoke):
         results = load(Path(control["run"]) / "results.json")
         assert results["config"]["init_from"] == scheda["config"]["init_from"]
         assert results["config"]["seed"] == scheda["config"]["seed"]
-    assert controls["control"]["nu"] == 0.5 and controls["control"]["epochs"] == best["epochs"] == 2
-    assert controls["jump"]["nu"] == best["nu"] and controls["jump"]["epochs"] == best["epoch"]
+    # under the rule (scale.patience) each control trains to convergence, at most the ScheDA's cap
+    assert controls["control"]["nu"] == 0.5 and controls["control"]["epochs"] == best["epochs"] == 4
+    assert controls["jump"]["nu"] == best["nu"] and controls["jump"]["epochs"] == 4
 
 
 def test_fine_tuning_starts_from_the_best_da_and_the_best_scheda(smoke):
@@ -103,9 +104,12 @@ def test_each_further_seed_retrains_the_reported_models_paired_by_seed(smoke):
     start = runs / "seed_da" / f"da_h16_nu{best['nu0']:g}_lr0.1_seed1"
     da = load(start / "results.json")
     assert da["config"]["seed"] == 1 and da["status"] == "completed"
-    assert [e["epoch"] for e in da["evaluations"]] == [1, 2]  # the smoke grid: 2 epochs, evaluated every one
+    # evaluated every epoch as the grid's runs, under the same rule, never stopped before the selected epoch
+    assert [e["epoch"] for e in da["evaluations"]] == list(range(1, da["epochs"] + 1))
+    assert da["epochs"] >= start_epoch and da["config"]["trainer"]["min_epochs"] == start_epoch
     # The ScheDA and both controls continue seed 1's own DA(nu0) from the selected epoch, on seed 1's
-    # stream, each as long as its selection run.
+    # stream, each evaluated as its selection run, under the same rule but never stopped before the
+    # epoch it is read at.
     continued = sorted(p.name for p in (runs / "seed_continue").iterdir() if p.is_dir())
     assert len(continued) == 3 and all(name.endswith("_seed1") for name in continued)
     for name in continued:
@@ -115,7 +119,10 @@ def test_each_further_seed_retrains_the_reported_models_paired_by_seed(smoke):
             load(runs / "continue" / name.removesuffix("_seed1") / "results.json")
         assert res["status"] == "completed" and res["config"]["seed"] == 1
         assert Path(res["config"]["init_from"]) == start / "checkpoints" / checkpoint_name(start_epoch)
-        assert [e["epoch"] for e in res["evaluations"]] == [e["epoch"] for e in original["evaluations"]]
+        chosen = min(original["evaluations"], key=lambda e: (e["val_error"], e["epoch"]))["epoch"]
+        assert res["config"]["trainer"]["min_epochs"] == chosen and res["epochs"] >= chosen
+        n = min(len(res["evaluations"]), len(original["evaluations"]))
+        assert [e["epoch"] for e in res["evaluations"]][:n] == [e["epoch"] for e in original["evaluations"]][:n]
     scheda_dir = runs / "seed_continue" / f"{Path(best['run']).name}_seed1"
     assert load(scheda_dir / "results.json")["config"]["schedule"]["delta_nu"] == best["delta_nu"]
     # Fine-tuning of seed 1's best DA and best ScheDA.
@@ -150,6 +157,34 @@ def test_each_seed_is_read_at_the_selected_epoch_and_at_its_own_best(smoke):
     assert report.rstrip().splitlines()[-1] == f"<!-- scheda-reproduce protocol folder: {protocol} -->"
     assert "## Sensitivity to the noise level (the paper's diagnostic)" in report
     assert "- 16 hidden units: cannot be judged: ScheDA's gain has no interval" in report
+
+
+def test_every_trained_model_stopped_by_the_rule_or_at_its_cap(smoke):
+    """scale.patience (1 at smoke): each trained run records why it stopped, consistently with its own
+    evaluations, and the report gives every reported model's best epoch and stop, naming those at the cap."""
+    runs, patience = smoke[0] / "runs", 1
+    seen = set()
+    for results_path in runs.glob("*/*/results.json"):
+        results = load(results_path)
+        if results_path.parent.parent.name in ("seed_finetune", "finetune") or not results.get("history"):
+            continue  # fine-tuning's own rule (finetune.patience), and the raw baseline, train no DA
+        cap = results["config"]["trainer"]["max_epochs"] or sum(s["epochs"] for s in results["config"]["schedule"].get(
+            "stages", [])) or results["config"]["schedule"].get("epochs")
+        best = min(results["evaluations"], key=lambda e: (e["val_error"], e["epoch"]))
+        after = [e for e in results["evaluations"] if e["epoch"] > best["epoch"]]
+        assert results["stopped_by"] in ("patience", "cap"), results_path
+        seen.add(results["stopped_by"])
+        if results["stopped_by"] == "patience":
+            assert len(after) == patience and results["epochs"] == after[-1]["epoch"], results_path
+        else:
+            assert not after and results["epochs"] == cap, results_path
+    report = (smoke[0] / "reports" / "table1_smoke.md").read_text()
+    section = report.split("## Training to convergence", 1)[1].split("\n## ", 1)[0]
+    for label in ("Best DA", "ScheDA", "Control: same start, constant nu", "Control: same start, one jump"):
+        assert f"| {label}" in section
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "hidden units |" not in line]
+    assert ("- At the cap, still improving" in section) == any("**at the cap**" in row for row in rows)
+    assert seen, "no trained run recorded why it stopped"
 
 
 def test_every_reported_model_has_its_errors_per_seed(smoke):
@@ -191,7 +226,7 @@ def test_a_rerun_reads_every_finished_job(smoke, tmp_path):
     assert load(user.work / "runs" / "invocations.json")[-1]["ran_jobs"] is False
 
 
-@pytest.mark.parametrize("override, saved", [("scale.da.epochs=3", "scale.da.epochs=2"),
+@pytest.mark.parametrize("override, saved", [("scale.da.epochs=4", "scale.da.epochs=3"),
                                              ("scale.hidden=[32]", "scale.hidden=[16]")])
 def test_a_changed_scale_is_refused(smoke, tmp_path, override, saved):
     work = copy_of(smoke, tmp_path)
@@ -205,14 +240,15 @@ def test_a_changed_scale_is_refused(smoke, tmp_path, override, saved):
 def test_a_killed_job_resumes_from_its_checkpoint(smoke, tmp_path):
     work = copy_of(smoke, tmp_path)
     killed = work / "runs" / "da" / "da_h16_nu0.3_lr0.1"
-    results = load(killed / "results.json")
-    (killed / "results.json").write_text(json.dumps({**results, "status": "interrupted"}))
-    (killed / "checkpoints" / "epoch_00002.pt").unlink()
+    original = load(killed / "results.json")
+    (killed / "results.json").write_text(json.dumps({**original, "status": "interrupted"}))
+    (killed / "checkpoints" / checkpoint_name(original["epochs"])).unlink()
     resumed = reproduce(work, smoke[1], "scale.seeds=[0,1]", "stages=[da,select,report]")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in (killed / "train.log").read_text()
     results = load(killed / "results.json")
-    assert results["status"] == "completed" and [e["epoch"] for e in results["evaluations"]] == [1, 2]
+    assert results["status"] == "completed" and results["stopped_by"] == original["stopped_by"]
+    assert [e["epoch"] for e in results["evaluations"]] == [e["epoch"] for e in original["evaluations"]]
     assert "min over 2 invocations that ran jobs" in (work / "reports" / "table1_smoke.md").read_text()
 
 

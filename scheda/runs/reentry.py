@@ -22,6 +22,9 @@ from scheda.utils.errors import ConfigError
 from scheda.utils.io import atomic_write, shown_path
 
 log = logging.getLogger(__name__)
+# Set by a -m invocation (scheda.runs.sweep_summary) for the jobs it launches, in-process or not: an
+# attempt records it, so the sweep's summary tells its own jobs from earlier ones by id, not by time.
+INVOCATION = "SCHEDA_INVOCATION"
 KEPT = {".hydra", "train.log", ".lock", "attempts"}  # left in place when an attempt is set aside
 
 
@@ -106,7 +109,10 @@ def enter(cfg: Any, output_dir: Path) -> tuple[RunResults, bool]:
         action, why, before = "resumed", "", read_results(output_dir)
     else:
         action, why, before = "ran", "", None
-    attempts = [*(before or {}).get("attempts", []), {"action": action, "at": time.strftime("%Y-%m-%dT%H:%M:%S")}]
+    attempt = {"action": action, "at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    if os.environ.get(INVOCATION):  # the -m invocation that ran it (its summary counts it by this)
+        attempt["invocation"] = os.environ[INVOCATION]
+    attempts = [*(before or {}).get("attempts", []), attempt]
     if why:
         restart = os.environ.get("SLURM_RESTART_COUNT", "0")
         requeued = f"requeued by Slurm (restart {restart}): " if restart not in ("", "0") else ""

@@ -6,20 +6,22 @@ callback, registered in configs/hydra/default.yaml."""
 from __future__ import annotations
 
 import json
-import time
+import os
+import uuid
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from scheda.runs.reentry import INVOCATION
 from scheda.utils.io import atomic_write, shown_path
 
 
-def job_line(job_dir: Path, since: str | None = None) -> tuple[str, float | None, str | None]:
+def job_line(job_dir: Path, invocation: str | None = None) -> tuple[str, float | None, str | None]:
     """One job's summary line, its validation error (None without an evaluation) and what this
-    invocation did with it (scheda.runs.resume.ACTIONS; None when it did not get to it: no
-    attempt at or after ``since``, the invocation's start as results.json's ``at`` writes it)."""
+    invocation did with it (scheda.runs.rundir.ACTIONS; None when it did not get to it: its last
+    attempt names another ``invocation``, the id this one gave its jobs)."""
     overrides_file = job_dir / ".hydra" / "overrides.yaml"
     overrides = " ".join(str(o) for o in OmegaConf.load(overrides_file)) if overrides_file.exists() else ""
     results_file = job_dir / "results.json"
@@ -38,7 +40,7 @@ def job_line(job_dir: Path, since: str | None = None) -> tuple[str, float | None
     errors += f", test {100 * test:.2f} %" if test is not None else ""
     last = (results.get("attempts") or [{}])[-1]
     action = last.get("action")
-    if since is not None and (last.get("at") or "") < since:
+    if invocation is not None and last.get("invocation") != invocation:
         action = None  # a job this invocation did not touch (an earlier trial of a continued search)
     done = f" ({action})" if action else ""
     return f"{job_dir.name}: {overrides}: {results.get('status', '?')}{done}{errors}", val, action
@@ -64,12 +66,21 @@ def swept_label(sweep_dir: Path, job_overrides: list[str]) -> str:
 
 
 class SweepSummary(Callback):
-    started: str | None = None
+    invocation: str | None = None
+    _before: str | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.started = time.strftime("%Y-%m-%dT%H:%M:%S")  # results.json's attempts say "at" so
+        """Give this invocation an id that every job it launches records in its attempt
+        (scheda.runs.reentry.INVOCATION): in this process's environment, which launched processes inherit."""
+        self.invocation = uuid.uuid4().hex
+        self._before = os.environ.get(INVOCATION)
+        os.environ[INVOCATION] = self.invocation
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self._before is None:  # a later sweep of this process (the Python API) gets its own
+            os.environ.pop(INVOCATION, None)
+        else:
+            os.environ[INVOCATION] = self._before
         sweep_dir = Path(config.hydra.sweep.dir)
         jobs = sorted((p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()),
                       key=lambda p: (0, int(p.name), "") if p.name.isdigit() else (1, 0, p.name)) \
@@ -78,7 +89,7 @@ class SweepSummary(Callback):
             return
         from scheda.runs.rundir import ACTIONS
 
-        lines = [job_line(job, self.started) for job in jobs]
+        lines = [job_line(job, self.invocation) for job in jobs]
         print(f"sweep of {len(jobs)} jobs in {shown_path(sweep_dir)}:")
         for text, _, _ in lines:
             print(f"  {text}")

@@ -1,0 +1,106 @@
+"""Training to convergence (trainer.patience): the rule itself on evaluations written by hand, then
+real runs where the outcome is forced: a learning rate too small to move the weights gives the same
+validation error at every evaluation (so the rule must stop after exactly ``patience`` of them), and a
+patience longer than the run leaves it at its cap. A run resumed mid-way stops where the
+uninterrupted one did (the rule keeps no state beyond the evaluations a checkpoint carries)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scheda.run import run
+from scheda.training.callbacks import patience_spent
+from scheda.utils.errors import ConfigError
+
+from helpers import TINY, compose_cfg
+
+
+def evals(*val_errors, start=1, every=1):
+    return [{"epoch": start + i * every, "val_error": v} for i, v in enumerate(val_errors)]
+
+
+@pytest.mark.parametrize("errors, patience, after, spent", [
+    ((0.5, 0.4, 0.3), 1, 0, False),  # still improving
+    ((0.5, 0.4, 0.45), 1, 0, True),  # one evaluation without a new best
+    ((0.5, 0.4, 0.45, 0.41), 3, 0, False),  # two of three
+    ((0.5, 0.4, 0.45, 0.41, 0.40), 3, 0, True),  # a tie is no new best (the earlier epoch stays best)
+    ((0.3, 0.5, 0.5, 0.5), 2, 3, False),  # before the last stage (epoch 3) nothing counts: one left
+    ((0.3, 0.5, 0.5, 0.5, 0.5), 2, 3, True),
+    ((), 1, 0, False),
+])
+def test_the_rule_counts_evaluations_after_the_best_in_the_last_stage(errors, patience, after, spent):
+    assert patience_spent(evals(*errors), patience, after) is spent
+
+
+def _results(out):
+    return json.loads((out / "results.json").read_text())
+
+
+# lr so small that float32 weights do not move: every evaluation gives the same validation error
+FROZEN = "optim.lr=1e-30"
+
+
+def test_a_model_that_stops_improving_stops_by_patience(cifar_arrays, tmp_path):
+    base = [f"dataset.root={cifar_arrays}", *TINY, FROZEN, "schedule=constant", "schedule.epochs=9",
+            "evaluate.every=2", "trainer.patience=2", "trainer.checkpoint_every=0", "logger=none"]
+    out = tmp_path / "run"
+    summary = run(compose_cfg(base), out)
+    # best at the first evaluation (epoch 2, ties keep it), two more without a new best: 4, 6
+    assert summary["epochs"] == 6 and summary["stopped_by"] == "patience" and summary["status"] == "completed"
+    assert [e["epoch"] for e in summary["evaluations"]] == [2, 4, 6]
+    assert (out / "checkpoints" / "epoch_00006.pt").exists()  # the last epoch is checkpointed where it stopped
+
+
+def test_a_model_still_improving_is_at_its_cap(cifar_arrays, tmp_path):
+    base = [f"dataset.root={cifar_arrays}", *TINY, FROZEN, "schedule=constant", "schedule.epochs=3",
+            "evaluate.every=1", "trainer.patience=5", "logger=none"]
+    summary = run(compose_cfg(base), tmp_path / "run")
+    assert summary["epochs"] == 3 and summary["stopped_by"] == "cap"
+    without = run(compose_cfg([*base, "trainer.patience=null"]), tmp_path / "fixed")
+    assert without["stopped_by"] == "schedule"
+
+
+def test_a_schedule_runs_its_levels_and_the_rule_stops_its_last(cifar_arrays, tmp_path):
+    """ScheDA's levels before the last are the method's: however flat the error, they run their K epochs."""
+    base = [f"dataset.root={cifar_arrays}", *TINY, FROZEN, "schedule=decreasing", "schedule.nu0=0.5",
+            "schedule.delta_nu=0.1", "schedule.K=2", "schedule.initial_epochs=0", "schedule.nu_final=0.3",
+            "trainer.max_epochs=20", "evaluate.every=2", "trainer.patience=1", "logger=none"]
+    summary = run(compose_cfg(base), tmp_path / "run")
+    # levels 0.4 (epochs 1-2), 0.3 from epoch 3 to the cap; the first evaluation of the last level (4) ends it
+    assert summary["epochs"] == 4 and summary["stopped_by"] == "patience"
+    assert [s["nu"] for s in summary["switches"]] == [0.4, 0.3]
+
+
+def test_min_epochs_keeps_a_model_training(cifar_arrays, tmp_path):
+    base = [f"dataset.root={cifar_arrays}", *TINY, FROZEN, "schedule=constant", "schedule.epochs=9",
+            "evaluate.every=1", "trainer.patience=1", "trainer.min_epochs=5", "logger=none"]
+    summary = run(compose_cfg(base), tmp_path / "run")
+    assert summary["epochs"] == 5 and summary["stopped_by"] == "patience"
+
+
+def test_a_resumed_run_stops_where_the_uninterrupted_one_did(cifar_arrays, tmp_path):
+    base = [f"dataset.root={cifar_arrays}", *TINY, "optim.lr=0.5", "schedule=constant", "schedule.epochs=12",
+            "evaluate.every=1", "trainer.patience=2", "trainer.checkpoint_every=1", "logger=none"]
+    golden = run(compose_cfg(base), tmp_path / "golden")
+    assert golden["stopped_by"] == "patience" and 2 < golden["epochs"] < 12  # it stops after the cut, by the rule
+    run(compose_cfg([*base, "trainer.max_epochs=2"]), tmp_path / "part")
+    resumed = run(compose_cfg([*base, f"resume={tmp_path / 'part'}", "trainer.max_epochs=12"]), tmp_path / "part")
+    for key in ("epochs", "stopped_by"):
+        assert resumed[key] == golden[key], key
+    assert [(e["epoch"], e["val_error"]) for e in resumed["evaluations"]] == \
+        [(e["epoch"], e["val_error"]) for e in golden["evaluations"]]
+
+
+def test_patience_needs_labels(tmp_path):
+    """Unlabelled arrays give no validation error for the rule to read: one line before training."""
+    import numpy as np
+
+    root = tmp_path / "arrays"
+    root.mkdir()
+    np.save(root / "train_x.npy", np.random.default_rng(0).random((50, 12), dtype=np.float32))
+    cfg = compose_cfg(["dataset=arrays", f"dataset.root={root}", *TINY, "trainer.patience=2", "evaluate.every=1",
+                       "logger=none"])
+    with pytest.raises(ConfigError, match="trainer.patience reads the validation error"):
+        run(cfg, tmp_path / "run")
