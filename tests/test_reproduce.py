@@ -115,6 +115,16 @@ def test_selection_takes_the_lowest_validation_error_over_lr_and_epochs(tmp_path
     assert selection["hidden"]["16"]["best"]["nu"] == 0.5 and not by_nu["0.5"]["last_of_grid"]
 
 
+def test_a_run_from_before_the_recorded_validation_size_gives_it_from_its_config(tmp_path):
+    """The sensitivity diagnostic needs the validation size: runs whose evaluations predate val_n give
+    their own config's split (dataset.val_size) where it is a count, and nothing where it is a fraction."""
+    jobs = plan.da_jobs(smoke_cfg("scale.da.nu=[0.5,0.3]").scale, raw=False)
+    fake_run(tmp_path / "da" / "da_h16_nu0.5_lr0.1", [ev(1, 0.30)], checkpoints=(1,), dataset={"val_size": 5000})
+    fake_run(tmp_path / "da" / "da_h16_nu0.3_lr0.1", [ev(1, 0.35)], checkpoints=(1,), dataset={"val_size": 0.2})
+    by_nu = select.select_das(jobs, tmp_path)["hidden"]["16"]["by_nu"]
+    assert (by_nu["0.5"]["val_n"], by_nu["0.3"]["val_n"]) == (5000, None)
+
+
 def test_a_da_that_diverged_late_keeps_its_earlier_evaluations(tmp_path):
     jobs = plan.da_jobs(smoke_cfg("scale.da.nu=[0.5]", "scale.da.epochs=3").scale, raw=False)
     fake_run(tmp_path / "da" / "da_h16_nu0.5_lr0.1", [ev(1, 0.30), ev(2, 0.2)], status="diverged", checkpoints=(1, 2))

@@ -33,10 +33,16 @@ def register_kind(cls: type["JobKind"]) -> type["JobKind"]:
     return cls
 
 
-def errors(evaluation: dict[str, Any]) -> dict[str, Any]:
-    """What every selected entry keeps of an evaluation: its errors and the classifier's setting."""
+def errors(evaluation: dict[str, Any], results: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What every selected entry keeps of an evaluation: its errors, the classifier's setting and
+    the validation size (for runs from before it was recorded, the split size in the run's own
+    config, where that is a count: ``dataset.val_size``)."""
+    val_n = evaluation.get("val_n")
+    if val_n is None and results is not None:
+        size = ((results.get("config") or {}).get("dataset") or {}).get("val_size")
+        val_n = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
     return {"val_error": evaluation["val_error"], "test_error": evaluation["test_error"], "params": params_of(evaluation),
-            "val_n": evaluation.get("val_n")}
+            "val_n": val_n}
 
 
 def stopping(results: dict[str, Any]) -> dict[str, Any]:
@@ -95,7 +101,7 @@ class JobKind(ABC):
         T = next((i + 1 for i, e in enumerate(levels) if e["epoch"] >= best["epoch"]), meta.get("levels"))
         ckpt = run_dir / "checkpoints" / checkpoint_name(best["epoch"])
         return {"run": str(run_dir), **meta, "epoch": best["epoch"], "nu": best.get("nu"), "T": T,
-                "status": results["status"], "checkpoint": str(ckpt) if ckpt.exists() else None, **errors(best),
+                "status": results["status"], "checkpoint": str(ckpt) if ckpt.exists() else None, **errors(best, results),
                 **stopping(results)}
 
     def file(self, found: dict[str, Any], entry: dict[str, Any], meta: dict[str, Any]) -> None:

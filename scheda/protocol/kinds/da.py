@@ -46,7 +46,7 @@ class DA(JobKind):
             return None
         return {"run": str(run_dir), "checkpoint": str(ckpt), "nu": meta["nu"], "lr": meta["lr"],
                 "epoch": best["epoch"], "status": results["status"],
-                "last_of_grid": best["epoch"] >= meta.get("epochs", math.inf), **errors(best), **stopping(results)}
+                "last_of_grid": best["epoch"] >= meta.get("epochs", math.inf), **errors(best, results), **stopping(results)}
 
     def file(self, found: dict[str, Any], entry: dict[str, Any], meta: dict[str, Any]) -> None:
         """The best DA(nu) of a hidden size over lr and epochs (the earlier epoch on a tie)."""
