@@ -75,6 +75,13 @@ def run(cfg: DictConfig, output_dir: str | Path, data: Mapping[str, Any] | None 
             raise
 
 
+def step_fields(step: dict[str, Any]) -> dict[str, Any]:
+    """results.json's record of a step (StepChoice.describe, with ``fallback`` once built): the step
+    and, as before it, whether it was graphed, a Triton step, the two-pass one."""
+    return {"step": step, "cuda_graph": step["cuda_graph"], "triton": step["kind"] in ("triton", "two_pass"),
+            "two_pass": step["kind"] == "two_pass"}
+
+
 class Member:
     """One planned model, built (by :func:`build`, which knows the order): its state in the loop,
     results, loggers and evaluation."""
@@ -109,8 +116,7 @@ class Member:
         optimizer = build_optimizer(config.optim, model.parameters())
         start_epoch = int(self.init_state["epoch"]) if self.init_state is not None else 0
         generator = torch.Generator(device=device).manual_seed(train_seed(config.seed, start_epoch, config.train_seed))
-        self.results.data.update(schedule=schedule.describe(), device=str(device), cuda_graph=step.cuda_graph,
-                                 triton=step.triton, two_pass=step.kind == "two_pass",
+        self.results.data.update(schedule=schedule.describe(), device=str(device), **step_fields(step.describe()),
                                  cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
                                  environment=environment.describe(device))
         self.loggers = build_loggers(config.logger, self.output_dir,
@@ -138,9 +144,10 @@ class Member:
         stopped = {}
         if s.finished:  # why it stopped: the patience rule, its cap, or (no rule) its schedule's end
             stopped["stopped_by"] = PATIENCE if s.converged else CAP if self.config.trainer.patience else SCHEDULE
+        ran = step_fields(s.ran) if s.ran is not None else {}  # the step built, which a fallback may change
         self.results.data.update(epochs=s.epoch, final_train_loss=s.history[-1]["loss"] if s.history else None,
                                  switches=s.switches, seconds=time.time() - self.started, history=s.history,
-                                 **stopped)
+                                 **stopped, **ran)
 
     def finish(self, data, labelled) -> dict[str, Any]:
         """Fine-tune (scheda.evaluation.finetune) if asked, then record the model completed."""
@@ -148,7 +155,7 @@ class Member:
             self.results.update(finetune=finetune_encoder(
                 self.config.finetune, self.model, data, labelled, self.plan.device, self.output_dir,
                 seed=self.config.seed, evaluation=self.evaluation, resume_dir=self.resume_dir, loggers=self.loggers,
-                epoch=self.state.epoch))
+                epoch=self.state.epoch, step=self.plan.finetune_step))
         self.results.update(status="completed", seconds=time.time() - self.started)
         self.loggers.close("completed")
         return self.results.data

@@ -207,10 +207,11 @@ def test_fused_finetuning_graphed_equals_its_eager_step_on_cuda():
     runs = []
     for graphed in (False, True):
         nets = [FineTuneNet(_model(H=24)[0], 10) for _ in range(3)]
-        step = FusedFineTune(nets, [0.1, 0.05, 0.01], x, y, 20)
+        step = FusedFineTune(nets, [0.1, 0.05, 0.01], x, y, 20, graphed=graphed)
+        assert (step.graph is not None) is graphed and step.fallback is None
         perm = torch.randperm(203, device=CUDA, generator=torch.Generator(device=CUDA).manual_seed(0)).repeat(3, 1)
         for first in range(0, 203, 20):
-            (step if graphed else step.eager)(perm[:, first:first + 20])
+            step(perm[:, first:first + 20])
         runs.append([p.clone() for net in nets for p in net.parameters()] + [step.loss_sums.clone()])
     for a, b in zip(*runs):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -40,6 +40,8 @@ CASES = {
     "two_pass_is_a_triton_step": (["trainer.precision=tf32x3"], "trainer.precision=tf32x3 is the two-pass step's"),
     "patience_needs_evaluations": (["trainer.patience=3", "evaluate.every=0"],
                                    "trainer.patience counts evaluations without a new best"),
+    "finetune_fused_needs_plain_sgd": (["finetune.enabled=true", "finetune.momentum=0.9"],
+                                       "finetune.fused=true trains every learning rate at once with plain SGD"),
 }
 NEEDS_CUDA = {"graph_can_capture_the_step", "triton_can_take_the_step"}  # off CUDA the device rule refuses first
 CUDA = torch.device("cuda")

@@ -102,6 +102,8 @@ def test_where_triton_cannot_compile_the_torch_step_trains_from_the_same_state(m
     with caplog.at_level("WARNING", logger="scheda.training.step"):
         step = StepChoice("triton").build([model], [opt], [build_noise({"name": "masking"})], 8, x_all, [gen])
     assert type(step) is BatchedStep
+    # the step says what it is, and why it is not the plan's (results.json records both)
+    assert step.ran == StepChoice("fused") and step.fallback.startswith("the Triton step could not run here (RuntimeError")
     assert torch.equal(gen.get_state(), state) and torch.equal(model.W, weights)
     [warning] = [r.getMessage() for r in caplog.records]
     assert warning == ("the Triton step cannot run here (RuntimeError: Failed to compile the launcher: cc not found): "

@@ -34,7 +34,8 @@ from scheda.model.autoencoder import ACTIVATIONS, DenoisingAutoencoder
 from scheda.model.optim import SGD
 from scheda.utils.progress import bar
 from scheda.training.loop import Loop
-from scheda.training.step import capture_graph
+from scheda.training.graphs import graphs_for
+from scheda.training.step import FineTuneChoice
 
 log = logging.getLogger(__name__)
 LAST = "finetune_last.pt"
@@ -116,12 +117,13 @@ class FusedFineTune:
     onehot(y)) / n``, the gradients are ``dV = g^T h``, ``dc = sum g``, ``dh = g V * s'(h)``,
     ``dW = dh^T x``, ``db = sum dh``, each a batched product over the M nets, whose parameters
     become views of stacked tensors. Every buffer is allocated once and the loss is summed on the
-    device (``loss_sums``), so on CUDA one minibatch is captured in a graph and replayed (a
-    partial last minibatch runs eager; a capture that fails says so and runs eager). Plain SGD:
+    device (``loss_sums``), so ``graphed`` (the plan's choice on CUDA) one minibatch is captured in
+    a graph when the step is built, never inside an epoch, and replayed (a partial last minibatch
+    runs eager; a capture that fails says so, runs eager and says why in ``fallback``). Plain SGD:
     each net's own learning rate, no momentum."""
 
     def __init__(self, nets: list[FineTuneNet], lrs: list[float], x_all: torch.Tensor, y_all: torch.Tensor,
-                 batch_size: int):
+                 batch_size: int, graphed: bool = False):
         M, (H, d), C = len(nets), nets[0].W.shape, nets[0].V.shape[0]
         self.W = torch.stack([net.W.detach() for net in nets])
         self.b = torch.stack([net.b.detach() for net in nets])
@@ -144,6 +146,9 @@ class FusedFineTune:
         self.loss_sums = torch.zeros(M, **f32)
         self.idx = torch.zeros(M, n, dtype=torch.long, device=self.W.device)
         self.graph = None
+        self.fallback: str | None = None  # why a graph the plan chose could not be captured
+        if graphed:
+            self._capture()
 
     @torch.no_grad()
     def eager(self, idx: torch.Tensor) -> None:
@@ -173,20 +178,17 @@ class FusedFineTune:
         self.b.add_(dh.sum(1))
 
     def _capture(self) -> None:
-        """One full minibatch captured (scheda.training.step.capture_graph; no generator: no noise here)."""
-        self.graph = capture_graph(lambda: self.eager(self.idx), lambda: self.eager(self.idx),
-                                   [self.W, self.b, self.V, self.c], [], self.loss_sums)
+        """One full minibatch captured (scheda.training.graphs; no generator: no noise here)."""
+        try:
+            self.graph = graphs_for(self.W.device).capture(lambda: self.eager(self.idx), lambda: self.eager(self.idx),
+                                                           [self.W, self.b, self.V, self.c], [], self.loss_sums)
+        except RuntimeError as exc:  # the same step eager: slower, never wrong; recorded in the results
+            self.fallback = f"capturing its graph failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+            log.warning("fine-tuning runs without a CUDA graph: %s", self.fallback)
 
     def __call__(self, idx: torch.Tensor) -> None:
-        if self.W.device.type != "cuda" or idx.shape[1] != self.batch_size or self.graph is False:
+        if self.graph is None or idx.shape[1] != self.batch_size:
             return self.eager(idx)
-        if self.graph is None:
-            try:
-                self._capture()
-            except RuntimeError as exc:  # the same step eager: slower, never wrong
-                log.warning("fine-tuning runs without a CUDA graph: capturing its step failed (%s)", exc)
-                self.graph = False
-                return self.eager(idx)
         self.idx.copy_(idx)
         self.graph.replay()
 
@@ -252,15 +254,18 @@ class Tuning:
 class FineTuner:
     """Runs the learning-rate grid in one job on data already on the device, in the lockstep loop
     DA training uses (:class:`FineTuneLoop`): every rate at once by :class:`FusedFineTune`
-    (``finetune.fused``, plain SGD), else one after another with autograd; resumable from
+    (``finetune.fused``, plain SGD; the plan's choice, ``step``), else one after another with autograd; resumable from
     ``checkpoints/finetune_last.pt`` (written atomically every
     ``checkpoint_every`` epochs, when a rate finishes, and from the last whole epoch's state on an
     interrupt)."""
 
     def __init__(self, cfg: Mapping, da: DenoisingAutoencoder, data: Splits, inputs: dict[str, torch.Tensor],
-                 device: torch.device, output_dir: Path, seed: int, init: LinearModel | None = None, loggers: MetricLogger | None = None):
+                 device: torch.device, output_dir: Path, seed: int, init: LinearModel | None = None,
+                 loggers: MetricLogger | None = None, step: FineTuneChoice | None = None):
         cfg = typed("finetune", cfg)
         self.cfg, self.da, self.device, self.seed = cfg, da, device, seed
+        self.step = step if step is not None else FineTuneChoice(cfg.fused, cfg.fused and device.type == "cuda")
+        self.fallbacks: list[str] = []  # why a graph the plan chose did not run
         self.lrs = [float(lr) for lr in cfg.lrs]
         self.init = init if cfg.init_output == "classifier" else None
         self.loggers = loggers if loggers is not None else Loggers()
@@ -274,7 +279,7 @@ class FineTuner:
 
     @property
     def fused(self) -> bool:
-        return self.cfg.fused and self.cfg.momentum == 0
+        return self.step.fused
 
     def load(self, path: Path) -> bool:
         """Pick up a fine-tuning that was cut short; False when ``path`` holds none."""
@@ -294,7 +299,8 @@ class FineTuner:
             FineTuneLoop(self, [self._start(i) for i in group]).fit()
         per_lr = [self.done[i] for i in range(len(self.lrs))]
         best = min(per_lr, key=lambda r: (r["val_error"], r["lr"]))
-        return {"per_lr": per_lr, "chosen": {k: best.get(k) for k in ("lr", "best_epoch", "val_error", "test_error",
+        step = {**self.step.describe(), **({"fallback": self.fallbacks[0]} if self.fallbacks else {})}
+        return {"step": step, "per_lr": per_lr, "chosen": {k: best.get(k) for k in ("lr", "best_epoch", "val_error", "test_error",
                                                                       "test_n", "test_correct")}}
 
     def _start(self, index: int) -> Tuning:
@@ -311,8 +317,11 @@ class FineTuner:
     def build_step(self, active: list[Tuning]):
         """The step of the rates in ``active``: all at once by :class:`FusedFineTune`, or one alone with autograd."""
         if self.fused:
-            return FusedFineTune([t.net for t in active], [t.lr for t in active], self.x["train"], self.y["train"],
-                                 self.cfg.batch_size)
+            step = FusedFineTune([t.net for t in active], [t.lr for t in active], self.x["train"], self.y["train"],
+                                 self.cfg.batch_size, graphed=self.step.cuda_graph)
+            if step.fallback:
+                self.fallbacks.append(step.fallback)
+            return step
         [tuning] = active
         return AutogradFineTune(tuning, self.x["train"], self.y["train"])
 
@@ -416,7 +425,8 @@ class FineTuneLoop(Loop):
 
 def finetune_encoder(cfg: Mapping, model: DenoisingAutoencoder, data: Splits, labelled: dict[str, torch.Tensor],
                      device: torch.device, output_dir: Path, *, seed: int, evaluation=None,
-                     resume_dir: Path | None = None, loggers: MetricLogger | None = None, epoch: int = 0) -> dict:
+                     resume_dir: Path | None = None, loggers: MetricLogger | None = None, epoch: int = 0,
+                     step: FineTuneChoice | None = None) -> dict:
     """Fine-tune ``model``'s encoder after its training (a run's last step): the frozen-feature
     evaluation (``evaluation``, scheda.evaluation.evaluate.EvaluationCallback; run now at ``epoch``
     if training did not end with one) gives the baseline and the output layer's starting weights;
@@ -429,7 +439,7 @@ def finetune_encoder(cfg: Mapping, model: DenoisingAutoencoder, data: Splits, la
         frozen = {"epoch": last["epoch"], "params": params_of(last), "val_error": last["val_error"],
                   "test_error": last["test_error"]}
     tuner = FineTuner(cfg, model, data, labelled, device, output_dir, seed,
-                      init=evaluation.last_model if evaluation is not None else None, loggers=loggers)
+                      init=evaluation.last_model if evaluation is not None else None, loggers=loggers, step=step)
     if resume_dir is not None:
         tuner.load(resume_dir)
     result = tuner.run()

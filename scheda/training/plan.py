@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from scheda.config import COMPONENT_MODULES, MANY, typed, typed_many
 from scheda.model.schedule import NoiseSchedule, build_schedule, check_nu, nu_key
 from scheda.training import rules
-from scheda.training.step import StepChoice
+from scheda.training.step import FineTuneChoice, StepChoice
 from scheda.utils.errors import CheckpointError, ConfigError
 
 GROUPS = tuple(COMPONENT_MODULES)
@@ -80,6 +80,7 @@ class Plan:
     step: StepChoice
     models: tuple[PlannedModel, ...]
     sweep: bool
+    finetune_step: FineTuneChoice = FineTuneChoice()
 
     @property
     def standalone(self) -> bool:
@@ -150,6 +151,7 @@ def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None) -> Plan:
     device = config.trainer.resolve_device()
     rules.check(config, device)
     step = rules.choose_step(config, device)
+    finetune_step = rules.choose_finetune_step(config, device)
     if data is not None:
         if not hasattr(config.dataset, "handed"):
             raise ConfigError(f"arrays handed to the run are read as dataset=arrays reads its files: compose "
@@ -157,7 +159,7 @@ def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None) -> Plan:
         config.dataset = config.dataset.handed(data)
     variants = parallel_variants(config)
     if not variants:
-        return Plan(config, device, step, (_planned(0, {}, config, ""),), sweep=False)
+        return Plan(config, device, step, (_planned(0, {}, config, ""),), sweep=False, finetune_step=finetune_step)
     models = []
     for k, overrides in enumerate(variants):
         resume = None
@@ -167,4 +169,4 @@ def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None) -> Plan:
                 raise CheckpointError(f"{model_dir} not found: resume a fused sweep with its run directory")
             resume = str(model_dir)
         models.append(_planned(k, overrides, model_of(config, overrides, resume), f"models/{k}"))
-    return Plan(config, device, step, tuple(models), sweep=True)
+    return Plan(config, device, step, tuple(models), sweep=True, finetune_step=finetune_step)

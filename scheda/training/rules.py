@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from scheda.model.schedule import nu_key, options_with_nu_key
-from scheda.training.step import TWO_PASS_PRECISIONS, TWO_PASS_ROWS, StepChoice
+from scheda.training.step import TWO_PASS_PRECISIONS, TWO_PASS_ROWS, FineTuneChoice, StepChoice
 from scheda.utils.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -157,6 +157,15 @@ def raw_needs_evaluation(config: RunConfig, device: torch.device) -> str | None:
     return None
 
 
+def finetune_fused_needs_plain_sgd(config: RunConfig, device: torch.device) -> str | None:
+    """The fused fine-tuning trains every rate at once with plain SGD, as the fused DA step does."""
+    f = config.finetune
+    if f.enabled and f.fused and f.momentum != 0:
+        return (f"finetune.fused=true trains every learning rate at once with plain SGD, not finetune.momentum="
+                f"{f.momentum:g}: set finetune.momentum=0, or finetune.fused=false (one rate after another)")
+    return None
+
+
 def patience_needs_evaluations(config: RunConfig, device: torch.device) -> str | None:
     """The patience rule counts evaluations in the schedule's last stage: it needs them there."""
     if config.trainer.patience and not (config.evaluate.enabled and config.evaluate.every >= 1):
@@ -169,7 +178,7 @@ RULES: tuple[Callable[[RunConfig, torch.device], str | None], ...] = (
     cuda_settings_need_a_cuda_device, graph_can_capture_the_step, triton_can_take_the_step, two_pass_is_a_triton_step,
     parallel_needs_the_fused_step, parallel_nu_needs_a_noise_level, parallel_trains, resume_or_init_from,
     standalone_needs_init_from, finetune_output_needs_a_linear_classifier, raw_needs_evaluation,
-    patience_needs_evaluations,
+    patience_needs_evaluations, finetune_fused_needs_plain_sgd,
 )
 
 
@@ -208,3 +217,10 @@ def choose_step(config: RunConfig, device: torch.device) -> StepChoice:
     else:
         kind = "fused" if _fused(config) else "autograd"
     return StepChoice(kind, bool(graph), t.precision)
+
+
+def choose_finetune_step(config: RunConfig, device: torch.device) -> FineTuneChoice:
+    """The step that fine-tunes a run whose rules passed: the fused one as asked
+    (``finetune.fused``), graphed on a CUDA device."""
+    fused = bool(config.finetune.fused)
+    return FineTuneChoice(fused, fused and device.type == "cuda")

@@ -33,17 +33,16 @@ the chosen step from it for the models it holds, and nothing here decides again:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
 from scheda.model.autoencoder import DenoisingAutoencoder
 from scheda.model.noise import Corruption, mask_threshold
 from scheda.model.optim import SGD
+from scheda.training.graphs import graphs_for, undone
 
 log = logging.getLogger(__name__)
 
@@ -88,43 +87,6 @@ class AutogradStep:
         self.model.after_backward()
         self.optimizer.step()
         return loss.detach()
-
-
-@contextlib.contextmanager
-def undone(params: list[torch.Tensor], generators: list[torch.Generator], sums: torch.Tensor):
-    """Whatever runs inside (a warm-up) leaves ``params``, ``generators`` and ``sums`` as they
-    were, also when it fails: a run that goes on without it goes on from the same state."""
-    saved = [p.clone() for p in params]
-    states = [g.get_state() for g in generators]
-    try:
-        yield
-    finally:
-        for p, v in zip(params, saved):
-            p.copy_(v)
-        for g, state in zip(generators, states):
-            g.set_state(state)
-        sums.zero_()
-
-
-def capture_graph(warm_up: Callable[[], object], run: Callable[[], object], params: list[torch.Tensor],
-                  generators: list[torch.Generator], sums: torch.Tensor) -> torch.cuda.CUDAGraph:
-    """A CUDA graph of ``run``: ``warm_up`` twice on a side stream first (allocations, lazy
-    initialisation, triton's compilation, cuBLAS's workspace), its updates of ``params``, draws
-    from ``generators`` and additions to ``sums`` undone; then ``run`` captured with the
-    generators registered, so each replay advances them as an eager call would."""
-    with undone(params, generators, sums):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                warm_up()
-        torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    for g in generators:
-        graph.register_generator_state(g)
-    with torch.cuda.graph(graph):
-        run()
-    return graph
 
 
 def plain_sgd(optimizer: SGD) -> bool:
@@ -277,9 +239,10 @@ class TritonStep(BatchedStep):
     each model's random words from its own generator (as :class:`~scheda.model.noise.Masking` draws
     them, so the masks are the torch step's), the four products, and four Triton kernels for
     all M models; the loss stays in per-block slots on the device (``loss_sums`` [M, blocks]).
-    Graphed (CUDA), one replay runs :attr:`minibatches` minibatches, so neither the host's
-    cost per replay nor a launch outside the graph is paid per minibatch; a remainder of whole
-    minibatches replays a one-minibatch graph, and an epoch's partial last one runs eager.
+    Graphed (CUDA; scheda.training.graphs), one replay runs :attr:`minibatches` minibatches, so
+    neither the host's cost per replay nor a launch outside the graph is paid per minibatch; a
+    remainder of whole minibatches replays a one-minibatch graph, and an epoch's partial last one
+    runs eager. Both graphs are captured when the step is prepared, never inside an epoch.
     Masks are drawn at every noise level, 0 included (a graph cannot skip the draw)."""
 
     minibatches = 16
@@ -299,8 +262,10 @@ class TritonStep(BatchedStep):
         self.thr = torch.zeros(M, dtype=torch.int32, device=device)
         self._thr: tuple[int, ...] | None = None
         self.loss_sums = kernels.loss_slots(M, d, device)
+        self.prepared = False  # its graphs captured (and no more may be: not inside an epoch)
         self.graphed = graphed
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.backend = graphs_for(device)
+        self.graphs: dict[int, tuple[object, torch.Tensor]] = {}
 
     def set_levels(self, nus: list) -> None:
         """Each model's mask threshold on the device, copied in when a level changes (an epoch's start)."""
@@ -336,10 +301,13 @@ class TritonStep(BatchedStep):
         kernels.backprop(A, b, neg_lr, sigmoid)
         W.baddbmm_(A.transpose(1, 2), B)
 
-    def _graph(self, m: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        """The graph of ``m`` minibatches and the index buffer it reads, captured once (:func:`capture_graph`)."""
+    def _graph(self, m: int) -> tuple[object, torch.Tensor]:
+        """The graph of ``m`` minibatches and the index buffer it reads, captured by :meth:`prepare`."""
         if m in self.graphs:
             return self.graphs[m]
+        if self.prepared:
+            raise RuntimeError(f"no graph of {m} minibatches was captured when the step was prepared: a capture "
+                               f"inside an epoch would cost the device a synchronisation")
         n, M = self.batch_size, self.x.shape[0]
         idx = torch.zeros(M, m * n, dtype=torch.long, device=self.x_all.device)
 
@@ -347,8 +315,8 @@ class TritonStep(BatchedStep):
             for j in range(m):
                 self.minibatch(self.x_all, idx[:, j * n:(j + 1) * n], self.generators)
 
-        graph = capture_graph(lambda: self.minibatch(self.x_all, idx[:, :n], self.generators), run,
-                              [self.W, self.b, self.b_prime], self.generators, self.loss_sums)
+        graph = self.backend.capture(lambda: self.minibatch(self.x_all, idx[:, :n], self.generators), run,
+                                     [self.W, self.b, self.b_prime], self.generators, self.loss_sums)
         self.graphs[m] = (graph, idx)
         return self.graphs[m]
 
@@ -359,9 +327,10 @@ class TritonStep(BatchedStep):
         if self.graphed:
             for m in (self.minibatches, 1):
                 self._graph(m)
-            return
-        with undone([self.W, self.b, self.b_prime], self.generators, self.loss_sums):
-            self.minibatch(self.x_all, torch.zeros_like(self.x[:, :, 0], dtype=torch.long), self.generators)
+        else:
+            with undone([self.W, self.b, self.b_prime], self.generators, self.loss_sums):
+                self.minibatch(self.x_all, torch.zeros_like(self.x[:, :, 0], dtype=torch.long), self.generators)
+        self.prepared = True
 
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> None:
         """``idx`` [M, rows]: consecutive minibatches of n rows (the last may be shorter)."""
@@ -436,40 +405,54 @@ class TwoPassStep(TritonStep):
                               n, precision)
             slot = 1 - slot
 
-    def _graph(self, m: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        """The graph of a sequence of ``m`` minibatches and the index buffer it reads, captured once."""
+    def _graph(self, m: int) -> tuple[object, torch.Tensor]:
+        """The graph of a sequence of ``m`` minibatches and the index buffer it reads, captured by
+        :meth:`prepare`."""
         if m in self.graphs:
             return self.graphs[m]
+        if self.prepared:
+            raise RuntimeError(f"no graph of {m} minibatches was captured when the step was prepared: a capture "
+                               f"inside an epoch would cost the device a synchronisation")
         n, M = self.batch_size, self.x.shape[0]
         idx = torch.zeros(M, m * n, dtype=torch.long, device=self.x_all.device)
-        graph = capture_graph(lambda: self.sequence(self.x_all, idx[:, :min(m, 2) * n], self.generators),
-                              lambda: self.sequence(self.x_all, idx, self.generators),
-                              [self.W, self.b, self.b_prime], self.generators, self.loss_sums)
+        graph = self.backend.capture(lambda: self.sequence(self.x_all, idx[:, :min(m, 2) * n], self.generators),
+                                     lambda: self.sequence(self.x_all, idx, self.generators),
+                                     [self.W, self.b, self.b_prime], self.generators, self.loss_sums)
         self.graphs[m] = (graph, idx)
         return self.graphs[m]
 
     def prepare(self) -> None:
-        """Compile the kernels (both passes, both modes) and, graphed, capture the graph of a whole
-        call now, not inside an epoch (the loss slots must be empty, as for :class:`TritonStep`)."""
+        """Compile the kernels (both passes, both modes) and, graphed, capture both graphs now (a
+        whole call, and one minibatch), never inside an epoch."""
         if self.graphed:
-            self._graph(self.minibatches)
-            return
-        with undone([self.W, self.b, self.b_prime], self.generators, self.loss_sums):
-            self.sequence(self.x_all, torch.zeros(self.x.shape[0], 2 * self.batch_size, dtype=torch.long,
-                                                  device=self.x_all.device), self.generators)
+            for m in (self.minibatches, 1):
+                self._graph(m)
+        else:
+            with undone([self.W, self.b, self.b_prime], self.generators, self.loss_sums):
+                self.sequence(self.x_all, torch.zeros(self.x.shape[0], 2 * self.batch_size, dtype=torch.long,
+                                                      device=self.x_all.device), self.generators)
+        self.prepared = True
 
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> None:
-        """``idx`` [M, rows]: consecutive minibatches of n rows (the last may be shorter); graphed,
-        the whole minibatches replay a graph of their number, and a short last one runs eager."""
+        """``idx`` [M, rows]: consecutive minibatches of n rows (the last may be shorter); graphed, a
+        whole call replays its graph, any other number of whole minibatches the one-minibatch graph
+        each (a sequence encodes its first minibatch alone, so the cut changes no bit), and a short
+        last one runs eager."""
         self.set_levels(nus)
         n, rows = self.batch_size, idx.shape[1]
         whole = rows // n * n
         if not self.graphed or not whole:
             self.sequence(x_all, idx, generators)
             return
-        graph, static = self._graph(whole // n)
-        static.copy_(idx[:, :whole])
-        graph.replay()
+        if whole == self.minibatches * n:
+            graph, static = self._graph(self.minibatches)
+            static.copy_(idx[:, :whole])
+            graph.replay()
+        else:
+            graph, static = self._graph(1)
+            for first in range(0, whole, n):
+                static.copy_(idx[:, first:first + n])
+                graph.replay()
         if whole < rows:
             self.sequence(x_all, idx[:, whole:], generators)
 
@@ -514,10 +497,16 @@ class StepChoice:
     def triton(self) -> bool:
         return self.kind in ("triton", "two_pass")
 
+    def describe(self) -> dict:
+        """What results.json records of a step."""
+        return {"kind": self.kind, "cuda_graph": self.cuda_graph, "precision": self.precision}
+
     def build(self, models: list[DenoisingAutoencoder], optimizers: list[SGD],
               noises: list[Corruption], batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator]):
-        """The chosen step for these models. A Triton step that cannot compile here (no C
-        compiler, no Python headers) says so and trains with the fused torch step instead."""
+        """The chosen step for these models; it says what it is (``ran``, a StepChoice) and why that
+        differs from this choice (``fallback``: None, or the reason). A Triton step that cannot
+        compile here (no C compiler, no Python headers) says so and trains with the fused torch step
+        instead: the one change of step that is not refused, and it is recorded."""
         if self.triton:
             if self.kind == "two_pass":
                 step = TwoPassStep(models, optimizers, noises, batch_size, x_all, generators, self.cuda_graph,
@@ -526,23 +515,48 @@ class StepChoice:
                 step = TritonStep(models, optimizers, noises, batch_size, x_all, generators, self.cuda_graph)
             try:
                 step.prepare()
-                return step
+                return _built(step, self, None)
             except Exception as exc:  # noqa: BLE001 - triton cannot compile here (a C compiler, Python's headers)
-                reason = (str(exc).strip().splitlines() or [""])[0][:200]
-                log.warning("the Triton step cannot run here (%s: %s): training with the torch step; "
-                            "trainer.triton=false skips the attempt", type(exc).__name__, reason)
+                reason = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+                name = {"triton": "Triton", "two_pass": "two-pass"}[self.kind]
+                log.warning("the %s step cannot run here (%s): training with the torch step; "
+                            "trainer.triton=false skips the attempt", name, reason)
+                fused = StepChoice("fused", self.cuda_graph, "fp32" if self.precision == "tf32x3" else self.precision)
+                return _built(fused.build(models, optimizers, noises, batch_size, x_all, generators), fused,
+                              f"the {name} step could not run here ({reason})")
         if self.kind != "autograd":
             step = BatchedStep(models, optimizers, noises, batch_size, x_all.device)
             if not self.cuda_graph:
-                return step
+                return _built(step, self, None)
             graphed = GraphedStep(step, x_all, generators)
             graphed.prepare()
-            return graphed
+            return _built(graphed, self, None)
         if len(models) > 1:
             raise ValueError("the autograd step trains one model (scheda.training.rules refuses a sweep without "
                              "the fused step)")
-        return OneModel(AutogradStep(models[0], optimizers[0], noises[0],
-                                     torch.bfloat16 if self.precision == "bf16" else None), x_all.device)
+        return _built(OneModel(AutogradStep(models[0], optimizers[0], noises[0],
+                                            torch.bfloat16 if self.precision == "bf16" else None), x_all.device),
+                      self, None)
+
+
+def _built(step, ran: StepChoice, fallback: str | None):
+    """``step`` marked with what it is: the choice it implements, and why that is not the plan's."""
+    step.ran, step.fallback = ran, fallback
+    return step
+
+
+@dataclass(frozen=True)
+class FineTuneChoice:
+    """Which update fine-tunes the rates of ``finetune.lrs``, chosen once in the run's plan
+    (scheda.training.rules.choose_finetune_step): every rate at once by the hand-written step
+    (``fused``, plain SGD), captured in a CUDA graph on CUDA (``cuda_graph``), or one rate after
+    another with autograd (``finetune.fused=false``: momentum)."""
+
+    fused: bool = True
+    cuda_graph: bool = False
+
+    def describe(self) -> dict:
+        return {"kind": "fused" if self.fused else "autograd", "cuda_graph": self.cuda_graph}
 
 
 class GraphedStep(LossSums):
@@ -556,30 +570,27 @@ class GraphedStep(LossSums):
     else it needs: scheda.training.rules.graph_can_capture_the_step)."""
 
     def __init__(self, step: BatchedStep, x_all: torch.Tensor, generators: list[torch.Generator]):
-        if x_all.device.type != "cuda":
-            raise ValueError(f"a CUDA graph needs a CUDA device, not {x_all.device}")
         self.step, self.x_all, self.generators = step, x_all, generators
+        self.backend = graphs_for(x_all.device)  # off CUDA the stand-in (the suite's; the rules refuse a user's)
         self.eager = functools.partial(BatchedStep.__call__, step)  # the M-model call, also for a FusedStep
         M, n = step.x.shape[0], step.x.shape[1]
         self.batch_size = n
         self.idx = torch.zeros(M, n, dtype=torch.long, device=x_all.device)
         self.nus = torch.zeros(M, dtype=step.W.dtype, device=x_all.device)
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.loss: torch.Tensor | None = None
+        self.graph = None
+        self.out: dict[str, torch.Tensor] = {}  # the loss tensor the captured step returns
         self.loss_sums = step.loss_sums  # the graph adds into the step's own sums
 
     def _capture(self) -> None:
-        """The step captured once (:func:`capture_graph`), reading the static buffers."""
+        """The step captured once (scheda.training.graphs), reading the static buffers."""
         step = self.step
         nus = list(self.nus.unbind())
-        out = {}
 
         def run() -> None:
-            out["loss"] = self.eager(self.x_all, self.idx, nus, self.generators)
+            self.out["loss"] = self.eager(self.x_all, self.idx, nus, self.generators)
 
-        self.graph = capture_graph(lambda: self.eager(self.x_all, self.idx, nus, self.generators), run,
-                                   [step.W, step.b, step.b_prime], self.generators, self.loss_sums)
-        self.loss = out["loss"]
+        self.graph = self.backend.capture(lambda: self.eager(self.x_all, self.idx, nus, self.generators), run,
+                                          [step.W, step.b, step.b_prime], self.generators, self.loss_sums)
 
     def prepare(self) -> None:
         """Capture now (it synchronises the device once), not inside the first epoch."""
@@ -598,4 +609,4 @@ class GraphedStep(LossSums):
         for k, nu in enumerate(nus):
             self.nus[k].fill_(nu)
         self.graph.replay()
-        return self.loss.clone()
+        return self.out["loss"].clone()

@@ -186,6 +186,7 @@ class ModelState:
         self.updates = 0  # completed minibatch updates
         self.history: list[dict[str, Any]] = []
         self.converged = False  # the patience rule stopped it before its schedule's end
+        self.ran: dict[str, Any] | None = None  # the step that trained it, once built (StepChoice.build)
         self.stop = NEVER  # a run sets its StopRequest (signals)
         self.on_batch = None  # called with each minibatch's size (a progress bar), if set
         self.partial: EpochState | None = None  # the epoch an interrupt stopped, or one to finish
@@ -346,9 +347,12 @@ class Trainer(Loop):
         return self.members
 
     def _build_step(self, active: list[ModelState]):
-        return active[0].step.build([t.model for t in active], [t.optimizer for t in active],
+        step = active[0].step.build([t.model for t in active], [t.optimizer for t in active],
                                     [t.noise for t in active], self.batch_size, self.x_all,
                                     [t.generator for t in active])
+        for t in active:  # what trains them, as results.json records it: the step built, not only the planned
+            t.ran = {**step.ran.describe(), "fallback": step.fallback}
+        return step
 
     def begin(self) -> None:
         for t in self.states:
