@@ -39,6 +39,10 @@ def sweep(precision: str, seeds: list[int], overrides: list[str], out: Path) -> 
     errors = []
     for k in range(len(seeds)):
         results = json.loads((out / "models" / str(k) / "results.json").read_text())
+        ran = results.get("step") or {}
+        if ran.get("fallback") or ran.get("precision", precision) != precision:
+            # the sweep trained with another step than the one compared: its errors are not this precision's
+            raise SystemExit(f"the {precision} sweep did not train in {precision}: {ran.get('fallback') or ran}")
         errors.append(100 * results["evaluations"][-1]["test_error"])
     return errors, seconds
 

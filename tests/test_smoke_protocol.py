@@ -185,6 +185,9 @@ def test_every_trained_model_stopped_by_the_rule_or_at_its_cap(smoke):
     rows = [line for line in section.splitlines() if line.startswith("| ") and "hidden units |" not in line]
     assert ("- At the cap, still improving" in section) == any("**at the cap**" in row for row in rows)
     assert seen, "no trained run recorded why it stopped"
+    # the jobs table names the step that trained each run (the CPU's: the fused torch step)
+    row = next(line for line in report.splitlines() if line.startswith("| da_h16_nu0.5_lr0.1 | da |"))
+    assert "| fused |" in row
 
 
 def test_every_reported_model_has_its_errors_per_seed(smoke):

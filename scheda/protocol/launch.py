@@ -158,6 +158,17 @@ def run_stage(cfg: DictConfig, out_dir: Path, stage: str, jobs: list[JobSpec]) -
     return {"skipped": len(jobs) - len(todo), "run": len(todo)}
 
 
+def step_text(results: dict[str, Any]) -> str:
+    """The step that trained a run, as the report's jobs table names it (its fallback too); "" for
+    a run that trained none or predates the record."""
+    step = results.get("step")
+    if not step:
+        return ""
+    text = f"{step['kind']}{', graphed' if step.get('cuda_graph') else ''}"
+    text += f", {step['precision']}" if step.get("precision", "fp32") != "fp32" else ""
+    return text + (f" (fallback: {step['fallback']})" if step.get("fallback") else "")
+
+
 def job_statuses(jobs: list[JobSpec], out_dir: Path) -> list[dict[str, Any]]:
     rows = []
     scheduler = {stage: scheduler_states(out_dir / stage) for stage in {job.stage for job in jobs}}
@@ -169,7 +180,8 @@ def job_statuses(jobs: list[JobSpec], out_dir: Path) -> list[dict[str, Any]]:
             status = "failed" if status in ("not run", "running") else status
             error = f"{said}; {error}" if error else said
         rows.append({"name": job.name, "stage": job.stage, "status": status, "error": error,
-                     "seconds": results.get("seconds"), "device": results.get("device")})
+                     "seconds": results.get("seconds"), "device": results.get("device"),
+                     "step": step_text(results)})
     return rows
 
 

@@ -257,6 +257,26 @@ def _rows_block(n: int) -> int:
     return max(16, triton.next_power_of_2(n))
 
 
+def _decode_grid(M: int, d: int) -> tuple[int, int]:
+    return M, triton.cdiv(d, BLOCK_D2)
+
+
+def _rows_grid(M: int, H: int) -> tuple[int, int]:
+    return M, triton.cdiv(H, BLOCK_H2)
+
+
+def two_pass_launches(M: int, H: int, d: int, batch_size: int) -> list[dict]:
+    """What one minibatch of the two-pass step launches, from the grids and tiles the launches
+    below use: each kernel's programs and its FLOPs as its tiles pad them (the minibatch's rows to
+    a power of two, H to BLOCK_H2, d to BLOCK_D2). The decode is one product (h W); the rows pass
+    three (dh = dz W_j^T, the update, the next minibatch's encode). A benchmark's occupancy floor."""
+    n = _rows_block(batch_size)
+    Hp, dp = triton.cdiv(H, BLOCK_H2) * BLOCK_H2, triton.cdiv(d, BLOCK_D2) * BLOCK_D2
+    decode, rows = _decode_grid(M, d), _rows_grid(M, H)
+    return [{"kernel": "decode_pass", "programs": decode[0] * decode[1], "flops": 2 * M * n * Hp * dp},
+            {"kernel": "rows_pass", "programs": rows[0] * rows[1], "flops": 3 * 2 * M * n * Hp * dp}]
+
+
 def decode_pass(h: torch.Tensor, W: torch.Tensor, b_prime: torch.Tensor, x: torch.Tensor, neg_lr: torch.Tensor,
                 dz: torch.Tensor, loss: torch.Tensor, batch_size: int, precision: str) -> None:
     """Pass (i): dz = sigmoid(h W + b') - x, b' += -lr/n sum_i dz, loss[k, block] += the block's
@@ -264,7 +284,7 @@ def decode_pass(h: torch.Tensor, W: torch.Tensor, b_prime: torch.Tensor, x: torc
     MAX_ROWS (the tiles are sized by the step's minibatch, so a short one sums as a full one)."""
     M, n, H = h.shape
     d = W.shape[2]
-    _decode_pass[(M, triton.cdiv(d, BLOCK_D2))](h, W, b_prime, x, neg_lr, dz, loss, n, H, d, h.stride(0),
+    _decode_pass[_decode_grid(M, d)](h, W, b_prime, x, neg_lr, dz, loss, n, H, d, h.stride(0),
             W.stride(0), x.stride(0), dz.stride(0), loss.stride(0), BLOCK_N=_rows_block(batch_size),
             BLOCK_H=BLOCK_H2, BLOCK_D=BLOCK_D2, PRECISION=precision)
 
@@ -280,7 +300,7 @@ def rows_pass(W: torch.Tensor, b: torch.Tensor, h: torch.Tensor, dz: torch.Tenso
     n = dz.shape[1] if update else 0
     n_next = x_tilde_next.shape[1] if encode else 0
     some = dz if update else x_tilde_next
-    _rows_pass[(M, triton.cdiv(H, BLOCK_H2))](W, b, h, some, x_tilde if update else some,
+    _rows_pass[_rows_grid(M, H)](W, b, h, some, x_tilde if update else some,
             x_tilde_next if encode else some, neg_lr, n, n_next, H, d, W.stride(0), h.stride(0), some.stride(0),
             (x_tilde if update else some).stride(0), (x_tilde_next if encode else some).stride(0),
             SIGMOID=sigmoid, UPDATE=update, ENCODE=encode, BLOCK_N=_rows_block(batch_size),
