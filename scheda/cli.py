@@ -16,7 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from scheda.config import CONFIGS, list_groups_from_one_copy, register_configs
+from scheda.config import COMPONENT_MODULES, CONFIGS, list_groups_from_one_copy, register_configs, unknown_choice
 from scheda.utils.devices import claim_gpu
 from scheda.utils.errors import ConfigError, SchedaError
 from scheda.runs.resume import resume_argv
@@ -93,6 +93,9 @@ def _remove_failed_run_dir(output_dir: Path) -> None:
 
 
 def main() -> None:
+    wrong = unknown_choice(sys.argv, [*COMPONENT_MODULES, "experiment"])
+    if wrong:  # one line naming the options (Hydra's own: 15 lines with its search path)
+        sys.exit(f"error: {wrong}")
     sys.argv = resume_argv(sys.argv)  # resume=RUN: the run's own overrides, then these, into RUN
     list_groups_from_one_copy(sys.argv)
     train()

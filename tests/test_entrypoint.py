@@ -220,3 +220,25 @@ def test_a_hint_names_the_command_as_the_user_typed_it(monkeypatch, argv0, typed
 
     monkeypatch.setattr(sys, "argv", [scheda.cli.__file__ if argv0 == "cli" else argv0, "resume=run"])
     assert invoked_as("scheda-train", "scheda.cli", "train.py") == typed
+
+
+@pytest.mark.parametrize("args, line", [
+    (["dataset=nope"], "error: dataset=nope is not an option of dataset: use amazon, arrays or cifar10"),
+    (["-m", "logger=[tensorboard,csvv]"], "error: logger=csvv is not an option of logger: use csv, mlflow, none or "
+                                          "tensorboard"),
+    (["+experiment=quik"], "error: experiment=quik is not an option of experiment: use amazon_da, amazon_raw, "),
+])
+def test_a_mistyped_option_answers_in_one_line_with_the_options(tmp_path, args, line):
+    proc = run_train(args, cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip().startswith(line), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "outputs").exists()
+
+
+def test_a_mistyped_table_or_scale_answers_in_one_line(tmp_path):
+    from helpers import run_module
+
+    proc = run_module("scheda.protocol.reproduce", ["table=nope"], cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "error: table=nope is not an option of table: use amazon, increasing, random_nu or table1"
+    proc = run_module("scheda.protocol.reproduce", ["scale=smoke,cpuu", "dry_run=true"], cwd=tmp_path)
+    assert proc.stderr.strip() == "error: scale=cpuu is not an option of scale: use cpu, gpu, paper, paper_h1000 or smoke"

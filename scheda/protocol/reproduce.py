@@ -25,7 +25,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from scheda.config import CONFIGS, list_groups_from_one_copy, register_configs
+from scheda.config import CONFIGS, list_groups_from_one_copy, register_configs, unknown_choice
 from scheda.utils.errors import SchedaError
 from scheda.utils.environment import invoked_as
 from scheda.utils.interrupt import Interrupted, terminate_as_interrupt
@@ -203,6 +203,9 @@ def _main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
+    wrong = unknown_choice(sys.argv, ["table", "scale"])
+    if wrong:  # one line naming the options (Hydra's own: 15 lines with its search path)
+        sys.exit(f"error: {wrong}")
     list_groups_from_one_copy(sys.argv)  # --help: one copy of Hydra's repository for every group
     _main()
 
