@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import typing
 import importlib.util
 import pkgutil
 from dataclasses import dataclass, field
@@ -121,7 +122,7 @@ def schema_of(group: str, node: Any) -> type:
 def typed(group: str, node: Any) -> Any:
     """A group's config (composed, loaded from a run's config.yaml, or a plain dict) as its
     checked schema object. An object already typed is returned as it is: it was checked when it
-    was typed (a run's plan types every group once: scheda.training.plan), so the functions that
+    was typed (a run's plan types every group once: scheda.planning.plan), so the functions that
     build from a group (``build_noise``, ``build_schedule``, ...) take either without typing or
     checking it again."""
     if isinstance(node, Component):
@@ -199,17 +200,9 @@ def load_components() -> None:
 
 # --- the run's top level ------------------------------------------------------------------
 @dataclass
-class TrainConfig:
-    dataset: Any = MISSING
-    model: Any = MISSING
-    noise: Any = MISSING
-    schedule: Any = MISSING
-    optim: Any = MISSING
-    trainer: Any = MISSING
-    logger: Dict[str, Any] = field(default_factory=dict)  # several at once (MANY)
-    evaluate: Any = MISSING
-    classifier: Any = MISSING
-    finetune: Any = MISSING
+class TopLevel:
+    """train.yaml's keys beside its groups."""
+
     seed: int = 0
     train_seed: Optional[int] = None
     resume: Optional[str] = None
@@ -221,6 +214,16 @@ class TrainConfig:
     # Keys that must be set (not null) for this composition: a preset that continues a
     # checkpoint lists init_from. (A preset's ``???`` cannot do it: merged over a default, it is dropped.)
     requires: List[str] = field(default_factory=list)
+
+
+# train.yaml's schema: a node per group of COMPONENT_MODULES (the one list of them; MANY groups a
+# dict of the options selected), then the top-level keys.
+TrainConfig = dataclasses.make_dataclass("TrainConfig", [
+    *((group, Dict[str, Any], field(default_factory=dict)) if group in MANY else (group, Any, MISSING)
+      for group in COMPONENT_MODULES),
+    *((f.name, typing.get_type_hints(TopLevel)[f.name], field(default=f.default, default_factory=f.default_factory))
+      for f in dataclasses.fields(TopLevel))])
+TrainConfig.__module__ = __name__
 
 
 def register_configs() -> None:

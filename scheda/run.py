@@ -1,5 +1,5 @@
 """One training run from a composed config: its directory taken (scheda.runs.reentry), its plan
-made (scheda.training.plan), then one path for one model and a fused sweep alike: the models
+made (scheda.planning.plan), then one path for one model and a fused sweep alike: the models
 built from the plan, trained in lockstep (scheda.training.trainer), finished (evaluation and
 fine-tuning: scheda.evaluation) and recorded. ``scheda-train`` (scheda.cli) and the Python API
 (scheda.api) call :func:`run`.
@@ -28,8 +28,8 @@ from scheda.runs.reentry import enter, enter_model
 from scheda.runs.rundir import RunResults, summarise_sweep, summary_lines
 from scheda.training.callbacks import CAP, PATIENCE, SCHEDULE, CheckpointCallback, Patience, ProgressBar
 from scheda.training.checkpoint import find_checkpoint_dir, load_checkpoint, load_model_weights
-from scheda.training import rules
-from scheda.training.plan import Plan, PlannedModel, make_plan
+from scheda.planning import rules
+from scheda.planning.plan import Plan, PlannedModel, make_plan
 from scheda.training.trainer import ModelState, Trainer, setup_process
 from scheda.utils import environment
 from scheda.utils.interrupt import Interrupted, stop_on_signals
@@ -58,7 +58,7 @@ def run(cfg: DictConfig, output_dir: str | Path, data: Mapping[str, Any] | None 
             if plan.config.model.trains:
                 summary = train(plan, output_dir, results)
             else:  # model=raw evaluates the inputs themselves
-                summary = evaluate_raw(plan.config.dataset, plan.config.classifier, plan.device, results)
+                summary = evaluate_raw(load_data(plan), plan.config.classifier, plan.device, results)
             for line in summary_lines(summary, output_dir, plan.config.logger):
                 log.info(line)
             return summary
@@ -161,15 +161,21 @@ class Member:
         return self.results.data
 
 
+def load_data(plan: Plan):
+    """The plan's data set, loaded and checked against the run's rules that need it."""
+    data = dataset_spec(plan.config.dataset).load()
+    n_train = data.train_x.shape[0] + (0 if data.unlabeled_x is None else data.unlabeled_x.shape[0])
+    log.info("data %s: train %s, val %s, test %s", data.name, data.train_x.shape, data.val_x.shape, data.test_x.shape)
+    rules.check_data(plan.config, n_train, data.labelled)
+    return data
+
+
 def build(plan: Plan, output_dir: Path, results: RunResults) -> tuple[list[Member], Any, dict[str, torch.Tensor]]:
     """Every model of the plan built, in the one order that works: models and checkpoints (no
     data), the process's settings, the data on the device, then each model's state."""
     members = [Member(planned, plan, output_dir, results) for planned in plan.models]
     setup_process(plan.config.trainer)
-    data = dataset_spec(plan.config.dataset).load()
-    n_train = data.train_x.shape[0] + (0 if data.unlabeled_x is None else data.unlabeled_x.shape[0])
-    log.info("data %s: train %s, val %s, test %s", data.name, data.train_x.shape, data.val_x.shape, data.test_x.shape)
-    rules.check_data(plan.config, n_train, data.labelled)
+    data = load_data(plan)
     train_x, labelled = data.on_device(plan.device)
     log.info(plan.describe())
     try:

@@ -19,6 +19,7 @@ LAYERS = [
     {"scheda.loggers"},
     {"scheda.evaluation"},                             # classifiers, fine-tuning, exports
     {"scheda.analysis"},                               # filters, feature similarity, concatenated features
+    {"scheda.planning"},                               # a run's config typed, its rules, its plan (reads every group)
     {"scheda.run", "scheda.protocol"},                 # one run built and run; the paper's protocol
     {"scheda.api", "scheda.cli"},                      # the Python API and the command line
 ]

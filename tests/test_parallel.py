@@ -114,7 +114,7 @@ def test_a_fused_sweep_types_its_config_once_and_records_each_models_as_composed
     run with its values set, and records the config that composing it alone would give."""
     from omegaconf import OmegaConf
 
-    import scheda.training.plan as plan
+    import scheda.planning.plan as plan
 
     calls = []
     typed_config = plan.typed_config

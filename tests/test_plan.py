@@ -1,4 +1,4 @@
-"""A run's plan (scheda.training.plan) is made once, from the typed config: its device, its one
+"""A run's plan (scheda.planning.plan) is made once, from the typed config: its device, its one
 step, and its K >= 1 models, each with its schedule built once; what runs is what it planned."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 import scheda.run
 from scheda.config import GROUPS
 from scheda.run import run
-from scheda.training.plan import make_plan
+from scheda.planning.plan import make_plan
 from scheda.training.step import StepChoice
 
 from helpers import TINY, compose_cfg

@@ -519,7 +519,7 @@ def test_device_hours_use_the_fast_step_unless_the_runs_cannot_use_it(override):
 
 
 def test_device_hours_of_random_nu_runs_use_eager_times():
-    """A schedule that draws nu per minibatch runs eager even where graphs apply (scheda.training.rules)."""
+    """A schedule that draws nu per minibatch runs eager even where graphs apply (scheda.planning.rules)."""
     from scheda.protocol import estimate
 
     bench = {"device_name": "X", "n": 1000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 4.0, "graphed_s": 1.0}]}

@@ -1,4 +1,4 @@
-"""Every rule between config groups (scheda.training.rules) refuses its config with one line before the
+"""Every rule between config groups (scheda.planning.rules) refuses its config with one line before the
 run loads its data or writes anything but the failure's record; the list of cases covers every
 rule there is. The rules read the typed config and the device they are given (a CUDA device here,
 where this machine has none), and the step they leave is chosen once (rules.choose_step)."""
@@ -11,8 +11,8 @@ import pytest
 
 import torch
 
-from scheda.training import rules
-from scheda.training.plan import typed_config
+from scheda.planning import rules
+from scheda.planning.plan import typed_config
 from scheda.utils.errors import ConfigError
 from scheda.run import run
 from helpers import STAGES, TINY, compose_cfg

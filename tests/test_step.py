@@ -50,7 +50,7 @@ def test_fused_step_with_another_noise():
 
 
 def test_the_step_choice_builds_the_step_it_names_and_autograd_for_one_model_only():
-    """The plan chooses (scheda.training.rules.choose_step, tested in test_rules); the choice builds
+    """The plan chooses (scheda.planning.rules.choose_step, tested in test_rules); the choice builds
     that step and decides nothing: a step built for models it cannot train is a programming error."""
     x = torch.rand(30, 10)
     g = torch.Generator()

@@ -187,7 +187,7 @@ def test_streams_are_derived_from_the_seed():
 def test_initialisation_has_its_own_stream(cifar_arrays, tmp_path):
     from scheda.model.autoencoder import build_model
     from scheda.runs.rundir import RunResults
-    from scheda.training.plan import make_plan
+    from scheda.planning.plan import make_plan
     from scheda.run import Member
     from scheda.utils.seeding import derive_seed
 

@@ -18,12 +18,11 @@ import torch
 
 from scheda.training.callbacks import Callback
 from scheda.config import Component, register, typed
-from scheda.data import Splits, dataset_spec
+from scheda.data import Splits
 from scheda.loggers.base import Loggers, MetricLogger
 from scheda.utils.progress import bar
 from scheda.runs.rundir import RunResults, pack_correct, params_text
 from scheda.utils import environment
-from scheda.utils.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -183,12 +182,10 @@ class EvaluationCallback(Callback):
         self.results.evaluations[:] = state.get("evaluations", [])
 
 
-def evaluate_raw(dataset: Any, classifier: Any, device: torch.device, results: RunResults) -> dict[str, Any]:
-    """The raw-input baseline (``model=raw``): no training, the same evaluation on the inputs themselves."""
+def evaluate_raw(data: Splits, classifier: Any, device: torch.device, results: RunResults) -> dict[str, Any]:
+    """The raw-input baseline (``model=raw``): no training, the same evaluation on the inputs
+    themselves (``data``: loaded and checked by the run, scheda.planning.rules.check_data)."""
     started = time.time()
-    data = dataset_spec(dataset).load()
-    if not data.labelled:
-        raise ConfigError("model=raw only evaluates, and dataset.root has no train_y: add train_y")
     results.data.update(device=str(device), environment=environment.describe(device))
     result = evaluate_features(raw_features(data, device), labels_of(data), classifier, device)
     results.add_evaluation({"epoch": 0, "nu": None, "reason": "raw", **result})

@@ -240,7 +240,7 @@ class ScheduleConfig(Component, abc.ABC):
     """Base of the schedules. ``nu_key``: the key that holds a run's noise level, which a fused
     sweep's ``trainer.parallel.nu`` sets (None: the schedule has no single one);
     ``per_minibatch``: whether the schedule it builds draws nu per minibatch (the steps that hold
-    one level an epoch refuse it: scheda.training.rules), known without building it."""
+    one level an epoch refuse it: scheda.planning.rules), known without building it."""
 
     nu_key: ClassVar[str | None] = None
     per_minibatch: ClassVar[bool] = NoiseSchedule.per_minibatch

@@ -6,41 +6,18 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from tqdm import tqdm
 
 from scheda.runs.rundir import checkpoint_name
 from scheda.training.checkpoint import save_checkpoint
+from scheda.training.trainer import Callback, ModelState  # the hooks the loop calls, beside the state they get
 
-if TYPE_CHECKING:  # the loop calls the callbacks; they sit beside it, not above it
-    from scheda.training.trainer import ModelState
+__all__ = ["CAP", "PATIENCE", "SCHEDULE", "Callback", "CheckpointCallback", "Patience", "ProgressBar",
+           "TqdmLoggingHandler", "patience_spent"]
 
 log = logging.getLogger(__name__)
-
-
-class Callback:
-    """Hooks the loop calls with one model's state (scheda.training.trainer.ModelState); ``epoch``
-    in ``metrics`` counts completed epochs (1 after the first)."""
-
-    def on_fit_start(self, state: "ModelState") -> None: ...
-
-    def on_epoch_end(self, state: "ModelState", metrics: dict[str, Any]) -> None: ...
-
-    def on_stage_end(self, state: "ModelState", metrics: dict[str, Any]) -> None: ...
-
-    def on_fit_end(self, state: "ModelState") -> None: ...
-
-    def on_interrupt(self, state: "ModelState") -> None:
-        """A signal stopped training mid-epoch (``state.partial`` says where)."""
-
-    def close(self) -> None:
-        """Release resources; called even when training fails."""
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class CheckpointCallback(Callback):
@@ -90,7 +67,7 @@ class Patience(Callback):
     def __init__(self, evaluations: list[dict[str, Any]], patience: int, min_epochs: int = 0):
         self.evaluations, self.patience, self.min_epochs = evaluations, patience, min_epochs
 
-    def _decide(self, state: "ModelState") -> bool:
+    def _decide(self, state: ModelState) -> bool:
         # at the cap too: a model whose last evaluations brought nothing new stopped by the rule, not the cap
         return (self.min_epochs <= state.epoch
                 and patience_spent(self.evaluations, self.patience, state.schedule.last_stage_start))

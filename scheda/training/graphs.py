@@ -6,7 +6,7 @@ its capture does what a CUDA capture does to the run's state (the warm-up, undon
 captured callable runs), and its replay runs the captured callable eagerly. The suite drives every
 graphed path on the CPU through it (tests/test_graphs.py): capture, calls of new lengths in
 mid-epoch, a short last minibatch, a resume, compared with the eager step bit for bit. A user never
-gets it: a graph needs a CUDA device (scheda.training.rules).
+gets it: a graph needs a CUDA device (scheda.planning.rules).
 """
 
 from __future__ import annotations

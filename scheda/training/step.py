@@ -1,8 +1,8 @@
 """The minibatch updates of M >= 1 DAs, and the choice among them that builds one (the loop that
 calls it, minibatch after minibatch, is scheda.training.trainer).
 
-:class:`StepChoice` is which step trains a run: scheda.training.rules chooses it once, in the run's
-plan (scheda.training.plan), and refuses there every setting a step cannot take; the loop builds
+:class:`StepChoice` is which step trains a run: scheda.planning.rules chooses it once, in the run's
+plan (scheda.planning.plan), and refuses there every setting a step cannot take; the loop builds
 the chosen step from it for the models it holds, and nothing here decides again:
 
 * :class:`AutogradStep` (called as M = 1 through :class:`OneModel`): ``model.training_loss``
@@ -127,7 +127,7 @@ class BatchedStep(LossSums):
 
     def __init__(self, models: list[DenoisingAutoencoder], optimizers: list[SGD],
                  noises: list[Corruption], batch_size: int, device: torch.device):
-        # What the plan chose this step for (scheda.training.rules refuses every run without it).
+        # What the plan chose this step for (scheda.planning.rules refuses every run without it).
         if not all(map(self.supports, models, optimizers)) or (len(models) > 1 and not all(map(plain_sgd, optimizers))):
             raise ValueError("the batched step trains tied cross-entropy DAs with one SGD group (plain SGD for several)")
         if len({(m.n_input, m.n_hidden, m.activation) for m in models}) != 1:
@@ -252,7 +252,7 @@ class TritonStep(BatchedStep):
         device = x_all.device
         super().__init__(models, optimizers, noises, batch_size, device)
         if not self.plain_sgd or not all(noise.name == "masking" for noise in noises):
-            raise ValueError("the Triton step trains with plain SGD and the masking noise (scheda.training.rules)")
+            raise ValueError("the Triton step trains with plain SGD and the masking noise (scheda.planning.rules)")
         from scheda.training import kernels
 
         self.kernels = kernels
@@ -270,7 +270,7 @@ class TritonStep(BatchedStep):
     def set_levels(self, nus: list) -> None:
         """Each model's mask threshold on the device, copied in when a level changes (an epoch's start)."""
         if any(isinstance(nu, torch.Tensor) for nu in nus):
-            raise ValueError("the Triton step takes one noise level per epoch (scheda.training.rules refuses a run "
+            raise ValueError("the Triton step takes one noise level per epoch (scheda.planning.rules refuses a run "
                              "that draws nu per minibatch)")
         thr = tuple(mask_threshold(nu) for nu in nus)
         if thr != self._thr:
@@ -359,14 +359,14 @@ class TwoPassStep(TritonStep):
     is encoded alone, by the same loop, so where a call starts changes no bit. Its products are
     tl.dot in fp32 (``trainer.precision=fp32``) or three-pass TF32 (``tf32x3``); its masks are
     :class:`TritonStep`'s (each model's words from its own generator, drawn in the same order).
-    ``trainer.two_pass=true`` (what else it needs: scheda.training.rules.two_pass_is_a_triton_step)."""
+    ``trainer.two_pass=true`` (what else it needs: scheda.planning.rules.two_pass_is_a_triton_step)."""
 
     def __init__(self, models: list[DenoisingAutoencoder], optimizers: list[SGD], noises: list[Corruption],
                  batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator], graphed: bool,
                  precision: str = "fp32"):
         if batch_size > TWO_PASS_ROWS or precision not in TWO_PASS_PRECISIONS:
             raise ValueError(f"the two-pass step takes at most {TWO_PASS_ROWS} rows a minibatch, in "
-                             f"{' or '.join(TWO_PASS_PRECISIONS)} (scheda.training.rules)")
+                             f"{' or '.join(TWO_PASS_PRECISIONS)} (scheda.planning.rules)")
         super().__init__(models, optimizers, noises, batch_size, x_all, generators, graphed)
         M, n, d = self.x.shape
         f32 = dict(dtype=self.W.dtype, device=x_all.device)
@@ -477,7 +477,7 @@ TWO_PASS_PRECISIONS = ("fp32", "tf32x3")
 
 @dataclass(frozen=True)
 class StepChoice:
-    """Which minibatch update trains a run's models, chosen once (scheda.training.rules.choose_step)
+    """Which minibatch update trains a run's models, chosen once (scheda.planning.rules.choose_step)
     and built by the loop for the models it holds (again when a fused sweep's model drops out):
     ``kind`` is the autograd step (one model), the hand-written fused step, the Triton step or
     its two-pass form; ``cuda_graph`` captures the fused or Triton step in CUDA graphs;
@@ -532,7 +532,7 @@ class StepChoice:
             graphed.prepare()
             return _built(graphed, self, None)
         if len(models) > 1:
-            raise ValueError("the autograd step trains one model (scheda.training.rules refuses a sweep without "
+            raise ValueError("the autograd step trains one model (scheda.planning.rules refuses a sweep without "
                              "the fused step)")
         return _built(OneModel(AutogradStep(models[0], optimizers[0], noises[0],
                                             torch.bfloat16 if self.precision == "bf16" else None), x_all.device),
@@ -548,7 +548,7 @@ def _built(step, ran: StepChoice, fallback: str | None):
 @dataclass(frozen=True)
 class FineTuneChoice:
     """Which update fine-tunes the rates of ``finetune.lrs``, chosen once in the run's plan
-    (scheda.training.rules.choose_finetune_step): every rate at once by the hand-written step
+    (scheda.planning.rules.choose_finetune_step): every rate at once by the hand-written step
     (``fused``, plain SGD), captured in a CUDA graph on CUDA (``cuda_graph``), or one rate after
     another with autograd (``finetune.fused=false``: momentum)."""
 
@@ -567,7 +567,7 @@ class GraphedStep(LossSums):
     the graph, so each replay advances them as an eager step would: masks stay seeded, and a
     checkpoint's generator state resumes the run. A minibatch of another size (an epoch's
     partial last one) runs the eager step. ``trainer.cuda_graph`` turns it on (CUDA only; what
-    else it needs: scheda.training.rules.graph_can_capture_the_step)."""
+    else it needs: scheda.planning.rules.graph_can_capture_the_step)."""
 
     def __init__(self, step: BatchedStep, x_all: torch.Tensor, generators: list[torch.Generator]):
         self.step, self.x_all, self.generators = step, x_all, generators
@@ -601,7 +601,7 @@ class GraphedStep(LossSums):
         """The batched step's signature: ``idx`` [M, n], one nu (a float) per model."""
         if any(isinstance(nu, torch.Tensor) for nu in nus):
             raise ValueError("a CUDA graph replays one noise level per epoch, not one drawn per minibatch "
-                             "(scheda.training.rules refuses such a run)")
+                             "(scheda.planning.rules refuses such a run)")
         if idx.shape[1] != self.batch_size:
             return self.eager(x_all, idx, nus, generators)
         self.prepare()

@@ -19,7 +19,6 @@ from typing import Any, List, Optional, Sequence
 
 import torch
 
-from scheda.training.callbacks import Callback
 from scheda.config import Component, register
 from scheda.training.checkpoint import load_model_weights
 from scheda.utils.errors import CheckpointError, ConfigError, DivergenceError
@@ -67,11 +66,11 @@ class TrainerConfig(Component):
     fused: bool = True  # the hand-written tied-DA step (cross-entropy + SGD); false: autograd
     # Capture the fused step in a CUDA graph (one launch per minibatch instead of ~45): 2.75-4.2x
     # faster than eager on an H100 (docs/results/table1_gpu.md's check). null: on wherever it applies (a CUDA device,
-    # the fused step, plain SGD, fp32/tf32; scheda.training.rules.choose_step); true: refuse a run it cannot take.
+    # the fused step, plain SGD, fp32/tf32; scheda.planning.rules.choose_step); true: refuse a run it cannot take.
     cuda_graph: Optional[bool] = None
     # The step's elementwise work in four Triton kernels for all models (scheda.training.kernels): about
     # 45 kernels a minibatch become M + 8. null: on wherever it applies (a CUDA device, the plain
-    # fused step, the masking noise, one nu per epoch; scheda.training.rules.choose_step); true: refuse a run
+    # fused step, the masking noise, one nu per epoch; scheda.planning.rules.choose_step); true: refuse a run
     # it cannot take. The CPU keeps the torch step, which measures faster there.
     triton: Optional[bool] = None
     # The Triton step as two passes over W a minibatch (decode; then dh, the update and the next
@@ -120,6 +119,30 @@ def setup_process(trainer: TrainerConfig) -> None:
         torch.set_num_threads(trainer.num_threads)
     torch.backends.cuda.matmul.allow_tf32 = trainer.precision == "tf32"
     torch.backends.cudnn.allow_tf32 = trainer.precision == "tf32"
+
+
+class Callback:
+    """Hooks the loop calls with one model's state (scheda.training.trainer.ModelState); ``epoch``
+    in ``metrics`` counts completed epochs (1 after the first)."""
+
+    def on_fit_start(self, state: ModelState) -> None: ...
+
+    def on_epoch_end(self, state: ModelState, metrics: dict[str, Any]) -> None: ...
+
+    def on_stage_end(self, state: ModelState, metrics: dict[str, Any]) -> None: ...
+
+    def on_fit_end(self, state: ModelState) -> None: ...
+
+    def on_interrupt(self, state: ModelState) -> None:
+        """A signal stopped training mid-epoch (``state.partial`` says where)."""
+
+    def close(self) -> None:
+        """Release resources; called even when training fails."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class EpochState:

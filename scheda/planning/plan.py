@@ -1,7 +1,7 @@
 """A run's plan: what its config decides, decided once, before any data, logger or checkpoint.
 
 :func:`make_plan` types the composed config (every group's schema, checked), resolves the
-device, checks every rule between groups (scheda.training.rules), chooses the one step that
+device, checks every rule between groups (scheda.planning.rules), chooses the one step that
 trains the run, and lists its M >= 1 models: one for a run, one per combination of
 ``trainer.parallel`` for a fused sweep, each the typed config with its own values and its
 schedule built once. What follows (scheda.run) builds from the plan and decides nothing again.
@@ -12,50 +12,17 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Mapping, Optional
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from scheda.config import COMPONENT_MODULES, MANY, typed, typed_many
 from scheda.model.schedule import NoiseSchedule, build_schedule, check_nu, nu_key
-from scheda.training import rules
+from scheda.planning import rules
+from scheda.planning.run_config import RunConfig, typed_config  # noqa: F401 - typed_config: the plan's first step
 from scheda.training.step import FineTuneChoice, StepChoice
-from scheda.utils.errors import CheckpointError, ConfigError
 
-GROUPS = tuple(COMPONENT_MODULES)
-
-
-@dataclass
-class RunConfig:
-    """Every group of a run's config as its checked schema object, and the top-level keys."""
-
-    dataset: Any
-    model: Any
-    noise: Any
-    schedule: Any
-    optim: Any
-    trainer: Any
-    logger: list  # every selected logger's schema (config.MANY)
-    evaluate: Any
-    classifier: Any
-    finetune: Any
-    seed: int = 0
-    train_seed: Optional[int] = None
-    resume: Optional[str] = None
-    init_from: Optional[str] = None
-    # The composed config as plain data, to record (results.json, a fused model's config.yaml)
-    # and to compare with a saved run's; nothing is built from it.
-    composed: dict = field(default_factory=dict)
-
-
-def typed_config(cfg: DictConfig) -> RunConfig:
-    """Type (and so check) every group once; a bad value is a one-line ConfigError."""
-    return RunConfig(**{g: typed_many(g, cfg.get(g)) if g in MANY else typed(g, cfg[g]) for g in GROUPS},
-                     seed=int(cfg.get("seed", 0)), train_seed=cfg.get("train_seed"), resume=cfg.get("resume"),
-                     init_from=cfg.get("init_from"), composed=OmegaConf.to_container(cfg, resolve=True))
 
 
 @dataclass(frozen=True)
@@ -153,9 +120,7 @@ def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None) -> Plan:
     step = rules.choose_step(config, device)
     finetune_step = rules.choose_finetune_step(config, device)
     if data is not None:
-        if not hasattr(config.dataset, "handed"):
-            raise ConfigError(f"arrays handed to the run are read as dataset=arrays reads its files: compose "
-                              f"it with dataset=arrays, not dataset={config.dataset.name}")
+        rules.check_handed(config)
         config.dataset = config.dataset.handed(data)
     variants = parallel_variants(config)
     if not variants:
@@ -164,9 +129,6 @@ def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None) -> Plan:
     for k, overrides in enumerate(variants):
         resume = None
         if config.resume:
-            model_dir = Path(config.resume) / "models" / str(k)
-            if not model_dir.is_dir():
-                raise CheckpointError(f"{model_dir} not found: resume a fused sweep with its run directory")
-            resume = str(model_dir)
+            resume = str(rules.sweep_model_to_resume(config.resume, k))
         models.append(_planned(k, overrides, model_of(config, overrides, resume), f"models/{k}"))
     return Plan(config, device, step, tuple(models), sweep=True, finetune_step=finetune_step)

@@ -1,12 +1,12 @@
 """Rules between config groups, and the step they leave a run: every refusal of a run's settings
 lives here, one function and one line each, checked once while the run's plan is made
-(scheda.training.plan), before it loads its data or writes anything but its results.json
+(scheda.planning.plan), before it loads its data or writes anything but its results.json
 (written first, with status running, so that a refused run leaves its one-line error where a
 sweep reads it): no TensorBoard, no checkpoint.
 
 Each group's own values are checked by its schema (``check()``); what can only be judged from
 two groups together, or from a group and the device, lives here: each rule takes the typed
-config (scheda.training.plan.RunConfig) and the device, and returns the one-line error or None.
+config (scheda.planning.plan.RunConfig) and the device, and returns the one-line error or None.
 :func:`choose_step` then turns the settings left open (``trainer.cuda_graph=null``,
 ``trainer.triton=null``) into the one step that trains the run.
 """
@@ -14,16 +14,16 @@ config (scheda.training.plan.RunConfig) and the device, and returns the one-line
 from __future__ import annotations
 
 import importlib.util
-from typing import TYPE_CHECKING, Callable
+from pathlib import Path
+from typing import Callable
 
 import torch
 
 from scheda.model.schedule import nu_key, options_with_nu_key
 from scheda.training.step import TWO_PASS_PRECISIONS, TWO_PASS_ROWS, FineTuneChoice, StepChoice
-from scheda.utils.errors import ConfigError
+from scheda.utils.errors import CheckpointError, ConfigError
 
-if TYPE_CHECKING:
-    from scheda.training.plan import RunConfig
+from scheda.planning.run_config import RunConfig
 
 FUSED_STEP = "model.name=da, model.loss=cross_entropy, trainer.fused=true, trainer.precision fp32 or tf32"
 PLAIN_SGD = "optim.momentum=0 and optim.weight_decay=0"
@@ -192,16 +192,34 @@ def check(config: RunConfig, device: torch.device) -> None:
 
 def check_data(config: RunConfig, n_train: int, labelled: bool) -> None:
     """The rules that need the data (checked once it is loaded, before anything is built from it):
-    a minibatch no larger than the training examples, labels for the patience rule and fine-tuning."""
-    if config.trainer.batch_size > n_train:
+    a minibatch no larger than the training examples, labels for the raw baseline, the patience rule
+    and fine-tuning."""
+    if config.model.trains and config.trainer.batch_size > n_train:
         raise ConfigError(f"trainer.batch_size={config.trainer.batch_size} exceeds the {n_train} "
                           f"training examples: lower it")
+    if not labelled and not config.model.trains:
+        raise ConfigError("model=raw only evaluates, and dataset.root has no train_y: add train_y")
     if not labelled and config.trainer.patience:
         raise ConfigError("trainer.patience reads the validation error, and dataset.root has no train_y: add "
                           "train_y, or set trainer.patience=null")
     if not labelled and config.finetune.enabled:
         raise ConfigError("finetune.enabled=true needs labels, and dataset.root has no train_y: add train_y, "
                           "or set finetune.enabled=false")
+
+
+def check_handed(config: RunConfig) -> None:
+    """Arrays handed to a run (scheda.train(data=...)) are read as ``dataset=arrays`` reads its files."""
+    if not hasattr(config.dataset, "handed"):
+        raise ConfigError(f"arrays handed to the run are read as dataset=arrays reads its files: compose "
+                          f"it with dataset=arrays, not dataset={config.dataset.name}")
+
+
+def sweep_model_to_resume(resume: str, k: int) -> Path:
+    """Model ``k`` of a fused sweep resumed from its run directory (``models/<k>``)."""
+    model_dir = Path(resume) / "models" / str(k)
+    if not model_dir.is_dir():
+        raise CheckpointError(f"{model_dir} not found: resume a fused sweep with its run directory")
+    return model_dir
 
 
 def choose_step(config: RunConfig, device: torch.device) -> StepChoice:
