@@ -149,13 +149,14 @@ class Member:
                                  switches=s.switches, seconds=time.time() - self.started, history=s.history,
                                  **stopped, **ran)
 
-    def finish(self, data, labelled) -> dict[str, Any]:
-        """Fine-tune (scheda.evaluation.finetune) if asked, then record the model completed."""
+    def finish(self, data, labelled, stop) -> dict[str, Any]:
+        """Fine-tune (scheda.evaluation.finetune) if asked, then record the model completed; a
+        signal (``stop``) during its evaluation or its epochs stops it as it stops training."""
         if self.config.finetune.enabled:
             self.results.update(finetune=finetune_encoder(
                 self.config.finetune, self.model, data, labelled, self.plan.device, self.output_dir,
                 seed=self.config.seed, evaluation=self.evaluation, resume_dir=self.resume_dir, loggers=self.loggers,
-                epoch=self.state.epoch, step=self.plan.finetune_step))
+                epoch=self.state.epoch, step=self.plan.finetune_step, stop=stop))
         self.results.update(status="completed", seconds=time.time() - self.started)
         self.loggers.close("completed")
         return self.results.data
@@ -197,21 +198,22 @@ def train(plan: Plan, output_dir: Path, results: RunResults) -> dict[str, Any]:
         members, data, labelled = build(plan, output_dir, results)
         if plan.sweep:
             results.update(models=[{"dir": p.subdir, "overrides": p.overrides} for p in plan.models])
-        if not plan.standalone:
+        with stop_on_signals() as stop:  # training, then each model's evaluation and fine-tuning
+            for member in members:
+                member.state.stop = stop
             try:
-                with stop_on_signals() as stop:
-                    for member in members:
-                        member.state.stop = stop
-                    Trainer([member.state for member in members]).fit()
+                if not plan.standalone:
+                    try:
+                        Trainer([member.state for member in members]).fit()
+                    finally:
+                        for member in members:
+                            member.record_training()
+                summaries = [member.finish(data, labelled, stop) for member in members]
             except BaseException as exc:
-                for member in members:
-                    member.record_training()
-                    if member.results is not results:  # the run's own is recorded by run()
+                for member in members:  # the run's own is recorded by run(); a finished model stays so
+                    if member.results is not results and member.results.data.get("status") != "completed":
                         member.results.record_failure(exc)
                 raise
-            for member in members:
-                member.record_training()
-        summaries = [member.finish(data, labelled) for member in members]
     except BaseException as exc:
         for member in members:
             member.loggers.close_stopped(exc)

@@ -121,3 +121,59 @@ def test_a_schedulers_usr2_gets_the_signal_after_the_checkpoint_and_a_requeued_j
     final = load_checkpoint(run_dir)
     for key, value in golden_state["model"].items():
         assert torch.equal(final["model"][key], value), key
+
+
+# A short DA, then fine-tuning: a signal in its epochs, or in the evaluation before it.
+FINETUNE = [*TINY, "schedule=constant", "schedule.epochs=2", "logger=none", "finetune=cpu", "finetune.enabled=true",
+            "finetune.max_epochs=6", "finetune.patience=null", "finetune.lrs=[0.1,0.05]"]
+
+
+def _one_line(proc, sig, starts):
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"interrupted by {sig.name} {starts}"), stderr
+    assert lines[0].endswith("continue with python train.py resume=run")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_in_fine_tuning_checkpoints_and_the_resume_finishes_it(cifar_arrays, tmp_path, sig):
+    run_dir = tmp_path / "run"
+    proc = start_faulty_train([f"dataset.root={cifar_arrays}", *FINETUNE, f"hydra.run.dir={run_dir}"], tmp_path,
+                              finetune_sleep=0.5)
+    deadline = time.time() + 120
+    while "finetune lr=0.1 epoch 2:" not in ((run_dir / "train.log").read_text() if (run_dir / "train.log").exists()
+                                               else ""):
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read() if proc.poll() is not None else ""
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    _one_line(proc, sig, "in fine-tuning epoch ")
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "interrupted" and (run_dir / "checkpoints" / "finetune_last.pt").exists()
+    evaluations = len(results["evaluations"])
+    resumed = run_train([f"resume={run_dir}"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "completed" and [r["epochs_run"] for r in results["finetune"]["per_lr"]] == [6, 6]
+    assert len(results["evaluations"]) == evaluations  # the evaluation before fine-tuning is not repeated
+    assert "fine-tuning starts from the classifier of epoch 2's evaluation" in (run_dir / "train.log").read_text()
+
+
+def test_a_signal_in_the_evaluation_before_fine_tuning_keeps_it_and_the_resume_does_not_repeat_it(cifar_arrays,
+                                                                                                  tmp_path):
+    run_dir = tmp_path / "run"
+    proc = start_faulty_train([f"dataset.root={cifar_arrays}", *FINETUNE, "evaluate.at_end=false",
+                               "evaluate.at_stage_ends=false", f"hydra.run.dir={run_dir}"], tmp_path, eval_sleep=3)
+    deadline = time.time() + 120
+    while not (tmp_path / "evaluating").exists():  # the evaluation fine-tuning starts from, under way
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _one_line(proc, signal.SIGINT, "before fine-tuning")
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "interrupted" and [e["reason"] for e in results["evaluations"]] == ["before_finetune"]
+    resumed = run_train([f"resume={run_dir}"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "completed" and [e["reason"] for e in results["evaluations"]] == ["before_finetune"]
+    assert results["finetune"]["frozen"]["epoch"] == 2

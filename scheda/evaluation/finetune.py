@@ -29,6 +29,7 @@ from scheda.config import Component, register, typed
 from scheda.data import Splits
 from scheda.loggers.base import Loggers, MetricLogger
 from scheda.utils.errors import ConfigError, DivergenceError
+from scheda.utils.interrupt import NEVER, Interrupted, StopRequest
 from scheda.runs.rundir import pack_correct, params_of
 from scheda.model.autoencoder import ACTIVATIONS, DenoisingAutoencoder
 from scheda.model.optim import SGD
@@ -39,6 +40,7 @@ from scheda.training.step import FineTuneChoice
 
 log = logging.getLogger(__name__)
 LAST = "finetune_last.pt"
+INIT = "finetune_init.pt"  # the frozen-feature classifier fine-tuning starts from, so a resume need not evaluate again
 
 
 class FineTuneNet(nn.Module):
@@ -261,9 +263,9 @@ class FineTuner:
 
     def __init__(self, cfg: Mapping, da: DenoisingAutoencoder, data: Splits, inputs: dict[str, torch.Tensor],
                  device: torch.device, output_dir: Path, seed: int, init: LinearModel | None = None,
-                 loggers: MetricLogger | None = None, step: FineTuneChoice | None = None):
+                 loggers: MetricLogger | None = None, step: FineTuneChoice | None = None, stop: StopRequest = NEVER):
         cfg = typed("finetune", cfg)
-        self.cfg, self.da, self.device, self.seed = cfg, da, device, seed
+        self.cfg, self.da, self.device, self.seed, self.stop = cfg, da, device, seed, stop
         self.step = step if step is not None else FineTuneChoice(cfg.fused, cfg.fused and device.type == "cuda")
         self.fallbacks: list[str] = []  # why a graph the plan chose did not run
         self.lrs = [float(lr) for lr in cfg.lrs]
@@ -387,6 +389,25 @@ class FineTuner:
                               h["epoch"])
 
 
+def _save_init(output_dir: Path, init, epoch: int) -> None:
+    """The frozen-feature classifier fine-tuning starts from, beside its checkpoints."""
+    save_checkpoint(output_dir / "checkpoints" / INIT, {
+        "model": {}, "kind": "finetune_init", "epoch": epoch, "W": torch.as_tensor(init.W), "b": torch.as_tensor(init.b),
+        "classes": torch.as_tensor(init.classes)})
+
+
+def _load_init(resume_dir: Path | None, evaluations: list[dict[str, Any]]) -> LinearModel | None:
+    """A resumed run's saved classifier, when it is the one of its last evaluation (None: evaluate)."""
+    path = None if resume_dir is None else Path(resume_dir) / INIT  # resume_dir: the run's checkpoints folder
+    if path is None or not path.exists() or not evaluations:
+        return None
+    state = load_checkpoint(path)
+    if state.get("epoch") != evaluations[-1]["epoch"]:
+        return None
+    log.info("fine-tuning starts from the classifier of epoch %d's evaluation (%s)", state["epoch"], path)
+    return LinearModel(state["W"].numpy(), state["b"].numpy(), state["classes"].numpy())
+
+
 class FineTuneLoop(Loop):
     """Rates of the grid fine-tuned in lockstep (scheda.training.loop.Loop: the active set, the
     step rebuilt when a rate finishes or runs out of patience), each epoch evaluated; the state
@@ -410,6 +431,10 @@ class FineTuneLoop(Loop):
         if self.written:
             self.tuner.save(**self.saved)
         self.ticks.update(1)
+        stop = self.tuner.stop
+        if stop.requested and any(not t.finished for t in self.members):  # after the epoch's state, as DA training
+            epoch = max(t.epoch for t in active)
+            raise Interrupted(stop.signum, f"{stop.name} in fine-tuning epoch {epoch}", forward=stop.forward())
 
     def end(self) -> None:
         for t in self.members:  # finished before this call (a resumed rate at its last epoch)
@@ -426,20 +451,28 @@ class FineTuneLoop(Loop):
 def finetune_encoder(cfg: Mapping, model: DenoisingAutoencoder, data: Splits, labelled: dict[str, torch.Tensor],
                      device: torch.device, output_dir: Path, *, seed: int, evaluation=None,
                      resume_dir: Path | None = None, loggers: MetricLogger | None = None, epoch: int = 0,
-                     step: FineTuneChoice | None = None) -> dict:
+                     step: FineTuneChoice | None = None, stop: StopRequest = NEVER) -> dict:
     """Fine-tune ``model``'s encoder after its training (a run's last step): the frozen-feature
     evaluation (``evaluation``, scheda.evaluation.evaluate.EvaluationCallback; run now at ``epoch``
     if training did not end with one) gives the baseline and the output layer's starting weights;
     a run resumed from ``resume_dir`` picks up a fine-tuning cut short there."""
-    frozen = None
+    frozen, init = None, None
     if evaluation is not None:
-        if evaluation.last_model is None or not evaluation.results.evaluations:
-            evaluation.evaluate(model, device, epoch=epoch, nu=None, reason="before_finetune")
+        saved = _load_init(resume_dir, evaluation.results.evaluations)
+        if saved is not None:  # evaluated before an interrupt: not again
+            init = saved
+        else:
+            if evaluation.last_model is None or not evaluation.results.evaluations:
+                evaluation.evaluate(model, device, epoch=epoch, nu=None, reason="before_finetune")
+            init = evaluation.last_model
+            _save_init(output_dir, init, evaluation.results.evaluations[-1]["epoch"])
         last = evaluation.results.evaluations[-1]
         frozen = {"epoch": last["epoch"], "params": params_of(last), "val_error": last["val_error"],
                   "test_error": last["test_error"]}
-    tuner = FineTuner(cfg, model, data, labelled, device, output_dir, seed,
-                      init=evaluation.last_model if evaluation is not None else None, loggers=loggers, step=step)
+    if stop.requested:  # a signal during the evaluation: its result is kept, fine-tuning not begun
+        raise Interrupted(stop.signum, f"{stop.name} before fine-tuning", forward=stop.forward())
+    tuner = FineTuner(cfg, model, data, labelled, device, output_dir, seed, init=init, loggers=loggers, step=step,
+                      stop=stop)
     if resume_dir is not None:
         tuner.load(resume_dir)
     result = tuner.run()

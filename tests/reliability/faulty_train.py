@@ -5,6 +5,9 @@ Environment:
   SCHEDA_FAULT_EPOCH_SLEEP=S   sleep S seconds after every epoch (so a kill lands mid-run);
   SCHEDA_FAULT_HANG_WRITE=NAME while writing the checkpoint file NAME, after its bytes are in
                                the temporary file, create NAME.hanging beside it and hang.
+  SCHEDA_FAULT_EVAL_SLEEP=S    after every evaluation, touch ``evaluating`` in the working directory
+                               and sleep S seconds (so a signal lands during an evaluation);
+  SCHEDA_FAULT_FINETUNE_SLEEP=S sleep S seconds after every fine-tuning epoch;
   SCHEDA_FAULT_USR2_HANDLER=F  a scheduler's SIGUSR2 handler, as submitit installs one: it
                                writes the checkpoints that exist under the working directory
                                to F, then exits with status 3 (submitit requeues and exits).
@@ -34,6 +37,32 @@ def inject_faults() -> None:
             time.sleep(sleep)
 
         scheda.training.trainer.Trainer.run_epoch = slow_epoch
+
+    eval_sleep = float(os.environ.get("SCHEDA_FAULT_EVAL_SLEEP", "0"))
+    if eval_sleep:
+        import scheda.evaluation.evaluate
+
+        evaluate = scheda.evaluation.evaluate.EvaluationCallback.evaluate
+
+        def slow_evaluation(self, *args, **kwargs):
+            entry = evaluate(self, *args, **kwargs)
+            Path("evaluating").touch()
+            time.sleep(eval_sleep)
+            return entry
+
+        scheda.evaluation.evaluate.EvaluationCallback.evaluate = slow_evaluation
+
+    finetune_sleep = float(os.environ.get("SCHEDA_FAULT_FINETUNE_SLEEP", "0"))
+    if finetune_sleep:
+        import scheda.evaluation.finetune
+
+        tuner_epoch = scheda.evaluation.finetune.FineTuner.epoch
+
+        def slow_finetune_epoch(self, active, step):
+            tuner_epoch(self, active, step)
+            time.sleep(finetune_sleep)
+
+        scheda.evaluation.finetune.FineTuner.epoch = slow_finetune_epoch
 
     hang = os.environ.get("SCHEDA_FAULT_HANG_WRITE")
     if hang:
