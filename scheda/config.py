@@ -42,7 +42,7 @@ COMPONENT_MODULES: dict[str, tuple[str, ...]] = {
     "logger": ("scheda.loggers.*",),
     "evaluate": ("scheda.evaluation.evaluate",),
     "classifier": ("scheda.evaluation.classifiers",),
-    "finetune": ("scheda.evaluation.finetune",),
+    "finetune": ("scheda.training.finetune",),
 }
 GROUPS: dict[str, dict[str, type]] = {}
 # Groups that select several options at once (``logger=[tensorboard,csv]``): each option's

@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-import scheda.evaluation.finetune
+import scheda.training.finetune
 from scheda.utils.errors import ConfigError
 from scheda.run import run
 
@@ -44,14 +44,14 @@ def test_patience_stops_early(cifar_arrays, tmp_path):
 
 def test_resume_mid_finetuning_matches_an_uninterrupted_run(cifar_arrays, tmp_path, monkeypatch):
     golden = run(_cfg(cifar_arrays, "logger=none"), tmp_path / "golden")["finetune"]
-    original = scheda.evaluation.finetune.FineTuner.save
+    original = scheda.training.finetune.FineTuner.save
 
     def crash_after_some_epochs(self, current, bests):
         original(self, current, bests)
         if current is not None and len(current["models"][0]["history"]) == 5:
             raise KeyboardInterrupt  # killed in the middle of the learning rates' epochs
 
-    monkeypatch.setattr(scheda.evaluation.finetune.FineTuner, "save", crash_after_some_epochs)
+    monkeypatch.setattr(scheda.training.finetune.FineTuner, "save", crash_after_some_epochs)
     with pytest.raises(KeyboardInterrupt):
         run(_cfg(cifar_arrays, "logger=none"), tmp_path / "killed")
     assert json.loads((tmp_path / "killed" / "results.json").read_text())["status"] == "interrupted"
@@ -82,18 +82,18 @@ def test_checkpoints_every_few_epochs_and_an_interrupt_between_them_resumes_exac
             writes.append([len(m["history"]) for m in (state["current"] or {}).get("models", [])])
         return save(path, state)
 
-    monkeypatch.setattr(scheda.evaluation.finetune, "save_checkpoint", counted)
+    monkeypatch.setattr(scheda.training.finetune, "save_checkpoint", counted)
     run(_cfg(cifar_arrays, *every), tmp_path / "counted")
     assert writes == [[5, 5], [10, 10], []]
     writes.clear()
-    end_epoch = scheda.evaluation.finetune.FineTuner._end_epoch
+    end_epoch = scheda.training.finetune.FineTuner._end_epoch
 
     def interrupted(self, t, train_loss, seconds):
         if t.epoch == 6:  # in epoch 7, after its minibatches, before its evaluation
             raise KeyboardInterrupt
         end_epoch(self, t, train_loss, seconds)
 
-    monkeypatch.setattr(scheda.evaluation.finetune.FineTuner, "_end_epoch", interrupted)
+    monkeypatch.setattr(scheda.training.finetune.FineTuner, "_end_epoch", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run(_cfg(cifar_arrays, *every), tmp_path / "killed")
     assert writes == [[5, 5], [6, 6]]
@@ -139,10 +139,10 @@ def test_output_layer_starts_from_the_frozen_classifier(cifar_arrays):
     features = encode_splits(da, data, torch.device("cpu"), 4096)
     result = evaluate_features(features, labels_of(data), {**cfg.classifier, "c_log2_min": -2, "c_log2_max": 0},
                                keep_model=True)
-    net = scheda.evaluation.finetune.FineTuneNet(da, 10, init=result["model"])
+    net = scheda.training.finetune.FineTuneNet(da, 10, init=result["model"])
     val_x, val_y = data.tensor("val", "cpu"), torch.as_tensor(data.val_y)
     assert net.error(val_x, val_y) == result["val_error"]
-    assert scheda.evaluation.finetune.FineTuneNet(da, 10).V.abs().sum() == 0
+    assert scheda.training.finetune.FineTuneNet(da, 10).V.abs().sum() == 0
 
 
 @pytest.mark.parametrize("override, key", [

@@ -13,12 +13,12 @@ from omegaconf import DictConfig, OmegaConf
 from scheda.config import COMPONENT_MODULES, MANY, Component, typed, typed_many
 from scheda.evaluation.classifiers import ClassifierConfig
 from scheda.evaluation.evaluate import EvaluateConfig
-from scheda.evaluation.finetune import FinetuneConfig
 from scheda.loggers.base import LoggerConfig
 from scheda.model.autoencoder import DAConfig, RawConfig
 from scheda.model.noise import Noise
 from scheda.model.optim import SGDConfig
 from scheda.model.schedule import ScheduleConfig
+from scheda.training.finetune import FinetuneConfig
 from scheda.training.trainer import TrainerConfig
 
 

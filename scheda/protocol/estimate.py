@@ -160,7 +160,7 @@ def finetune_budget(preset: str, overrides: list[str] = ()) -> tuple[int, int]:
     from omegaconf import OmegaConf
 
     from scheda.config import CONFIGS
-    from scheda.evaluation.finetune import FinetuneConfig
+    from scheda.training.finetune import FinetuneConfig
 
     values: dict[str, Any] = {}
     root = importlib.resources.files(CONFIGS.removeprefix("pkg://")) if CONFIGS.startswith("pkg://") else Path(CONFIGS)

@@ -8,7 +8,9 @@ loop keeps the active set, the step and the order of the hooks, so neither repea
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
 
 
 class Loop(abc.ABC):
@@ -59,3 +61,13 @@ class Loop(abc.ABC):
 
     def close(self) -> None:
         """Release what the loop holds; called whatever happened."""
+
+
+def minibatch_slices(perms: list[torch.Tensor], start: int, rows: int) -> Iterator[tuple[int, torch.Tensor]]:
+    """An epoch's calls of a step: from row ``start`` of each member's permutation, ``rows`` rows
+    at a time (the last call shorter), as ``(first row, idx [M, rows])``; one member's is a view of
+    its permutation, no copy on the hot path. DA training and fine-tuning both walk their epochs so."""
+    n = perms[0].shape[0]
+    for first in range(start, n, rows):
+        yield first, (perms[0][first:first + rows].unsqueeze(0) if len(perms) == 1 else
+                      torch.stack([p[first:first + rows] for p in perms]))

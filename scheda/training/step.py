@@ -89,6 +89,15 @@ class AutogradStep:
         return loss.detach()
 
 
+def stack_views(params: list[torch.Tensor]) -> torch.Tensor:
+    """``params`` (one per model, the same shape) stacked into one [M, ...] tensor, each parameter
+    then a view of its slice: a batched product updates every model in place."""
+    stacked = torch.stack([p.detach() for p in params])
+    for k, p in enumerate(params):
+        p.data = stacked[k]
+    return stacked
+
+
 def plain_sgd(optimizer: SGD) -> bool:
     group = optimizer.param_groups[0]
     return group["momentum"] == 0 and group["weight_decay"] == 0
@@ -145,11 +154,7 @@ class BatchedStep(LossSums):
                     if p.grad is None:
                         p.grad = torch.zeros_like(p)
         else:
-            self.W = torch.stack([m.W.detach() for m in models])
-            self.b = torch.stack([m.b.detach() for m in models])
-            self.b_prime = torch.stack([m.b_prime.detach() for m in models])
-            for k, m in enumerate(models):  # the models now view the stacks
-                m.W.data, m.b.data, m.b_prime.data = self.W[k], self.b[k], self.b_prime[k]
+            self.W, self.b, self.b_prime = (stack_views([getattr(m, name) for m in models]) for name in ("W", "b", "b_prime"))
         # Every intermediate in buffers allocated once: [dh; h] and [x~; dz] are stacked so the
         # weight gradient is one product.
         self.x = torch.empty(M, n, d, **f32)

@@ -27,7 +27,7 @@ from scheda.model.autoencoder import DenoisingAutoencoder
 from scheda.model.noise import Corruption
 from scheda.model.optim import SGD
 from scheda.model.schedule import NoiseSchedule
-from scheda.training.loop import Loop
+from scheda.training.loop import Loop, minibatch_slices
 from scheda.training.step import StepChoice
 
 log = logging.getLogger(__name__)
@@ -410,10 +410,7 @@ class Trainer(Loop):
         lead = active[0]
         self.seed_losses(step, epochs)
         rows = bs * step.minibatches
-        for first in range(epochs[0].next_first, n, rows):
-            # one model: a view of its permutation, no copy on the hot path
-            idx = epochs[0].perm[first:first + rows].unsqueeze(0) if len(epochs) == 1 else \
-                torch.stack([e.perm[first:first + rows] for e in epochs])
+        for first, idx in minibatch_slices([e.perm for e in epochs], epochs[0].next_first, rows):
             nus = [t.schedule.draw(t.generator, device) if e.random_nu else e.nu for t, e in zip(active, epochs)]
             step(self.x_all, idx, nus, generators)
             for k, e in enumerate(epochs):

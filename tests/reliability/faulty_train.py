@@ -54,15 +54,15 @@ def inject_faults() -> None:
 
     finetune_sleep = float(os.environ.get("SCHEDA_FAULT_FINETUNE_SLEEP", "0"))
     if finetune_sleep:
-        import scheda.evaluation.finetune
+        import scheda.training.finetune
 
-        tuner_epoch = scheda.evaluation.finetune.FineTuner.epoch
+        tuner_epoch = scheda.training.finetune.FineTuner.epoch
 
         def slow_finetune_epoch(self, active, step):
             tuner_epoch(self, active, step)
             time.sleep(finetune_sleep)
 
-        scheda.evaluation.finetune.FineTuner.epoch = slow_finetune_epoch
+        scheda.training.finetune.FineTuner.epoch = slow_finetune_epoch
 
     hang = os.environ.get("SCHEDA_FAULT_HANG_WRITE")
     if hang:
