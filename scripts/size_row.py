@@ -27,6 +27,7 @@ def main(argv=None) -> int:
     parser.add_argument("--unit", type=int, default=100)
     parser.add_argument("--most", type=int, default=2000)
     parser.add_argument("--budget", type=float, required=True, help="seconds the protocol may take")
+    parser.add_argument("--json", action="store_true", help="print the sizing as JSON (fixed, rest and per-epoch seconds)")
     parser.add_argument("overrides", nargs="*", help="scheda-reproduce's overrides (table=, scale=, ...)")
     args = parser.parse_intermixed_args(argv)
     from hydra import compose, initialize_config_dir, initialize_config_module
@@ -58,7 +59,11 @@ def main(argv=None) -> int:
     print(f"size_row: {len(items)} jobs, {fixed:.0f} s to start them; continuations and controls {rest:.0f} s; "
           f"the DA grid {per_epoch:.3g} s an epoch with its evaluations: {left:.0f} s left for it -> {epochs} epochs",
           file=sys.stderr)
-    print(epochs)
+    if args.json:
+        print(json.dumps({"epochs": epochs, "start_s": fixed, "rest_s": rest, "da_epoch_s": per_epoch,
+                          "planned_s": fixed + rest + per_epoch * epochs}))
+    else:
+        print(epochs)
     return 0
 
 
