@@ -120,7 +120,7 @@ class Member:
                                  cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
                                  environment=environment.describe(device))
         self.loggers = build_loggers(config.logger, self.output_dir,
-                                     purge_step=self.resume_state["epoch"] + 1 if self.resume_state else None)
+                                     purge_epoch=self.resume_state["epoch"] + 1 if self.resume_state else None)
         callbacks = []  # order matters: evaluation runs before the epoch's checkpoint, which then carries it
         if config.evaluate.enabled and data.labelled:  # unlabelled data: the data set said so in one line
             self.evaluation = EvaluationCallback(config.evaluate, config.classifier, data, labelled, self.results,

@@ -37,3 +37,26 @@ def test_checkpoint_of_another_shape_is_a_clear_error(tmp_path):
     save_checkpoint(tmp_path / "c.pt", _state(DenoisingAutoencoder(6, 3)))
     with pytest.raises(CheckpointError, match=r"W of shape \(3, 6\) but the model's is \(4, 6\).*model.hidden"):
         load_model_weights(DenoisingAutoencoder(6, 4), load_checkpoint(tmp_path / "c.pt"))
+
+
+def test_a_checkpoint_of_0_2_counts_its_updates_under_step(cifar_arrays, tmp_path):
+    """The count of minibatch updates is ``updates``; 0.2 wrote it as ``step``, read for one release."""
+    import torch
+
+    from scheda.run import run
+    from scheda.training.checkpoint import load_checkpoint, save_checkpoint
+
+    from helpers import STAGES, TINY, compose_cfg
+
+    base = [f"dataset.root={cifar_arrays}", *TINY, *STAGES, "trainer.checkpoint_every=1", "logger=none"]
+    golden = run(compose_cfg(base), tmp_path / "golden")
+    run(compose_cfg([*base, "trainer.max_epochs=1"]), tmp_path / "part")
+    path = tmp_path / "part" / "checkpoints" / "epoch_00001.pt"
+    state = load_checkpoint(path)
+    assert "updates" in state and "step" not in state
+    old = {k: v for k, v in state.items() if k not in ("path", "format_version")}
+    old["step"] = old.pop("updates")
+    save_checkpoint(path, old)
+    resumed = run(compose_cfg([*base, f"resume={tmp_path / 'part'}"]), tmp_path / "part")
+    assert [h["loss"] for h in resumed["history"]] == [h["loss"] for h in golden["history"]]
+    assert load_checkpoint(tmp_path / "part")["updates"] == load_checkpoint(tmp_path / "golden")["updates"]

@@ -88,7 +88,7 @@ def test_a_resumed_run_continues_its_mlflow_run_and_its_csv(cifar_arrays, tmp_pa
     logged = read_metrics(out / "metrics.csv")
     assert logged["train/nu"] == {1: 0.5, 2: 0.5, 3: 0.2}
     with open(out / "metrics.csv", newline="") as f:
-        assert [r["step"] for r in csv.DictReader(f) if r["name"] == "train/nu"] == ["1", "2", "3"]  # purged, not duplicated
+        assert [r["epoch"] for r in csv.DictReader(f) if r["name"] == "train/nu"] == ["1", "2", "3"]  # purged, not duplicated
     client, runs = _mlflow_runs(uri)
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"  # one run, continued
     history = client.get_metric_history(runs[0].info.run_id, "train/nu")
@@ -99,7 +99,7 @@ def test_the_csv_logger_keeps_fine_tuning_rows_and_reads_a_torn_last_line(tmp_pa
     path = tmp_path / "metrics.csv"
     path.write_text("name,step,value,time\ntrain/nu,1,0.5,0\ntrain/nu,2,0.5,0\nfinetune/lr_0.1/val_error,4,0.3,0\n"
                     "train/nu,3,0.")
-    logger = CSVLogger(path, purge_step=2)
+    logger = CSVLogger(path, purge_epoch=2)
     logger.log_dict({"train/nu": 0.25}, 2)
     logger.close()
     assert read_metrics(path) == {"train/nu": {1: 0.5, 2: 0.25}, "finetune/lr_0.1/val_error": {4: 0.3}}
@@ -173,3 +173,12 @@ def test_parallel_jobs_start_on_a_new_mlflow_store_together(tmp_path):
     _, runs = _mlflow_runs(uri)
     assert sorted(r.info.run_name for r in runs) == ["job0", "job1"]
     assert {r.info.status for r in runs} == {"FINISHED"}
+
+
+def test_a_metrics_file_of_0_2_reads_its_step_column_as_the_epoch(tmp_path):
+    """0.2 named the epoch column ``step``; scheda-results reads such a file for one release."""
+    from scheda.runs.rundir import read_metrics
+
+    path = tmp_path / "metrics.csv"
+    path.write_text("name,step,value,time\ntrain/nu,1,0.5,1.0\ntrain/nu,2,0.4,2.0\n")
+    assert read_metrics(path) == {"train/nu": {1: 0.5, 2: 0.4}}

@@ -33,20 +33,20 @@ class MetricLogger(abc.ABC):
     """One backend. Steps are epochs (fine-tuning: its own epochs, under ``finetune/``)."""
 
     @abc.abstractmethod
-    def log(self, name: str, value: float, step: int) -> None:
+    def log(self, name: str, value: float, epoch: int) -> None:
         """One scalar; a backend that has no other method has all it needs."""
 
-    def log_dict(self, payload: Mapping[str, float], step: int) -> None:
+    def log_dict(self, payload: Mapping[str, float], epoch: int) -> None:
         for name, value in payload.items():
-            self.log(name, value, step)
+            self.log(name, value, epoch)
 
     def log_config(self, config: Mapping[str, Any]) -> None:
         """The run's hyper-parameters (:func:`hparams`), once a training start."""
 
-    def log_image(self, name: str, image: np.ndarray, step: int) -> None:
+    def log_image(self, name: str, image: np.ndarray, epoch: int) -> None:
         """An [H, W, C] image in [0, 1]; a backend without images ignores it."""
 
-    def log_text(self, name: str, text: str, step: int) -> None:
+    def log_text(self, name: str, text: str, epoch: int) -> None:
         """Markdown; a backend without text ignores it."""
 
     def close(self, status: str = "completed") -> None:
@@ -57,8 +57,8 @@ class LoggerConfig(Component, abc.ABC):
     """Base of a logger's schema: builds its backend for one run directory."""
 
     @abc.abstractmethod
-    def build(self, run_dir: Path, purge_step: int | None) -> MetricLogger:
-        """The backend writing this run's records (``purge_step``: see :func:`build_loggers`)."""
+    def build(self, run_dir: Path, purge_epoch: int | None) -> MetricLogger:
+        """The backend writing this run's records (``purge_epoch``: see :func:`build_loggers`)."""
 
     def where(self, run_dir: Path) -> str | None:
         """Where a finished run's records are, as its last lines say it (None: nothing to say)."""
@@ -79,25 +79,25 @@ class Loggers(MetricLogger):
     def __bool__(self) -> bool:
         return bool(self.loggers)
 
-    def log(self, name, value, step):
+    def log(self, name, value, epoch):
         for lg in self.loggers:
-            lg.log(name, value, step)
+            lg.log(name, value, epoch)
 
-    def log_dict(self, payload, step):
+    def log_dict(self, payload, epoch):
         for lg in self.loggers:
-            lg.log_dict(payload, step)
+            lg.log_dict(payload, epoch)
 
     def log_config(self, config):
         for lg in self.loggers:
             lg.log_config(config)
 
-    def log_image(self, name, image, step):
+    def log_image(self, name, image, epoch):
         for lg in self.loggers:
-            lg.log_image(name, image, step)
+            lg.log_image(name, image, epoch)
 
-    def log_text(self, name, text, step):
+    def log_text(self, name, text, epoch):
         for lg in self.loggers:
-            lg.log_text(name, text, step)
+            lg.log_text(name, text, epoch)
 
     def close(self, status: str = "completed") -> None:
         """Close every backend, even when one of them fails (the first failure is raised after)."""
@@ -127,7 +127,7 @@ class NoLoggerConfig(LoggerConfig):
 
     name: str = "none"
 
-    def build(self, run_dir: Path, purge_step: int | None) -> "Loggers":
+    def build(self, run_dir: Path, purge_epoch: int | None) -> "Loggers":
         return Loggers()
 
 
@@ -139,10 +139,10 @@ def name_runs(node: Any, label: str) -> None:
         schema_of(GROUP, {"name": sub.get("name", key)}).label(sub, label)
 
 
-def build_loggers(configs: Sequence[LoggerConfig], run_dir: Path, purge_step: int | None = None) -> Loggers:
-    """Every selected backend for ``run_dir``; ``purge_step``: a resumed run drops what it
+def build_loggers(configs: Sequence[LoggerConfig], run_dir: Path, purge_epoch: int | None = None) -> Loggers:
+    """Every selected backend for ``run_dir``; ``purge_epoch``: a resumed run drops what it
     logged from that epoch on (it logs those epochs again)."""
-    return Loggers([cfg.build(Path(run_dir), purge_step) for cfg in configs])
+    return Loggers([cfg.build(Path(run_dir), purge_epoch) for cfg in configs])
 
 
 class LoggingCallback(Callback):

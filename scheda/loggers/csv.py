@@ -1,6 +1,6 @@
 """``logger=csv``: every scalar a run logs as a row of ``metrics.csv`` in its run directory
-(``name,step,value,time``), readable without TensorBoard: ``scheda-results --metric NAME``
-reads it, and so does ``pandas.read_csv(...).pivot_table(index="step", columns="name")``."""
+(``name,epoch,value,time``), readable without TensorBoard: ``scheda-results --metric NAME``
+reads it, and so does ``pandas.read_csv(...).pivot_table(index="epoch", columns="name")``."""
 
 from __future__ import annotations
 
@@ -41,24 +41,24 @@ class CSVConfig(LoggerConfig):
             return None
         return f"metrics: {shown} (scheda-results --metric NAME)"
 
-    def build(self, run_dir: Path, purge_step: int | None) -> "CSVLogger":
-        return CSVLogger(Path(run_dir) / self.file, purge_step=purge_step)
+    def build(self, run_dir: Path, purge_epoch: int | None) -> "CSVLogger":
+        return CSVLogger(Path(run_dir) / self.file, purge_epoch=purge_epoch)
 
 
 class CSVLogger(MetricLogger):
     """Appends one row per scalar and flushes each epoch's rows, so a killed run keeps them."""
 
-    def __init__(self, path: str | Path, purge_step: int | None = None):
+    def __init__(self, path: str | Path, purge_epoch: int | None = None):
         self.path = Path(path)
-        self.purge_step = purge_step
+        self.purge_epoch = purge_epoch
         self._file = None
         self._writer: Any = None
 
     def _open(self):
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            if self.purge_step is not None and self.path.exists():
-                self._purge(self.purge_step)
+            if self.purge_epoch is not None and self.path.exists():
+                self._purge(self.purge_epoch)
             new = not self.path.exists() or self.path.stat().st_size == 0
             self._file = open(self.path, "a", newline="")
             self._writer = csv.writer(self._file)
@@ -66,25 +66,25 @@ class CSVLogger(MetricLogger):
                 self._writer.writerow(HEADER)
         return self._writer
 
-    def _purge(self, step: int) -> None:
-        """Drop the training rows from ``step`` on (logged after the checkpoint a run resumes), atomically."""
+    def _purge(self, epoch: int) -> None:
+        """Drop the training rows from ``epoch`` on (logged after the checkpoint a run resumes), atomically."""
         with open(self.path, newline="") as f:
             rows = list(csv.reader(f))
         kept = [HEADER] + [r for r in rows[1:] if len(r) == len(HEADER) and
-                           (r[0].startswith(FINETUNE) or _step(r[1]) < step)]
+                           (r[0].startswith(FINETUNE) or _epoch(r[1]) < epoch)]
 
         text = io.StringIO()
         csv.writer(text).writerows(kept)
         atomic_write(self.path, lambda out: out.write(text.getvalue().encode()))
 
-    def log(self, name, value, step):
-        self.log_dict({name: value}, step)
+    def log(self, name, value, epoch):
+        self.log_dict({name: value}, epoch)
 
-    def log_dict(self, payload, step):
+    def log_dict(self, payload, epoch):
         writer, now = self._open(), f"{time.time():.3f}"
         for name, value in payload.items():
             value = float(value)
-            writer.writerow([name, int(step), repr(value) if math.isfinite(value) else str(value), now])
+            writer.writerow([name, int(epoch), repr(value) if math.isfinite(value) else str(value), now])
         self._file.flush()
 
     def close(self, status: str = "completed") -> None:
@@ -93,7 +93,7 @@ class CSVLogger(MetricLogger):
             self._file, self._writer = None, None
 
 
-def _step(text: str) -> int:
+def _epoch(text: str) -> int:
     try:
         return int(text)
     except ValueError:

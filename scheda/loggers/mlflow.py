@@ -44,7 +44,7 @@ class MLflowConfig(LoggerConfig):
     def where(self, run_dir: Path) -> str | None:
         return f"MLflow: experiment {self.experiment} in {self.uri()} (mlflow ui --backend-store-uri {self.uri()})"
 
-    def build(self, run_dir: Path, purge_step: int | None) -> "MLflowLogger":
+    def build(self, run_dir: Path, purge_epoch: int | None) -> "MLflowLogger":
         return MLflowLogger(self.uri(), self.experiment, self.run_name or Path(run_dir).resolve().name, Path(run_dir))
 
     @classmethod
@@ -119,15 +119,15 @@ class MLflowLogger(MetricLogger):
                 raise
             return found.experiment_id
 
-    def log(self, name, value, step):
-        self.log_dict({name: value}, step)
+    def log(self, name, value, epoch):
+        self.log_dict({name: value}, epoch)
 
-    def log_dict(self, payload, step):
+    def log_dict(self, payload, epoch):
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         client = self.client
-        client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, int(step)) for k, v in payload.items()])
+        client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, int(epoch)) for k, v in payload.items()])
 
     def log_config(self, config):
         from mlflow.entities import Param

@@ -22,8 +22,8 @@ class TensorBoardConfig(LoggerConfig):
         if self.n_filters < 0:
             raise self.invalid("n_filters", "must be >= 0")
 
-    def build(self, run_dir: Path, purge_step: int | None) -> "TensorBoardLogger":
-        return TensorBoardLogger(Path(run_dir) / self.log_dir, purge_step=purge_step)
+    def build(self, run_dir: Path, purge_epoch: int | None) -> "TensorBoardLogger":
+        return TensorBoardLogger(Path(run_dir) / self.log_dir, purge_epoch=purge_epoch)
 
     def where(self, run_dir: Path) -> str | None:
         root = Path(self.log_dir).parts[0]
@@ -38,9 +38,9 @@ class TensorBoardConfig(LoggerConfig):
 class TensorBoardLogger(MetricLogger):
     """One SummaryWriter, opened at the first record (a run that fails its checks writes no event file)."""
 
-    def __init__(self, log_dir: str | Path, purge_step: int | None = None):
+    def __init__(self, log_dir: str | Path, purge_epoch: int | None = None):
         self.log_dir = Path(log_dir)
-        self.purge_step = purge_step  # a resumed run drops what it logged after its checkpoint
+        self.purge_epoch = purge_epoch  # a resumed run drops what it logged after its checkpoint
         self._writer = None
 
     @property
@@ -48,11 +48,11 @@ class TensorBoardLogger(MetricLogger):
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._writer = SummaryWriter(str(self.log_dir), purge_step=self.purge_step)
+            self._writer = SummaryWriter(str(self.log_dir), purge_step=self.purge_epoch)
         return self._writer
 
-    def log(self, name, value, step):
-        self.writer.add_scalar(name, value, step)
+    def log(self, name, value, epoch):
+        self.writer.add_scalar(name, value, epoch)
 
     def log_config(self, config):
         from torch.utils.tensorboard.summary import hparams as hparams_summaries
@@ -65,11 +65,11 @@ class TensorBoardLogger(MetricLogger):
         for summary in (session_start, session_end):
             self.writer.file_writer.add_summary(summary)
 
-    def log_image(self, name, image, step):
-        self.writer.add_image(name, image, step, dataformats="HWC")
+    def log_image(self, name, image, epoch):
+        self.writer.add_image(name, image, epoch, dataformats="HWC")
 
-    def log_text(self, name, text, step):
-        self.writer.add_text(name, text, step)
+    def log_text(self, name, text, epoch):
+        self.writer.add_text(name, text, epoch)
 
     def close(self, status: str = "completed") -> None:
         if self._writer is not None:

@@ -52,7 +52,7 @@ def status_of(exc: BaseException) -> str:
     return "failed"
 
 
-METRICS_HEADER = ["name", "step", "value", "time"]  # logger=csv's metrics.csv, one row per scalar
+METRICS_HEADER = ["name", "epoch", "value", "time"]  # logger=csv's metrics.csv, one row per scalar
 
 
 def read_metrics(path: str | Path) -> dict[str, dict[int, float]]:
@@ -66,7 +66,8 @@ def read_metrics(path: str | Path) -> dict[str, dict[int, float]]:
         with open(path, newline="") as f:
             for row in csv.DictReader(f):
                 try:
-                    out.setdefault(row["name"], {})[int(row["step"])] = float(row["value"])
+                    epoch = row["epoch"] if "epoch" in row else row["step"]  # 0.2's column, read for one release
+                    out.setdefault(row["name"], {})[int(epoch)] = float(row["value"])
                 except (KeyError, TypeError, ValueError):
                     continue
     except FileNotFoundError:

@@ -318,7 +318,7 @@ class ModelState:
             "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
             "optimizer": self.optimizer.state_dict(),
             "epoch": self.epoch,
-            "step": self.updates,
+            "updates": self.updates,
             "history": list(self.history),
             "generator": self.generator.get_state(),
             "callbacks": {type(cb).__name__: cb.state_dict() for cb in self.callbacks},
@@ -342,7 +342,8 @@ class ModelState:
         """Continue exactly where a checkpoint left off (weights, optimizer, RNG, schedule)."""
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.epoch, self.updates = int(state["epoch"]), int(state["step"])
+        # "step": 0.2's name of the updates' count, read for one release
+        self.epoch, self.updates = int(state["epoch"]), int(state["updates"] if "updates" in state else state["step"])
         self.history = list(state["history"])
         self.generator.set_state(state["generator"].cpu())
         self._partial_state = state.get("partial_epoch")
