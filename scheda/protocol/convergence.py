@@ -44,8 +44,9 @@ def section(scale: DictConfig, selection: dict[str, Any], continued: dict[str, A
     if scale.get("patience") is None:
         return []
     caps = [f"a DA at most {scale.da.epochs} epochs (evaluated every {scale.da.eval_every})"]
-    caps += [f"{name} at most {scale[name].max_epochs} in all (evaluated every K)"
-             for name in ("scheda", "increasing") if scale[name].get("max_epochs")]
+    trained = {name for by_kind in continued.values() for name in by_kind}
+    caps += [f"{kind_of(name).label} at most {scale[name].max_epochs} epochs in all (evaluated every K)"
+             for name in ("scheda", "increasing") if name in trained and scale[name].get("max_epochs")]
     lines = ["", "## Training to convergence", "",
              f"Every trained model stopped once {scale.patience} evaluation{'s' if scale.patience != 1 else ''} in a "
              f"row (in a schedule's last level) "
