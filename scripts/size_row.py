@@ -33,7 +33,8 @@ def main(argv=None) -> int:
     from hydra import compose, initialize_config_dir, initialize_config_module
 
     from scheda.config import CONFIGS
-    from scheda.protocol.estimate import (fast_step, item_seconds, job_seconds, plan, search_share, start_seconds,
+    from scheda.protocol import estimate
+    from scheda.protocol.estimate import (fast_step, item_seconds, job_seconds, search_share, start_seconds,
                                           train_examples)
     from scheda.protocol.reproduce import register_protocol_configs  # noqa: F401  (registers the schemas)
 
@@ -42,7 +43,7 @@ def main(argv=None) -> int:
     with where:
         cfg = compose("reproduce", [*args.overrides, "out_dir=unused"])
     bench = json.loads(args.bench.read_text())
-    items = plan(cfg)["items"]
+    items = estimate.items(cfg)["items"]
     batch = next((int(o.split("=", 1)[1]) for o in [*cfg.scale.train, *cfg.overrides]
                   if o.startswith("trainer.batch_size=")), 20)
     fast, examples = fast_step(cfg), train_examples(cfg)

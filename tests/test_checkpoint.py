@@ -41,7 +41,6 @@ def test_checkpoint_of_another_shape_is_a_clear_error(tmp_path):
 
 def test_a_checkpoint_of_0_2_counts_its_updates_under_step(cifar_arrays, tmp_path):
     """The count of minibatch updates is ``updates``; 0.2 wrote it as ``step``, read for one release."""
-    import torch
 
     from scheda.run import run
     from scheda.training.checkpoint import load_checkpoint, save_checkpoint

@@ -32,7 +32,7 @@ def test_every_setting_is_listed_with_its_module_and_default():
 
     text = subprocess.run([sys.executable, "-m", "scheda.config"], capture_output=True, text=True, check=True).stdout
     assert text.strip() == groups_text().strip()
-    assert "schedule=decreasing  (scheda/model/schedule.py, StepScheduleConfig)" in text
+    assert "schedule=decreasing  (scheda/model/schedule.py, LevelScheduleConfig)" in text
     assert "    schedule.delta_nu = 0.1" in text and "    trainer.batch_size = 20" in text
 
 

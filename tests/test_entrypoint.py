@@ -111,7 +111,7 @@ def test_resume_through_the_entry_point(cifar_arrays, tmp_path):
     (["+experiment=table1_scheda"], "init_from is required by this preset and was not given: add "
                                     "init_from=<the DA's run directory or checkpoint to continue>"),
     (["+model.hiden=5"], "model.hiden is not a setting of model (DAConfig): did you mean model.hidden?"),
-    (["+schedule.nu=0.3"], "schedule.nu is not a setting of schedule (StepScheduleConfig): did you mean schedule.nu0?"),
+    (["+schedule.nu=0.3"], "schedule.nu is not a setting of schedule (LevelScheduleConfig): did you mean schedule.nu0?"),
     (["optim.lr=-1"], "optim.lr=-1.0 must be > 0"),
 ])
 def test_refused_configs_fail_with_one_line_and_leave_no_run_directory(cifar_arrays, tmp_path, args, message):

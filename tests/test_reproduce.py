@@ -17,7 +17,7 @@ from scheda.protocol import launch, plan
 from scheda.protocol import selection as select
 from scheda.protocol.jobs import fmt
 from scheda.protocol.kinds import kind_of
-from scheda.protocol.kinds.steps import StepKind
+from scheda.protocol.kinds.levels import LevelKind
 from scheda.utils.errors import ConfigError
 from scheda.model.schedule import build_schedule
 from helpers import N_VAL, REPO, compose_cfg, run_command, smoke_cfg, start_command
@@ -205,8 +205,8 @@ def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch
     fake_run(tmp_path / "da" / done.name, [ev(2, 0.3)], checkpoints=(2,), **config)
     fake_run(tmp_path / "da" / killed.name, [ev(1, 0.3)], status="running", checkpoints=(1,),
              **{**config, "schedule": {"nu": 0.3, "epochs": 2}})
-    assert launch.job_state(tmp_path / "da" / done.name, done) == "done"
-    assert launch.job_state(tmp_path / "da" / killed.name, killed) == "resume"
+    assert launch.job_action(tmp_path / "da" / done.name, done) == "done"
+    assert launch.job_action(tmp_path / "da" / killed.name, killed) == "resume"
     launched = []
 
     class Launched:  # the stage's multirun, recorded instead of run
@@ -241,12 +241,12 @@ def test_a_continuation_of_another_checkpoint_is_refused(tmp_path):
               "trainer": {"checkpoint_every": 0}}
     moved = "/old/place/da/a/epoch_00002.pt"  # the same run, its out_dir since moved: still the same start
     fake_run(tmp_path / "continue" / job.name, [ev(1, 0.3)], checkpoints=(1,), init_from=moved, **config)
-    assert launch.job_state(tmp_path / "continue" / job.name, job) == "done"
+    assert launch.job_action(tmp_path / "continue" / job.name, job) == "done"
     other = tmp_path / "other"
     fake_run(other / "continue" / job.name, [ev(1, 0.3)], checkpoints=(1,), init_from="/x/da/b/epoch_00001.pt",
              **config)
     with pytest.raises(ConfigError, match="continued /x/da/b/epoch_00001.pt, the selection now says"):
-        launch.job_state(other / "continue" / job.name, job)
+        launch.job_action(other / "continue" / job.name, job)
 
 
 def test_launchers(monkeypatch):
@@ -313,7 +313,7 @@ def test_every_table_and_scale_plans_its_jobs(table, scale):
         # under the rule (scale.patience) its last level may run on to the cap: trainer.max_epochs
         schedule = build_schedule({**bases[name], **steps, **values}, job.values.get("trainer.max_epochs"))
         assert schedule.total_epochs >= 1
-        if isinstance(kind_of(job.meta["kind"]), StepKind):
+        if isinstance(kind_of(job.meta["kind"]), LevelKind):
             assert schedule.total_epochs == job.meta["epochs"]
     if scale == "paper" and "scheda" in cfg.table.continuations:
         h = cfg.scale.hidden[0]
@@ -525,7 +525,7 @@ def test_device_hours_of_random_nu_runs_use_eager_times():
     bench = {"device_name": "X", "n": 1000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 4.0, "graphed_s": 1.0}]}
     cfg = smoke_cfg("table=random_nu", "scale.control=false", "scale.finetune=null")
     est = estimate.estimate(cfg, bench, 20)
-    p = estimate.plan(cfg)
+    p = estimate.items(cfg)
     graphed_epochs = sum(i["epochs"] * i["models"] for i in p["items"] if i["hidden"] and not i.get("eager"))
     eager_epochs = sum(i["epochs"] * i["models"] for i in p["items"] if i["hidden"] and i.get("eager"))
     assert eager_epochs > 0 and graphed_epochs > 0
@@ -535,7 +535,7 @@ def test_device_hours_of_random_nu_runs_use_eager_times():
 def test_a_job_kind_is_registered_once_and_any_other_name_is_a_schedule_of_scale_schedules():
     from scheda.protocol.kinds import register_kind
     from scheda.protocol.kinds.schedule import ScheduleKind
-    from scheda.protocol.kinds.steps import ScheDA
+    from scheda.protocol.kinds.levels import ScheDA
 
     with pytest.raises(ValueError, match="job kind 'scheda' is registered twice"):
         register_kind(type("ScheDAAgain", (ScheDA,), {}))

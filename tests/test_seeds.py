@@ -32,12 +32,12 @@ def test_fused_seeds_train_as_one_sweep_and_a_new_seed_as_another(tmp_path):
     cfg = smoke_cfg("scale.seeds=[0,1,2]", "scale.da.fused=true")
     selection = {"hidden": {"16": {"by_nu": {"0.5": {"nu": 0.5, "lr": 0.1, "epoch": 2, "run": "r", "checkpoint": "c"}},
                                    "best": {"nu": 0.5, "lr": 0.1, "epoch": 2, "run": "r"}}}}
-    from scheda.protocol.seeds import SeedPlan
-    plan = SeedPlan(cfg.scale, tmp_path, selection, {}, [])
+    from scheda.protocol.seeds import Replicas
+    plan = Replicas(cfg.scale, tmp_path, selection, {}, [])
     (job,) = plan.jobs["seed_da"]
     assert job.name == "da_h16_nu0.5_lr0.1_seeds1_2" and job.values["trainer.parallel.seed"] == [1, 2]
     (tmp_path / "seed_da" / job.name).mkdir(parents=True)
-    more = SeedPlan(smoke_cfg("scale.seeds=[0,1,2,3]", "scale.da.fused=true").scale, tmp_path, selection, {}, [])
+    more = Replicas(smoke_cfg("scale.seeds=[0,1,2,3]", "scale.da.fused=true").scale, tmp_path, selection, {}, [])
     assert [j.name for j in more.jobs["seed_da"]] == [job.name, "da_h16_nu0.5_lr0.1_seeds3"]
     assert more.rows[0].replicas[3][0] == tmp_path / "seed_da" / "da_h16_nu0.5_lr0.1_seeds3" / "models" / "0"
 

@@ -166,9 +166,9 @@ def test_a_diverged_job_is_a_result_that_a_rerun_keeps(cifar_arrays, tmp_path):
     ("running", True, "resumed"), ("running", False, "reran"),
 ])
 def test_the_sweep_and_the_protocol_follow_one_reentry_policy(tmp_path, status, checkpoint, action):
-    """A sweep's job (previous_attempt, through reentry) and the protocol (job_state) decide alike."""
+    """A sweep's job (previous_attempt, through reentry) and the protocol (job_action) decide alike."""
     from scheda.protocol.jobs import JobSpec
-    from scheda.protocol.launch import job_state
+    from scheda.protocol.launch import job_action
     from scheda.runs.reentry import reentry
 
     assert reentry(status, checkpoint)[0] == action
@@ -178,7 +178,7 @@ def test_the_sweep_and_the_protocol_follow_one_reentry_policy(tmp_path, status, 
         (run_dir / "checkpoints" / "epoch_00001.pt").write_bytes(b"")
     if status is not None:
         (run_dir / "results.json").write_text(json.dumps({"status": status, "config": {"seed": 0}}))
-    assert job_state(run_dir, JobSpec("job", "da", values={"seed": 0})) == \
+    assert job_action(run_dir, JobSpec("job", "da", values={"seed": 0})) == \
         {"skipped": "done", "resumed": "resume"}.get(action, "new")
 
 

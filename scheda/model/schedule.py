@@ -155,7 +155,7 @@ class RandomDiscreteSchedule(NoiseSchedule):
         return table[i]
 
 
-def step_stages(
+def level_stages(
     direction: int,
     nu0: float,
     delta_nu: float,
@@ -186,7 +186,7 @@ def step_stages(
             word = "<=" if direction < 0 else ">="
             raise ConfigError(f"{key}.nu_final={nu_final:g} must be {word} {key}.nu0={nu0:g}")
 
-    levels = step_levels(direction, nu0, delta_nu)
+    levels = level_sequence(direction, nu0, delta_nu)
     if steps is None:
         steps = level_count(direction, nu0, delta_nu, nu_final)
     elif steps > MAX_STEPS:
@@ -207,8 +207,8 @@ def _nu_t(direction: int, nu0: float, delta_nu: float, t: int) -> float:
     return round(nu0 + direction * t * delta_nu, NU_DECIMALS)
 
 
-def step_levels(direction: int, nu0: float, delta_nu: float) -> list[float]:
-    """nu_1, nu_2, ... of a decreasing (-1) or increasing (+1) step schedule, as long as they
+def level_sequence(direction: int, nu0: float, delta_nu: float) -> list[float]:
+    """nu_1, nu_2, ... of a decreasing (-1) or increasing (+1) schedule of levels, as long as they
     stay in [0, 1) (at most MAX_STEPS + 1): the one place the sequence is computed."""
     levels = []
     for t in range(1, MAX_STEPS + 2):
@@ -224,10 +224,10 @@ def level_count(direction: int, nu0: float, delta_nu: float, nu_final: float | N
     the near side of ``nu_final`` (inclusive), or inside (0, 1) when it is None. The protocol
     plans a continuation only where this is at least 1."""
     if nu_final is None:
-        kept = [nu for nu in step_levels(direction, nu0, delta_nu) if nu > 0]
+        kept = [nu for nu in level_sequence(direction, nu0, delta_nu) if nu > 0]
     else:
         kept = list(itertools.takewhile(lambda nu: direction * (nu - nu_final) <= 1e-9,
-                                        step_levels(direction, nu0, delta_nu)))
+                                        level_sequence(direction, nu0, delta_nu)))
     if len(kept) > MAX_STEPS:
         raise ConfigError(f"schedule.delta_nu={delta_nu:g} gives over {MAX_STEPS} steps: "
                           f"use a larger delta_nu or set schedule.steps")
@@ -266,7 +266,7 @@ class ConstantScheduleConfig(ScheduleConfig):
 
 @register("schedule")
 @dataclass
-class StepScheduleConfig(ScheduleConfig):
+class LevelScheduleConfig(ScheduleConfig):
     """ScheDA (Geras & Sutton 2015): nu0 for initial_epochs ("until converged"), then
     nu_t = nu_{t-1} - delta_nu for K epochs each; stop after ``steps`` changes, or at the last
     level >= nu_final, or (both null) at the last level above 0. Paper grid: delta_nu in
@@ -284,13 +284,13 @@ class StepScheduleConfig(ScheduleConfig):
     direction: ClassVar[int] = -1
 
     def build(self) -> NoiseSchedule:
-        return NoiseSchedule(self.name, step_stages(self.direction, self.nu0, self.delta_nu, self.K,
+        return NoiseSchedule(self.name, level_stages(self.direction, self.nu0, self.delta_nu, self.K,
                                                     self.initial_epochs, self.steps, self.nu_final))
 
 
 @register("schedule")
 @dataclass
-class IncreasingScheduleConfig(StepScheduleConfig):
+class IncreasingScheduleConfig(LevelScheduleConfig):
     """The paper's control (Section 4.1.1): nu rises from nu0 by delta_nu every K epochs, up to
     nu_final (the paper: nu0 in {0.1, 0.2, 0.3, 0.4}, up to at most 0.7)."""
 

@@ -27,7 +27,7 @@ class DAGridConfig:
 
 
 @dataclass
-class StepGridConfig:
+class LevelGridConfig:
     """Stage 3: decreasing (ScheDA) or increasing schedules continued from the best DA(nu0)."""
 
     nu0: List[float] = field(default_factory=list)
@@ -62,7 +62,7 @@ class ScheduleGridConfig:
     nu0: List[float] = field(default_factory=list)
     grid: Dict[str, List[Any]] = field(default_factory=dict)
     lr: float = 0.01
-    max_epochs: Optional[int] = None  # with scale.patience: as StepGridConfig.max_epochs
+    max_epochs: Optional[int] = None  # with scale.patience: as LevelGridConfig.max_epochs
 
 
 @dataclass
@@ -71,8 +71,8 @@ class ScaleConfig:
     description: str = MISSING
     hidden: List[int] = field(default_factory=list)
     da: DAGridConfig = field(default_factory=DAGridConfig)
-    scheda: StepGridConfig = field(default_factory=StepGridConfig)
-    increasing: StepGridConfig = field(default_factory=StepGridConfig)
+    scheda: LevelGridConfig = field(default_factory=LevelGridConfig)
+    increasing: LevelGridConfig = field(default_factory=LevelGridConfig)
     random_nu: RandomNuConfig = field(default_factory=RandomNuConfig)
     schedules: Dict[str, Any] = field(default_factory=dict)  # name -> ScheduleGridConfig (typed by the protocol's check)
     control: bool = False

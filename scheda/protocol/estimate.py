@@ -29,7 +29,7 @@ TRAIN_EXAMPLES = 45000  # CIFAR-10's training split: an epoch of the benchmark (
 INPUTS = 3072  # CIFAR-10's pixels: the benchmark's input size (scripts/bench_train.py) and Table 1's raw features
 
 
-def plan(cfg: DictConfig) -> dict[str, Any]:
+def items(cfg: DictConfig) -> dict[str, Any]:
     """Per stage: jobs, model-epochs and evaluations, with hidden size per item."""
     scale = cfg.scale
     da = da_jobs(scale, cfg.table.raw)
@@ -213,7 +213,7 @@ def fast_step(cfg: DictConfig) -> bool:
 
 def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> dict[str, Any]:
     """Jobs, model-epochs, evaluations and (with a benchmark) device-hours of ``cfg``'s scale."""
-    p = plan(cfg)
+    p = items(cfg)
     fast, examples, inputs = fast_step(cfg), train_examples(cfg), int(cfg.table.get("inputs", INPUTS))
     out: dict[str, Any] = {"jobs": {}, "model_epochs": {}, "evaluations": 0, "finetune_jobs": p["finetune_jobs"]}
     seconds_train = seconds_eval = 0.0

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 LAUNCHERS = ("basic", "joblib", "submitit_slurm", "submitit_local")
 
 
-def job_state(run_dir: Path, job: JobSpec) -> str:
+def job_action(run_dir: Path, job: JobSpec) -> str:
     """'done', 'resume' (a checkpoint to continue from) or 'new' (a failed job reruns), by the
     policy a sweep run again follows too (scheda.runs.reentry.reentry). A finished job run with other
     settings is an error: the protocol directory belongs to one scale."""
@@ -116,7 +116,7 @@ def run_stage(cfg: DictConfig, out_dir: Path, stage: str, jobs: list[JobSpec]) -
     stage_dir = out_dir / stage
     todo = []
     for job in jobs:
-        state = job_state(stage_dir / job.name, job)
+        state = job_action(stage_dir / job.name, job)
         if state == "done":
             continue
         spec = JobSpec(job.name, job.stage, job.groups, {"seed": cfg.scale.seeds[0], **job.values}, job.meta)

@@ -37,7 +37,7 @@ from scheda.protocol.config import register_protocol_configs
 from scheda.protocol.jobs import JobSpec
 from scheda.runs.rundir import FINAL_STATUSES
 from scheda.protocol.report import folder_id, report_path, write_report
-from scheda.protocol.seeds import SUBSTAGES, SeedPlan
+from scheda.protocol.seeds import SUBSTAGES, Replicas
 
 log = logging.getLogger("reproduce")
 
@@ -72,7 +72,7 @@ class Progress:
     selection: dict[str, Any] = field(default_factory=dict)
     continued: dict[str, Any] = field(default_factory=dict)
     seeded: dict[str, Any] = field(default_factory=dict)
-    seed_plan: SeedPlan | None = None
+    seed_plan: Replicas | None = None
     counts: list[dict[str, int]] = field(default_factory=list)
     launching: bool = False
 
@@ -114,7 +114,7 @@ def _collect_finetune(p: Progress) -> None:
 
 
 def _plan_seeds(p: Progress) -> dict[str, list[JobSpec]]:
-    p.seed_plan = SeedPlan(p.cfg.scale, p.out_dir, p.selection, p.continued, p.all_jobs())
+    p.seed_plan = Replicas(p.cfg.scale, p.out_dir, p.selection, p.continued, p.all_jobs())
     return p.seed_plan.jobs
 
 

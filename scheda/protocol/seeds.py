@@ -56,7 +56,7 @@ class Row:
     replicas: dict[int, tuple[Path, int | None]] = field(default_factory=dict)
 
 
-class SeedPlan:
+class Replicas:
     """The replica jobs of every further seed, planned from the selection seed's results (all
     paths are known in advance, so the three stages can be planned at once)."""
 

@@ -1,6 +1,6 @@
 """What a run does with a directory that already holds a run: a sweep run again into its folder,
 a job Slurm requeued (time limit, preemption), the same ``hydra.run.dir`` twice. One policy
-(:func:`reentry`), which the protocol follows too (scheda.protocol.launch.job_state): a finished
+(:func:`reentry`), which the protocol follows too (scheda.protocol.launch.job_action): a finished
 run is kept, a failed one runs again with its files set aside under ``attempts/<n>/``, a stopped
 one resumes from its newest checkpoint. No torch.
 """
@@ -35,7 +35,7 @@ def has_checkpoint(run_dir: Path) -> bool:
 
 def reentry(status: str | None, checkpointed: bool, error: str | None = None) -> tuple[str, str]:
     """The one policy for a run directory that already holds a run, used by a sweep run again
-    (:func:`previous_attempt`) and by the protocol (scheda.protocol.launch.job_state): from the
+    (:func:`previous_attempt`) and by the protocol (scheda.protocol.launch.job_action): from the
     earlier attempt's status (None: no results.json), whether it left a checkpoint and the error
     it recorded, the action (``ACTIONS``) and a line saying why. A final status (completed, diverged) is kept;
     a failure reruns from the start (what failed may be in its checkpoints); a run that stopped

@@ -327,7 +327,7 @@ class FineTuner:
         [tuning] = active
         return AutogradFineTune(tuning, self.x["train"], self.y["train"])
 
-    def state(self, tunings: list[Tuning]) -> tuple[dict[str, Any], bool]:
+    def snapshot(self, tunings: list[Tuning]) -> tuple[dict[str, Any], bool]:
         """What a checkpoint would hold now (the rates in progress, copied, and the best nets not
         written yet), and whether a rate finished with this epoch (its result is written at once)."""
         newly = False
@@ -408,7 +408,7 @@ class FineTuneLoop(Loop):
     def run_epoch(self, active: list[Tuning]) -> None:
         self.tuner.epoch(active, self.step_for(active))
         self.ran += 1
-        self.saved, newly = self.tuner.state(self.members)
+        self.saved, newly = self.tuner.snapshot(self.members)
         self.written = self.ran % self.tuner.cfg.checkpoint_every == 0 or newly or self.saved["current"] is None
         if self.written:
             self.tuner.save(**self.saved)

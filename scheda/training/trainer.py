@@ -145,7 +145,7 @@ class Callback:
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-class EpochState:
+class EpochProgress:
     """Sums over one epoch's minibatches, kept on the device until the epoch ends (the loss's in
     the shape of the step's ``loss_sums`` row), and where
     the epoch stands (``next_first``: the first row of the next minibatch in ``perm``), so an
@@ -212,7 +212,7 @@ class ModelState:
         self.ran: dict[str, Any] | None = None  # the step that trained it, once built (StepChoice.build)
         self.stop = NEVER  # a run sets its StopRequest (signals)
         self.on_batch = None  # called with each minibatch's size (a progress bar), if set
-        self.partial: EpochState | None = None  # the epoch an interrupt stopped, or one to finish
+        self.partial: EpochProgress | None = None  # the epoch an interrupt stopped, or one to finish
         self._partial_state: dict[str, Any] | None = None
         self._alone: Trainer | None = None
 
@@ -253,7 +253,7 @@ class ModelState:
         """One epoch, without callbacks (a benchmark's unit)."""
         return self.end_epoch(self.alone.run_minibatches([self])[0])
 
-    def begin_epoch(self) -> "EpochState":
+    def begin_epoch(self) -> "EpochProgress":
         """Set nu and draw the epoch's permutation (the generator's first draw of the epoch),
         or take up the epoch an interrupt stopped."""
         self.model.train()
@@ -261,20 +261,20 @@ class ModelState:
         self.model.set_epoch(self.epoch)
         nu = self.schedule.nu_at(self.epoch)
         if self._partial_state is not None:
-            epoch = EpochState(nu, self.schedule.per_minibatch, torch.empty(0), start, self.device)
+            epoch = EpochProgress(nu, self.schedule.per_minibatch, torch.empty(0), start, self.device)
             epoch.load_state_dict(self._partial_state)
             self._partial_state = None
             return epoch
         perm = torch.randperm(self.train_x.shape[0], generator=self.generator, device=self.device)
-        return EpochState(nu, self.schedule.per_minibatch, perm, start, self.device)
+        return EpochProgress(nu, self.schedule.per_minibatch, perm, start, self.device)
 
-    def keep_partial(self, epoch: "EpochState") -> None:
+    def keep_partial(self, epoch: "EpochProgress") -> None:
         """Keep the epoch an interrupt stopped, and let the callbacks checkpoint it."""
         self.partial = epoch
         for cb in self.callbacks:
             cb.on_interrupt(self)
 
-    def end_epoch(self, epoch: "EpochState") -> dict[str, Any]:
+    def end_epoch(self, epoch: "EpochProgress") -> dict[str, Any]:
         """Close an epoch: divergence check, metrics, history (callbacks are the caller's)."""
         # The epoch's one host-device sync; non-finite weights count as divergence too, so a
         # checkpoint never stores them even when the last update broke them.
@@ -398,7 +398,7 @@ class Trainer(Loop):
         for t, e in zip(active, self.run_minibatches(active)):
             t.run_epoch_callbacks(t.end_epoch(e))
 
-    def run_minibatches(self, active: list[ModelState]) -> list[EpochState]:
+    def run_minibatches(self, active: list[ModelState]) -> list[EpochProgress]:
         """The epoch's updates: no host-device synchronisation here (the losses and the mean nu
         accumulate on the device; ``end_epoch`` reads them once). An interrupt checkpoints every
         model where it stands and stops."""
@@ -428,7 +428,7 @@ class Trainer(Loop):
         return epochs
 
     @staticmethod
-    def seed_losses(step, epochs: list[EpochState]) -> None:
+    def seed_losses(step, epochs: list[EpochProgress]) -> None:
         """The step sums the epoch's losses; an epoch taken up after an interrupt hands its sums
         back to it (in the step's own shape: the same additions as if never stopped)."""
         step.loss_sums.zero_()
@@ -438,7 +438,7 @@ class Trainer(Loop):
                 e.loss_sum = torch.zeros((), device=e.loss_sum.device)
 
     @staticmethod
-    def take_losses(step, epochs: list[EpochState]) -> None:
+    def take_losses(step, epochs: list[EpochProgress]) -> None:
         """The epochs' sums back from the step (no synchronisation); a sum of another step's
         shape (an epoch stopped under another step) is added to them."""
         for e, loss in zip(epochs, step.take_loss_sums().unbind()):

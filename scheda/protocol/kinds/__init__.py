@@ -20,7 +20,7 @@ from scheda.protocol.kinds.base import (BASELINE, CONTINUATION, CONTROL, FINETUN
 from scheda.protocol.kinds.schedule import ScheduleKind
 
 # The built-in kinds first, in the order the protocol lists them; then any other module here.
-_BUILTIN = ("da", "steps", "random_nu", "control", "finetune")
+_BUILTIN = ("da", "levels", "random_nu", "control", "finetune")
 for _module in [*_BUILTIN, *sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name not in _BUILTIN)]:
     importlib.import_module(f"{__name__}.{_module}")
 

@@ -19,7 +19,7 @@ from scheda.protocol.jobs import JobSpec, fmt
 BASELINE = "baseline"  # raw pixels: no training, evaluated once
 GRID = "grid"  # the DA grid of stage 1 (by hidden size, nu, lr)
 CONTINUATION = "continuation"  # stage 3: a schedule from a selected DA, or a random-nu DA
-CONTROL = "control"  # stage 4: the same start as the best step schedule, without its schedule
+CONTROL = "control"  # stage 4: the same start as the best schedule of levels, without its schedule
 FINETUNE = "finetune"  # stage 5: supervised fine-tuning of a selected encoder
 
 REGISTRY: dict[str, "JobKind"] = {}

@@ -13,7 +13,7 @@ from scheda.utils.errors import ConfigError
 from scheda.protocol.config import ScheduleGridConfig
 from scheda.protocol.jobs import JobSpec, fmt, rule_values
 from scheda.protocol.kinds.base import ContinuationKind, grid_points, settings_text
-from scheda.protocol.kinds.steps import starts
+from scheda.protocol.kinds.levels import starts
 
 
 class ScheduleKind(ContinuationKind):

@@ -1,4 +1,4 @@
-"""Step schedules continued from a selected DA(nu0): ScheDA (nu0 down by delta_nu every K
+"""Schedules of levels continued from a selected DA(nu0): ScheDA (nu0 down by delta_nu every K
 epochs, Section 3) and its control of Section 4.1.1 (the same steps up). Their grids are
 ``scale.scheda`` and ``scale.increasing``; their best runs get controls (stage 4)."""
 
@@ -27,7 +27,7 @@ def starts(kind: str, grid: DictConfig, hidden: int, by_nu: dict[str, Any]) -> I
         yield nu0, start
 
 
-class StepKind(ContinuationKind):
+class LevelKind(ContinuationKind):
     """nu0 -> nu0 + direction * delta_nu every K epochs, T levels up to ``nu_final``."""
 
     direction: ClassVar[int]  # -1: noise decreases; +1: it increases
@@ -94,7 +94,7 @@ class StepKind(ContinuationKind):
 
 
 @register_kind
-class ScheDA(StepKind):
+class ScheDA(LevelKind):
     name, label, title, short = "scheda", "ScheDA", "ScheDA", "ScheDA"
     direction, schedule = -1, "decreasing"
 
@@ -103,6 +103,6 @@ class ScheDA(StepKind):
 
 
 @register_kind
-class Increasing(StepKind):
+class Increasing(LevelKind):
     name, label, title, short = "increasing", "Increasing schedule", "Increasing", "increasing"
     direction, schedule = 1, "increasing"
