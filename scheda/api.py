@@ -33,12 +33,13 @@ class Run:
         from scheda.training.checkpoint import find_checkpoint
 
         self.dir = Path(run_dir)
-        if (self.dir / "models").is_dir():
-            raise ConfigError(f"{self.dir} is a fused sweep: load one of its models, {self.dir}/models/<k>")
         try:
             self.results: dict[str, Any] = json.loads((self.dir / "results.json").read_text())
         except (OSError, ValueError):
             self.results = {}
+        # what the run is, as its plan recorded it (a run from before the record: its models/ folder)
+        if (self.results.get("plan") or {}).get("sweep", (self.dir / "models").is_dir()):
+            raise ConfigError(f"{self.dir} is a fused sweep: load one of its models, {self.dir}/models/<k>")
         if "config" not in self.results:
             raise ConfigError(f"{self.dir} holds no scheda run (no results.json with its config): "
                               f"pass the run directory a run printed")

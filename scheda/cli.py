@@ -59,7 +59,8 @@ def train(cfg: DictConfig) -> float | None:
             _remove_failed_run_dir(output_dir)
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
-    if "best_val_error" in summary:  # a fused sweep (trainer.parallel)
+    # a fused sweep (trainer.parallel), as the run's plan recorded it (a run completed before the record: its summary's best)
+    if (summary.get("plan") or {}).get("sweep", "best_val_error" in summary):
         return summary["best_val_error"]
     evaluations = summary["evaluations"]
     return evaluations[-1]["val_error"] if evaluations else summary.get("final_train_loss")

@@ -55,6 +55,7 @@ def run(cfg: DictConfig, output_dir: str | Path, data: Mapping[str, Any] | None 
             return results.data
         try:
             plan = make_plan(cfg, data)  # before any data, logger or checkpoint
+            results.update(plan=plan.record())
             if plan.config.model.trains:
                 summary = train(plan, output_dir, results)
             else:  # model=raw evaluates the inputs themselves

@@ -82,3 +82,27 @@ def test_what_ran_is_what_the_plan_chose(cifar_arrays, tmp_path):
     run(compose_cfg([f"dataset.root={cifar_arrays}", *BASE]), tmp_path / "one")
     saved = json.loads((tmp_path / "one" / "results.json").read_text())
     assert (saved["cuda_graph"], saved["triton"], saved["two_pass"]) == (False, False, False)
+
+
+def test_results_record_the_plan_and_the_command_line_and_the_api_read_it(cifar_arrays, tmp_path):
+    """What a run is, decided once in its plan, is written in results.json (``plan``); the sweepers' value
+    and scheda.load read it there instead of deciding it again."""
+    import json
+
+    import pytest
+
+    from scheda import load
+    from scheda.run import run
+    from scheda.utils.errors import ConfigError
+
+    from helpers import TINY, compose_cfg
+
+    base = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1", "logger=none"]
+    one = run(compose_cfg(base), tmp_path / "one")
+    assert one["plan"]["sweep"] is False and one["plan"]["models"] == 1 and one["plan"]["step"]["kind"] == "fused"
+    sweep = run(compose_cfg([*base, "trainer.parallel.nu=[0.2,0.4]"]), tmp_path / "sweep")
+    assert sweep["plan"] == {**sweep["plan"], "sweep": True, "models": 2}
+    assert json.loads((tmp_path / "sweep" / "results.json").read_text())["plan"]["sweep"] is True
+    with pytest.raises(ConfigError, match="is a fused sweep"):
+        load(tmp_path / "sweep")
+    assert load(tmp_path / "one").results["plan"]["sweep"] is False

@@ -54,6 +54,13 @@ class Plan:
         """No autoencoder training: fine-tune ``init_from``'s encoder."""
         return self.config.finetune.skips_training
 
+    def record(self) -> dict[str, Any]:
+        """What results.json records of the plan (``plan``): what the run is, for whoever reads the run
+        (the command line's sweepers, the Python API) without deciding it again."""
+        return {"sweep": self.sweep, "models": len(self.models), "trains": bool(self.config.model.trains),
+                "standalone": self.standalone, "device": str(self.device), "step": self.step.describe(),
+                "finetune_step": self.finetune_step.describe()}
+
     def describe(self) -> str:
         """What the run trains, in one line for its log."""
         if self.sweep:
