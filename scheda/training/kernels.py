@@ -164,7 +164,11 @@ def loss_slots(M: int, d: int, device: torch.device) -> torch.Tensor:
 
 MAX_ROWS = 128  # the two-pass step keeps a minibatch's rows in one program
 BLOCK_H2 = 16  # W's rows per program in pass (ii) (H / 16 programs a model: 63 at H 1000), hidden units per tile of pass (i)
-BLOCK_D2 = BLOCK_COL  # W's columns per tile (pass (i): per program, so its loss slots are loss_slots()')
+BLOCK_D2 = BLOCK_COL  # W's columns per tile in pass (ii)
+# W's columns per program in pass (i), the decode: tl.dot's least, so that its grid covers a card at one
+# model (d / 16 = 192 programs at 3072 inputs, where 64-column programs were 48 for 132 SMs); each
+# program sums over all of H in a fixed order, so the step stays deterministic (no split reduction).
+BLOCK_DD = 16
 
 
 @triton.jit
@@ -258,7 +262,12 @@ def _rows_block(n: int) -> int:
 
 
 def _decode_grid(M: int, d: int) -> tuple[int, int]:
-    return M, triton.cdiv(d, BLOCK_D2)
+    return M, triton.cdiv(d, BLOCK_DD)
+
+
+def two_pass_loss_slots(M: int, d: int, device: torch.device) -> torch.Tensor:
+    """The two-pass step's loss accumulators: one per model and decode program (summed at the epoch's end)."""
+    return torch.zeros(M, triton.cdiv(d, BLOCK_DD), device=device)
 
 
 def _rows_grid(M: int, H: int) -> tuple[int, int]:
@@ -271,7 +280,7 @@ def two_pass_launches(M: int, H: int, d: int, batch_size: int) -> list[dict]:
     a power of two, H to BLOCK_H2, d to BLOCK_D2). The decode is one product (h W); the rows pass
     three (dh = dz W_j^T, the update, the next minibatch's encode). A benchmark's occupancy floor."""
     n = _rows_block(batch_size)
-    Hp, dp = triton.cdiv(H, BLOCK_H2) * BLOCK_H2, triton.cdiv(d, BLOCK_D2) * BLOCK_D2
+    Hp, dp = triton.cdiv(H, BLOCK_H2) * BLOCK_H2, triton.cdiv(d, BLOCK_DD) * BLOCK_DD
     decode, rows = _decode_grid(M, d), _rows_grid(M, H)
     return [{"kernel": "decode_pass", "programs": decode[0] * decode[1], "flops": 2 * M * n * Hp * dp},
             {"kernel": "rows_pass", "programs": rows[0] * rows[1], "flops": 3 * 2 * M * n * Hp * dp}]
@@ -286,7 +295,7 @@ def decode_pass(h: torch.Tensor, W: torch.Tensor, b_prime: torch.Tensor, x: torc
     d = W.shape[2]
     _decode_pass[_decode_grid(M, d)](h, W, b_prime, x, neg_lr, dz, loss, n, H, d, h.stride(0),
             W.stride(0), x.stride(0), dz.stride(0), loss.stride(0), BLOCK_N=_rows_block(batch_size),
-            BLOCK_H=BLOCK_H2, BLOCK_D=BLOCK_D2, PRECISION=precision)
+            BLOCK_H=BLOCK_H2, BLOCK_D=BLOCK_DD, PRECISION=precision)
 
 
 def rows_pass(W: torch.Tensor, b: torch.Tensor, h: torch.Tensor, dz: torch.Tensor | None, x_tilde: torch.Tensor | None,

@@ -380,6 +380,7 @@ class TwoPassStep(TritonStep):
         self.xs = torch.empty(2, M, n, d, **f32)  # this minibatch's x and the next one's, in turn
         self.x_tildes = torch.empty(2, M, n, d, **f32)
         self.dot_precision = {"fp32": "ieee", "tf32x3": "tf32x3"}[precision]
+        self.loss_sums = self.kernels.two_pass_loss_slots(M, d, x_all.device)  # one a decode program
 
     def _corrupt(self, x_all: torch.Tensor, idx: torch.Tensor, generators: list, slot: int) -> None:
         n, d = idx.shape[1], self.x.shape[2]
