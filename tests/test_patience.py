@@ -104,3 +104,13 @@ def test_patience_needs_labels(tmp_path):
                        "logger=none"])
     with pytest.raises(ConfigError, match="trainer.patience reads the validation error"):
         run(cfg, tmp_path / "run")
+
+
+def test_a_run_resumed_with_the_rule_on_stops_by_it(cifar_arrays, tmp_path):
+    """When training stops may change on resume, as its length may: a fixed-length run cut short and
+    resumed with trainer.patience stops by the rule."""
+    base = [f"dataset.root={cifar_arrays}", *TINY, FROZEN, "schedule=constant", "schedule.epochs=9",
+            "evaluate.every=1", "trainer.checkpoint_every=1", "logger=none"]
+    run(compose_cfg([*base, "trainer.max_epochs=2"]), tmp_path / "run")
+    resumed = run(compose_cfg([*base, f"resume={tmp_path / 'run'}", "trainer.patience=2"]), tmp_path / "run")
+    assert resumed["stopped_by"] == "patience" and resumed["epochs"] == 3  # best at 1 (ties), then 2 and 3

@@ -5,7 +5,8 @@ The run's own overrides (``RUN/.hydra/overrides.yaml``) are composed again with 
 the command line on top, and the run writes into its own directory, so its checkpoints,
 results.json and TensorBoard curves stay one run. A change that would alter training (the
 schedule, the model, lr, seed, ...) is refused with one line unless ``force_resume=true``;
-devices, threads, logging, evaluation and a longer ``trainer.max_epochs`` may change.
+devices, threads, logging, evaluation, a longer ``trainer.max_epochs`` and when training stops
+(``trainer.patience``, ``trainer.min_epochs``) may change.
 This module imports no torch: it runs before Hydra parses the command line.
 """
 
@@ -14,9 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-# Keys a resumed run may change: where and how it runs and is measured, not what it trains.
+# Keys a resumed run may change: where and how it runs and is measured, and when it stops, not what it trains.
 MAY_CHANGE = ("resume", "init_from", "force_resume", "rerun", "requires", "trainer.device", "trainer.num_threads",
-              "trainer.progress_bar", "trainer.max_epochs", "trainer.checkpoint_every", "logger.", "evaluate.",
+              "trainer.progress_bar", "trainer.max_epochs", "trainer.patience", "trainer.min_epochs",
+              "trainer.checkpoint_every", "logger.", "evaluate.",
               "classifier.", "finetune.", "dataset.root", "dataset.download")
 DROPPED = ("resume", "init_from", "hydra.run.dir", "hydra.output_subdir")  # of the run's own overrides
 
