@@ -133,3 +133,17 @@ def test_each_run_records_its_environment_and_env_shows_it(sweep):
 def test_env_is_per_run_not_per_group(sweep):
     proc = run_module("scheda.runs.gather", [sweep, "--env", "--group-by", "all-but-seed"])
     assert proc.returncode == 2 and "--env shows each run's own values" in proc.stderr
+
+
+def test_runs_under_the_rule_of_training_to_convergence_say_why_they_stopped(cifar_arrays, tmp_path):
+    """With trainer.patience, each run's stop (patience, or its cap) is a column beside its epochs; a
+    sweep without the rule has no such column."""
+    proc = run_train(["-m", f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=3",
+                      "optim.lr=1e-30,0.5", "trainer.patience=1", "evaluate.every=1", "logger=none",
+                      f"hydra.sweep.dir={tmp_path / 'rule'}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = _rows(tmp_path / "rule")
+    assert list(rows[0])[list(rows[0]).index("epochs") + 1] == "stopped"
+    by_lr = {row["optim.lr"]: row for row in rows}
+    assert by_lr["1e-30"]["stopped"] == "patience" and by_lr["1e-30"]["epochs"] == "2"  # no new best at 2
+    assert by_lr["0.5"]["stopped"] in ("patience", "cap")

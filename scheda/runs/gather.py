@@ -1,6 +1,7 @@
 """``scheda-results DIR...``: every run's results.json under the given folders (single runs,
 sweeps, the models of a fused sweep, protocol folders) as one table: the config keys that differ
-between the runs as columns, then status, epochs, the classifier's chosen setting, validation and
+between the runs as columns, then status, epochs (and why each stopped, where the rule of training to
+convergence was on), the classifier's chosen setting, validation and
 test error and wall time, sorted by validation error. ``--group-by`` folds runs that differ only
 in other keys (``--group-by all-but-seed``: seeds) into mean ± sd (n) per group, with the
 statistics the protocol's report uses (scheda.utils.stats). ``--at`` reads each run at its last
@@ -89,6 +90,7 @@ def read_row(path: Path, at: str = "last", base: Path | None = None,
     logged = read_metrics(path.parent / str(config.get("logger.csv.file") or "metrics.csv")) if metrics else {}
     return {"run": name, "config": config,
             "status": results.get("status", "?"), "epochs": results.get("epochs"),
+            "stopped": results.get("stopped_by"),
             "classifier": params_text(params_of(chosen)) if chosen else None,
             "val_error %": 100 * chosen["val_error"] if chosen else None,
             "test_error %": 100 * chosen["test_error"] if chosen else None,
@@ -111,6 +113,8 @@ def table(rows: list[dict[str, Any]], env: bool = False,
     environment after its results; ``metrics``: logged scalars (metrics.csv) after those."""
     keys = differing_keys(rows)
     columns = [*COLUMNS, *(f"env.{k}" for k in ENV_COLUMNS if env), *metrics]
+    if any(r.get("stopped") in ("patience", "cap") for r in rows):  # the rule of training to convergence was on
+        columns.insert(columns.index("epochs") + 1, "stopped")
     ordered = sorted(rows, key=lambda r: (r["val_error %"] is None, r["val_error %"] or 0.0, r["run"]))
     return (["run", *keys, *columns],
             [[r["run"], *(r["config"].get(k) for k in keys), *(r[c] for c in columns)] for r in ordered])
