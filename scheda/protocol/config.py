@@ -78,7 +78,7 @@ class ScaleConfig:
     control: bool = False
     # Training to convergence (every trained model: the DA grid, continuations, controls, the further
     # seeds): stop once this many evaluations brought no new best validation error, up to the caps
-    # (da.epochs, <continuation>.max_epochs, random_nu.epochs); a model still improving at its cap is
+    # (da.epochs, <continuation>.max_epochs, random_nu.epochs); a model the rule has not stopped by its cap is
     # reported "at the cap". null: every model trains its fixed length.
     patience: Optional[int] = None
     finetune: Optional[str] = None

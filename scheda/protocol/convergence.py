@@ -1,6 +1,6 @@
 """The report's account of the rule of training to convergence (``scale.patience``): for every
 reported model and seed, its best epoch on validation and why it stopped (the rule, or its cap
-while still improving), so that no model read at the edge of its budget passes as converged."""
+before the rule stopped it), so that no model read at the edge of its budget passes as converged."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from scheda.protocol.kinds import CONTINUATION, kind_of
+from pathlib import Path
+
+from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
+from scheda.runs.rundir import read_results
 from scheda.protocol.kinds.da import DA
 from scheda.training.callbacks import CAP, PATIENCE, SCHEDULE
 
@@ -25,6 +28,22 @@ def stopped_text(e: dict[str, Any]) -> str:
     return f"{e['epoch']}"
 
 
+def finetuned(run: str | Path) -> dict[str, Any] | None:
+    """A fine-tuning run's chosen rate as the section reads a model: its best epoch, and why that rate
+    stopped (``finetune.patience``, or its ``finetune.max_epochs``: its cap)."""
+    results = read_results(Path(run)) or {}
+    ft = results.get("finetune") or {}
+    chosen = ft.get("chosen")
+    if not chosen:
+        return None
+    rate = next((r for r in ft.get("per_lr", []) if r["lr"] == chosen["lr"]), None)
+    most = ((results.get("config") or {}).get("finetune") or {}).get("max_epochs")
+    if rate is None or most is None:
+        return None
+    return {"epoch": chosen["best_epoch"], "epochs_trained": rate["epochs_run"],
+            "stopped_by": PATIENCE if rate["epochs_run"] < most else CAP}
+
+
 def _rows(hidden: str, sel: dict[str, Any], continued: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     """(key in the seeds' results, label, the selection seed's entry) of each reported model that trains."""
     rows = [(DA.name, "Best DA", sel["best"])]
@@ -35,6 +54,11 @@ def _rows(hidden: str, sel: dict[str, Any], continued: dict[str, Any]) -> list[t
         rows.append((name, kind.label, found["best"]))
         for control_name, control in found.get("controls", {}).items():
             rows.append((f"{name}.{control_name}", kind_of(control_name).label, control))
+    for kind in of_role(FINETUNE):  # its chosen rate, stopped by finetune.patience or at finetune.max_epochs
+        chosen = continued.get(kind.name)
+        entry = finetuned(chosen["run"]) if chosen else None
+        if entry is not None:
+            rows.append((kind.name, kind.label, entry))
     return rows
 
 
@@ -51,8 +75,10 @@ def section(scale: DictConfig, selection: dict[str, Any], continued: dict[str, A
              f"Every trained model stopped once {scale.patience} evaluation{'s' if scale.patience != 1 else ''} in a "
              f"row (in a schedule's last level) "
              f"brought no new best validation error, or at its cap: {'; '.join(caps)}. A model **at the cap** was "
-             f"still improving there: it is reported, but not as converged. Each cell: the epoch the model is read "
-             f"at under the seed's own best rule (its best validation epoch), then why and when it stopped.", ""]
+             f"reached it before its patience ran out: it is reported, but not as converged. Each cell: the epoch the model is read "
+             f"at under the seed's own best rule (its best validation epoch), then why and when it stopped; a "
+             f"fine-tuned row, its chosen rate's best epoch, stopped by finetune.patience or at finetune.max_epochs "
+             f"(its cap).", ""]
     at_cap: list[str] = []
     seeds = [str(s) for s in seeded.get("seeds", [])]
     for hidden, sel in selection["hidden"].items():
@@ -63,13 +89,15 @@ def section(scale: DictConfig, selection: dict[str, Any], continued: dict[str, A
             cells = []
             for s in seeds:
                 e = entry if s == seeds[0] else by_seed.get(key, {}).get(s)
+                if e is not None and key.startswith("finetune") and s != seeds[0]:
+                    e = finetuned(e["run"])
                 cells.append(stopped_text(e) if e else "—")
                 if e and e.get("stopped_by") == CAP:
                     at_cap.append(f"{label} ({hidden} hidden units, seed {s})")
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
     if at_cap:
-        lines.append(f"- At the cap, still improving ({len(at_cap)}): {', '.join(at_cap)}. Their errors may fall "
+        lines.append(f"- At the cap, not converged by the rule ({len(at_cap)}): {', '.join(at_cap)}. Their errors may fall "
                      f"with more epochs; a comparison with them is a comparison at that budget.")
     else:
         lines.append("- No reported model reached its cap: each stopped by the rule.")

@@ -112,7 +112,7 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
                      f"| {pct(da['val_error'])} | {pct(da['test_error'])} |{cell(hidden, grid.name)} "
                      f"{paper_value(paper, grid.paper_row, int(hidden))} |")
         if da.get("stopped_by") == "cap":
-            verdicts.append(f"The best DA ({hidden} hidden units, nu={fmt(da['nu'])}) was still improving at its cap "
+            verdicts.append(f"The best DA ({hidden} hidden units, nu={fmt(da['nu'])}) had not converged by the rule at its cap "
                             f"(scale.da.epochs={scale.da.epochs}; best at epoch {da['epoch']}): at the cap, not "
                             f"converged.")
         elif da.get("last_of_grid") and da.get("stopped_by") != "patience":

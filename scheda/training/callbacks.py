@@ -43,7 +43,7 @@ class CheckpointCallback(Callback):
 
 # Why a model stopped training, as results.json's ``stopped_by`` records it.
 PATIENCE = "patience"  # the rule: no new best validation error in ``patience`` evaluations
-CAP = "cap"  # the rule was on, and the model was still improving when it reached trainer.max_epochs
+CAP = "cap"  # the rule was on, and had not stopped the model (its last evaluations within patience) by trainer.max_epochs
 SCHEDULE = "schedule"  # no rule: it trained its schedule's length
 
 

@@ -28,7 +28,7 @@ def trained(e: dict[str, Any]) -> str:
     """How long a run under the rule of training to convergence trained, and why it stopped."""
     if e["stopped_by"] == "patience":
         return f"until its validation error stopped improving ({e['epochs_trained']} epochs)"
-    return f"to its cap of {e['epochs_trained']} epochs (still improving there)"
+    return f"to its cap of {e['epochs_trained']} epochs (not converged by the rule there)"
 
 
 class FromTheStart(ControlKind):
