@@ -44,6 +44,16 @@ def rule_values(patience: int | None, cap: int | None = None) -> dict[str, Any]:
     return {"trainer.patience": patience, **({"trainer.max_epochs": cap} if cap is not None else {})}
 
 
+def continuation_values(patience: int | None, cap: int | None, every: int) -> dict[str, Any]:
+    """A continuation's evaluation, checkpoints and rule: without the rule, checkpoints at its
+    levels' ends only (evaluated as its schedule says); under it (``patience``), evaluated and
+    checkpointed every ``every`` epochs, as the rule counts them, at most ``cap`` epochs."""
+    rule = rule_values(patience, cap)
+    if not rule:
+        return {"trainer.checkpoint_every": 0}
+    return {"evaluate.every": every, "trainer.checkpoint_every": every, **rule}
+
+
 def fmt(x: float) -> str:
     return f"{x:g}"
 

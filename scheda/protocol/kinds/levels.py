@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from scheda.model.schedule import level_count
 from scheda.utils.errors import ConfigError
-from scheda.protocol.jobs import JobSpec, fmt, rule_values
+from scheda.protocol.jobs import JobSpec, continuation_values, fmt
 from scheda.protocol.kinds.base import CONTROL, ContinuationKind, of_role, register_kind
 
 log = logging.getLogger(__name__)
@@ -63,17 +63,15 @@ class LevelKind(ContinuationKind):
                              self.name, nu0, delta_nu, grid.nu_final)
                     continue
                 for K in grid.K:
-                    rule = rule_values(scale.patience, grid.max_epochs)
-                    every = {"evaluate.every": K, "trainer.checkpoint_every": K} if rule else \
-                        {"trainer.checkpoint_every": 0}
+                    values = continuation_values(scale.patience, grid.max_epochs, K)  # the rule: every K
                     jobs.append(JobSpec(
                         f"{self.name}_h{hidden}_nu{fmt(nu0)}_dnu{fmt(delta_nu)}_K{K}", "continue",
                         groups={"schedule": self.schedule},
                         values={"model.hidden": hidden, "schedule.nu0": nu0, "schedule.delta_nu": delta_nu,
                                 "schedule.K": K, "schedule.initial_epochs": 0, "schedule.nu_final": grid.nu_final,
-                                "optim.lr": grid.lr, "init_from": start["checkpoint"], **every, **rule},
+                                "optim.lr": grid.lr, "init_from": start["checkpoint"], **values},
                         meta={"kind": self.name, "hidden": hidden, "nu0": nu0, "delta_nu": delta_nu, "K": K,
-                              "levels": levels, "epochs": rule.get("trainer.max_epochs", levels * K),
+                              "levels": levels, "epochs": values.get("trainer.max_epochs", levels * K),
                               "start_epoch": start["epoch"], "start_checkpoint": start["checkpoint"]}))
         return jobs
 

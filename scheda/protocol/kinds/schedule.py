@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from scheda.model.schedule import build_schedule, nu_key, options_with_nu_key
 from scheda.utils.errors import ConfigError
 from scheda.protocol.config import ScheduleGridConfig
-from scheda.protocol.jobs import JobSpec, fmt, rule_values
+from scheda.protocol.jobs import JobSpec, continuation_values, fmt
 from scheda.protocol.kinds.base import ContinuationKind, grid_points, settings_text
 from scheda.protocol.kinds.levels import starts
 
@@ -45,9 +45,8 @@ class ScheduleKind(ContinuationKind):
     def plan(self, scale: DictConfig, hidden: int, by_nu: dict[str, Any]) -> list[JobSpec]:
         """One run per combination of the grid, nu0 in the schedule's own noise-level key."""
         grid, key = self.grid(scale, self.name), nu_key({"name": self.name})
-        rule = rule_values(scale.patience, grid.max_epochs)
-        every = {"evaluate.every": scale.da.eval_every, "trainer.checkpoint_every": scale.da.eval_every} if rule \
-            else {"trainer.checkpoint_every": 0}  # the rule counts evaluations: as often as the DA grid's
+        # under the rule, evaluated as often as the DA grid (no K here)
+        values = continuation_values(scale.patience, grid.max_epochs, scale.da.eval_every)
         jobs = []
         for nu0, start in starts(self.name, grid, hidden, by_nu):
             for settings in grid_points(grid):
@@ -58,9 +57,9 @@ class ScheduleKind(ContinuationKind):
                     groups={"schedule": self.name},
                     values={"model.hidden": hidden, f"schedule.{key}": nu0,
                             **{f"schedule.{k}": v for k, v in settings.items()}, "optim.lr": grid.lr,
-                            "init_from": start["checkpoint"], **every, **rule},
+                            "init_from": start["checkpoint"], **values},
                     meta={"kind": self.name, "hidden": hidden, "nu0": nu0, "settings": settings,
-                          "levels": len(schedule.stages), "epochs": rule.get("trainer.max_epochs", schedule.total_epochs),
+                          "levels": len(schedule.stages), "epochs": values.get("trainer.max_epochs", schedule.total_epochs),
                           "start_epoch": start["epoch"], "start_checkpoint": start["checkpoint"]}))
         return jobs
 
