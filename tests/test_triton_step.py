@@ -10,6 +10,7 @@ from scheda.model.autoencoder import DenoisingAutoencoder
 from scheda.model.noise import build_noise
 from scheda.model.optim import SGD
 from scheda.model.schedule import NoiseSchedule, Stage
+from scheda.training import kernels
 from scheda.training.step import BatchedStep, StepChoice, TritonStep, TwoPassStep
 from scheda.training.trainer import ModelState
 
@@ -113,6 +114,7 @@ def test_where_triton_cannot_compile_the_torch_step_trains_from_the_same_state(m
 # --- The two-pass step (scheda.training.step.TwoPassStep): the decode, then one pass over W's rows ---
 
 D2, H2 = 150, 40  # several tiles of W's rows (16) and columns (64), none full at the edge
+WHOLE = 1  # kernels.ROWS_PROGRAMS that keeps pass (ii) whole (S = 1): the default splits it here
 
 
 def _two_pass_models(K, activation):
@@ -137,11 +139,16 @@ def _two_pass_epoch(K, activation, cuts):
     return x_all, perm, nus, models, gens, step.take_loss_sums()
 
 
-@pytest.mark.parametrize("K, activation", [(1, "sigmoid"), (3, "relu")])
-def test_an_epoch_of_the_two_pass_step_is_the_torch_steps(K, activation):
+@pytest.mark.parametrize("K, activation, programs, splits", [(1, "sigmoid", None, 3), (3, "relu", None, 3),
+                                                             (1, "sigmoid", WHOLE, 1), (3, "relu", WHOLE, 1)])
+def test_an_epoch_of_the_two_pass_step_is_the_torch_steps(K, activation, programs, splits, monkeypatch):
     """The same masks and update as the torch step, each model at its own level and rate, over a
     partial last minibatch: losses and weights to float tolerance, the generators where the torch
-    step leaves them."""
+    step leaves them; with pass (ii) split in column chunks (its partial sums summed by the next
+    kernel) and whole."""
+    if programs is not None:
+        monkeypatch.setattr(kernels, "ROWS_PROGRAMS", programs)
+    assert kernels.rows_splits(K, H2, D2) == splits
     x_all, perm, nus, models, gens, losses = _two_pass_epoch(K, activation, [])
     ref_models, ref_opts, ref_gens = _two_pass_models(K, activation)
     ref = BatchedStep(ref_models, ref_opts, [build_noise({"name": "masking"}) for _ in range(K)], 16, torch.device("cpu"))
@@ -154,11 +161,15 @@ def test_an_epoch_of_the_two_pass_step_is_the_torch_steps(K, activation):
     assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(ref_gens, gens))
 
 
-def test_where_the_loop_cuts_the_two_pass_steps_minibatches_changes_no_bit():
+@pytest.mark.parametrize("programs, cutting", [(None, ([], [3], [1, 2, 3, 4, 5, 6])), (WHOLE, ([], [1, 2, 3, 4, 5, 6]))],
+                         ids=["split", "whole"])
+def test_where_the_loop_cuts_the_two_pass_steps_minibatches_changes_no_bit(programs, cutting, monkeypatch):
     """A call's first minibatch is encoded alone, by the loop that encodes the next minibatch
     inside the update pass: an epoch in one call, in calls of 3 and 4, or one minibatch a call
-    (a graph's replays, a resumed epoch) gives the same bits."""
-    runs = [_two_pass_epoch(3, "sigmoid", cuts) for cuts in ([], [3], [1, 2, 3, 4, 5, 6])]
+    (a graph's replays, a resumed epoch) gives the same bits, pass (ii) split or whole."""
+    if programs is not None:
+        monkeypatch.setattr(kernels, "ROWS_PROGRAMS", programs)
+    runs = [_two_pass_epoch(3, "sigmoid", cuts) for cuts in cutting]
     for _, _, _, models, gens, losses in runs[1:]:
         assert torch.equal(losses, runs[0][5])
         for a, b in zip(runs[0][3], models):

@@ -160,7 +160,14 @@ def loss_slots(M: int, d: int, device: torch.device) -> torch.Tensor:
 # row j's update, and the NEXT minibatch's encode from the updated row (UPDATE=False: the encode
 # alone, for the first minibatch of a call). The encode is the same loop in both modes, so where
 # a sequence of minibatches is cut (graph replays, a resumed epoch) does not change a bit.
+# Where W has too few row tiles to fill a card (H 1000: 63 programs for 132 SMs), pass (ii) also
+# splits W's columns into S chunks (:func:`rows_splits`): each program's dh and encode are partial
+# sums over its chunk, written to a buffer and summed in chunk order by the next kernel (dh by the
+# update, the encode by :func:`_encode_finish`), so the step stays deterministic, without atomics.
 # Products are tl.dot in full fp32 ("ieee") or three-pass TF32 ("tf32x3": near-fp32 on tensor cores).
+# tl.dot takes tiles of at least 16 in each dimension, so a minibatch's rows are padded to a power of
+# two >= 16 (:func:`_rows_block`): at the paper's 20 rows every product does 32 rows' work (1.6x),
+# none at 16, 32, 64 or 128; cutting 20 into 16 + 4 would pad the 4 to 16 as well.
 
 MAX_ROWS = 128  # the two-pass step keeps a minibatch's rows in one program
 BLOCK_H2 = 16  # W's rows per program in pass (ii) (H / 16 programs a model: 63 at H 1000), hidden units per tile of pass (i)
@@ -169,6 +176,10 @@ BLOCK_D2 = BLOCK_COL  # W's columns per tile in pass (ii)
 # model (d / 16 = 192 programs at 3072 inputs, where 64-column programs were 48 for 132 SMs); each
 # program sums over all of H in a fixed order, so the step stays deterministic (no split reduction).
 BLOCK_DD = 16
+# Pass (ii) splits W's columns until its grid has at least this many programs: an H100's or H200's SMs
+# (an A100 has 108). A constant, not the card's count, so the same run gives the same bits on any card.
+ROWS_PROGRAMS = 132
+BLOCK_FINISH = 128  # hidden units per program of the split encode's sum (a row each: 20 x 8 programs at H 1000)
 
 
 @triton.jit
@@ -202,11 +213,33 @@ def _decode_pass(h, W, b_prime, x, neg_lr, dz, loss, n, H, d, h_k, W_k, x_k, dz_
 
 
 @triton.jit
-def _rows_pass(W, b, h, dz, xt, xt_next, neg_lr, n, n_next, H, d, W_k, h_k, dz_k, xt_k, xn_k,
-               SIGMOID: tl.constexpr, UPDATE: tl.constexpr, ENCODE: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+def _dh_part(W, dz, part, n, H, d, chunk, W_k, dz_k, part_k, part_s,
+             BLOCK_N: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+    """dh's partial sum over chunk s of W's columns (split pass (ii) only): part[k, s] = dz_s W_{j,s}^T."""
     k = tl.program_id(0)
     j = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    s = tl.program_id(2)
+    mj = j < H
+    r = tl.arange(0, BLOCK_N)
+    mr = r < n
+    acc = tl.zeros([BLOCK_N, BLOCK_H], dtype=tl.float32)
+    for first in range(s * chunk, tl.minimum(s * chunk + chunk, d), BLOCK_D):
+        c = first + tl.arange(0, BLOCK_D)
+        mc = c < d
+        dzv = tl.load(dz + k * dz_k + r[:, None] * d + c[None, :], mask=mr[:, None] & mc[None, :], other=0.0)
+        wv = tl.load(W + k * W_k + j[:, None] * d + c[None, :], mask=mj[:, None] & mc[None, :], other=0.0)
+        acc += tl.dot(dzv, tl.trans(wv), input_precision=PRECISION)
+    tl.store(part + k * part_k + s * part_s + r[:, None] * H + j[None, :], acc, mask=mr[:, None] & mj[None, :])
+
+
+@triton.jit
+def _rows_pass(W, b, h, dz, xt, xt_next, neg_lr, dh_part, enc_part, n, n_next, H, d, chunk, S, W_k, h_k, dz_k, xt_k,
+               xn_k, part_k, part_s, SIGMOID: tl.constexpr, UPDATE: tl.constexpr, ENCODE: tl.constexpr,
+               SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+               PRECISION: tl.constexpr):
+    k = tl.program_id(0)
+    j = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    s = tl.program_id(2)  # W's column chunk (0 unless SPLIT)
     mj = j < H
     r = tl.arange(0, BLOCK_N)
     bv = tl.load(b + k * H + j, mask=mj, other=0.0)
@@ -214,12 +247,17 @@ def _rows_pass(W, b, h, dz, xt, xt_next, neg_lr, n, n_next, H, d, W_k, h_k, dz_k
         mr = r < n
         hv = tl.load(h + k * h_k + r[:, None] * H + j[None, :], mask=mr[:, None] & mj[None, :], other=0.0)
         acc = tl.zeros([BLOCK_N, BLOCK_H], dtype=tl.float32)
-        for first in range(0, d, BLOCK_D):  # dh = dz W_j^T: row j of W alone
-            c = first + tl.arange(0, BLOCK_D)
-            mc = c < d
-            dzv = tl.load(dz + k * dz_k + r[:, None] * d + c[None, :], mask=mr[:, None] & mc[None, :], other=0.0)
-            wv = tl.load(W + k * W_k + j[:, None] * d + c[None, :], mask=mj[:, None] & mc[None, :], other=0.0)
-            acc += tl.dot(dzv, tl.trans(wv), input_precision=PRECISION)
+        if SPLIT:  # dh from the chunks' partial sums (_dh_part), in chunk order
+            for t in range(0, S):
+                acc += tl.load(dh_part + k * part_k + t * part_s + r[:, None] * H + j[None, :],
+                               mask=mr[:, None] & mj[None, :], other=0.0)
+        else:
+            for first in range(0, d, BLOCK_D):  # dh = dz W_j^T: row j of W alone
+                c = first + tl.arange(0, BLOCK_D)
+                mc = c < d
+                dzv = tl.load(dz + k * dz_k + r[:, None] * d + c[None, :], mask=mr[:, None] & mc[None, :], other=0.0)
+                wv = tl.load(W + k * W_k + j[:, None] * d + c[None, :], mask=mj[:, None] & mc[None, :], other=0.0)
+                acc += tl.dot(dzv, tl.trans(wv), input_precision=PRECISION)
         if SIGMOID:
             g = acc * (hv - hv * hv)
         else:
@@ -227,13 +265,14 @@ def _rows_pass(W, b, h, dz, xt, xt_next, neg_lr, n, n_next, H, d, W_k, h_k, dz_k
         g = tl.where(mr[:, None] & mj[None, :], g, 0.0)
         scale = tl.load(neg_lr + k) / n
         bv = bv + tl.sum(g, axis=0) * scale
-        tl.store(b + k * H + j, bv, mask=mj)
+        tl.store(b + k * H + j, bv, mask=mj & (s == 0))  # every chunk computes b's update; the first writes it
         gs = tl.trans(g * scale)  # [BLOCK_H, BLOCK_N]: -lr/n dh^T
         hs = tl.trans(hv * scale)
     if ENCODE:
         mn = r < n_next
         enc = tl.zeros([BLOCK_N, BLOCK_H], dtype=tl.float32)
-    for first in range(0, d, BLOCK_D):  # row j's update, then the next minibatch's encode from it
+    # row j's update over this program's columns, then the next minibatch's encode from it
+    for first in range(s * chunk, tl.minimum(s * chunk + chunk, d), BLOCK_D):
         c = first + tl.arange(0, BLOCK_D)
         mc = c < d
         wm = mj[:, None] & mc[None, :]
@@ -248,12 +287,36 @@ def _rows_pass(W, b, h, dz, xt, xt_next, neg_lr, n, n_next, H, d, W_k, h_k, dz_k
             xnv = tl.load(xt_next + k * xn_k + r[:, None] * d + c[None, :], mask=mn[:, None] & mc[None, :], other=0.0)
             enc += tl.dot(xnv, tl.trans(wv), input_precision=PRECISION)
     if ENCODE:
-        a = enc + bv[None, :]
-        if SIGMOID:
-            a = 1.0 / (1.0 + tl.exp(-a))
+        if SPLIT:  # the chunk's part of the encode; _encode_finish sums them
+            tl.store(enc_part + k * part_k + s * part_s + r[:, None] * H + j[None, :], enc,
+                     mask=mn[:, None] & mj[None, :])
         else:
-            a = tl.maximum(a, 0.0)
-        tl.store(h + k * h_k + r[:, None] * H + j[None, :], a, mask=mn[:, None] & mj[None, :])
+            a = enc + bv[None, :]
+            if SIGMOID:
+                a = 1.0 / (1.0 + tl.exp(-a))
+            else:
+                a = tl.maximum(a, 0.0)
+            tl.store(h + k * h_k + r[:, None] * H + j[None, :], a, mask=mn[:, None] & mj[None, :])
+
+
+@triton.jit
+def _encode_finish(enc_part, b, h, n_next, H, S, h_k, part_k, part_s, SIGMOID: tl.constexpr, BLOCK: tl.constexpr):
+    """h = s(sum over chunks, in chunk order, of the encode's parts + b) (split pass (ii) only); a
+    program a row and BLOCK hidden units, so that its grid too covers a card (20 x 8 at H 1000)."""
+    r = tl.program_id(0)
+    k = r // n_next
+    i = r % n_next
+    j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = j < H
+    enc = tl.zeros([BLOCK], dtype=tl.float32)
+    for t in range(0, S):
+        enc += tl.load(enc_part + k * part_k + t * part_s + i * H + j, mask=m, other=0.0)
+    a = enc + tl.load(b + k * H + j, mask=m, other=0.0)
+    if SIGMOID:
+        a = 1.0 / (1.0 + tl.exp(-a))
+    else:
+        a = tl.maximum(a, 0.0)
+    tl.store(h + k * h_k + i * H + j, a, mask=m)
 
 
 def _rows_block(n: int) -> int:
@@ -270,20 +333,49 @@ def two_pass_loss_slots(M: int, d: int, device: torch.device) -> torch.Tensor:
     return torch.zeros(M, triton.cdiv(d, BLOCK_DD), device=device)
 
 
-def _rows_grid(M: int, H: int) -> tuple[int, int]:
-    return M, triton.cdiv(H, BLOCK_H2)
+def rows_splits(M: int, H: int, d: int) -> int:
+    """S, the column chunks pass (ii) splits W's rows into: the fewest that give its grid
+    ROWS_PROGRAMS programs (3 at H 1000, one model), at most one chunk a column tile; 1 (no split)
+    where M models' row tiles already fill a card."""
+    rows, tiles = M * triton.cdiv(H, BLOCK_H2), triton.cdiv(d, BLOCK_D2)
+    wanted = min(tiles, triton.cdiv(ROWS_PROGRAMS, rows))
+    return triton.cdiv(tiles, triton.cdiv(tiles, wanted))  # no chunk left without columns
+
+
+def _chunk(d: int, S: int) -> int:
+    """Columns a chunk of pass (ii): whole tiles, so a chunk's tiles are the unsplit pass's."""
+    tiles = triton.cdiv(d, BLOCK_D2)
+    return triton.cdiv(tiles, S) * BLOCK_D2
+
+
+def rows_parts(M: int, H: int, d: int, batch_size: int, device: torch.device) -> torch.Tensor | None:
+    """The split pass (ii)'s partial sums, [2 (dh, the encode), M, S, batch_size, H]; None unsplit."""
+    S = rows_splits(M, H, d)
+    return torch.empty(2, M, S, batch_size, H, device=device) if S > 1 else None
+
+
+def _rows_grid(M: int, H: int, S: int) -> tuple[int, int, int]:
+    return M, triton.cdiv(H, BLOCK_H2), S
 
 
 def two_pass_launches(M: int, H: int, d: int, batch_size: int) -> list[dict]:
     """What one minibatch of the two-pass step launches, from the grids and tiles the launches
     below use: each kernel's programs and its FLOPs as its tiles pad them (the minibatch's rows to
-    a power of two, H to BLOCK_H2, d to BLOCK_D2). The decode is one product (h W); the rows pass
-    three (dh = dz W_j^T, the update, the next minibatch's encode). A benchmark's occupancy floor."""
+    a power of two, H to BLOCK_H2, d to BLOCK_D2). The decode is one product (h W); pass (ii) four
+    (dh = dz W_j^T, the update's two, dh^T x~ and h^T dz, and the next minibatch's encode), of
+    which dh runs in a kernel of its own where the pass is split. A benchmark's occupancy floor."""
     n = _rows_block(batch_size)
     Hp, dp = triton.cdiv(H, BLOCK_H2) * BLOCK_H2, triton.cdiv(d, BLOCK_DD) * BLOCK_DD
-    decode, rows = _decode_grid(M, d), _rows_grid(M, H)
-    return [{"kernel": "decode_pass", "programs": decode[0] * decode[1], "flops": 2 * M * n * Hp * dp},
-            {"kernel": "rows_pass", "programs": rows[0] * rows[1], "flops": 3 * 2 * M * n * Hp * dp}]
+    product = 2 * M * n * Hp * dp
+    decode, S = _decode_grid(M, d), rows_splits(M, H, d)
+    rows = M * triton.cdiv(H, BLOCK_H2) * S
+    launches = [{"kernel": "decode_pass", "programs": decode[0] * decode[1], "flops": product}]
+    if S > 1:
+        return launches + [{"kernel": "dh_part", "programs": rows, "flops": product},
+                           {"kernel": "rows_pass", "programs": rows, "flops": 3 * product},
+                           {"kernel": "encode_finish", "programs": M * batch_size * triton.cdiv(H, BLOCK_FINISH),
+                            "flops": 0}]
+    return launches + [{"kernel": "rows_pass", "programs": rows, "flops": 4 * product}]
 
 
 def decode_pass(h: torch.Tensor, W: torch.Tensor, b_prime: torch.Tensor, x: torch.Tensor, neg_lr: torch.Tensor,
@@ -300,17 +392,30 @@ def decode_pass(h: torch.Tensor, W: torch.Tensor, b_prime: torch.Tensor, x: torc
 
 def rows_pass(W: torch.Tensor, b: torch.Tensor, h: torch.Tensor, dz: torch.Tensor | None, x_tilde: torch.Tensor | None,
               x_tilde_next: torch.Tensor | None, neg_lr: torch.Tensor, sigmoid: bool, batch_size: int,
-              precision: str) -> None:
+              precision: str, parts: torch.Tensor | None = None) -> None:
     """Pass (ii) over W's rows. With ``dz`` and ``x_tilde`` (this minibatch's, [M, n, d]): dh from
     ``h`` [M, n, H], b and W updated by -lr/n. With ``x_tilde_next`` [M, n', d]: h = s(x~' W^T + b)
-    for it, from the weights as this pass leaves them, written over ``h``'s first n' rows."""
+    for it, from the weights as this pass leaves them, written over ``h``'s first n' rows.
+    ``parts``: :func:`rows_parts` for M, H, d and ``batch_size`` (None where S is 1)."""
     M, H, d = W.shape
     update, encode = dz is not None, x_tilde_next is not None
+    S = rows_splits(M, H, d)
+    if (parts is None) != (S == 1):
+        raise ValueError(f"pass (ii) splits W's columns in {S} here: give parts=rows_parts(...)")
     n = dz.shape[1] if update else 0
     n_next = x_tilde_next.shape[1] if encode else 0
     some = dz if update else x_tilde_next
-    _rows_pass[_rows_grid(M, H)](W, b, h, some, x_tilde if update else some,
-            x_tilde_next if encode else some, neg_lr, n, n_next, H, d, W.stride(0), h.stride(0), some.stride(0),
-            (x_tilde if update else some).stride(0), (x_tilde_next if encode else some).stride(0),
-            SIGMOID=sigmoid, UPDATE=update, ENCODE=encode, BLOCK_N=_rows_block(batch_size),
-            BLOCK_H=BLOCK_H2, BLOCK_D=BLOCK_D2, PRECISION=precision)
+    dh_part, enc_part = (parts[0], parts[1]) if S > 1 else (some, some)
+    chunk, block_n = _chunk(d, S), _rows_block(batch_size)
+    tiles = dict(BLOCK_N=block_n, BLOCK_H=BLOCK_H2, BLOCK_D=BLOCK_D2, PRECISION=precision)
+    if update and S > 1:
+        _dh_part[_rows_grid(M, H, S)](W, dz, dh_part, n, H, d, chunk, W.stride(0), dz.stride(0), dh_part.stride(0),
+                                      dh_part.stride(1), **tiles)
+    _rows_pass[_rows_grid(M, H, S)](W, b, h, some, x_tilde if update else some,
+            x_tilde_next if encode else some, neg_lr, dh_part, enc_part, n, n_next, H, d, chunk, S, W.stride(0),
+            h.stride(0), some.stride(0), (x_tilde if update else some).stride(0),
+            (x_tilde_next if encode else some).stride(0), dh_part.stride(0), dh_part.stride(1) if S > 1 else 0,
+            SIGMOID=sigmoid, UPDATE=update, ENCODE=encode, SPLIT=S > 1, **tiles)
+    if encode and S > 1:
+        _encode_finish[(M * n_next, triton.cdiv(H, BLOCK_FINISH))](enc_part, b, h, n_next, H, S, h.stride(0),
+                enc_part.stride(0), enc_part.stride(1), SIGMOID=sigmoid, BLOCK=BLOCK_FINISH)

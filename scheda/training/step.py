@@ -381,6 +381,7 @@ class TwoPassStep(TritonStep):
         self.x_tildes = torch.empty(2, M, n, d, **f32)
         self.dot_precision = {"fp32": "ieee", "tf32x3": "tf32x3"}[precision]
         self.loss_sums = self.kernels.two_pass_loss_slots(M, d, x_all.device)  # one a decode program
+        self.parts = self.kernels.rows_parts(M, self.W.shape[1], d, n, x_all.device)  # where pass (ii) is split
 
     def _corrupt(self, x_all: torch.Tensor, idx: torch.Tensor, generators: list, slot: int) -> None:
         n, d = idx.shape[1], self.x.shape[2]
@@ -398,7 +399,8 @@ class TwoPassStep(TritonStep):
         parts = list(idx.split(n, dim=1))
         slot = 0
         self._corrupt(x_all, parts[0], generators, slot)
-        kernels.rows_pass(W, b, h, None, None, self.x_tildes[slot, :, :parts[0].shape[1]], neg_lr, sigmoid, n, precision)
+        kernels.rows_pass(W, b, h, None, None, self.x_tildes[slot, :, :parts[0].shape[1]], neg_lr, sigmoid, n, precision,
+                          self.parts)
         for t, part in enumerate(parts):
             m = part.shape[1]
             kernels.decode_pass(h[:, :m], W, b_prime, self.xs[slot, :, :m], neg_lr, self.dz[:, :m], self.loss_sums,
@@ -408,7 +410,7 @@ class TwoPassStep(TritonStep):
                 self._corrupt(x_all, parts[t + 1], generators, 1 - slot)
                 following = self.x_tildes[1 - slot, :, :parts[t + 1].shape[1]]
             kernels.rows_pass(W, b, h[:, :m], self.dz[:, :m], self.x_tildes[slot, :, :m], following, neg_lr, sigmoid,
-                              n, precision)
+                              n, precision, self.parts)
             slot = 1 - slot
 
     def _graph(self, m: int) -> tuple[object, torch.Tensor]:
