@@ -7,6 +7,7 @@ list every group's options, for which Hydra copies the whole config store once p
 copies, 4 s here): :func:`scheda.config.list_groups_from_one_copy` makes one copy serve them all.
 """
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -36,7 +37,7 @@ def train(cfg: DictConfig) -> float | None:
     if hydra_cfg.mode == RunMode.MULTIRUN and "joblib" in str(hydra_cfg.launcher.get("_target_", "")).lower():
         claim_gpu()  # before anything starts CUDA: one GPU per local parallel job
 
-    from scheda.utils.interrupt import Interrupted
+    from scheda.utils.interrupt import Interrupted, in_sweep_worker
     from scheda.run import run
 
     output_dir = Path(hydra_cfg.runtime.output_dir)
@@ -51,6 +52,12 @@ def train(cfg: DictConfig) -> float | None:
         summary = run(cfg, output_dir)
     except Interrupted as exc:
         print(exc.message, file=sys.stderr)
+        if in_sweep_worker():  # a worker that lived on would take the sweep's next job
+            import logging
+
+            logging.shutdown()
+            sys.stderr.flush()
+            os._exit(exc.exit_code)
         sys.exit(exc.exit_code)
     except SchedaError as exc:
         if hydra_cfg.mode == RunMode.MULTIRUN:
@@ -99,7 +106,13 @@ def main() -> None:
         sys.exit(f"error: {wrong}")
     sys.argv = resume_argv(sys.argv)  # resume=RUN: the run's own overrides, then these, into RUN
     list_groups_from_one_copy(sys.argv)
-    train()
+    from scheda.utils.interrupt import Interrupted
+
+    try:
+        train()
+    except Interrupted as exc:  # a sweep stopped across its job processes (scheda.utils.interrupt.jobs_stop_first)
+        print(exc.message, file=sys.stderr)
+        sys.exit(exc.exit_code)
 
 
 if __name__ == "__main__":

@@ -109,5 +109,9 @@ class ComposeOnceSweeper(Sweeper):
         composed.keep = f"{launcher.__module__}.{launcher.__qualname__}" == IN_PROCESS_LAUNCHER
 
     def sweep(self, arguments: List[str]) -> Any:
+        """The basic sweep; a signal stops its job processes with their checkpoints first."""
+        from scheda.utils.interrupt import jobs_stop_first
+
         assert self.basic is not None, "setup() first"
-        return self.basic.sweep(arguments)
+        with jobs_stop_first():
+            return self.basic.sweep(arguments)

@@ -17,6 +17,7 @@ import logging
 import multiprocessing
 import multiprocessing.util
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -131,11 +132,14 @@ def _child(module: str, argv: list[str], cwd: str, environ: dict[str, str], stdo
 
 def _forget_parent() -> None:
     """Let go of what the forked parent owns, so that the command starts and ends as a program of
-    its own: its directory locks (a child would hold them after the parent died), Hydra's global
+    its own: its directory locks (a child would hold them after the parent died), its signal
+    handlers (a SIGTERM to the protocol's handler raised inside the stage's launcher), Hydra's global
     state (the command's ``@hydra.main`` sets it up), and its exit work (a test runner's clean-up
     of its temporary folders, objects' finalizers): the child keeps the standard exit handlers
     and runs those it registers itself."""
     release_inherited_locks()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a program's own signals, not the parent's handlers
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     GlobalHydra.instance().clear()
     for finalizer in list(weakref.finalize._registry):  # the parent's objects
         finalizer.detach()

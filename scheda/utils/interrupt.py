@@ -9,13 +9,17 @@ checkpoint of where it stands (mid-epoch included) and results.json, and raises
 second Ctrl-C while the checkpoint is written stops at once.
 
 A process that only waits on others (the protocol waits on its stages) takes SIGTERM as it
-takes Ctrl-C: :func:`terminate_as_interrupt`.
+takes Ctrl-C: :func:`terminate_as_interrupt`. A sweep whose jobs run in processes of its own
+(joblib's workers) hands the signal to them and waits for their checkpoints before it ends:
+:func:`jobs_stop_first`.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -78,7 +82,8 @@ def stop_on_signals() -> Iterator[StopRequest]:
     def handler(signum, frame):
         if stop.requested and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: stop now
-        stop.signum = signum
+        if not stop.requested:  # the first signal names the stop (a sweep hands on a Ctrl-C as SIGTERM)
+            stop.signum = signum
 
     taken = SIGNALS + tuple(s for s in FORWARDED if callable(signal.getsignal(s)))
     stop.previous = {s: signal.signal(s, handler) for s in taken}
@@ -107,3 +112,79 @@ def terminate_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+SWEEP_PID = "SCHEDA_SWEEP_PID"  # set by a sweep's process (hydra_plugins.scheda_sweeper) for the jobs it starts
+
+
+def in_sweep_worker() -> bool:
+    """This job runs in a process a sweep started for its jobs (joblib's worker), not in the sweep's
+    own: such a worker ends after an interrupted job, or it would take the sweep's next one."""
+    pid = os.environ.get(SWEEP_PID)
+    return pid is not None and pid != str(os.getpid())
+
+
+def job_processes() -> list[int]:
+    """This process's children that run jobs (Linux's /proc; elsewhere none are known): every
+    child but the resource tracker joblib starts beside its workers, which ends with this process."""
+    me, found = str(os.getpid()), []
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for pid in entries:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = f.read().rsplit(")", 1)[1].split()[1]
+            if ppid == me:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"resource_tracker" not in f.read():
+                        found.append(int(pid))
+        except (OSError, IndexError):
+            continue  # ended meanwhile
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except OSError:
+        return False
+
+
+@contextmanager
+def jobs_stop_first(bound: float = 300.0) -> Iterator[None]:
+    """While a sweep runs: SIGINT or SIGTERM to its process reaches its job processes as SIGTERM
+    (a Ctrl-C at a terminal reached them already; a second SIGINT would stop them before their
+    checkpoint), the process waits up to ``bound`` seconds for them to checkpoint and end, then
+    raises :class:`Interrupted`. Without this the sweep's launcher (joblib) stopped at once, killed
+    its workers mid-checkpoint and printed a traceback. Jobs in this process (Hydra's basic
+    launcher) answer the signal themselves: their run installs its own handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)  # the wait is not cut short
+        workers = job_processes()
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
+        deadline = time.monotonic() + bound
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        raise Interrupted(signum, f"sweep interrupted by {signal.Signals(signum).name}: its finished jobs are kept, "
+                                  f"each stopped job checkpointed (continue it with scheda-train resume=<its directory>)")
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    os.environ[SWEEP_PID] = str(os.getpid())
+    try:
+        yield
+    finally:
+        os.environ.pop(SWEEP_PID, None)
+        for s, h in previous.items():
+            signal.signal(s, h)
