@@ -47,12 +47,12 @@ def main(argv=None) -> int:
     batch = next((int(o.split("=", 1)[1]) for o in [*cfg.scale.train, *cfg.overrides]
                   if o.startswith("trainer.batch_size=")), 20)
     fast, examples = fast_step(cfg), train_examples(cfg)
-    stages = len({i["stage"] for i in items})
-    fixed = len(items) * job_seconds(bench, examples) + start_seconds(bench, len(items), stages, cfg.launcher) \
+    phases = len({i["phase"] for i in items})
+    fixed = len(items) * job_seconds(bench, examples) + start_seconds(bench, len(items), phases, cfg.launcher) \
         if "job_start_s" in bench else len(items) * JOB_SECONDS
     share = search_share(cfg)
-    rest = sum(sum(item_seconds(i, bench, batch, fast, examples, share)) for i in items if i["stage"] != "da")
-    da = [i for i in items if i["stage"] == "da" and i["hidden"]]
+    rest = sum(sum(item_seconds(i, bench, batch, fast, examples, share)) for i in items if i["phase"] != "da")
+    da = [i for i in items if i["phase"] == "da" and i["hidden"]]
     per_epoch = sum(sum(item_seconds({**i, "epochs": 1, "evals": i["evals"] / i["epochs"]}, bench, batch, fast,
                                      examples, share)) for i in da)
     left = args.budget - fixed - rest

@@ -85,7 +85,7 @@ def _user_env(extra: dict | None = None) -> dict[str, str]:
 def run_command(module: str, argv0: Path, args: list[str], cwd: Path = REPO, env_extra: dict | None = None,
                 timeout: float = 300) -> subprocess.CompletedProcess:
     """The users' command ``python <argv0> ...`` (whose code is ``module``'s ``main``) in a
-    process of its own, as the protocol runs its stages (scheda.utils.fork): forked from a server that
+    process of its own, as the protocol runs its phases (scheda.utils.fork): forked from a server that
     imported the training code once, so a test pays no Python start and torch import (about 2 s
     of CPU each, a third of the suite's); its output, exit code and signals are its own. The
     tests of the interpreter's own start (the entry points, an install) run real subprocesses."""

@@ -200,7 +200,7 @@ def test_a_regular_install_trains_and_reproduces_outside_the_checkout(cifar_arra
     assert results["status"] == "completed"
     assert results["environment"]["git_commit"] is None  # an installed copy: no checkout to name
     reproduce = subprocess.run(
-        [sys.executable, "-m", "scheda.protocol.reproduce", "scale=smoke", "out_dir=runs", "stages=[da,select]",
+        [sys.executable, "-m", "scheda.protocol.reproduce", "scale=smoke", "out_dir=runs", "phases=[da,select]",
          f"overrides=['dataset.root={cifar_arrays}','dataset.val_size={N_VAL}','trainer.device=cpu']"],
         cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert reproduce.returncode == 0, reproduce.stderr

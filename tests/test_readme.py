@@ -4,7 +4,7 @@ beside this Python), in a folder outside the checkout, with ``SCHEDA_DATA`` nami
 test writes. No fork server and no preload: the order of imports is the user's. The suite's
 shortcuts (scheda.utils.fork, the sweeper that composes once) are judged here; README's commands are
 only lengthened by the settings tiny data need (``TINY_DATA``), never changed. README's
-``scheda-reproduce scale=smoke`` and its rerun run in tests/test_smoke_protocol.py, whose stages
+``scheda-reproduce scale=smoke`` and its rerun run in tests/test_smoke_protocol.py, whose phases
 are asserted on that run."""
 
 from __future__ import annotations
@@ -118,10 +118,10 @@ def test_a_sweep_of_local_parallel_jobs_gives_each_its_own_gpu(user):
 
 
 def test_the_protocol_at_smoke_scale_with_local_parallel_jobs(user):
-    """README's protocol with joblib's workers, its first stage: every stage launches the same way
+    """README's protocol with joblib's workers, its first phase: every phase launches the same way
     (scheda.protocol.launch), and the basic launcher's run checks them all (test_smoke_protocol)."""
     joblib = readme_commands("scheda-reproduce", "scale=smoke", "launcher=joblib")[0]
-    out = user.run(joblib, *TINY_PROTOCOL, "stages=[da,select,report]").output
+    out = user.run(joblib, *TINY_PROTOCOL, "phases=[da,select,report]").output
     assert "Joblib.Parallel" in out
     out_dir = user.work / next(a.split("=", 1)[1] for a in joblib if a.startswith("out_dir="))
     n_jobs = int(next(a.split("=", 1)[1] for a in joblib if a.startswith("n_jobs=")))

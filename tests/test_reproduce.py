@@ -1,5 +1,5 @@
 """The protocol script: selection, resuming, launchers, tables sharing runs, failures and the
-experiment presets (scale=smoke end to end, stage by stage: test_smoke_protocol.py)."""
+experiment presets (scale=smoke end to end, phase by phase: test_smoke_protocol.py)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def start_reproduce(tmp_path: Path, data_root: Path, *args: str, new_session: bo
                          new_session)
 
 
-# A DA stage that trains until it is stopped (its first DA, da_h16_nu0.5_lr0.1, runs first).
+# A DA phase that trains until it is stopped (its first DA, da_h16_nu0.5_lr0.1, runs first).
 ENDLESS_DAS = ("table.raw=false", "scale.da.epochs=100000", "scale.da.eval_every=50000")
 
 
@@ -77,10 +77,10 @@ def test_tables_of_a_scale_share_their_runs(tmp_path, cifar_arrays):
     second = reproduce(tmp_path, cifar_arrays, "table=increasing", "scale.finetune=null")
     assert second.returncode == 0, second.stderr[-3000:]
     # The DA grid, the ScheDA and the control are read; only the increasing schedule trains.
-    assert "stage da: 2 jobs, 2 already done, 0 to run" in second.stdout
-    assert "stage continue: 2 jobs, 1 already done, 1 to run" in second.stdout
+    assert "phase da: 2 jobs, 2 already done, 0 to run" in second.stdout
+    assert "phase continue: 2 jobs, 1 already done, 1 to run" in second.stdout
     assert "+protocol_job=increasing_h16_nu0.3_dnu0.1_K1 " in second.stdout
-    assert "stage control: 4 jobs, 2 already done, 2 to run" in second.stdout  # the ScheDA's were read
+    assert "phase control: 4 jobs, 2 already done, 2 to run" in second.stdout  # the ScheDA's were read
     report = (tmp_path / "reports" / "increasing_smoke.md").read_text()
     assert table_rows(report) == ["DA", "Increasing schedule", "Control: same start, constant nu",
                                   "Control: same start, one jump to the final nu", "ScheDA",
@@ -159,7 +159,7 @@ def test_continuations_start_from_the_selected_checkpoints_and_choose_T(tmp_path
     controls = plan.control_jobs(cfg.scale, ["scheda"], {"16": continued})
     assert [(j.name, j.values["schedule.nu"], j.values["schedule.epochs"], j.values["evaluate.every"])
             for j in controls] == [("control_h16_nu0.5_2ep", 0.5, 2, 1), ("jump_h16_nu0.5_to0.3_2ep", 0.3, 2, 1)]
-    assert all(j.values["init_from"] == "/ck/5.pt" and j.stage == "control" for j in controls)
+    assert all(j.values["init_from"] == "/ck/5.pt" and j.phase == "control" for j in controls)
     fake_run(tmp_path / "control" / controls[1].name, [ev(1, 0.4), ev(2, 0.1)], checkpoints=())
     select.attach_controls(cfg.scale, ["scheda"], {"16": continued},
                            select.select_continuations(controls, tmp_path))
@@ -209,7 +209,7 @@ def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch
     assert launch.job_action(tmp_path / "da" / killed.name, killed) == "resume"
     launched = []
 
-    class Launched:  # the stage's multirun, recorded instead of run
+    class Launched:  # the phase's multirun, recorded instead of run
         returncode = 0
 
         def __init__(self, module, argv0, args):
@@ -222,7 +222,7 @@ def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch
             return 0
 
     monkeypatch.setattr(launch, "ForkedCommand", Launched)
-    counts = launch.run_stage(cfg, tmp_path, "da", list(jobs.values()))
+    counts = launch.run_phase(cfg, tmp_path, "da", list(jobs.values()))
     assert counts == {"skipped": 1, "run": 1}
     assert f"+protocol_job={killed.name}" in launched[0]
     job_file = OmegaConf.load(tmp_path / "jobs" / "protocol_job" / f"{killed.name}.yaml")
@@ -332,24 +332,25 @@ def test_bad_protocol_values_fail_with_one_line(tmp_path, cifar_arrays):
     proc = reproduce(tmp_path, cifar_arrays, "scale.da.eval_every=0")
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == ["error: scale.da.epochs=3 and scale.da.eval_every=0 must be >= 1"]
-    proc = reproduce(tmp_path, tmp_path / "nowhere", "stages=[da,select]")
+    proc = reproduce(tmp_path, tmp_path / "nowhere", "stages=[da,select]")  # 0.2's name of phases=, read until 0.4
     assert proc.returncode == 1
+    assert "stages= is called phases= now: read as phases=['da', 'select']" in proc.stdout + proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: no DA of stage 1 completed") and "DataError" in last and "nowhere" in last
+    assert last.startswith("error: no DA of phase 1 completed") and "DataError" in last and "nowhere" in last
     proc = reproduce(tmp_path, cifar_arrays, "table.continuations=[sheda]")
     assert proc.returncode == 1 and "table.continuations has 'sheda'" in proc.stderr.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize("whom, signame, launcher", [("group", "SIGINT", "basic"), ("protocol", "SIGINT", "basic"),
                                                      ("protocol", "SIGTERM", "basic"), ("protocol", "SIGTERM", "joblib")])
-def test_ctrl_c_stops_the_stage_with_a_checkpoint_and_says_so_in_one_line(tmp_path, cifar_arrays, whom, signame,
+def test_ctrl_c_stops_the_phase_with_a_checkpoint_and_says_so_in_one_line(tmp_path, cifar_arrays, whom, signame,
                                                                            launcher):
-    """Ctrl-C at a terminal reaches the protocol and its stage (the process group); a SIGINT to
-    the protocol alone reaches the stage as a SIGTERM; so does a SIGTERM to the protocol alone (a
-    ``kill``, a scheduler's stop), which once ended the protocol and left its stage training.
+    """Ctrl-C at a terminal reaches the protocol and its phase (the process group); a SIGINT to
+    the protocol alone reaches the phase as a SIGTERM; so does a SIGTERM to the protocol alone (a
+    ``kill``, a scheduler's stop), which once ended the protocol and left its phase training.
     Each way the running job checkpoints where it stands, nothing is left running, the
     invocation's time is recorded for the report's wall time, and the command says how to go on
-    in one line. With joblib's workers (two DAs at once) the stage hands the signal on to them and
+    in one line. With joblib's workers (two DAs at once) the phase hands the signal on to them and
     waits for their checkpoints: it once stopped at once with a traceback, its workers killed
     mid-epoch and their results.json left 'running'."""
     import signal
@@ -480,7 +481,7 @@ def test_device_hours_scale_with_the_hidden_units_and_the_fused_grid():
 
 def test_device_hours_count_everything_a_run_pays_each_from_its_measured_cost():
     """Fine-tuning (every learning rate of the preset, its epochs as the scale sets them), each
-    job's data load and step build, each stage's process start and the protocol's own, the C
+    job's data load and step build, each phase's process start and the protocol's own, the C
     search scaled by the grid's values and the features (raw pixels: 3072), an epoch by the
     examples the runs train on (the smoke's train_limit of 1000, against the benchmark's 500)."""
     from scheda.protocol import estimate
@@ -489,7 +490,7 @@ def test_device_hours_count_everything_a_run_pays_each_from_its_measured_cost():
                                                      "finetune_s": 3.0}],
              "lr_search": {"n": 500, "features": 16, "seconds": 1.7},
              "job_start_s": 2.0, "data_load_s": 0.25, "build_s": 0.1}
-    cfg = smoke_cfg(*FIXED)  # 8 jobs in 4 stages, finetune=cpu (3 lrs) for 2 epochs, C over 4 values of 17
+    cfg = smoke_cfg(*FIXED)  # 8 jobs in 4 phases, finetune=cpu (3 lrs) for 2 epochs, C over 4 values of 17
     est = estimate.estimate(cfg, bench, 50)
     assert est["train_hours"] * 3600 == pytest.approx(10 * 1.0 * 2)  # 10 model-epochs, twice the examples
     evals = 10 * 1.7 / 16 * 16 + 1 * 1.7 / 16 * 3072  # 10 of 16 features, raw pixels' one of 3072

@@ -20,7 +20,7 @@ def results(path: Path) -> dict:
 
 
 def test_one_seed_says_no_interval_exists(tmp_path, cifar_arrays):
-    proc = reproduce(tmp_path, cifar_arrays, "stages=[da,select,continue,report]", "scale.control=false",
+    proc = reproduce(tmp_path, cifar_arrays, "phases=[da,select,continue,report]", "scale.control=false",
                      "scale.finetune=null")
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = (tmp_path / "reports" / "table1_smoke.md").read_text()

@@ -45,8 +45,8 @@ def _reproduce(tmp_path: Path, data_root: Path, *args: str, wait: bool = True):
 
 
 def test_a_protocol_through_slurm_continues_its_das_and_a_rerun_submits_nothing(cifar_arrays, tmp_path):
-    """The DA grid and the ScheDA that continues the selected DA, each stage a job array, then the
-    report; the other stages launch the same way (test_reproduce runs them all locally)."""
+    """The DA grid and the ScheDA that continues the selected DA, each phase a job array, then the
+    report; the other phases launch the same way (test_reproduce runs them all locally)."""
     started = time.time()
     trimmed = ("table.raw=false", "scale.control=false", "scale.finetune=null")
     proc = _reproduce(tmp_path, cifar_arrays, *trimmed)
@@ -71,7 +71,7 @@ def test_a_cancelled_job_is_reported_and_the_command_fails(cifar_arrays, tmp_pat
     # The launcher waits for the array's tasks in order: the last one is cancelled, so the first is
     # waited on and completes.
     proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=1000", "scale.da.eval_every=500", "table.raw=false",
-                      "stages=[da,select,report]", wait=False)
+                      "phases=[da,select,report]", wait=False)
     deadline = time.time() + 120
     running: list[str] = []
     while len(running) < 2:
@@ -99,16 +99,16 @@ def _node() -> str:
     return subprocess.run(["sinfo", "-h", "-o", "%N"], capture_output=True, text=True).stdout.split()[0]
 
 
-def _submitted_ids(stage_dir: Path) -> list[str]:
-    """The Slurm jobs submitted from ``stage_dir``: submitit names its folders there by job id,
+def _submitted_ids(phase_dir: Path) -> list[str]:
+    """The Slurm jobs submitted from ``phase_dir``: submitit names its folders there by job id,
     ``<id>`` or ``<array>_<task>``."""
-    folder = stage_dir / ".submitit"
+    folder = phase_dir / ".submitit"
     return sorted({p.name.split("_")[0] for p in folder.iterdir() if p.is_dir() and p.name.split("_")[0].isdigit()}) \
         if folder.is_dir() else []
 
 
-def _left_in_queue(stage_dir: Path) -> str:
-    ids = _submitted_ids(stage_dir)
+def _left_in_queue(phase_dir: Path) -> str:
+    ids = _submitted_ids(phase_dir)
     return subprocess.run(["squeue", "-h", "-j", ",".join(ids)], capture_output=True, text=True).stdout.strip() \
         if ids else ""
 
@@ -145,7 +145,7 @@ def test_jobs_whose_node_went_down_are_reported_and_none_is_left_behind(cifar_ar
     assert not _left_in_queue(tmp_path / "runs" / "da")
     assert proc.returncode == 1, stderr[-3000:]
     line = stderr.strip().splitlines()[-1]  # both DAs ran on the one node: nothing to continue from
-    assert line.startswith("error: no DA of stage 1 completed") and "Slurm job" in line, line
+    assert line.startswith("error: no DA of phase 1 completed") and "Slurm job" in line, line
     states = json.loads((tmp_path / "runs" / "da" / "scheduler.json").read_text())
     assert len(states) == 2 and all("no node of partition debug could run it" in s or "NODE_FAIL" in s
                                     for s in states.values()), states
@@ -160,7 +160,7 @@ def test_jobs_no_node_can_run_are_not_waited_on_for_ever(cifar_arrays, tmp_path)
         subprocess.run(["scontrol", "update", f"nodename={_node()}", "state=resume"], capture_output=True)
     assert proc.returncode == 1
     line = proc.stderr.strip().splitlines()[-1]
-    assert line.startswith("error: no DA of stage 1 completed") and "no node of partition debug could run it" in line
+    assert line.startswith("error: no DA of phase 1 completed") and "no node of partition debug could run it" in line
     assert "(waited" in proc.stdout + proc.stderr
     assert not _left_in_queue(tmp_path / "runs" / "da")
 

@@ -26,19 +26,19 @@ def squeue(tmp_path, monkeypatch):
     return answer
 
 
-def _stage(tmp_path, finished: dict[str, str]):
-    stage = tmp_path / "da"
-    (stage / ".submitit" / "77_0").mkdir(parents=True)
-    (stage / ".submitit" / "77_1").mkdir()
+def _phase(tmp_path, finished: dict[str, str]):
+    phase = tmp_path / "da"
+    (phase / ".submitit" / "77_0").mkdir(parents=True)
+    (phase / ".submitit" / "77_1").mkdir()
     for name, status in finished.items():
-        (stage / name).mkdir()
-        (stage / name / "results.json").write_text(json.dumps({"status": status}))
-    return stage
+        (phase / name).mkdir()
+        (phase / name / "results.json").write_text(json.dumps({"status": status}))
+    return phase
 
 
 def test_a_launcher_is_stranded_only_when_the_queue_is_empty_and_a_job_has_no_result(tmp_path, squeue):
-    stage = _stage(tmp_path, {"da_a": "completed"})  # da_b: cancelled before it wrote anything
-    watch = NodeWatch(stage, ["da_a", "da_b"], since=time.time() - 60, bound=60, grace=0.2)
+    phase = _phase(tmp_path, {"da_a": "completed"})  # da_b: cancelled before it wrote anything
+    watch = NodeWatch(phase, ["da_a", "da_b"], since=time.time() - 60, bound=60, grace=0.2)
     squeue("77_1|debug\n")
     assert not watch.launcher_stranded()  # still queued
     squeue("", code=1)
@@ -54,15 +54,15 @@ def test_a_launcher_is_stranded_only_when_the_queue_is_empty_and_a_job_has_no_re
 
 
 def test_a_launcher_whose_jobs_all_finished_is_left_to_end_itself(tmp_path, squeue):
-    stage = _stage(tmp_path, {"da_a": "completed", "da_b": "diverged"})
-    watch = NodeWatch(stage, ["da_a", "da_b"], since=time.time() - 60, bound=60, grace=0.0)
+    phase = _phase(tmp_path, {"da_a": "completed", "da_b": "diverged"})
+    watch = NodeWatch(phase, ["da_a", "da_b"], since=time.time() - 60, bound=60, grace=0.0)
     squeue("")
     assert not watch.launcher_stranded()
 
 
 def test_no_submission_yet_is_not_an_empty_queue(tmp_path, squeue):
-    stage = tmp_path / "da"
-    stage.mkdir()
-    watch = NodeWatch(stage, ["da_a"], since=time.time(), bound=60, grace=0.0)
+    phase = tmp_path / "da"
+    phase.mkdir()
+    watch = NodeWatch(phase, ["da_a"], since=time.time(), bound=60, grace=0.0)
     squeue("")
     assert not watch.launcher_stranded()

@@ -1,6 +1,6 @@
-"""scale=smoke end to end, run ONCE with two seeds (a module fixture), each stage asserted in a
+"""scale=smoke end to end, run ONCE with two seeds (a module fixture), each phase asserted in a
 test of its own on the files the protocol writes (selection.json, each run's results.json,
-seeds_table1.json), so that one broken stage does not hide the others. That run and the rerun
+seeds_table1.json), so that one broken phase does not hide the others. That run and the rerun
 that trains nothing are README's commands run as a user runs them (helpers.User: the installed
 command, a fresh interpreter, a folder outside the checkout); the other tests that rerun the
 command work on a copy of that directory (the protocol reads a moved directory's runs)."""
@@ -49,7 +49,7 @@ def copy_of(smoke, tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_da_stage_selects_a_checkpoint_per_nu(smoke):
+def test_da_phase_selects_a_checkpoint_per_nu(smoke):
     runs = smoke[0] / "runs"
     selection = load(runs / "selection.json")
     assert selection["raw"] is not None
@@ -217,15 +217,15 @@ def test_the_report_has_every_row_the_seeds_and_the_figures(smoke):
 
 
 def test_a_rerun_reads_every_finished_job(smoke, tmp_path):
-    """README's second ``scheda-reproduce scale=smoke``: every stage finds its jobs done."""
+    """README's second ``scheda-reproduce scale=smoke``: every phase finds its jobs done."""
     smoke_command, *_, again = readme_commands("scheda-reproduce", "scale=smoke")
     assert again == smoke_command
     user = User(tmp_path)
     shutil.copytree(smoke[0] / "runs", user.work / "runs")
     mtimes = {p: p.stat().st_mtime_ns for p in (user.work / "runs").glob("*/*/results.json")}
     proc = user.run(again, *TINY_PROTOCOL, "scale.seeds=[0,1]", *PLACES)
-    stages = re.findall(r"stage (\w+): (\d+) jobs, (\d+) already done, (\d+) to run", proc.output)
-    assert len(stages) >= 4 and all(todo == "0" for *_, todo in stages), stages
+    phases = re.findall(r"phase (\w+): (\d+) jobs, (\d+) already done, (\d+) to run", proc.output)
+    assert len(phases) >= 4 and all(todo == "0" for *_, todo in phases), phases
     assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
     assert load(user.work / "runs" / "invocations.json")[-1]["ran_jobs"] is False
 
@@ -247,7 +247,7 @@ def test_a_killed_job_resumes_from_its_checkpoint(smoke, tmp_path):
     original = load(killed / "results.json")
     (killed / "results.json").write_text(json.dumps({**original, "status": "interrupted"}))
     (killed / "checkpoints" / checkpoint_name(original["epochs"])).unlink()
-    resumed = reproduce(work, smoke[1], "scale.seeds=[0,1]", "stages=[da,select,report]")
+    resumed = reproduce(work, smoke[1], "scale.seeds=[0,1]", "phases=[da,select,report]")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in (killed / "train.log").read_text()
     results = load(killed / "results.json")

@@ -1,5 +1,5 @@
 """The protocol's schemas: a table (which continuations, the paper's numbers), a scale (the
-grid and budget of every stage) and the invocation (``configs/reproduce.yaml``). The files in
+grid and budget of every phase) and the invocation (``configs/reproduce.yaml``). The files in
 ``configs/table/`` and ``configs/scale/`` are their values."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
-# The protocol's stages in the order they run; ``stages=[...]`` picks some (the one list of them).
-STAGES = ("da", "select", "continue", "control", "finetune", "seeds", "report")
+# The protocol's phases in the order they run; ``phases=[...]`` picks some (the one list of them).
+PHASES = ("da", "select", "continue", "control", "finetune", "seeds", "report")
 
 
 @dataclass
 class DAGridConfig:
-    """Stage 1: one DA per (nu, lr), each evaluated every ``eval_every`` epochs (checkpointed
+    """Phase 1: one DA per (nu, lr), each evaluated every ``eval_every`` epochs (checkpointed
     there too, so a ScheDA can continue from the selected epoch), for ``epochs``: with
     ``scale.patience`` that is the cap, and the rule stops a DA earlier."""
 
@@ -28,7 +28,7 @@ class DAGridConfig:
 
 @dataclass
 class LevelGridConfig:
-    """Stage 3: decreasing (ScheDA) or increasing schedules continued from the best DA(nu0)."""
+    """Phase 3: decreasing (ScheDA) or increasing schedules continued from the best DA(nu0)."""
 
     nu0: List[float] = field(default_factory=list)
     delta_nu: List[float] = field(default_factory=list)
@@ -43,7 +43,7 @@ class LevelGridConfig:
 
 @dataclass
 class RandomNuConfig:
-    """Stage 3 of table=random_nu: nu drawn per minibatch, trained from scratch at every lr of
+    """Phase 3 of table=random_nu: nu drawn per minibatch, trained from scratch at every lr of
     the DA grid (``da.lr``), the best chosen on validation like the DA's."""
 
     hidden: Optional[int] = None
@@ -55,7 +55,7 @@ class RandomNuConfig:
 
 @dataclass
 class ScheduleGridConfig:
-    """Stage 3 for any registered schedule that ``table.continuations`` names: from the best
+    """Phase 3 for any registered schedule that ``table.continuations`` names: from the best
     DA(nu0) of each ``nu0``, one run per combination of ``grid`` (the schedule's own keys, e.g.
     ``{gamma: [0.9, 0.95], epochs: [50]}``) at ``lr``; nu0 goes to the schedule's ``nu_key``."""
 
@@ -116,7 +116,8 @@ class ReproduceConfig:
     scheduler_wait_min: float = 30.0
     bench: Optional[str] = None  # scripts/bench_train.py --json output: device-hours in the plan it prints
     dry_run: bool = False  # print the plan (jobs, model-epochs, device-hours) and stop
-    stages: List[str] = field(default_factory=lambda: list(STAGES))
+    phases: List[str] = field(default_factory=lambda: list(PHASES))
+    stages: Optional[List[str]] = None  # 0.2's name of ``phases``: read as it until 0.4
 
 
 def register_protocol_configs() -> None:

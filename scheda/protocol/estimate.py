@@ -3,7 +3,7 @@ speed ``scripts/bench_train.py --json`` measured (``bench=<that file>``).
 
 The plan assumes every DA of the grid is selected (the continuations of every nu0 are planned)
 and counts each control at the length of its kind's longest continuation: an upper bound on
-the continuation and control stages. Each cost comes from the benchmark's measurements: an epoch
+the continuation and control phases. Each cost comes from the benchmark's measurements: an epoch
 of each hidden size (its own row) with the step the runs get, a fused sweep's cost over one
 model's, the C search (scaled by the number of features), an epoch of fine-tuning (every
 learning rate of the preset for its ``max_epochs``), and per job the start of a process that
@@ -30,7 +30,7 @@ INPUTS = 3072  # CIFAR-10's pixels: the benchmark's input size (scripts/bench_tr
 
 
 def items(cfg: DictConfig) -> dict[str, Any]:
-    """Per stage: jobs, model-epochs and evaluations, with hidden size per item."""
+    """Per phase: jobs, model-epochs and evaluations, with hidden size per item."""
     scale = cfg.scale
     da = da_jobs(scale, cfg.table.raw)
     # every DA selected at its last epoch (with the entry's fields a kind may plan from)
@@ -38,13 +38,13 @@ def items(cfg: DictConfig) -> dict[str, Any]:
                                                          "lr": scale.da.lr[0], "run": "r"}
                                                for nu in scale.da.nu}} for h in scale.hidden}}
     cont = continuation_jobs(scale, cfg.table.continuations, selection)
-    items: list[dict[str, Any]] = []  # one per model of a job: stage, hidden, epochs, evaluations, fused
+    items: list[dict[str, Any]] = []  # one per model of a job: phase, hidden, epochs, evaluations, fused
     for job in da:
         if kind_of(job.meta["kind"]).role == BASELINE:
-            items.append({"stage": "da", "hidden": 0, "epochs": 0, "evals": 1, "models": 1})
+            items.append({"phase": "da", "hidden": 0, "epochs": 0, "evals": 1, "models": 1})
             continue
         models = len(job.meta.get("nus", [None]))
-        items.append({"stage": "da", "hidden": job.meta["hidden"], "epochs": scale.da.epochs, "models": models,
+        items.append({"phase": "da", "hidden": job.meta["hidden"], "epochs": scale.da.epochs, "models": models,
                       "evals": models * (scale.da.epochs // scale.da.eval_every)})
     longest: dict[tuple[int, str], tuple[int, int]] = {}  # (hidden, kind) -> (epochs, K) of its longest run
     for job in cont:
@@ -54,13 +54,13 @@ def items(cfg: DictConfig) -> dict[str, Any]:
         # random-nu run every evaluate.every epochs
         evals = job.meta["levels"] if "levels" in job.meta and "trainer.patience" not in job.values \
             else epochs // job.values["evaluate.every"]
-        items.append({"stage": "continue", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1,
+        items.append({"phase": "continue", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1,
                       "eager": kind.eager})
         if kind.controlled:
             longest[(hidden, kind.name)] = max(longest.get((hidden, kind.name), (0, 1)), (epochs, job.meta["K"]))
     if scale.control:  # each control is evaluated every K epochs (scheda.protocol.kinds.control)
         for (hidden, _), (epochs, K) in longest.items():
-            items += [{"stage": "control", "hidden": hidden, "epochs": epochs, "evals": epochs // K,
+            items += [{"phase": "control", "hidden": hidden, "epochs": epochs, "evals": epochs // K,
                        "models": 1}] * len(of_role(CONTROL))
     items += _seed_items(scale, cont)
     finetune_jobs = len(of_role(FINETUNE)) * len(scale.hidden) * len(scale.seeds) if scale.finetune is not None else 0
@@ -80,7 +80,7 @@ def _seed_items(scale: DictConfig, cont: list) -> list[dict[str, Any]]:
         kinds = {job.meta["kind"] for job in runs}
         starts = {job.meta["kind"] for job in runs if "init_from" in job.values}
         das = min(len(scale.da.nu), 1 + len(starts))
-        da = {"stage": "seeds", "hidden": hidden, "epochs": scale.da.epochs,
+        da = {"phase": "seeds", "hidden": hidden, "epochs": scale.da.epochs,
               "evals": scale.da.epochs // scale.da.eval_every}
         items += [{**da, "models": further, "evals": further * da["evals"]}] * das if scale.da.fused \
             else [{**da, "models": 1}] * (das * further)
@@ -90,7 +90,7 @@ def _seed_items(scale: DictConfig, cont: list) -> list[dict[str, Any]]:
             evals = longest.meta.get("levels", epochs) if "trainer.patience" not in longest.values \
                 else epochs // longest.values["evaluate.every"]
             copies = 1 + len(of_role(CONTROL)) if scale.control and kind_of(kind).controlled else 1
-            items += [{"stage": "seeds", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1}] \
+            items += [{"phase": "seeds", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1}] \
                 * (copies * further)
     return items
 
@@ -181,10 +181,10 @@ def job_seconds(bench: dict[str, Any], examples: int = TRAIN_EXAMPLES) -> float:
     return (bench.get("data_load_s") or 0.0) * examples / bench.get("n", TRAIN_EXAMPLES) + (bench.get("build_s") or 0.0)
 
 
-def start_seconds(bench: dict[str, Any], jobs: int, stages: int, launcher: str) -> float:
+def start_seconds(bench: dict[str, Any], jobs: int, phases: int, launcher: str) -> float:
     """Processes' starts (imports, the device's initialisation): scheda-reproduce's own, and one
-    per stage where Hydra's basic launcher runs a stage's jobs in one process, else one per job."""
-    return (bench.get("job_start_s") or 0.0) * (1 + (stages if launcher == "basic" else jobs))
+    per phase where Hydra's basic launcher runs a phase's jobs in one process, else one per job."""
+    return (bench.get("job_start_s") or 0.0) * (1 + (phases if launcher == "basic" else jobs))
 
 
 def item_seconds(item: dict[str, Any], bench: dict[str, Any], batch_size: int, fast: bool,
@@ -218,9 +218,9 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
     out: dict[str, Any] = {"jobs": {}, "model_epochs": {}, "evaluations": 0, "finetune_jobs": p["finetune_jobs"]}
     seconds_train = seconds_eval = 0.0
     for item in p["items"]:
-        stage = item["stage"]
-        out["jobs"][stage] = out["jobs"].get(stage, 0) + 1
-        out["model_epochs"][stage] = out["model_epochs"].get(stage, 0) + item["epochs"] * item["models"]
+        phase = item["phase"]
+        out["jobs"][phase] = out["jobs"].get(phase, 0) + 1
+        out["model_epochs"][phase] = out["model_epochs"].get(phase, 0) + item["epochs"] * item["models"]
         out["evaluations"] += item["evals"]
         if bench is not None:
             train, evals = item_seconds(item, bench, batch_size, fast, examples, search_share(cfg), inputs)
@@ -228,8 +228,8 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
     if bench is None:
         return out
     jobs = len(p["items"]) + p["finetune_jobs"]
-    stages = len({item["stage"] for item in p["items"]}) + bool(p["finetune_jobs"])
-    seconds_jobs = jobs * job_seconds(bench, examples) + start_seconds(bench, jobs, stages, cfg.launcher)
+    phases = len({item["phase"] for item in p["items"]}) + bool(p["finetune_jobs"])
+    seconds_jobs = jobs * job_seconds(bench, examples) + start_seconds(bench, jobs, phases, cfg.launcher)
     seconds_finetune, finetune_measured = 0.0, True
     if p["finetune_jobs"]:
         lrs, epochs = finetune_budget(cfg.scale.finetune, [*cfg.scale.train, *cfg.overrides])
@@ -252,7 +252,7 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
 
 
 def describe(cfg: DictConfig, est: dict[str, Any], bench_path: str | None) -> str:
-    jobs = ", ".join(f"{stage} {n}" for stage, n in est["jobs"].items())
+    jobs = ", ".join(f"{phase} {n}" for phase, n in est["jobs"].items())
     if est["finetune_jobs"]:
         jobs += f", finetune {est['finetune_jobs']}"
     epochs = sum(est["model_epochs"].values())

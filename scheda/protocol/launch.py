@@ -1,6 +1,6 @@
-"""Running a stage: each stage is ONE ``python -m scheda.cli -m`` multirun of generated job
+"""Running a phase: each phase is ONE ``python -m scheda.cli -m`` multirun of generated job
 configs (``<out_dir>/jobs/protocol_job/<name>.yaml``), so the user's Hydra launcher (basic,
-joblib, submitit) runs its jobs, with run directories ``<out_dir>/<stage>/<name>``; it runs in a
+joblib, submitit) runs its jobs, with run directories ``<out_dir>/<phase>/<name>``; it runs in a
 process of its own, forked from a server that imported the training code once (scheda.utils.fork). A job whose
 results.json says completed (or diverged: a result too) is not rerun; one that was killed
 resumes from its latest checkpoint; a finished job run with other settings is refused."""
@@ -86,54 +86,54 @@ def launcher_overrides(cfg: DictConfig) -> list[str]:
     return out + list(cfg.launcher_overrides)
 
 
-def stage_args(cfg: DictConfig, jobs_dir: Path, stage_dir: Path, names: list[str]) -> list[str]:
-    """The stage's ``python -m scheda.cli`` arguments: one multirun of the named job configs."""
+def phase_args(cfg: DictConfig, jobs_dir: Path, phase_dir: Path, names: list[str]) -> list[str]:
+    """The phase's ``python -m scheda.cli`` arguments: one multirun of the named job configs."""
     return ["-m", f"+protocol_job={','.join(names)}",
-            f"hydra.searchpath=[file://{jobs_dir.resolve()}]", f"hydra.sweep.dir={stage_dir.resolve()}",
+            f"hydra.searchpath=[file://{jobs_dir.resolve()}]", f"hydra.sweep.dir={phase_dir.resolve()}",
             "hydra.sweep.subdir=${hydra:runtime.choices.protocol_job}", "trainer.progress_bar=false",
             *cfg.scale.train, *cfg.overrides, *launcher_overrides(cfg)]
 
 
-def stop_stage(stage: ForkedCommand, grace: float = 0) -> None:
-    """End a stage: a Ctrl-C that reached only this process (a Ctrl-C at the terminal reaches the
-    stage too: ``grace`` lets it stop by itself), or a launcher that waits on jobs Slurm no longer
+def stop_phase(phase: ForkedCommand, grace: float = 0) -> None:
+    """End a phase: a Ctrl-C that reached only this process (a Ctrl-C at the terminal reaches the
+    phase too: ``grace`` lets it stop by itself), or a launcher that waits on jobs Slurm no longer
     has. SIGTERM: a running job checkpoints where it stands and the sweep stops."""
     try:
-        stage.wait(timeout=grace)
+        phase.wait(timeout=grace)
         return
     except subprocess.TimeoutExpired:
-        stage.terminate()
+        phase.terminate()
     try:
-        stage.wait(timeout=30)
+        phase.wait(timeout=30)
     except subprocess.TimeoutExpired:
-        stage.kill()
-        stage.wait()
+        phase.kill()
+        phase.wait()
 
 
-def run_stage(cfg: DictConfig, out_dir: Path, stage: str, jobs: list[JobSpec]) -> dict[str, int]:
-    """Launch the jobs of one stage that are not done; returns how many were skipped / run."""
+def run_phase(cfg: DictConfig, out_dir: Path, phase: str, jobs: list[JobSpec]) -> dict[str, int]:
+    """Launch the jobs of one phase that are not done; returns how many were skipped / run."""
     jobs_dir = out_dir / "jobs"
-    stage_dir = out_dir / stage
+    phase_dir = out_dir / phase
     todo = []
     for job in jobs:
-        state = job_action(stage_dir / job.name, job)
+        state = job_action(phase_dir / job.name, job)
         if state == "done":
             continue
-        spec = JobSpec(job.name, job.stage, job.groups, {"seed": cfg.scale.seeds[0], **job.values}, job.meta)
+        spec = JobSpec(job.name, job.phase, job.groups, {"seed": cfg.scale.seeds[0], **job.values}, job.meta)
         if state == "resume":
             spec.values.pop("init_from", None)
-            spec.values["resume"] = str((stage_dir / job.name).resolve())
+            spec.values["resume"] = str((phase_dir / job.name).resolve())
         atomic_write(jobs_dir / "protocol_job" / f"{job.name}.yaml", lambda f, s=spec: f.write(s.yaml().encode()))
         todo.append(job.name)
-    log.info("stage %s: %d jobs, %d already done, %d to run", stage, len(jobs), len(jobs) - len(todo), len(todo))
+    log.info("phase %s: %d jobs, %d already done, %d to run", phase, len(jobs), len(jobs) - len(todo), len(todo))
     if todo:
-        args = stage_args(cfg, jobs_dir, stage_dir, todo)
+        args = phase_args(cfg, jobs_dir, phase_dir, todo)
         log.info("running: %s", " ".join([sys.executable, "-m", "scheda.cli", *args]))
         submitted = time.time()
-        forget_scheduler_states(stage_dir, todo)  # this submission's word replaces the last one's
+        forget_scheduler_states(phase_dir, todo)  # this submission's word replaces the last one's
         # in the user's directory: relative overrides keep their meaning
         process = ForkedCommand("scheda.cli", str(Path(__file__).parents[1] / "cli.py"), args)
-        watch = NodeWatch(stage_dir, todo, submitted, 60 * cfg.scheduler_wait_min) \
+        watch = NodeWatch(phase_dir, todo, submitted, 60 * cfg.scheduler_wait_min) \
             if cfg.launcher == "submitit_slurm" else None
         try:
             while process.poll() is None:
@@ -144,17 +144,17 @@ def run_stage(cfg: DictConfig, out_dir: Path, stage: str, jobs: list[JobSpec]) -
                         continue
                     watch.gave_up()  # cancels the pending jobs no node can run
                     if watch.launcher_stranded():
-                        log.warning("stage %s: no job of it is left in Slurm's queue, but the launcher still "
-                                    "waits (submitit asks sacct rarely): stopping it", stage)
-                        stop_stage(process)
+                        log.warning("phase %s: no job of it is left in Slurm's queue, but the launcher still "
+                                    "waits (submitit asks sacct rarely): stopping it", phase)
+                        stop_phase(process)
         except KeyboardInterrupt:
-            stop_stage(process, grace=2)
+            stop_phase(process, grace=2)
             raise
         code = process.returncode
         if code != 0:
-            log.warning("stage %s: some jobs failed (exit %d); the report lists them", stage, code)
+            log.warning("phase %s: some jobs failed (exit %d); the report lists them", phase, code)
         if cfg.launcher == "submitit_slurm":
-            record_scheduler_states(stage_dir, todo, submitted)
+            record_scheduler_states(phase_dir, todo, submitted)
     return {"skipped": len(jobs) - len(todo), "run": len(todo)}
 
 
@@ -171,15 +171,15 @@ def step_text(results: dict[str, Any]) -> str:
 
 def job_statuses(jobs: list[JobSpec], out_dir: Path) -> list[dict[str, Any]]:
     rows = []
-    scheduler = {stage: scheduler_states(out_dir / stage) for stage in {job.stage for job in jobs}}
+    scheduler = {phase: scheduler_states(out_dir / phase) for phase in {job.phase for job in jobs}}
     for job in jobs:
-        results = read_results(out_dir / job.stage / job.name) or {}
+        results = read_results(out_dir / job.phase / job.name) or {}
         status, error = results.get("status", "not run"), results.get("error")
-        said = scheduler[job.stage].get(job.name) if status not in FINAL_STATUSES else None
+        said = scheduler[job.phase].get(job.name) if status not in FINAL_STATUSES else None
         if said:  # the scheduler's word on a job that did not finish
             status = "failed" if status in ("not run", "running") else status
             error = f"{said}; {error}" if error else said
-        rows.append({"name": job.name, "stage": job.stage, "status": status, "error": error,
+        rows.append({"name": job.name, "phase": job.phase, "status": status, "error": error,
                      "seconds": results.get("seconds"), "device": results.get("device"),
                      "step": step_text(results)})
     return rows

@@ -1,10 +1,10 @@
-"""Planning: which jobs each stage of the paper's protocol (Geras & Sutton 2015, Section 4.1)
-runs, from the scale and table and, for the later stages, from what the earlier ones selected.
+"""Planning: which jobs each phase of the paper's protocol (Geras & Sutton 2015, Section 4.1)
+runs, from the scale and table and, for the later phases, from what the earlier ones selected.
 
-Stage 1 trains the DA grid (one run per hidden size, nu and lr, evaluated and checkpointed
-every ``eval_every`` epochs); stage 3 continues the selected checkpoints with noise schedules
+Phase 1 trains the DA grid (one run per hidden size, nu and lr, evaluated and checkpointed
+every ``eval_every`` epochs); phase 3 continues the selected checkpoints with noise schedules
 (ScheDA: decreasing; the control experiments: increasing, constant) or trains random-nu DAs
-from scratch; stage 4 plans the controls of the best schedules, stage 5 the fine-tuning. One
+from scratch; phase 4 plans the controls of the best schedules, phase 5 the fine-tuning. One
 out_dir per scale holds the runs of every table: a continuation (named by its kind and
 settings) is shared by the tables that use it. Also every check that can run before training.
 """
@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from scheda.config import flatten
 from scheda.utils.errors import ConfigError
 from scheda.utils.io import atomic_write
-from scheda.protocol.config import STAGES
+from scheda.protocol.config import PHASES
 from scheda.protocol.jobs import JobSpec, fmt, rule_values
 from scheda.protocol.kinds import FINETUNE, continuation, kind_of, of_role
 from scheda.protocol.kinds.da import DA, DAFused, Raw
@@ -32,9 +32,9 @@ log = logging.getLogger(__name__)
 
 def check(cfg: DictConfig) -> None:
     """Every protocol value that can be checked before any training."""
-    unknown = set(cfg.stages) - set(STAGES)
+    unknown = set(cfg.phases) - set(PHASES)
     if unknown:
-        raise ConfigError(f"stages has {sorted(unknown)}: use any of {', '.join(STAGES)}")
+        raise ConfigError(f"phases has {sorted(unknown)}: use any of {', '.join(PHASES)}")
     if cfg.table.scales and cfg.scale.name not in cfg.table.scales:
         raise ConfigError(f"table={cfg.table.name} has no scale={cfg.scale.name}: use scale="
                           f"{' | '.join(cfg.table.scales)} (configs/table_scale/{cfg.table.name}_<scale>.yaml)")

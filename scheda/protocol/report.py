@@ -154,10 +154,10 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
             png = path.with_name(f"{path.stem}_{name}_h{hidden}.png")
             if draw(sel, continued.get(hidden, {}), seeded, png, int(hidden)):
                 lines += ["", f"![{name}, {hidden} hidden units]({png.name})"]
-    lines += ["", "## Jobs", "", "| Job | Stage | Status | Minutes | Step | Error |", "|---|---|---|---|---|---|"]
+    lines += ["", "## Jobs", "", "| Job | Phase | Status | Minutes | Step | Error |", "|---|---|---|---|---|---|"]
     for row in statuses:
         minutes = f"{row['seconds'] / 60:.1f}" if row["seconds"] else "—"
-        lines.append(f"| {row['name']} | {row['stage']} | {row['status']} | {minutes} | {row.get('step', '')} | "
+        lines.append(f"| {row['name']} | {row['phase']} | {row['status']} | {minutes} | {row.get('step', '')} | "
                      f"{row['error'] or ''} |")
     lines += ["", "## Configuration", "", "```yaml", OmegaConf.to_yaml(cfg.scale).strip(), "```", "",
               OWNER.format(info["protocol_id"]), ""]

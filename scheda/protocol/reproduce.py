@@ -6,7 +6,7 @@ report beside the paper's numbers.
         "launcher_overrides=['hydra.launcher.partition=gpu','hydra.launcher.gpus_per_node=1']"
 
 Rerunning the same command resumes: finished jobs are read, killed ones continue from their
-checkpoints. ``stages=[report]`` rewrites the report from the runs on disk.
+checkpoints. ``phases=[report]`` rewrites the report from the runs on disk.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from scheda.protocol.config import register_protocol_configs
 from scheda.protocol.jobs import JobSpec
 from scheda.runs.rundir import FINAL_STATUSES
 from scheda.protocol.report import folder_id, report_path, write_report
-from scheda.protocol.seeds import SUBSTAGES, Replicas
+from scheda.protocol.seeds import SUBPHASES, Replicas
 
 log = logging.getLogger("reproduce")
 
@@ -50,6 +50,9 @@ register_protocol_configs()
 
 def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
     started = time.time()
+    if cfg.stages is not None:  # 0.2's name (CHANGELOG)
+        log.warning("stages= is called phases= now: read as phases=%s", list(cfg.stages))
+        cfg.phases = cfg.stages
     plan.check(cfg)
     batch = next((int(o.split("=", 1)[1]) for o in [*cfg.scale.train, *cfg.overrides]
                   if o.startswith("trainer.batch_size=")), 20)
@@ -58,12 +61,12 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
     if cfg.dry_run:
         return None
     with terminate_as_interrupt(), hold(out_dir, "scheda-reproduce"):
-        return _run_stages(cfg, out_dir, started)
+        return _run_phases(cfg, out_dir, started)
 
 
 @dataclass
 class Progress:
-    """What the stages know so far: each stage's jobs, the selection, the continuations (and
+    """What the phases know so far: each phase's jobs, the selection, the continuations (and
     their controls and fine-tunings), the seeds' results, and how many jobs each launch ran."""
 
     cfg: DictConfig
@@ -86,10 +89,10 @@ class Progress:
 
 
 @dataclass(frozen=True)
-class Stage:
-    """One stage of the protocol: ``plan`` gives its jobs by launch (the seeds' stage has three:
-    scheda.protocol.seeds.SUBSTAGES) from what the stages before it found, and ``collect`` reads
-    what they gave. ``stages=[...]`` chooses which stages launch; every stage collects."""
+class Phase:
+    """One phase of the protocol: ``plan`` gives its jobs by launch (the seeds' phase has three:
+    scheda.protocol.seeds.SUBPHASES) from what the phases before it found, and ``collect`` reads
+    what they gave. ``phases=[...]`` chooses which phases launch; every phase collects."""
 
     name: str
     plan: Callable[[Progress], dict[str, list[JobSpec]]]
@@ -123,32 +126,32 @@ def _collect_seeds(p: Progress) -> None:
     atomic_write_json(p.out_dir / f"seeds_{p.cfg.table.name}.json", p.seeded)
 
 
-STAGES = (
-    Stage("da", lambda p: {"da": plan.da_jobs(p.cfg.scale, p.cfg.table.raw)}, _collect_da),
-    Stage("continue", lambda p: {"continue": plan.continuation_jobs(p.cfg.scale, p.cfg.table.continuations,
+PHASES = (
+    Phase("da", lambda p: {"da": plan.da_jobs(p.cfg.scale, p.cfg.table.raw)}, _collect_da),
+    Phase("continue", lambda p: {"continue": plan.continuation_jobs(p.cfg.scale, p.cfg.table.continuations,
                                                                      p.selection)},
           lambda p: setattr(p, "continued", select.select_continuations(p.jobs["continue"], p.out_dir))),
-    Stage("control", lambda p: {"control": plan.control_jobs(p.cfg.scale, p.cfg.table.continuations, p.continued)},
+    Phase("control", lambda p: {"control": plan.control_jobs(p.cfg.scale, p.cfg.table.continuations, p.continued)},
           _collect_controls),
-    Stage("finetune", lambda p: {"finetune": plan.finetune_jobs(p.cfg.scale.finetune, p.selection, p.continued)
+    Phase("finetune", lambda p: {"finetune": plan.finetune_jobs(p.cfg.scale.finetune, p.selection, p.continued)
                                  if p.cfg.scale.finetune is not None else []}, _collect_finetune),
-    Stage("seeds", _plan_seeds, _collect_seeds),
+    Phase("seeds", _plan_seeds, _collect_seeds),
 )
 
 
-def _run_stages(cfg: DictConfig, out_dir: Path, started: float) -> Path | None:
+def _run_phases(cfg: DictConfig, out_dir: Path, started: float) -> Path | None:
     plan.check_scale_unchanged(cfg.scale, out_dir)
     progress = Progress(cfg, out_dir)
     try:
-        for stage in STAGES:
-            planned = stage.plan(progress)
+        for phase in PHASES:
+            planned = phase.plan(progress)
             for launch_name, jobs in planned.items():
-                if stage.name in cfg.stages and jobs:
+                if phase.name in cfg.phases and jobs:
                     progress.launching = True
-                    progress.counts.append(launch.run_stage(cfg, out_dir, launch_name, jobs))
+                    progress.counts.append(launch.run_phase(cfg, out_dir, launch_name, jobs))
                     progress.launching = False
             progress.jobs.update(planned)
-            stage.collect(progress)
+            phase.collect(progress)
     finally:  # a stopped or failed invocation's time counts in the protocol's wall time too
         invocations = launch.record_invocation(out_dir, started, cfg.table.name, ran_jobs=progress.ran_jobs)
     statuses = launch.job_statuses(progress.all_jobs(), out_dir)
@@ -157,11 +160,11 @@ def _run_stages(cfg: DictConfig, out_dir: Path, started: float) -> Path | None:
             "protocol_id": folder_id(out_dir),
             "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
     path = report_path(cfg, out_dir)
-    if "report" in cfg.stages:
+    if "report" in cfg.phases:
         write_report(cfg, progress.selection, progress.continued, progress.seeded, statuses, info, path)
         log.info("report: %s", path)
-    launched = set(cfg.stages) | (set(SUBSTAGES) if "seeds" in cfg.stages else set())
-    unfinished = [s for s in statuses if s["stage"] in launched and s["status"] not in FINAL_STATUSES]
+    launched = set(cfg.phases) | (set(SUBPHASES) if "seeds" in cfg.phases else set())
+    unfinished = [s for s in statuses if s["phase"] in launched and s["status"] not in FINAL_STATUSES]
     if unfinished:
         listed = "; ".join(f"{s['name']} ({s['status']}{': ' + s['error'] if s['error'] else ''})"
                            for s in unfinished[:5])

@@ -40,7 +40,7 @@ from scheda.protocol.plan import check_seeds, da_values
 
 log = logging.getLogger(__name__)
 
-SUBSTAGES = ("seed_da", "seed_continue", "seed_finetune")  # what the protocol's stage "seeds" runs, in order
+SUBPHASES = ("seed_da", "seed_continue", "seed_finetune")  # what the protocol's phase "seeds" runs, in order
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Row:
 
 class Replicas:
     """The replica jobs of every further seed, planned from the selection seed's results (all
-    paths are known in advance, so the three stages can be planned at once)."""
+    paths are known in advance, so the three phases can be planned at once)."""
 
     def __init__(self, scale: DictConfig, out_dir: Path, selection: dict[str, Any], continued: dict[str, Any],
                  jobs: list[JobSpec]):
@@ -66,7 +66,7 @@ class Replicas:
         self.seeds = check_seeds(scale)
         self.further = self.seeds[1:]
         self.by_name = {job.name: job for job in jobs}
-        self.jobs: dict[str, list[JobSpec]] = {stage: [] for stage in SUBSTAGES}
+        self.jobs: dict[str, list[JobSpec]] = {phase: [] for phase in SUBPHASES}
         self.rows: list[Row] = []
         if self.further:
             for hidden, sel in selection["hidden"].items():
@@ -172,11 +172,11 @@ class Replicas:
         self.rows.append(row)
         return row
 
-    def _replica(self, job: JobSpec, stage: str, name: str, seed: int, changes: dict[str, Any]) -> JobSpec:
+    def _replica(self, job: JobSpec, phase: str, name: str, seed: int, changes: dict[str, Any]) -> JobSpec:
         values = {k: v for k, v in job.values.items() if not k.startswith("trainer.parallel.")}
-        replica = JobSpec(name, stage, dict(job.groups), {**values, **changes, "seed": seed},
+        replica = JobSpec(name, phase, dict(job.groups), {**values, **changes, "seed": seed},
                           {**job.meta, "seed": seed, "replica_of": job.name})
-        self.jobs[stage].append(replica)
+        self.jobs[phase].append(replica)
         return replica
 
     # --- results ----------------------------------------------------------------------------

@@ -45,7 +45,7 @@ def select_continuations(jobs: list[JobSpec], out_dir: Path) -> dict[str, Any]:
 def _select(jobs: list[JobSpec], out_dir: Path, found: dict[str, Any]) -> None:
     """Each finished model of ``jobs`` selected and filed into ``found`` by its own kind."""
     for job in jobs:
-        for run_dir, meta in kind_of(job.meta["kind"]).models(job, out_dir / job.stage / job.name):
+        for run_dir, meta in kind_of(job.meta["kind"]).models(job, out_dir / job.phase / job.name):
             results = read_results(run_dir)
             if results is None or results.get("status") not in FINAL_STATUSES:
                 continue
@@ -76,10 +76,10 @@ def save_selection(out_dir: Path, selection: dict[str, Any]) -> None:
 
 
 def require_selection(selection: dict[str, Any], jobs: list[JobSpec], out_dir: Path) -> None:
-    """Stop with the first DA job's own error when stage 1 left nothing to select from."""
+    """Stop with the first DA job's own error when phase 1 left nothing to select from."""
     if selection["hidden"]:
         return
     errors = [row for row in job_statuses(jobs, out_dir) if row["error"]]
     cause = f"{errors[0]['name']} failed with {errors[0]['error']}" if errors else "no DA job has run"
-    raise SchedaError(f"no DA of stage 1 completed with an evaluation ({cause}); "
+    raise SchedaError(f"no DA of phase 1 completed with an evaluation ({cause}); "
                       f"the jobs' logs are in {out_dir / 'da'}")

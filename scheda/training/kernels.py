@@ -2,7 +2,7 @@
 
 The hand-written step (scheda.training.step.BatchedStep) is five products and about forty small
 elementwise kernels a minibatch; at the paper's minibatch of 20 on a GPU those launches, not
-the arithmetic, set the time. Here every elementwise stage between two products is ONE
+the arithmetic, set the time. Here every elementwise pass between two products is ONE
 kernel for all M models, so a minibatch is M random draws (each model's own generator, as
 scheda.model.noise.Masking draws them) + 4 products + these 4 kernels:
 

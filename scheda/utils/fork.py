@@ -1,6 +1,6 @@
 """A scheda command (``python -m scheda.cli ...``, ``python scripts/reproduce.py ...``) run as
 a fork of a process that imported the training code once: the command then costs a fork, not a
-Python start and torch's import (about 2 s of CPU, paid by every stage of every protocol
+Python start and torch's import (about 2 s of CPU, paid by every phase of every protocol
 invocation). The child is what the command would be: its own process, in the given directory
 and environment, its signals, output and exit code its own.
 
@@ -133,7 +133,7 @@ def _child(module: str, argv: list[str], cwd: str, environ: dict[str, str], stdo
 def _forget_parent() -> None:
     """Let go of what the forked parent owns, so that the command starts and ends as a program of
     its own: its directory locks (a child would hold them after the parent died), its signal
-    handlers (a SIGTERM to the protocol's handler raised inside the stage's launcher), Hydra's global
+    handlers (a SIGTERM to the protocol's handler raised inside the phase's launcher), Hydra's global
     state (the command's ``@hydra.main`` sets it up), and its exit work (a test runner's clean-up
     of its temporary folders, objects' finalizers): the child keeps the standard exit handlers
     and runs those it registers itself."""

@@ -8,7 +8,7 @@ checkpoint of where it stands (mid-epoch included) and results.json, and raises
 :class:`Interrupted`, whose exit status is the conventional 128 + the signal's number. A
 second Ctrl-C while the checkpoint is written stops at once.
 
-A process that only waits on others (the protocol waits on its stages) takes SIGTERM as it
+A process that only waits on others (the protocol waits on its phases) takes SIGTERM as it
 takes Ctrl-C: :func:`terminate_as_interrupt`. A sweep whose jobs run in processes of its own
 (joblib's workers) hands the signal to them and waits for their checkpoints before it ends:
 :func:`jobs_stop_first`.

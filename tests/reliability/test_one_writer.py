@@ -54,20 +54,20 @@ def test_a_second_resume_of_a_live_run_is_refused_and_a_killed_holder_is_taken_o
 
 def test_a_second_protocol_on_a_live_out_dir_is_refused(cifar_arrays, tmp_path):
     with hold(tmp_path / "runs", "scheda-reproduce"):
-        proc = reproduce(tmp_path, cifar_arrays, "stages=[da,select,report]")
+        proc = reproduce(tmp_path, cifar_arrays, "phases=[da,select,report]")
     assert proc.returncode == 1
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("error: runs is in use by pid ") and f"pid {os.getpid()} on " in line
     assert not (tmp_path / "runs" / "da").exists() and not (tmp_path / "reports").exists()
     # Released (the holder's block ended): the same command runs.
-    again = reproduce(tmp_path, cifar_arrays, "stages=[da,select,report]")
+    again = reproduce(tmp_path, cifar_arrays, "phases=[da,select,report]")
     assert again.returncode == 0, again.stderr[-2000:]
 
 
-def test_a_stage_forked_from_the_protocol_does_not_keep_the_protocols_lock(cifar_arrays, tmp_path):
-    """The protocol forks its stages from itself (scheda.utils.fork): a stage inherits its descriptors,
+def test_a_phase_forked_from_the_protocol_does_not_keep_the_protocols_lock(cifar_arrays, tmp_path):
+    """The protocol forks its phases from itself (scheda.utils.fork): a phase inherits its descriptors,
     the out_dir lock among them, and lets that one go. So a protocol killed with SIGKILL frees its
-    out_dir at once, while its orphaned stage still holds (only) its job's run."""
+    out_dir at once, while its orphaned phase still holds (only) its job's run."""
     proc = start_reproduce(tmp_path, cifar_arrays, *ENDLESS_DAS, new_session=True)
     run = tmp_path / "runs" / "da" / "da_h16_nu0.5_lr0.1"
     try:

@@ -15,12 +15,12 @@ from omegaconf import DictConfig
 from scheda.runs.rundir import best_evaluation, checkpoint_name, params_of
 from scheda.protocol.jobs import JobSpec, fmt
 
-# What a kind is to the protocol (its stage): each role is planned, selected and reported in its own way.
+# What a kind is to the protocol (its phase): each role is planned, selected and reported in its own way.
 BASELINE = "baseline"  # raw pixels: no training, evaluated once
-GRID = "grid"  # the DA grid of stage 1 (by hidden size, nu, lr)
-CONTINUATION = "continuation"  # stage 3: a schedule from a selected DA, or a random-nu DA
-CONTROL = "control"  # stage 4: the same start as the best schedule of levels, without its schedule
-FINETUNE = "finetune"  # stage 5: supervised fine-tuning of a selected encoder
+GRID = "grid"  # the DA grid of phase 1 (by hidden size, nu, lr)
+CONTINUATION = "continuation"  # phase 3: a schedule from a selected DA, or a random-nu DA
+CONTROL = "control"  # phase 4: the same start as the best schedule of levels, without its schedule
+FINETUNE = "finetune"  # phase 5: supervised fine-tuning of a selected encoder
 
 REGISTRY: dict[str, "JobKind"] = {}
 
@@ -105,7 +105,7 @@ class JobKind(ABC):
                 **stopping(results)}
 
     def file(self, found: dict[str, Any], entry: dict[str, Any], meta: dict[str, Any]) -> None:
-        """Put a selected entry where its stage keeps what it found: here, one of the runs of its
+        """Put a selected entry where its phase keeps what it found: here, one of the runs of its
         hidden size and kind to choose the best among."""
         found.setdefault(str(meta["hidden"]), {}).setdefault(self.name, {"runs": []})["runs"].append(entry)
 
@@ -128,7 +128,7 @@ class JobKind(ABC):
 
 
 class ContinuationKind(JobKind):
-    """Stage 3: runs planned from the selected DA of each nu (or from scratch), the best of a
+    """Phase 3: runs planned from the selected DA of each nu (or from scratch), the best of a
     hidden size's runs reported against the best DA."""
 
     role = CONTINUATION
@@ -154,7 +154,7 @@ class ContinuationKind(JobKind):
 
 
 class ControlKind(JobKind):
-    """Stage 4: the best run of a ``controlled`` continuation trained again from the same
+    """Phase 4: the best run of a ``controlled`` continuation trained again from the same
     checkpoint and stream without its schedule; each control is one sentence of the verdict."""
 
     role = CONTROL

@@ -1,4 +1,4 @@
-"""The controls of the best run of a schedule of levels (stage 4), from the same checkpoint and,
+"""The controls of the best run of a schedule of levels (phase 4), from the same checkpoint and,
 through the seed, the same training stream (common random numbers):
 
 * ``control``: the DA trained on at its own nu0 for as long as that run's whole continuation,

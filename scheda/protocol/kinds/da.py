@@ -1,4 +1,4 @@
-"""Stage 1's kinds: raw pixels (the baseline, evaluated once), a DA of the grid, and a fused
+"""Phase 1's kinds: raw pixels (the baseline, evaluated once), a DA of the grid, and a fused
 sweep that trains every nu of one (hidden, lr) in one process (batched matmuls, on a GPU).
 Their selection fills selection.json: the raw baseline and, per hidden size, the best DA of
 each nu over lr and epochs."""
@@ -26,7 +26,7 @@ class Raw(JobKind):
         return {"run": str(run_dir), **errors(evaluations[-1])} if evaluations else None
 
     def file(self, found: dict[str, Any], entry: dict[str, Any], meta: dict[str, Any]) -> None:
-        """Stage 1's selection holds one raw baseline."""
+        """Phase 1's selection holds one raw baseline."""
         found["raw"] = entry
 
 

@@ -1,4 +1,4 @@
-"""Stage 5: supervised fine-tuning of the best DA's and the best ScheDA's encoder of each
+"""Phase 5: supervised fine-tuning of the best DA's and the best ScheDA's encoder of each
 hidden size (the paper's Table 3 has both; 36.77 -> 35.7 % for the 5000-unit ScheDA). A
 fine-tuning job reports its own chosen learning rate and epoch, not an evaluation of ours."""
 

@@ -1,6 +1,6 @@
 """Schedules of levels continued from a selected DA(nu0): ScheDA (nu0 down by delta_nu every K
 epochs, Section 3) and its control of Section 4.1.1 (the same steps up). Their grids are
-``scale.scheda`` and ``scale.increasing``; their best runs get controls (stage 4)."""
+``scale.scheda`` and ``scale.increasing``; their best runs get controls (phase 4)."""
 
 from __future__ import annotations
 
