@@ -24,8 +24,8 @@ class Counting(Loop):
         self.built.append([m.epochs for m in active])
         return object()
 
-    def begin(self):
-        self.calls.append("begin")
+    def on_fit_start(self):
+        self.calls.append("on_fit_start")
 
     def run_epoch(self, active):
         self.step_for(active)
@@ -35,11 +35,11 @@ class Counting(Loop):
             m.epoch += 1
         self.calls.append(len(active))
 
-    def end(self):
-        self.calls.append("end")
+    def on_fit_end(self):
+        self.calls.append("on_fit_end")
 
-    def stopped(self, exc):
-        self.calls.append(f"stopped: {exc}")
+    def on_fit_stopped(self, exc):
+        self.calls.append(f"on_fit_stopped: {exc}")
 
     def close(self):
         self.calls.append("close")
@@ -49,14 +49,14 @@ def test_the_step_is_rebuilt_only_when_a_member_drops_out():
     loop = Counting([Member(3), Member(1), Member(2)])
     loop.fit()
     assert loop.built == [[3, 1, 2], [3, 2], [3]]
-    assert loop.calls == ["begin", 3, 2, 1, "end", "close"]
+    assert loop.calls == ["on_fit_start", 3, 2, 1, "on_fit_end", "close"]
 
 
-def test_a_failing_epoch_calls_stopped_then_close_and_raises():
+def test_a_failing_epoch_calls_on_fit_stopped_then_close_and_raises():
     loop = Counting([Member(3)], fail_at=1)
     with pytest.raises(RuntimeError, match="diverged"):
         loop.fit()
-    assert loop.calls == ["begin", 1, "stopped: diverged", "close"]
+    assert loop.calls == ["on_fit_start", 1, "on_fit_stopped: diverged", "close"]
 
 
 def test_a_loop_says_what_its_epoch_does():

@@ -418,11 +418,11 @@ class FineTuneLoop(Loop):
             epoch = max(t.epoch for t in active)
             raise Interrupted(stop.signum, f"{stop.name} in fine-tuning epoch {epoch}", forward=stop.forward())
 
-    def end(self) -> None:
+    def on_fit_end(self) -> None:
         for t in self.members:  # finished before this call (a resumed rate at its last epoch)
             self.tuner.done.setdefault(t.index, t.result())
 
-    def stopped(self, exc: BaseException) -> None:
+    def on_fit_stopped(self, exc: BaseException) -> None:
         if self.saved is not None and not self.written:
             self.tuner.save(**self.saved)
 

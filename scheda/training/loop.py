@@ -14,10 +14,11 @@ import torch
 
 
 class Loop(abc.ABC):
-    """Trains ``members`` (each says when it is ``finished``) to their ends: :meth:`begin`, then
-    :meth:`run_epoch` of the active members while any is, then :meth:`end`; :meth:`stopped` when
-    an epoch fails or is interrupted (a member's last whole state written, say), :meth:`close`
-    always. ``build_step(active)`` makes the step that trains ``active`` in one call;
+    """Trains ``members`` (each says when it is ``finished``) to their ends: :meth:`on_fit_start`,
+    then :meth:`run_epoch` of the active members while any is, then :meth:`on_fit_end`;
+    :meth:`on_fit_stopped` when an epoch fails or is interrupted (a member's last whole state
+    written, say), :meth:`close` always: the words of the callbacks' hooks
+    (scheda.training.trainer.Callback), which DA training calls from these. ``build_step(active)`` makes the step that trains ``active`` in one call;
     :meth:`step_for` keeps it until the active set changes."""
 
     def __init__(self, members: Sequence[Any], build_step: Callable[[list[Any]], Any]):
@@ -35,17 +36,17 @@ class Loop(abc.ABC):
 
     def fit(self) -> None:
         try:
-            self.begin()
+            self.on_fit_start()
             while active := [m for m in self.members if not m.finished]:
                 self.run_epoch(active)
-            self.end()
+            self.on_fit_end()
         except BaseException as exc:
-            self.stopped(exc)
+            self.on_fit_stopped(exc)
             raise
         finally:
             self.close()
 
-    def begin(self) -> None:
+    def on_fit_start(self) -> None:
         """Before the first epoch."""
 
     @abc.abstractmethod
@@ -53,10 +54,10 @@ class Loop(abc.ABC):
         """One epoch of every member in ``active``, by ``self.step_for(active)``: what a loop of
         its own kind of member does (every subclass says it)."""
 
-    def end(self) -> None:
+    def on_fit_end(self) -> None:
         """After the last member finished."""
 
-    def stopped(self, exc: BaseException) -> None:
+    def on_fit_stopped(self, exc: BaseException) -> None:
         """An epoch raised ``exc`` (it is raised again after this)."""
 
     def close(self) -> None:

@@ -378,12 +378,12 @@ class Trainer(Loop):
             t.ran = {**step.ran.describe(), "fallback": step.fallback}
         return step
 
-    def begin(self) -> None:
+    def on_fit_start(self) -> None:
         for t in self.states:
             for cb in t.callbacks:
                 cb.on_fit_start(t)
 
-    def end(self) -> None:
+    def on_fit_end(self) -> None:
         for t in self.states:
             for cb in t.callbacks:
                 cb.on_fit_end(t)
