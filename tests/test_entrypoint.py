@@ -47,7 +47,7 @@ def test_overrides_of_the_users_commands(cifar_arrays, tmp_path):
 def test_multirun_writes_one_directory_per_job(cifar_arrays, tmp_path):
     sweep = tmp_path / "sweep"
     proc = run_train(["-m", f"dataset.root={cifar_arrays}", *TINY, "schedule=decreasing", "schedule.K=1",
-                      "schedule.initial_epochs=1", "schedule.steps=1", "schedule.nu0=0.7,0.5",
+                      "schedule.initial_epochs=1", "schedule.T=1", "schedule.nu0=0.7,0.5",
                       "optim.lr=0.01,0.05", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit())

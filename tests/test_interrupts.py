@@ -17,7 +17,7 @@ from helpers import TINY, run_train, start_faulty_train, start_train
 # signal comes after epoch 3, and 57 epochs (two noise switches) are left for the resumed run.
 EPOCHS = 60
 ARGS = [*TINY, "trainer.batch_size=1", "schedule=decreasing", "schedule.nu0=0.5", "schedule.delta_nu=0.1",
-        "schedule.K=20", "schedule.initial_epochs=20", "schedule.steps=2", "evaluate.enabled=false",
+        "schedule.K=20", "schedule.initial_epochs=20", "schedule.T=2", "evaluate.enabled=false",
         "logger=none"]
 
 

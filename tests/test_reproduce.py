@@ -309,9 +309,9 @@ def test_every_table_and_scale_plans_its_jobs(table, scale):
         name = job.groups["schedule"]
         if name not in bases:  # the schedule option as a run composes it
             bases[name] = OmegaConf.to_container(compose_cfg([f"schedule={name}"]).schedule)
-        steps = {"steps": None} if "steps" in bases[name] else {}  # the plan sets nu_final, not steps
+        T = {"T": None} if "T" in bases[name] else {}  # the plan sets nu_final, not T
         # under the rule (scale.patience) its last level may run on to the cap: trainer.max_epochs
-        schedule = build_schedule({**bases[name], **steps, **values}, job.values.get("trainer.max_epochs"))
+        schedule = build_schedule({**bases[name], **T, **values}, job.values.get("trainer.max_epochs"))
         assert schedule.total_epochs >= 1
         if isinstance(kind_of(job.meta["kind"]), LevelKind):
             assert schedule.total_epochs == job.meta["epochs"]

@@ -11,8 +11,8 @@ from scheda.model.schedule import build_schedule
 from helpers import compose_cfg
 
 
-def step(name="decreasing", **kw):
-    cfg = dict(name=name, nu0=0.7, delta_nu=0.1, K=2, initial_epochs=3, steps=None, nu_final=None)
+def levels(name="decreasing", **kw):
+    cfg = dict(name=name, nu0=0.7, delta_nu=0.1, K=2, initial_epochs=3, T=None, nu_final=None)
     cfg.update(kw)
     return cfg
 
@@ -24,29 +24,29 @@ def test_constant_schedule():
 
 
 def test_decreasing_exact_nu_per_epoch():
-    s = build_schedule(step(nu_final=0.4))
+    s = build_schedule(levels(nu_final=0.4))
     assert s.epoch_nus() == [0.7, 0.7, 0.7, 0.6, 0.6, 0.5, 0.5, 0.4, 0.4]
     assert [e for e in range(s.total_epochs) if s.is_stage_end(e)] == [2, 4, 6, 8]
 
 
-def test_decreasing_by_steps_and_default_stop_above_zero():
-    assert build_schedule(step(steps=2, K=1, initial_epochs=1)).epoch_nus() == [0.7, 0.6, 0.5]
-    nus = build_schedule(step(K=1, initial_epochs=1)).epoch_nus()
+def test_decreasing_by_T_and_default_stop_above_zero():
+    assert build_schedule(levels(T=2, K=1, initial_epochs=1)).epoch_nus() == [0.7, 0.6, 0.5]
+    nus = build_schedule(levels(K=1, initial_epochs=1)).epoch_nus()
     assert nus == [0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
 
 
-def test_fine_decreasing_step_has_no_float_drift():
-    nus = build_schedule(step(delta_nu=0.05, K=1, initial_epochs=1, nu_final=0.1)).epoch_nus()
+def test_fine_decreasing_levels_have_no_float_drift():
+    nus = build_schedule(levels(delta_nu=0.05, K=1, initial_epochs=1, nu_final=0.1)).epoch_nus()
     assert nus[-1] == 0.1 and len(nus) == 13 and nus[3] == 0.55
 
 
 def test_increasing_schedule():
-    s = build_schedule(step(name="increasing", nu0=0.1, K=1, initial_epochs=2, nu_final=0.4))
+    s = build_schedule(levels(name="increasing", nu0=0.1, K=1, initial_epochs=2, nu_final=0.4))
     assert s.epoch_nus() == [0.1, 0.1, 0.2, 0.3, 0.4]
 
 
 def test_continuation_without_initial_epochs():
-    s = build_schedule(step(initial_epochs=0, K=2, steps=2))
+    s = build_schedule(levels(initial_epochs=0, K=2, T=2))
     assert s.epoch_nus() == [0.6, 0.6, 0.5, 0.5]
 
 
@@ -56,9 +56,9 @@ def test_stages_schedule():
 
 
 def test_max_epochs_cuts_or_extends_the_last_stage():
-    s = build_schedule(step(nu_final=0.5), max_epochs=4)
+    s = build_schedule(levels(nu_final=0.5), max_epochs=4)
     assert s.epoch_nus() == [0.7, 0.7, 0.7, 0.6]
-    s = build_schedule(step(nu_final=0.6), max_epochs=7)
+    s = build_schedule(levels(nu_final=0.6), max_epochs=7)
     assert s.epoch_nus() == [0.7, 0.7, 0.7, 0.6, 0.6, 0.6, 0.6]
 
 
@@ -74,14 +74,14 @@ def test_random_schedules_draw_in_range():
 
 
 @pytest.mark.parametrize("cfg, key", [
-    (step(nu0=1.0), "schedule.nu0"),
-    (step(nu0=-0.1), "schedule.nu0"),
-    (step(delta_nu=0.0), "schedule.delta_nu"),
-    (step(K=0), "schedule.K"),
-    (step(steps=9), "schedule.steps"),
-    (step(steps=1, nu_final=0.3), "schedule.steps"),
-    (step(nu_final=0.8), "schedule.nu_final"),
-    (step(initial_epochs=0, steps=0), "schedule"),
+    (levels(nu0=1.0), "schedule.nu0"),
+    (levels(nu0=-0.1), "schedule.nu0"),
+    (levels(delta_nu=0.0), "schedule.delta_nu"),
+    (levels(K=0), "schedule.K"),
+    (levels(T=9), "schedule.T"),
+    (levels(T=1, nu_final=0.3), "schedule.T"),
+    (levels(nu_final=0.8), "schedule.nu_final"),
+    (levels(initial_epochs=0, T=0), "schedule"),
     (dict(name="stages", stages=[]), "schedule.stages"),
     (dict(name="stages", stages=[dict(nu=1.2, epochs=1)]), r"schedule.stages\[0\].nu"),
     (dict(name="constant", nu=0.3, epochs=0), "schedule.epochs"),
@@ -101,13 +101,13 @@ def test_bad_schedule_values_name_the_key(cfg, key):
     delta_nu=st.one_of(st.floats(-0.2, 1.2), st.just(math.nan), st.just(1e-9)),
     K=st.integers(-2, 5),
     initial_epochs=st.integers(-2, 5),
-    steps=st.one_of(st.none(), st.integers(-2, 30)),
+    T=st.one_of(st.none(), st.integers(-2, 30)),
     nu_final=st.one_of(st.none(), st.floats(-0.2, 1.2)),
 )
-def test_any_step_schedule_is_valid_or_a_clear_error(name, nu0, delta_nu, K, initial_epochs, steps, nu_final):
+def test_any_schedule_of_levels_is_valid_or_a_clear_error(name, nu0, delta_nu, K, initial_epochs, T, nu_final):
     try:
         s = build_schedule(dict(name=name, nu0=nu0, delta_nu=delta_nu, K=K, initial_epochs=initial_epochs,
-                                steps=steps, nu_final=nu_final))
+                                T=T, nu_final=nu_final))
     except ConfigError as exc:
         assert str(exc).startswith("schedule")
         return
@@ -176,3 +176,13 @@ def test_exponential_decay_in_a_run_a_fused_sweep_and_the_protocol(cifar_arrays,
     assert [(j.values["schedule.nu0"], j.values["schedule.gamma"], j.meta["epochs"], j.meta["levels"]) for j in jobs] \
         == [(0.5, 0.3, 3, 2), (0.5, 0.8, 3, 3)]  # 0.5, 0.2 (nu_min) x 2; 0.5, 0.4, 0.32
     assert all(j.groups == {"schedule": "exponential"} and j.values["init_from"] == "c.pt" for j in jobs)
+
+
+def test_schedule_steps_of_0_2_reads_as_T(caplog):
+    """0.2's ``schedule.steps`` still builds its schedule (with a warning) until 0.4; with T too it is refused."""
+    with caplog.at_level("WARNING", logger="scheda.model.schedule"):
+        old = build_schedule(levels(steps=2, K=1, initial_epochs=1))
+    assert old.epoch_nus() == build_schedule(levels(T=2, K=1, initial_epochs=1)).epoch_nus() == [0.7, 0.6, 0.5]
+    assert "schedule.steps is called schedule.T now" in caplog.text
+    with pytest.raises(ConfigError, match="schedule.steps=2 is 0.2's name of schedule.T"):
+        build_schedule(levels(steps=2, T=2))

@@ -72,7 +72,7 @@ class Recorder(Callback):
 def test_schedule_callback_sets_nu_and_records_switches():
     rec = Recorder()
     trainer = _trainer(dict(name="decreasing", nu0=0.6, delta_nu=0.2, K=1, initial_epochs=2,
-                            steps=2, nu_final=None), _synthetic(), callbacks=[rec])
+                            T=2, nu_final=None), _synthetic(), callbacks=[rec])
     trainer.fit()
     assert [e for e in rec.events if e[0] == "epoch"] == [
         ("epoch", 1, 0.6), ("epoch", 2, 0.6), ("epoch", 3, 0.4), ("epoch", 4, 0.2)]
@@ -154,7 +154,7 @@ def test_init_from_starts_a_new_run_from_weights(cifar_arrays, tmp_path):
     base = [f"dataset.root={cifar_arrays}", *TINY, "logger=none"]
     run(compose_cfg(base + STAGES), tmp_path / "da")
     cont = run(compose_cfg(base + [f"init_from={tmp_path / 'da'}", "schedule=decreasing",
-                                   "schedule.nu0=0.5", "schedule.initial_epochs=0", "schedule.steps=2",
+                                   "schedule.nu0=0.5", "schedule.initial_epochs=0", "schedule.T=2",
                                    "schedule.K=1"]), tmp_path / "scheda")
     assert cont["epochs"] == 2 and [s["nu"] for s in cont["switches"]] == [0.4, 0.3]
     assert cont["history"][0]["loss"] < json.loads((tmp_path / "da" / "results.json").read_text())["history"][0]["loss"]

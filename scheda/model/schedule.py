@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import itertools
+import logging
 from dataclasses import dataclass, field
 from typing import ClassVar, List, Mapping, Optional, Sequence
 
@@ -19,7 +20,9 @@ from omegaconf import MISSING
 from scheda.config import GROUPS, Component, register, schema_of, typed
 from scheda.utils.errors import ConfigError
 
-MAX_STEPS = 10_000  # more noise levels than any schedule needs; guards against delta_nu ~ 0
+log = logging.getLogger(__name__)
+
+MAX_LEVELS = 10_000  # more noise levels than any schedule needs; guards against delta_nu ~ 0
 MIN_DELTA_NU = 1e-6  # well above the rounding below, so levels stay strictly monotonic
 NU_DECIMALS = 10  # nu0 - t*delta_nu is rounded so that 0.7 - 0.1*4 prints (and compares) as 0.3
 
@@ -161,12 +164,12 @@ def level_stages(
     delta_nu: float,
     K: int,
     initial_epochs: int,
-    steps: int | None,
+    T: int | None,
     nu_final: float | None,
 ) -> list[Stage]:
     """Stages of a decreasing (direction=-1) or increasing (+1) schedule.
 
-    With ``steps`` the schedule makes exactly that many changes of nu; with ``nu_final`` it
+    With ``T`` the schedule makes exactly that many changes of nu; with ``nu_final`` it
     goes on while nu stays on the near side of ``nu_final`` (inclusive); with neither it goes
     on while nu stays inside (0, 1).
     """
@@ -176,10 +179,10 @@ def level_stages(
         raise ConfigError(f"{key}.delta_nu={delta_nu!r} must be in [{MIN_DELTA_NU:g}, 1)")
     check_epochs(f"{key}.K", K)
     check_epochs(f"{key}.initial_epochs", initial_epochs, minimum=0)
-    if steps is not None and nu_final is not None:
-        raise ConfigError(f"{key}.steps and {key}.nu_final are both set: set one of them (the other null)")
-    if steps is not None:
-        check_epochs(f"{key}.steps", steps, minimum=0)
+    if T is not None and nu_final is not None:
+        raise ConfigError(f"{key}.T and {key}.nu_final are both set: set one of them (the other null)")
+    if T is not None:
+        check_epochs(f"{key}.T", T, minimum=0)
     if nu_final is not None:
         nu_final = check_nu(f"{key}.nu_final", nu_final)
         if direction * (nu_final - nu0) < 0:
@@ -187,31 +190,31 @@ def level_stages(
             raise ConfigError(f"{key}.nu_final={nu_final:g} must be {word} {key}.nu0={nu0:g}")
 
     levels = level_sequence(direction, nu0, delta_nu)
-    if steps is None:
-        steps = level_count(direction, nu0, delta_nu, nu_final)
-    elif steps > MAX_STEPS:
-        raise ConfigError(f"{key}.steps={steps} exceeds {MAX_STEPS}")
-    if steps > len(levels):
-        raise ConfigError(f"{key}.steps={steps} takes nu to {_nu_t(direction, nu0, delta_nu, steps):g}, outside "
-                          f"[0, 1): use at most {min(len(levels), MAX_STEPS)} steps")
+    if T is None:
+        T = level_count(direction, nu0, delta_nu, nu_final)
+    elif T > MAX_LEVELS:
+        raise ConfigError(f"{key}.T={T} exceeds {MAX_LEVELS}")
+    if T > len(levels):
+        raise ConfigError(f"{key}.T={T} takes nu to {_nu_t(direction, nu0, delta_nu, T):g}, outside "
+                          f"[0, 1): use T <= {min(len(levels), MAX_LEVELS)}")
 
     stages = [Stage(nu0, initial_epochs)] if initial_epochs > 0 else []
-    stages += [Stage(nu, K) for nu in levels[:steps]]
+    stages += [Stage(nu, K) for nu in levels[:T]]
     if not stages:
-        raise ConfigError(f"{key} has no epochs: set {key}.initial_epochs > 0 or {key}.steps > 0")
+        raise ConfigError(f"{key} has no epochs: set {key}.initial_epochs > 0 or {key}.T > 0")
     return stages
 
 
 def _nu_t(direction: int, nu0: float, delta_nu: float, t: int) -> float:
-    """nu after ``t`` steps of ``delta_nu`` from ``nu0`` (rounded: 0.7 - 3 x 0.1 is 0.4)."""
+    """nu after ``t`` changes by ``delta_nu`` from ``nu0`` (rounded: 0.7 - 3 x 0.1 is 0.4)."""
     return round(nu0 + direction * t * delta_nu, NU_DECIMALS)
 
 
 def level_sequence(direction: int, nu0: float, delta_nu: float) -> list[float]:
     """nu_1, nu_2, ... of a decreasing (-1) or increasing (+1) schedule of levels, as long as they
-    stay in [0, 1) (at most MAX_STEPS + 1): the one place the sequence is computed."""
+    stay in [0, 1) (at most MAX_LEVELS + 1): the one place the sequence is computed."""
     levels = []
-    for t in range(1, MAX_STEPS + 2):
+    for t in range(1, MAX_LEVELS + 2):
         nu = _nu_t(direction, nu0, delta_nu, t)
         if not 0 <= nu < 1:
             break
@@ -228,9 +231,9 @@ def level_count(direction: int, nu0: float, delta_nu: float, nu_final: float | N
     else:
         kept = list(itertools.takewhile(lambda nu: direction * (nu - nu_final) <= 1e-9,
                                         level_sequence(direction, nu0, delta_nu)))
-    if len(kept) > MAX_STEPS:
-        raise ConfigError(f"schedule.delta_nu={delta_nu:g} gives over {MAX_STEPS} steps: "
-                          f"use a larger delta_nu or set schedule.steps")
+    if len(kept) > MAX_LEVELS:
+        raise ConfigError(f"schedule.delta_nu={delta_nu:g} gives over {MAX_LEVELS} levels: "
+                          f"use a larger delta_nu or set schedule.T")
     return len(kept)
 
 
@@ -268,7 +271,7 @@ class ConstantScheduleConfig(ScheduleConfig):
 @dataclass
 class LevelScheduleConfig(ScheduleConfig):
     """ScheDA (Geras & Sutton 2015): nu0 for initial_epochs ("until converged"), then
-    nu_t = nu_{t-1} - delta_nu for K epochs each; stop after ``steps`` changes, or at the last
+    nu_t = nu_{t-1} - delta_nu for K epochs each; stop after ``T`` changes, or at the last
     level >= nu_final, or (both null) at the last level above 0. Paper grid: delta_nu in
     {0.05, 0.1}, K in {50, 100}. Continuing a trained DA(nu0), as the paper does:
     ``init_from=<its run> schedule.initial_epochs=0``."""
@@ -278,14 +281,22 @@ class LevelScheduleConfig(ScheduleConfig):
     delta_nu: float = 0.1
     K: int = 50
     initial_epochs: int = 100
-    steps: Optional[int] = None
+    T: Optional[int] = None
     nu_final: Optional[float] = None
+    steps: Optional[int] = None  # 0.2's name of T: read as it (with a warning) until 0.4
     nu_key: ClassVar[str | None] = "nu0"
     direction: ClassVar[int] = -1
 
+    def check(self) -> None:
+        if self.steps is not None:
+            if self.T is not None:
+                raise self.invalid("steps", "is 0.2's name of schedule.T, also set: set schedule.T only")
+            log.warning("schedule.steps is called schedule.T now (the paper's T): read as schedule.T=%s", self.steps)
+            self.T, self.steps = self.steps, None
+
     def build(self) -> NoiseSchedule:
         return NoiseSchedule(self.name, level_stages(self.direction, self.nu0, self.delta_nu, self.K,
-                                                    self.initial_epochs, self.steps, self.nu_final))
+                                                    self.initial_epochs, self.T, self.nu_final))
 
 
 @register("schedule")

@@ -20,7 +20,7 @@ CASES = [
     (["schedule=decreasing", "schedule.delta_nu=0"], "schedule.delta_nu=0", "[1e-06, 1)"),
     (["schedule=decreasing", "schedule.delta_nu=-0.1"], "schedule.delta_nu=-0.1", "[1e-06, 1)"),
     (["schedule=decreasing", "schedule.K=0"], "schedule.K=0", ">= 1"),
-    (["schedule=decreasing", "schedule.steps=20"], "schedule.steps=20", "[0, 1)"),
+    (["schedule=decreasing", "schedule.T=20"], "schedule.T=20", "[0, 1)"),
     (["schedule=increasing", "schedule.nu_final=0.05"], "schedule.nu_final=0.05", ">="),
     (["schedule=stages", "schedule.stages=[]"], "schedule.stages", "at least one"),
     (["schedule=stages", "schedule.stages=[{nu:0.3,epochs:0}]"], "schedule.stages[0].epochs=0", ">= 1"),
@@ -95,7 +95,7 @@ epochs = st.one_of(st.integers(-3, 50), st.floats(-1, 5), st.none())
         st.fixed_dictionaries({"name": st.just("constant"), "nu": values, "epochs": epochs}),
         st.fixed_dictionaries({"name": st.sampled_from(["decreasing", "increasing"]), "nu0": values,
                                "delta_nu": values, "K": epochs, "initial_epochs": epochs,
-                               "steps": st.one_of(st.none(), epochs), "nu_final": st.one_of(st.none(), values)}),
+                               "T": st.one_of(st.none(), epochs), "nu_final": st.one_of(st.none(), values)}),
         st.fixed_dictionaries({"name": st.just("stages"), "stages": st.lists(
             st.fixed_dictionaries({"nu": values, "epochs": epochs}), max_size=4)}),
         st.fixed_dictionaries({"name": st.just("random_uniform"), "low": values, "high": values,

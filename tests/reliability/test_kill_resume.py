@@ -15,7 +15,7 @@ from helpers import TINY, run_train, start_faulty_train
 
 EPOCHS = 8
 SCHEDULE = ["schedule=decreasing", "schedule.nu0=0.6", "schedule.delta_nu=0.1", "schedule.K=2",
-            "schedule.initial_epochs=2", "schedule.steps=3", "trainer.checkpoint_every=1",
+            "schedule.initial_epochs=2", "schedule.T=3", "trainer.checkpoint_every=1",
             "evaluate.enabled=false", "logger=none"]
 
 
