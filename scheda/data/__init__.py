@@ -86,17 +86,17 @@ class DataSet(Protocol):
     def load(self) -> Splits: ...
 
 
-def dataset_spec(cfg: Mapping) -> DataSet:
-    """The checked schema object of ``cfg`` (the dataset group)."""
+def dataset_spec(config: Mapping) -> DataSet:
+    """The checked schema object of ``config`` (the dataset group)."""
     from scheda.config import typed
 
-    return typed("dataset", cfg)
+    return typed("dataset", config)
 
 
-def input_size(cfg: Mapping) -> int:
+def input_size(config: Mapping) -> int:
     """The input dimension a config implies, known before the data are loaded."""
-    return dataset_spec(cfg).n_input
+    return dataset_spec(config).n_input
 
 
-def load_dataset(cfg: Mapping) -> Splits:
-    return dataset_spec(cfg).load()
+def load_dataset(config: Mapping) -> Splits:
+    return dataset_spec(config).load()

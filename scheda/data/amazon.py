@@ -139,13 +139,13 @@ def domain_folders(folder: Path, domains) -> dict[str, Path]:
     return chosen
 
 
-def read_domains(cfg: Mapping) -> tuple[list[Counter], np.ndarray, np.ndarray, list[Counter], str]:
+def read_domains(config: Mapping) -> tuple[list[Counter], np.ndarray, np.ndarray, list[Counter], str]:
     """All labelled reviews (counts, label, domain index) and the unlabelled ones."""
-    root = Path(str(cfg["root"])).expanduser().absolute()
-    release, folder = find_release(root, cfg["release"])
+    root = Path(str(config["root"])).expanduser().absolute()
+    release, folder = find_release(root, config["release"])
     reader = read_processed if release == "processed_acl" else read_reviews
     docs, labels, domains, unlabeled = [], [], [], []
-    for d, (name, path) in enumerate(domain_folders(folder, cfg["domains"]).items()):
+    for d, (name, path) in enumerate(domain_folders(folder, config["domains"]).items()):
         before = len(docs)
         for file, expected in LABEL_FILES.items():
             if not (path / file).exists():
@@ -156,7 +156,7 @@ def read_domains(cfg: Mapping) -> tuple[list[Counter], np.ndarray, np.ndarray, l
                 domains.append(d)
         if len(docs) == before:
             raise DataError(f"{path} holds no reviews: an empty domain is an error, remove it from dataset.domains")
-        if cfg["use_unlabeled"] and (path / UNLABELED_FILE).exists():
+        if config["use_unlabeled"] and (path / UNLABELED_FILE).exists():
             unlabeled.extend(c for c, _ in reader(path / UNLABELED_FILE, labelled=False))
     return docs, np.asarray(labels, np.int64), np.asarray(domains, np.int64), unlabeled, release
 
@@ -214,20 +214,20 @@ def binary_matrix(docs: list[Counter], vocabulary: list[str]):
                              shape=(len(docs), len(vocabulary)))
 
 
-def load(cfg: Mapping) -> Splits:
-    vocab_size = cfg["vocab_size"]
-    docs, labels, domains, unlabeled, release = read_domains(cfg)
+def load(config: Mapping) -> Splits:
+    vocab_size = config["vocab_size"]
+    docs, labels, domains, unlabeled, release = read_domains(config)
     n = len(docs)
-    sizes = [_count(cfg[k], n, k) for k in ("train_size", "val_size", "test_size")]
+    sizes = [_count(config[k], n, k) for k in ("train_size", "val_size", "test_size")]
     if sum(sizes) > n:
         raise ConfigError(f"dataset.train_size+val_size+test_size = {sum(sizes)} exceeds the {n} labelled reviews")
-    train, val, test = balanced_split(labels, domains, sizes, cfg["split_seed"])
-    limit = cfg.get("unlabeled_size")
+    train, val, test = balanced_split(labels, domains, sizes, config["split_seed"])
+    limit = config.get("unlabeled_size")
     if limit is not None:
         unlabeled = unlabeled[:limit]
-    if cfg["use_unlabeled"] and not unlabeled:
+    if config["use_unlabeled"] and not unlabeled:
         log.warning("no unlabelled reviews (%s) in %s: the autoencoder trains on the %d labelled training "
-                    "reviews only (the paper added 35000 unlabelled ones)", UNLABELED_FILE, cfg["root"], len(train))
+                    "reviews only (the paper added 35000 unlabelled ones)", UNLABELED_FILE, config["root"], len(train))
     vocabulary = build_vocabulary([docs[i] for i in train] + unlabeled, vocab_size)
     if len(vocabulary) < vocab_size:
         raise DataError(f"only {len(vocabulary)} distinct words in the training reviews, fewer than "

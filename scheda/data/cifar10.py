@@ -131,22 +131,22 @@ def split_train_val(n: int, val_size: int, seed: int) -> tuple[np.ndarray, np.nd
     return np.sort(perm[val_size:]), np.sort(perm[:val_size])
 
 
-def load(cfg: Mapping) -> Splits:
-    root = Path(os.path.expanduser(str(cfg["root"]))).absolute()
+def load(config: Mapping) -> Splits:
+    root = Path(os.path.expanduser(str(config["root"]))).absolute()
     layout = detect_layout(root)
-    if layout is None and cfg.get("download", False):
-        download(root, cfg.get("download_url", OFFICIAL_URL), cfg.get("download_md5", OFFICIAL_MD5))
+    if layout is None and config.get("download", False):
+        download(root, config.get("download_url", OFFICIAL_URL), config.get("download_md5", OFFICIAL_MD5))
         layout = detect_layout(root)
     if layout is None:
         raise DataError(f"CIFAR-10 not found in {root}: {_where_to_put_it(root)}")
     train_x, train_y, test_x, test_y = load_arrays(root) if layout == "arrays" else load_batches(root)
 
-    val_size = cfg["val_size"]
+    val_size = config["val_size"]
     if not isinstance(val_size, int) or not 0 < val_size < train_x.shape[0]:
         raise ConfigError(f"dataset.val_size={val_size} must be in 1..{train_x.shape[0] - 1} "
                           f"(the official training set has {train_x.shape[0]} images here)")
-    train_idx, val_idx = split_train_val(train_x.shape[0], val_size, cfg["split_seed"])
-    limit = cfg.get("train_limit")
+    train_idx, val_idx = split_train_val(train_x.shape[0], val_size, config["split_seed"])
+    limit = config.get("train_limit")
     if limit is not None:
         train_idx = train_idx[:limit]
     return Splits(

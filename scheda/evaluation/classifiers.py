@@ -328,9 +328,9 @@ class TorchLRConfig(LogisticRegressionConfig):
                            device=device, dtype=DTYPES[self.dtype], warm_start=self.warm_start)
 
 
-def build_classifier(cfg: Mapping, x, y, device: torch.device | str = "cpu"):
-    """The solver that ``cfg`` (the ``classifier`` group) names, set up on one feature set."""
-    return typed("classifier", cfg).build(x, y, device)
+def build_classifier(config: Mapping, x, y, device: torch.device | str = "cpu"):
+    """The solver that ``config`` (the ``classifier`` group) names, set up on one feature set."""
+    return typed("classifier", config).build(x, y, device)
 
 
 @register("classifier")

@@ -57,14 +57,14 @@ def select(val_errors: Sequence[float]) -> int:
 def evaluate_features(
     features: Mapping[str, Any],
     labels: Mapping[str, np.ndarray],
-    classifier_cfg: Mapping,
+    classifier_config: Mapping,
     device: torch.device | str = "cpu",
     keep_model: bool = False,
 ) -> dict[str, Any]:
     """The classifier's grid searched on train/val features, test error at the chosen setting,
     and the time it took; with ``keep_model`` the chosen model is returned under ``"model"`` too."""
     start = time.perf_counter()
-    spec = typed("classifier", classifier_cfg)
+    spec = typed("classifier", classifier_config)
     settings = spec.grid()
     solver = spec.build(features["train"], labels["train"], device)
     setup = time.perf_counter() - start
@@ -133,20 +133,20 @@ class EvaluationCallback(Callback):
     evaluation up to it and a resumed run's results.json is complete. ``inputs`` are the
     labelled splits, already on the device."""
 
-    def __init__(self, cfg: Mapping, classifier_cfg: Mapping, data: Splits, inputs: dict[str, torch.Tensor],
+    def __init__(self, config: Mapping, classifier_config: Mapping, data: Splits, inputs: dict[str, torch.Tensor],
                  results, loggers: MetricLogger | None = None):
-        self.cfg, self.classifier_cfg, self.data, self.inputs = cfg, classifier_cfg, data, inputs
+        self.config, self.classifier_config, self.data, self.inputs = config, classifier_config, data, inputs
         self.results = results
         self.loggers = loggers if loggers is not None else Loggers()
         self.last_model = None
 
     def _due(self, state, metrics) -> str | None:
-        every = self.cfg["every"]
-        if metrics["stage_end"] and self.cfg["at_stage_ends"]:
+        every = self.config["every"]
+        if metrics["stage_end"] and self.config["at_stage_ends"]:
             return "stage_end"
         if every > 0 and metrics["epoch"] % every == 0:
             return "every"
-        if self.cfg["at_end"] and metrics["epoch"] == state.schedule.total_epochs:
+        if self.config["at_end"] and metrics["epoch"] == state.schedule.total_epochs:
             return "end"
         return None
 
@@ -158,9 +158,9 @@ class EvaluationCallback(Callback):
     def evaluate(self, model, device: torch.device, epoch: int, nu: float | None, reason: str) -> dict[str, Any]:
         """Evaluate ``model`` now; the chosen classifier is kept as ``last_model``."""
         start = time.perf_counter()
-        features = encode_splits(model, self.data, device, self.cfg["chunk_size"], cache=self.inputs)
+        features = encode_splits(model, self.data, device, self.config["chunk_size"], cache=self.inputs)
         encode_seconds = time.perf_counter() - start
-        result = evaluate_features(features, labels_of(self.data), self.classifier_cfg, device, keep_model=True)
+        result = evaluate_features(features, labels_of(self.data), self.classifier_config, device, keep_model=True)
         self.last_model = result.pop("model")
         entry = {"epoch": epoch, "nu": nu, "reason": reason, **result, "encode_seconds": encode_seconds}
         self.results.add_evaluation(entry)

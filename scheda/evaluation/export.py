@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from omegaconf import DictConfig, OmegaConf
 
 import scheda
 from scheda.training.checkpoint import load_run_model
@@ -45,9 +46,8 @@ def write_libsvm(path: Path, x: np.ndarray, y: np.ndarray, precision: int = 6) -
     return atomic_write(path, write)
 
 
-def export_weights(path: Path, model, state: dict, cfg) -> Path:
+def export_weights(path: Path, model, state: dict, cfg: DictConfig) -> Path:
     """W, b, b' and what they came from, as safetensors."""
-    from omegaconf import OmegaConf
     from safetensors.torch import save
 
     history = state.get("history") or []

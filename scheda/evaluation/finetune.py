@@ -46,7 +46,7 @@ def _load_init(resume_dir: Path | None, evaluations: list[dict[str, Any]]) -> Li
     return LinearModel(state["W"].numpy(), state["b"].numpy(), state["classes"].numpy())
 
 
-def finetune_encoder(cfg: Mapping, model: DenoisingAutoencoder, data: Splits, labelled: dict[str, torch.Tensor],
+def finetune_encoder(config: Mapping, model: DenoisingAutoencoder, data: Splits, labelled: dict[str, torch.Tensor],
                      device: torch.device, output_dir: Path, *, seed: int, evaluation=None,
                      resume_dir: Path | None = None, loggers: MetricLogger | None = None, epoch: int = 0,
                      step: FineTuneChoice | None = None, stop: StopRequest = NEVER) -> dict:
@@ -69,7 +69,7 @@ def finetune_encoder(cfg: Mapping, model: DenoisingAutoencoder, data: Splits, la
                   "test_error": last["test_error"]}
     if stop.requested:  # a signal during the evaluation: its result is kept, fine-tuning not begun
         raise Interrupted(stop.signum, f"{stop.name} before fine-tuning", forward=stop.forward())
-    tuner = FineTuner(cfg, model, data, labelled, device, output_dir, seed, init=init, loggers=loggers, step=step,
+    tuner = FineTuner(config, model, data, labelled, device, output_dir, seed, init=init, loggers=loggers, step=step,
                       stop=stop)
     if resume_dir is not None:
         tuner.load(resume_dir)

@@ -209,9 +209,9 @@ class RawConfig(Component):
     name: str = "raw"
 
 
-def build_model(cfg: Mapping, n_input: int, generator: torch.Generator | None = None) -> DenoisingAutoencoder:
-    """The model ``cfg`` (the model group) describes; ``model=raw`` trains none."""
-    spec = typed("model", cfg)
+def build_model(config: Mapping, n_input: int, generator: torch.Generator | None = None) -> DenoisingAutoencoder:
+    """The model ``config`` (the model group) describes; ``model=raw`` trains none."""
+    spec = typed("model", config)
     if not isinstance(spec, DAConfig):
         raise ConfigError(f"model.name={spec.name!r} has no model to build: use da or composite")
     return spec.build(n_input, generator)

@@ -133,6 +133,6 @@ class SaltPepper(Noise):
         return torch.where(u < nu, salt, x, out=out)
 
 
-def build_noise(cfg: Mapping | Noise) -> Corruption:
-    """The corruption process ``cfg`` (the noise group, or its schema) names, with buffers of its own."""
-    return Corruption(typed("noise", cfg))
+def build_noise(config: Mapping | Noise) -> Corruption:
+    """The corruption process ``config`` (the noise group, or its schema) names, with buffers of its own."""
+    return Corruption(typed("noise", config))

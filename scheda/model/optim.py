@@ -32,8 +32,8 @@ class SGDConfig(Component):
         return SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
 
 
-def build_optimizer(cfg: Mapping, params) -> SGD:
-    return typed("optim", cfg).build(params)
+def build_optimizer(config: Mapping, params) -> SGD:
+    return typed("optim", config).build(params)
 
 
 class SGD:

@@ -406,11 +406,11 @@ def options_with_nu_key() -> list[str]:
     return [name for name, cls in GROUPS["schedule"].items() if cls.nu_key is not None]
 
 
-def nu_key(cfg: Mapping) -> str | None:
-    """The key of ``cfg`` (the schedule group) that holds the run's noise level, if it has one."""
-    return schema_of("schedule", cfg).nu_key
+def nu_key(config: Mapping) -> str | None:
+    """The key of ``config`` (the schedule group) that holds the run's noise level, if it has one."""
+    return schema_of("schedule", config).nu_key
 
 
-def build_schedule(cfg: Mapping, max_epochs: int | None = None) -> NoiseSchedule:
-    """Make the schedule that ``cfg`` (the ``schedule`` config group) describes."""
-    return typed("schedule", cfg).build().with_max_epochs(max_epochs)
+def build_schedule(config: Mapping, max_epochs: int | None = None) -> NoiseSchedule:
+    """Make the schedule that ``config`` (the ``schedule`` config group) describes."""
+    return typed("schedule", config).build().with_max_epochs(max_epochs)

@@ -259,17 +259,17 @@ class FineTuner:
     ``checkpoint_every`` epochs, when a rate finishes, and from the last whole epoch's state on an
     interrupt)."""
 
-    def __init__(self, cfg: Mapping, da: DenoisingAutoencoder, data: Splits, inputs: dict[str, torch.Tensor],
+    def __init__(self, config: Mapping, da: DenoisingAutoencoder, data: Splits, inputs: dict[str, torch.Tensor],
                  device: torch.device, output_dir: Path, seed: int, init: Any = None,
                  loggers: Any = None, step: FineTuneChoice | None = None, stop: StopRequest = NEVER):
         """``init``: the classifier the output layer starts from (FineTuneNet); ``loggers``: where each
         epoch's errors go (``log_dict``, scheda.loggers), or None."""
-        cfg = typed("finetune", cfg)
-        self.cfg, self.da, self.device, self.seed, self.stop = cfg, da, device, seed, stop
-        self.step = step if step is not None else FineTuneChoice(cfg.fused, cfg.fused and device.type == "cuda")
+        config = typed("finetune", config)
+        self.config, self.da, self.device, self.seed, self.stop = config, da, device, seed, stop
+        self.step = step if step is not None else FineTuneChoice(config.fused, config.fused and device.type == "cuda")
         self.fallbacks: list[str] = []  # why a graph the plan chose did not run
-        self.lrs = [float(lr) for lr in cfg.lrs]
-        self.init = init if cfg.init_output == "classifier" else None
+        self.lrs = [float(lr) for lr in config.lrs]
+        self.init = init if config.init_output == "classifier" else None
         self.loggers = loggers
         self.dir = output_dir / "checkpoints"
         self.x = inputs
@@ -308,9 +308,9 @@ class FineTuner:
     def _start(self, index: int) -> Tuning:
         net = FineTuneNet(self.da, self.n_classes, self.init).to(self.device)
         lr = self.lrs[index]
-        tuning = Tuning(index, lr, net, SGD(net.parameters(), lr=lr, momentum=self.cfg["momentum"]),
+        tuning = Tuning(index, lr, net, SGD(net.parameters(), lr=lr, momentum=self.config["momentum"]),
                         torch.Generator(device=self.device).manual_seed(self.seed + 1000 * (index + 1)),
-                        self.cfg.max_epochs, self.cfg.patience)
+                        self.config.max_epochs, self.config.patience)
         tuning.best = {"epoch": 0, "val_error": net.error(self.x["val"], self.y["val"]), **self._test(net)}
         if index in self._resume:
             tuning.load_state_dict(self._resume.pop(index))
@@ -320,7 +320,7 @@ class FineTuner:
         """The step of the rates in ``active``: all at once by :class:`FusedFineTune`, or one alone with autograd."""
         if self.fused:
             step = FusedFineTune([t.net for t in active], [t.lr for t in active], self.x["train"], self.y["train"],
-                                 self.cfg.batch_size, graphed=self.step.cuda_graph)
+                                 self.config.batch_size, graphed=self.step.cuda_graph)
             if step.fallback:
                 self.fallbacks.append(step.fallback)
             return step
@@ -340,7 +340,7 @@ class FineTuner:
 
     def epoch(self, active: list[Tuning], step) -> None:
         """One lockstep epoch of the ``active`` rates by ``step``, each then evaluated."""
-        n, bs = self.x["train"].shape[0], self.cfg.batch_size
+        n, bs = self.x["train"].shape[0], self.config.batch_size
         start = time.perf_counter()
         perms = [torch.randperm(n, generator=t.generator, device=self.device) for t in active]
         step.loss_sums.zero_()
@@ -399,7 +399,7 @@ class FineTuneLoop(Loop):
     def __init__(self, tuner: FineTuner, tunings: list[Tuning]):
         super().__init__(tunings, tuner.build_step)
         self.tuner = tuner
-        self.ticks = bar(tuner.cfg.max_epochs, "finetune lr=" + ",".join(f"{t.lr:g}" for t in tunings), "epoch",
+        self.ticks = bar(tuner.config.max_epochs, "finetune lr=" + ",".join(f"{t.lr:g}" for t in tunings), "epoch",
                          initial=min(t.epoch for t in tunings))
         self.ran = 0
         self.saved: dict[str, Any] | None = None  # the state after the last whole epoch
@@ -409,7 +409,7 @@ class FineTuneLoop(Loop):
         self.tuner.epoch(active, self.step_for(active))
         self.ran += 1
         self.saved, newly = self.tuner.snapshot(self.members)
-        self.written = self.ran % self.tuner.cfg.checkpoint_every == 0 or newly or self.saved["current"] is None
+        self.written = self.ran % self.tuner.config.checkpoint_every == 0 or newly or self.saved["current"] is None
         if self.written:
             self.tuner.save(**self.saved)
         self.ticks.update(1)
