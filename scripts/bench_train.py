@@ -311,7 +311,8 @@ def finetune_epoch(data, n_batches, bs, H, device, rates=1) -> float:
     """Seconds per N-example epoch of fine-tuning: one learning rate with autograd
     (``finetune.fused=false``), or ``rates`` of them fused (scheda.training.finetune.FusedFineTune, the
     default; graphed on CUDA)."""
-    from scheda.training.finetune import FineTuneNet, FusedFineTune
+    from scheda.model.network import FineTuneNet
+    from scheda.training.finetune import FusedFineTune
 
     nets = [FineTuneNet(DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(0)).to(device), 10)
             for _ in range(rates)]

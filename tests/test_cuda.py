@@ -201,7 +201,8 @@ def test_torch_lr_on_cuda_reaches_the_cpu_objective_and_liblinear_takes_cuda_fea
 def test_fused_finetuning_graphed_equals_its_eager_step_on_cuda():
     """The learning-rate grid's fused step captured in a CUDA graph (a partial last minibatch
     eager) gives the eager step's nets and losses."""
-    from scheda.training.finetune import FineTuneNet, FusedFineTune
+    from scheda.model.network import FineTuneNet
+    from scheda.training.finetune import FusedFineTune
 
     x, y = _data(n=203, d=64), torch.arange(203, device=CUDA) % 10
     runs = []

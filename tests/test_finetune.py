@@ -3,6 +3,7 @@ import json
 import pytest
 import torch
 
+import scheda.model.network
 import scheda.training.finetune
 from scheda.utils.errors import ConfigError
 from scheda.run import run
@@ -139,10 +140,10 @@ def test_output_layer_starts_from_the_frozen_classifier(cifar_arrays):
     features = encode_splits(da, data, torch.device("cpu"), 4096)
     result = evaluate_features(features, labels_of(data), {**cfg.classifier, "c_log2_min": -2, "c_log2_max": 0},
                                keep_model=True)
-    net = scheda.training.finetune.FineTuneNet(da, 10, init=result["model"])
+    net = scheda.model.network.FineTuneNet(da, 10, init=result["model"])
     val_x, val_y = data.tensor("val", "cpu"), torch.as_tensor(data.val_y)
     assert net.error(val_x, val_y) == result["val_error"]
-    assert scheda.training.finetune.FineTuneNet(da, 10).V.abs().sum() == 0
+    assert scheda.model.network.FineTuneNet(da, 10).V.abs().sum() == 0
 
 
 @pytest.mark.parametrize("override, key", [

@@ -174,7 +174,8 @@ def test_a_graphed_run_resumed_mid_epoch_repeats_the_uninterrupted_run(kind):
 
 
 def test_the_fused_finetuning_graphed_is_its_eager_step():
-    from scheda.training.finetune import FineTuneNet, FusedFineTune
+    from scheda.model.network import FineTuneNet
+    from scheda.training.finetune import FusedFineTune
 
     x, y = torch.rand(53, D, generator=torch.Generator().manual_seed(1)), torch.arange(53) % 10
     runs = []

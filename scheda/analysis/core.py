@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Mapping
 
 import numpy as np
-import torch
 
+from scheda.utils.lazy import lazy, no_grad
+
+torch = lazy("torch", globals())
 
 
 def run_label(run_dir: str | Path) -> str:
@@ -32,12 +34,12 @@ def run_label(run_dir: str | Path) -> str:
     return "ScheDA(" + "->".join(f"{nu:g}" for nu in levels) + ")"
 
 
-@torch.no_grad()
+@no_grad
 def column_norms(x: torch.Tensor, chunk_size: int = 8192) -> torch.Tensor:
     return torch.sqrt(sum((x[i:i + chunk_size].double() ** 2).sum(0) for i in range(0, x.shape[0], chunk_size)))
 
 
-@torch.no_grad()
+@no_grad
 def max_cosine_similarity(reference: torch.Tensor, other: torch.Tensor, chunk_size: int = 8192) -> torch.Tensor:
     """For every column (feature) of ``reference`` [N, Hr], its largest cosine similarity with
     a column of ``other`` [N, Ho]; both hold activations over the same N data points."""

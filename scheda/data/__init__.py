@@ -6,8 +6,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
 import numpy as np
-import torch
 
+from scheda.utils.lazy import lazy
+
+torch = lazy("torch", globals())
 
 
 @dataclass

@@ -27,10 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, List, Mapping
 
 import numpy as np
-import torch
 
 from scheda.config import Component, register, typed
 from scheda.utils.errors import ConfigError
+from scheda.utils.lazy import lazy
+
+torch = lazy("torch", globals())
 
 
 @dataclass
@@ -120,7 +122,8 @@ class TorchLogReg:
 
     def __init__(self, x: np.ndarray | torch.Tensor, y: np.ndarray, eps: float = 1e-3,
                  max_newton: int = 100, max_cg: int = 200, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32, warm_start: bool = False):
+                 dtype: torch.dtype | str = "float32", warm_start: bool = False):
+        dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         x = torch.as_tensor(x).to(device=device, dtype=dtype)
         n = x.shape[0]
         self.X = torch.cat([x, torch.ones(n, 1, dtype=dtype, device=device)], dim=1)
@@ -221,7 +224,7 @@ class TorchLogReg:
         return W, Z, torch.where(keep, f_new, f), keep & (f_new < f)
 
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
+DTYPES = ("float32", "float64")  # classifier.dtype: torch's of that name
 
 
 class ClassifierConfig(Component, abc.ABC):
@@ -325,7 +328,7 @@ class TorchLRConfig(LogisticRegressionConfig):
 
     def build(self, x, y, device: torch.device | str = "cpu") -> "TorchLogReg":
         return TorchLogReg(x, y, eps=self.eps, max_newton=self.max_newton, max_cg=self.max_cg,
-                           device=device, dtype=DTYPES[self.dtype], warm_start=self.warm_start)
+                           device=device, dtype=self.dtype, warm_start=self.warm_start)
 
 
 def build_classifier(config: Mapping, x, y, device: torch.device | str = "cpu"):

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import torch
 
 from scheda.training.callbacks import Callback
 from scheda.config import Component, register, typed
@@ -23,6 +22,9 @@ from scheda.loggers.base import Loggers, MetricLogger
 from scheda.utils.progress import bar
 from scheda.runs.rundir import RunResults, pack_correct, params_text
 from scheda.utils import environment
+from scheda.utils.lazy import lazy
+
+torch = lazy("torch", globals())
 
 log = logging.getLogger(__name__)
 

@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import torch
 
 from scheda.training.callbacks import Callback
 from scheda.config import Component, register, schema_of
 from scheda.model.schedule import NoiseSchedule
 from scheda.runs.rundir import status_of
+from scheda.utils.lazy import lazy
+
+torch = lazy("torch", globals())
 
 log = logging.getLogger(__name__)
 

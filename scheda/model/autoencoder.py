@@ -1,8 +1,9 @@
-"""The tied-weight denoising autoencoder.
+"""The ``model`` group: the tied-weight denoising autoencoder's schemas, which build the networks
+of scheda.model.network (``h = s(W x~ + b)``, ``z = sigmoid(W^T h + b')``, W hidden x input).
 
-``h = s(W x~ + b)``, ``z = sigmoid(W^T h + b')`` with ``W`` of shape [hidden x input]; the
-loss is the cross-entropy between ``z`` and the clean ``x`` summed over input dimensions and
-averaged over the minibatch (Vincent et al., 2010), computed from the logits for stability.
+The networks live in a module of their own: an ``nn.Module`` subclass imports torch when its
+module is imported, and ``--help`` composes the config from this module without torch. Their
+names still import from here (``from scheda.model.autoencoder import DenoisingAutoencoder``).
 """
 
 from __future__ import annotations
@@ -12,127 +13,24 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar, List, Mapping, Optional
 
-import torch
-import torch.nn.functional as F
-from torch import nn
-
 from scheda.config import Component, register, typed
 from scheda.utils.errors import ConfigError
+from scheda.utils.lazy import lazy
 
+torch = lazy("torch", globals())
+network = lazy("scheda.model.network", globals())
 log = logging.getLogger(__name__)
 
-ACTIVATIONS = {"sigmoid": torch.sigmoid, "relu": torch.relu}
+ACTIVATIONS = ("sigmoid", "relu")  # the encoder's s (scheda.model.network.ACTIVATION_FUNCTIONS)
 LOSSES = ("cross_entropy", "squared_error")
+NETWORKS = ("DenoisingAutoencoder", "CompositeDA")  # scheda.model.network's, importable from here
 
 
-class DenoisingAutoencoder(nn.Module):
-    def __init__(
-        self,
-        n_input: int,
-        n_hidden: int,
-        activation: str = "sigmoid",
-        loss: str = "cross_entropy",
-        init_scale: float = 4.0,
-        encoder_bias_init: float = 0.0,
-        decoder_bias_init: float = 0.0,
-        generator: torch.Generator | None = None,
-    ):
-        super().__init__()
-        self.n_input, self.n_hidden = n_input, n_hidden
-        self.activation, self.loss_name = activation, loss
-        # The classic dA initialisation (LISA-lab tutorial): U(+-4 sqrt(6 / (fan_in + fan_out))).
-        bound = init_scale * math.sqrt(6.0 / (n_input + n_hidden))
-        weight = torch.empty(n_hidden, n_input).uniform_(-bound, bound, generator=generator)
-        self.W = nn.Parameter(weight)
-        self.b = nn.Parameter(torch.full((n_hidden,), float(encoder_bias_init)))
-        self.b_prime = nn.Parameter(torch.full((n_input,), float(decoder_bias_init)))
-        self._act = ACTIVATIONS[activation]
-
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """Hidden representation ``s(W x + b)``; no corruption is applied here."""
-        return self._act(F.linear(x, self.W, self.b))
-
-    def decode_logits(self, h: torch.Tensor) -> torch.Tensor:
-        return F.linear(h, self.W.t(), self.b_prime)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Reconstruction ``z`` of ``x`` (no corruption)."""
-        return torch.sigmoid(self.decode_logits(self.encode(x)))
-
-    def loss(self, x_tilde: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """Reconstruction error of ``x`` from its corruption ``x_tilde``, mean over the minibatch."""
-        return self._reconstruction_error(self.decode_logits(self.encode(x_tilde)), x)
-
-    def _reconstruction_error(self, logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        if self.loss_name == "cross_entropy":
-            total = F.binary_cross_entropy_with_logits(logits, x, reduction="sum")
-        else:
-            total = (torch.sigmoid(logits) - x).pow(2).sum()
-        return total / x.shape[0]
-
-    def training_loss(self, x: torch.Tensor, noise, nu, generator: torch.Generator) -> torch.Tensor:
-        """The denoising loss of one minibatch: corrupt ``x`` at ``nu``, reconstruct it."""
-        return self.loss(noise(x, nu, generator), x)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Called before each (0-based) epoch; a variant that trains by epoch (alternating groups) overrides it."""
-
-    def after_backward(self) -> None:
-        """Called between backward and the optimiser's step; a variant that freezes parts overrides it."""
-
-    @property
-    def fusable(self) -> bool:
-        """Whether the hand-written tied-DA step (scheda.training.step) computes this model's update."""
-        return type(self) is DenoisingAutoencoder and self.loss_name == "cross_entropy"
-
-    @torch.no_grad()
-    def encode_dataset(self, x: torch.Tensor, chunk_size: int = 8192) -> torch.Tensor:
-        """Encode a whole data set in large chunks without building a graph."""
-        return torch.cat([self.encode(x[i:i + chunk_size]) for i in range(0, x.shape[0], chunk_size)])
-
-    def filters(self) -> torch.Tensor:
-        """The rows of W: one input-space filter per hidden unit."""
-        return self.W.detach()
-
-
-class CompositeDA(DenoisingAutoencoder):
-    """The composite DA (the paper's Section 5): the hidden units are split into S equal groups;
-    group s sees the input corrupted at its own level ``group_nus[s]`` (``None``: the schedule's
-    nu), its code is ``h_s = s(W_s x~_s + b_s)``, and the reconstruction sums every group's
-    decoder term, ``z = sigmoid(sum_s W_s^T h_s + b')``. ``update='alternating'`` trains one
-    group's (W_s, b_s) per epoch in turn (b' always), which the paper found much better than
-    updating everything at once (``'joint'``). Features for evaluation are the whole hidden
-    layer without noise, the concatenation of the groups' codes (``encode``, inherited)."""
-
-    def __init__(self, n_input: int, n_hidden: int, group_nus, update: str = "alternating", **kwargs):
-        super().__init__(n_input, n_hidden, **kwargs)
-        group_nus = list(group_nus)
-        size = n_hidden // len(group_nus)
-        self.groups = [slice(i * size, (i + 1) * size) for i in range(len(group_nus))]
-        self.group_nus, self.update = group_nus, update
-        self.active: int | None = None
-
-    def set_epoch(self, epoch: int) -> None:
-        """The group trained in this (0-based) epoch, when alternating."""
-        self.active = epoch % len(self.groups) if self.update == "alternating" else None
-
-    def training_loss(self, x: torch.Tensor, noise, nu, generator: torch.Generator) -> torch.Tensor:
-        """Each group corrupts the input at its own level."""
-        logits = self.b_prime.expand_as(x)
-        for group, group_nu in zip(self.groups, self.group_nus):
-            x_tilde = noise(x, nu if group_nu is None else float(group_nu), generator)
-            h = self._act(F.linear(x_tilde, self.W[group], self.b[group]))
-            logits = logits + h @ self.W[group]
-        return self._reconstruction_error(logits, x)
-
-    def after_backward(self) -> None:
-        """Alternating updates: only the active group's W_s, b_s (and the shared b') move."""
-        if self.active is None:
-            return
-        for i, group in enumerate(self.groups):
-            if i != self.active:
-                self.W.grad[group] = 0
-                self.b.grad[group] = 0
+def __getattr__(name: str):
+    """The networks, imported (with torch) when first asked for."""
+    if name in NETWORKS:
+        return getattr(network, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- the model group's options -----------------------------------------------------------
@@ -164,8 +62,8 @@ class DAConfig(Component):
         return dict(activation=self.activation, loss=self.loss, init_scale=self.init_scale,
                     encoder_bias_init=self.encoder_bias_init, decoder_bias_init=self.decoder_bias_init)
 
-    def build(self, n_input: int, generator: torch.Generator | None = None) -> DenoisingAutoencoder:
-        return DenoisingAutoencoder(n_input, self.hidden, generator=generator, **self.kwargs())
+    def build(self, n_input: int, generator: torch.Generator | None = None) -> network.DenoisingAutoencoder:
+        return network.DenoisingAutoencoder(n_input, self.hidden, generator=generator, **self.kwargs())
 
 
 @register("model")
@@ -192,12 +90,12 @@ class CompositeConfig(DAConfig):
         if self.update not in ("alternating", "joint"):
             raise self.invalid("update", "must be alternating or joint")
 
-    def build(self, n_input: int, generator: torch.Generator | None = None) -> DenoisingAutoencoder:
+    def build(self, n_input: int, generator: torch.Generator | None = None) -> network.DenoisingAutoencoder:
         """The model, once per run (a config is checked more often than that: the warning is said here)."""
         if None not in self.group_nus:
             log.warning("model.group_nus fixes every group's noise level: the schedule sets only the epochs, "
                         "and the nu it logs is not used")
-        return CompositeDA(n_input, self.hidden, self.group_nus, self.update, generator=generator, **self.kwargs())
+        return network.CompositeDA(n_input, self.hidden, self.group_nus, self.update, generator=generator, **self.kwargs())
 
 
 @register("model")
@@ -209,7 +107,7 @@ class RawConfig(Component):
     name: str = "raw"
 
 
-def build_model(config: Mapping, n_input: int, generator: torch.Generator | None = None) -> DenoisingAutoencoder:
+def build_model(config: Mapping, n_input: int, generator: torch.Generator | None = None) -> network.DenoisingAutoencoder:
     """The model ``config`` (the model group) describes; ``model=raw`` trains none."""
     spec = typed("model", config)
     if not isinstance(spec, DAConfig):

@@ -14,12 +14,14 @@ import abc
 from dataclasses import dataclass
 from typing import Mapping
 
-import torch
 from omegaconf import MISSING
 
 from scheda.config import Component, register, typed
+from scheda.utils.lazy import lazy
 
-Nu = float | torch.Tensor
+torch = lazy("torch", globals())
+
+Nu = "float | torch.Tensor"  # a level, or one per row (a fused sweep)
 
 
 def _uniform_like(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-import torch
 
 from scheda.config import Component, register, typed
+from scheda.utils.lazy import lazy, no_grad
+
+torch = lazy("torch", globals())
 
 
 @register("optim")
@@ -47,7 +49,7 @@ class SGD:
             {"params": list(params), "lr": lr, "momentum": momentum, "weight_decay": weight_decay}]
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
-    @torch.no_grad()
+    @no_grad
     def step(self) -> None:
         """torch.optim.SGD's multi-tensor update: one kernel per operation for all parameters
         (what it does on a GPU, where a small model's step is bound by kernel launches)."""

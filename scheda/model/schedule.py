@@ -14,11 +14,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import ClassVar, List, Mapping, Optional, Sequence
 
-import torch
 from omegaconf import MISSING
 
 from scheda.config import GROUPS, Component, register, schema_of, typed
 from scheda.utils.errors import ConfigError
+from scheda.utils.lazy import lazy
+
+torch = lazy("torch", globals())
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import hydra
-import torch
 from omegaconf import DictConfig
 
 from scheda.config import CONFIGS, list_groups_from_one_copy, register_configs, unknown_choice
@@ -38,6 +37,9 @@ from scheda.protocol.jobs import JobSpec
 from scheda.runs.rundir import FINAL_STATUSES
 from scheda.protocol.report import folder_id, report_path, write_report
 from scheda.protocol.seeds import SUBPHASES, Replicas
+from scheda.utils.lazy import lazy
+
+torch = lazy("torch", globals())
 
 log = logging.getLogger("reproduce")
 

@@ -10,11 +10,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-import torch
 
 from scheda.utils.errors import CheckpointError
 from scheda.runs.rundir import CHECKPOINT_RE
 from scheda.utils.io import atomic_write
+from scheda.utils.lazy import lazy
+
+torch = lazy("torch", globals())
 
 FORMAT_VERSION = 1
 def _position(match: re.Match) -> tuple[int, int]:

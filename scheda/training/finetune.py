@@ -22,14 +22,10 @@ from pathlib import Path
 from typing import Any, List, Mapping, Optional
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 from omegaconf import II
-from torch import nn
 
 from scheda.config import Component, register, typed
 from scheda.data import Splits
-from scheda.model.autoencoder import ACTIVATIONS, DenoisingAutoencoder
 from scheda.model.optim import SGD
 from scheda.runs.rundir import pack_correct
 from scheda.training.checkpoint import load_checkpoint, save_checkpoint
@@ -38,40 +34,14 @@ from scheda.training.loop import Loop, minibatch_slices
 from scheda.training.step import FineTuneChoice, stack_views
 from scheda.utils.errors import ConfigError, DivergenceError
 from scheda.utils.interrupt import NEVER, Interrupted, StopRequest
+from scheda.utils.lazy import lazy, no_grad
 from scheda.utils.progress import bar
 
+torch = lazy("torch", globals())
+F = lazy("torch.nn.functional", globals(), "F")
+network = lazy("scheda.model.network", globals())
 log = logging.getLogger(__name__)
 LAST = "finetune_last.pt"
-
-
-class FineTuneNet(nn.Module):
-    """x -> s(W x + b) -> softmax(V h + c), with (W, b) copied from a DA's encoder."""
-
-    def __init__(self, da: DenoisingAutoencoder, n_classes: int, init: Any = None):
-        """``init``: a linear classifier of the encoder's features to start the output layer from
-        (its ``W`` [classes, hidden] and ``b``), or None (zeros)."""
-        super().__init__()
-        self.W = nn.Parameter(da.W.detach().clone())
-        self.b = nn.Parameter(da.b.detach().clone())
-        self.V = nn.Parameter(torch.zeros(n_classes, da.n_hidden, device=da.W.device))
-        self.c = nn.Parameter(torch.zeros(n_classes, device=da.W.device))
-        self._act = ACTIVATIONS[da.activation]
-        if init is not None:
-            with torch.no_grad():
-                self.V.copy_(torch.as_tensor(init.W, dtype=self.V.dtype))
-                self.c.copy_(torch.as_tensor(init.b, dtype=self.c.dtype))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(self._act(F.linear(x, self.W, self.b)), self.V, self.c)
-
-    @torch.no_grad()
-    def correct(self, x: torch.Tensor, y: torch.Tensor, chunk_size: int = 8192) -> torch.Tensor:
-        """Which rows it classifies right (encoded in chunks: no gradients, bounded memory)."""
-        return torch.cat([self(x[i:i + chunk_size]).argmax(1) == y[i:i + chunk_size]
-                          for i in range(0, x.shape[0], chunk_size)])
-
-    def error(self, x: torch.Tensor, y: torch.Tensor, chunk_size: int = 8192) -> float:
-        return int((~self.correct(x, y, chunk_size)).sum()) / x.shape[0]
 
 
 @register("finetune")
@@ -127,7 +97,7 @@ class FusedFineTune:
     runs eager; a capture that fails says so, runs eager and says why in ``fallback``). Plain SGD:
     each net's own learning rate, no momentum."""
 
-    def __init__(self, nets: list[FineTuneNet], lrs: list[float], x_all: torch.Tensor, y_all: torch.Tensor,
+    def __init__(self, nets: list[network.FineTuneNet], lrs: list[float], x_all: torch.Tensor, y_all: torch.Tensor,
                  batch_size: int, graphed: bool = False):
         M, (H, d), C = len(nets), nets[0].W.shape, nets[0].V.shape[0]
         self.W, self.b, self.V, self.c = (stack_views([getattr(net, name) for net in nets]) for name in "WbVc")
@@ -150,7 +120,7 @@ class FusedFineTune:
         if graphed:
             self._capture()
 
-    @torch.no_grad()
+    @no_grad
     def eager(self, idx: torch.Tensor) -> None:
         """One minibatch of every net from ``idx`` [M, n'] (n' <= n)."""
         M, n = idx.shape
@@ -214,7 +184,7 @@ class Tuning:
     """One learning rate of the grid being fine-tuned: its net, optimiser, generator (the
     minibatch order), per-epoch history and best evaluation so far."""
 
-    def __init__(self, index: int, lr: float, net: FineTuneNet, optimizer: SGD, generator: torch.Generator,
+    def __init__(self, index: int, lr: float, net: network.FineTuneNet, optimizer: SGD, generator: torch.Generator,
                  max_epochs: int, patience: int | None):
         self.index, self.lr, self.net, self.optimizer, self.generator = index, lr, net, optimizer, generator
         self.max_epochs, self.patience = max_epochs, patience
@@ -259,10 +229,10 @@ class FineTuner:
     ``checkpoint_every`` epochs, when a rate finishes, and from the last whole epoch's state on an
     interrupt)."""
 
-    def __init__(self, config: Mapping, da: DenoisingAutoencoder, data: Splits, inputs: dict[str, torch.Tensor],
+    def __init__(self, config: Mapping, da: network.DenoisingAutoencoder, data: Splits, inputs: dict[str, torch.Tensor],
                  device: torch.device, output_dir: Path, seed: int, init: Any = None,
                  loggers: Any = None, step: FineTuneChoice | None = None, stop: StopRequest = NEVER):
-        """``init``: the classifier the output layer starts from (FineTuneNet); ``loggers``: where each
+        """``init``: the classifier the output layer starts from (scheda.model.network.FineTuneNet); ``loggers``: where each
         epoch's errors go (``log_dict``, scheda.loggers), or None."""
         config = typed("finetune", config)
         self.config, self.da, self.device, self.seed, self.stop = config, da, device, seed, stop
@@ -306,7 +276,7 @@ class FineTuner:
                                                                       "test_n", "test_correct")}}
 
     def _start(self, index: int) -> Tuning:
-        net = FineTuneNet(self.da, self.n_classes, self.init).to(self.device)
+        net = network.FineTuneNet(self.da, self.n_classes, self.init).to(self.device)
         lr = self.lrs[index]
         tuning = Tuning(index, lr, net, SGD(net.parameters(), lr=lr, momentum=self.config["momentum"]),
                         torch.Generator(device=self.device).manual_seed(self.seed + 1000 * (index + 1)),
@@ -365,7 +335,7 @@ class FineTuner:
             self._best[t.index] = {"model": {k: v.detach().clone() for k, v in t.net.state_dict().items()},
                                    "epoch": t.epoch, "lr": t.lr, **t.best}
 
-    def _test(self, net: FineTuneNet) -> dict[str, Any]:
+    def _test(self, net: network.FineTuneNet) -> dict[str, Any]:
         """Test error and which test images it got right (for McNemar's test between models)."""
         correct = net.correct(self.x["test"], self.y["test"])
         return {"test_error": int((~correct).sum()) / correct.numel(), "test_n": correct.numel(),
@@ -428,3 +398,4 @@ class FineTuneLoop(Loop):
 
     def close(self) -> None:
         self.ticks.close()
+

@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Protocol
 
-import torch
+from scheda.utils.lazy import lazy
+
+torch = lazy("torch", globals())
 
 
 class Graph(Protocol):

@@ -10,7 +10,9 @@ from __future__ import annotations
 import abc
 from typing import Any, Callable, Iterator, Sequence
 
-import torch
+from scheda.utils.lazy import lazy
+
+torch = lazy("torch", globals())
 
 
 class Loop(abc.ABC):

@@ -37,12 +37,13 @@ import functools
 import logging
 from dataclasses import dataclass
 
-import torch
-
-from scheda.model.autoencoder import DenoisingAutoencoder
 from scheda.model.noise import Corruption, mask_threshold
 from scheda.model.optim import SGD
 from scheda.training.graphs import graphs_for, undone
+from scheda.utils.lazy import lazy, no_grad
+
+torch = lazy("torch", globals())
+network = lazy("scheda.model.network", globals())
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ class AutogradStep:
     """Corrupt, the model's own training loss, backward, the model's after-backward hook
     (the composite DA freezes inactive groups there), the optimiser's step."""
 
-    def __init__(self, model: DenoisingAutoencoder, optimizer: SGD, noise: Corruption,
+    def __init__(self, model: network.DenoisingAutoencoder, optimizer: SGD, noise: Corruption,
                  autocast_dtype: torch.dtype | None = None):
         self.model, self.optimizer, self.noise = model, optimizer, noise
         self.autocast_dtype = autocast_dtype
@@ -134,7 +135,7 @@ class BatchedStep(LossSums):
     optimiser may also have momentum or weight decay (the gradient goes to ``.grad`` and the
     optimiser steps); a sweep needs plain SGD, fused into the product."""
 
-    def __init__(self, models: list[DenoisingAutoencoder], optimizers: list[SGD],
+    def __init__(self, models: list[network.DenoisingAutoencoder], optimizers: list[SGD],
                  noises: list[Corruption], batch_size: int, device: torch.device):
         # What the plan chose this step for (scheda.planning.rules refuses every run without it).
         if not all(map(self.supports, models, optimizers)) or (len(models) > 1 and not all(map(plain_sgd, optimizers))):
@@ -169,7 +170,7 @@ class BatchedStep(LossSums):
         self._init_loss_sums(M, device)
 
     @staticmethod
-    def supports(model: DenoisingAutoencoder, optimizer: SGD) -> bool:
+    def supports(model: network.DenoisingAutoencoder, optimizer: SGD) -> bool:
         return model.fusable and isinstance(optimizer, SGD) and len(optimizer.param_groups) == 1
 
     def neg_lr(self) -> torch.Tensor:
@@ -181,7 +182,7 @@ class BatchedStep(LossSums):
             self._neg_lr.copy_(torch.tensor([-lr for lr in lrs], dtype=self.W.dtype))
         return self._neg_lr
 
-    @torch.no_grad()
+    @no_grad
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> torch.Tensor:
         """``idx``: [M, n] rows of ``x_all`` per model; returns the M minibatch losses."""
         M, n = idx.shape
@@ -230,7 +231,7 @@ class BatchedStep(LossSums):
 class FusedStep(BatchedStep):
     """The fused step of one model: the batched step with M = 1, called like :class:`AutogradStep`."""
 
-    def __init__(self, model: DenoisingAutoencoder, optimizer: SGD, noise: Corruption,
+    def __init__(self, model: network.DenoisingAutoencoder, optimizer: SGD, noise: Corruption,
                  batch_size: int, device: torch.device):
         super().__init__([model], [optimizer], [noise], batch_size, device)
         self.model, self.optimizer, self.noise = model, optimizer, noise
@@ -252,7 +253,7 @@ class TritonStep(BatchedStep):
 
     minibatches = 16
 
-    def __init__(self, models: list[DenoisingAutoencoder], optimizers: list[SGD], noises: list[Corruption],
+    def __init__(self, models: list[network.DenoisingAutoencoder], optimizers: list[SGD], noises: list[Corruption],
                  batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator], graphed: bool):
         device = x_all.device
         super().__init__(models, optimizers, noises, batch_size, device)
@@ -282,7 +283,7 @@ class TritonStep(BatchedStep):
             self._thr = thr
             self.thr.copy_(torch.tensor(thr, dtype=torch.int32))
 
-    @torch.no_grad()
+    @no_grad
     def minibatch(self, x_all: torch.Tensor, idx: torch.Tensor, generators: list) -> None:
         """One update of every model from ``idx`` [M, n'] (n' <= n), at the levels set last."""
         M, n = idx.shape
@@ -366,7 +367,7 @@ class TwoPassStep(TritonStep):
     :class:`TritonStep`'s (each model's words from its own generator, drawn in the same order).
     ``trainer.two_pass=true`` (what else it needs: scheda.planning.rules.two_pass_is_a_triton_step)."""
 
-    def __init__(self, models: list[DenoisingAutoencoder], optimizers: list[SGD], noises: list[Corruption],
+    def __init__(self, models: list[network.DenoisingAutoencoder], optimizers: list[SGD], noises: list[Corruption],
                  batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator], graphed: bool,
                  precision: str = "fp32"):
         if batch_size > TWO_PASS_ROWS or precision not in TWO_PASS_PRECISIONS:
@@ -391,7 +392,7 @@ class TwoPassStep(TritonStep):
         self.kernels.corrupt(x_all, idx, self.words.view(torch.int16), self.thr, self.xs[slot, :, :n],
                              self.x_tildes[slot, :, :n])
 
-    @torch.no_grad()
+    @no_grad
     def sequence(self, x_all: torch.Tensor, idx: torch.Tensor, generators: list) -> None:
         """Every minibatch of ``idx`` [M, rows] in order, each encoded by the pass before it."""
         kernels, n, sigmoid, precision = self.kernels, self.batch_size, self.activation == "sigmoid", self.dot_precision
@@ -509,7 +510,7 @@ class StepChoice:
         """What results.json records of a step."""
         return {"kind": self.kind, "cuda_graph": self.cuda_graph, "precision": self.precision}
 
-    def build(self, models: list[DenoisingAutoencoder], optimizers: list[SGD],
+    def build(self, models: list[network.DenoisingAutoencoder], optimizers: list[SGD],
               noises: list[Corruption], batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator]):
         """The chosen step for these models; it says what it is (``ran``, a StepChoice) and why that
         differs from this choice (``fallback``: None, or the reason). A Triton step that cannot

@@ -17,18 +17,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence
 
-import torch
-
 from scheda.config import Component, register
 from scheda.training.checkpoint import load_model_weights
 from scheda.utils.errors import CheckpointError, ConfigError, DivergenceError
 from scheda.utils.interrupt import NEVER, Interrupted
-from scheda.model.autoencoder import DenoisingAutoencoder
 from scheda.model.noise import Corruption
 from scheda.model.optim import SGD
 from scheda.model.schedule import NoiseSchedule
 from scheda.training.loop import Loop, minibatch_slices
 from scheda.training.step import StepChoice
+from scheda.utils.lazy import lazy
+
+torch = lazy("torch", globals())
+network = lazy("scheda.model.network", globals())
 
 log = logging.getLogger(__name__)
 PRECISIONS = ("fp32", "tf32", "tf32x3", "bf16")
@@ -186,7 +187,7 @@ class ModelState:
 
     def __init__(
         self,
-        model: DenoisingAutoencoder,
+        model: network.DenoisingAutoencoder,
         optimizer: SGD,
         noise: Corruption,
         schedule: NoiseSchedule,

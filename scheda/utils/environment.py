@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-
 import scheda
+from scheda.utils.lazy import lazy
+
+torch = lazy("torch", globals())
 
 SOURCE = Path(scheda.__file__).resolve().parents[1]  # a checkout's root, when scheda runs from one
 
