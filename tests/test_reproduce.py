@@ -13,7 +13,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from scheda.protocol import launch, plan
+from scheda.protocol import launch, phases
 from scheda.protocol import selection as select
 from scheda.protocol.jobs import fmt
 from scheda.protocol.kinds import kind_of
@@ -102,7 +102,7 @@ def ev(epoch, val, test=0.5, reason="every", nu=None):
 
 def test_selection_takes_the_lowest_validation_error_over_lr_and_epochs(tmp_path):
     cfg = smoke_cfg("scale.da.lr=[0.1,0.01]")
-    jobs = plan.da_jobs(cfg.scale, raw=False)
+    jobs = phases.da_jobs(cfg.scale, raw=False)
     runs = tmp_path / "da"
     fake_run(runs / "da_h16_nu0.5_lr0.1", [ev(1, 0.40), ev(2, 0.30)], checkpoints=(1, 2))
     fake_run(runs / "da_h16_nu0.5_lr0.01", [ev(1, 0.30, 0.2), ev(2, 0.35)], checkpoints=(1, 2))  # tie: earlier
@@ -118,7 +118,7 @@ def test_selection_takes_the_lowest_validation_error_over_lr_and_epochs(tmp_path
 def test_a_run_from_before_the_recorded_validation_size_gives_it_from_its_config(tmp_path):
     """The sensitivity diagnostic needs the validation size: runs whose evaluations predate val_n give
     their own config's split (dataset.val_size) where it is a count, and nothing where it is a fraction."""
-    jobs = plan.da_jobs(smoke_cfg("scale.da.nu=[0.5,0.3]").scale, raw=False)
+    jobs = phases.da_jobs(smoke_cfg("scale.da.nu=[0.5,0.3]").scale, raw=False)
     fake_run(tmp_path / "da" / "da_h16_nu0.5_lr0.1", [ev(1, 0.30)], checkpoints=(1,), dataset={"val_size": 5000})
     fake_run(tmp_path / "da" / "da_h16_nu0.3_lr0.1", [ev(1, 0.35)], checkpoints=(1,), dataset={"val_size": 0.2})
     by_nu = select.select_das(jobs, tmp_path)["hidden"]["16"]["by_nu"]
@@ -126,12 +126,12 @@ def test_a_run_from_before_the_recorded_validation_size_gives_it_from_its_config
 
 
 def test_a_da_that_diverged_late_keeps_its_earlier_evaluations(tmp_path):
-    jobs = plan.da_jobs(smoke_cfg("scale.da.nu=[0.5]", "scale.da.epochs=3").scale, raw=False)
+    jobs = phases.da_jobs(smoke_cfg("scale.da.nu=[0.5]", "scale.da.epochs=3").scale, raw=False)
     fake_run(tmp_path / "da" / "da_h16_nu0.5_lr0.1", [ev(1, 0.30), ev(2, 0.2)], status="diverged", checkpoints=(1, 2))
     best = select.select_das(jobs, tmp_path)["hidden"]["16"]["best"]
     assert (best["epoch"], best["val_error"], best["status"]) == (2, 0.2, "diverged")
     assert not best["last_of_grid"]  # epoch 2 of 3
-    jobs = plan.da_jobs(smoke_cfg("scale.da.nu=[0.5]", "scale.da.epochs=2").scale, raw=False)
+    jobs = phases.da_jobs(smoke_cfg("scale.da.nu=[0.5]", "scale.da.epochs=2").scale, raw=False)
     assert select.select_das(jobs, tmp_path)["hidden"]["16"]["best"]["last_of_grid"]  # epoch 2 of 2
 
 
@@ -139,7 +139,7 @@ def test_continuations_start_from_the_selected_checkpoints_and_choose_T(tmp_path
     cfg = smoke_cfg(*FIXED, "scale.scheda.nu0=[0.5,0.7]", "scale.scheda.K=[1,2]")
     selection = {"hidden": {"16": {"by_nu": {"0.5": {"checkpoint": "/ck/5.pt", "epoch": 2, "nu": 0.5}},
                                    "best": {"checkpoint": "/ck/5.pt", "epoch": 2, "nu": 0.5, "run": "r"}}}}
-    jobs = plan.continuation_jobs(cfg.scale, ["scheda"], selection)
+    jobs = phases.continuation_jobs(cfg.scale, ["scheda"], selection)
     names = [j.name for j in jobs]
     # No DA(0.7) was selected: its continuations are skipped, not failed.
     assert names == ["scheda_h16_nu0.5_dnu0.1_K1", "scheda_h16_nu0.5_dnu0.1_K2"]
@@ -156,7 +156,7 @@ def test_continuations_start_from_the_selected_checkpoints_and_choose_T(tmp_path
     assert (best["K"], best["T"], best["nu"], best["val_error"]) == (1, 2, 0.3, 0.2)
     assert best["checkpoint"].endswith("epoch_00002.pt")
     # The controls of the best ScheDA: its checkpoint, its whole length at nu0; one jump to its last nu.
-    controls = plan.control_jobs(cfg.scale, ["scheda"], {"16": continued})
+    controls = phases.control_jobs(cfg.scale, ["scheda"], {"16": continued})
     assert [(j.name, j.values["schedule.nu"], j.values["schedule.epochs"], j.values["evaluate.every"])
             for j in controls] == [("control_h16_nu0.5_2ep", 0.5, 2, 1), ("jump_h16_nu0.5_to0.3_2ep", 0.3, 2, 1)]
     assert all(j.values["init_from"] == "/ck/5.pt" and j.phase == "control" for j in controls)
@@ -172,11 +172,11 @@ def test_under_the_rule_every_job_trains_to_convergence_up_to_its_cap(tmp_path):
     last one on, evaluated and checkpointed every K, to at most max_epochs; its controls train to
     convergence under the same cap; a best evaluation past the last level's end is that level (T)."""
     cfg = smoke_cfg("scale.patience=3", "scale.scheda.max_epochs=9")
-    da = {j.name: j for j in plan.da_jobs(cfg.scale, raw=False)}["da_h16_nu0.5_lr0.1"]
+    da = {j.name: j for j in phases.da_jobs(cfg.scale, raw=False)}["da_h16_nu0.5_lr0.1"]
     assert (da.values["trainer.patience"], da.values["schedule.epochs"], da.values["evaluate.every"]) == (3, 3, 1)
     selection = {"hidden": {"16": {"by_nu": {"0.5": {"checkpoint": "/ck/5.pt", "epoch": 2, "nu": 0.5}},
                                    "best": {"checkpoint": "/ck/5.pt", "epoch": 2, "nu": 0.5, "run": "r"}}}}
-    job, = plan.continuation_jobs(cfg.scale, ["scheda"], selection)
+    job, = phases.continuation_jobs(cfg.scale, ["scheda"], selection)
     assert {k: job.values[k] for k in ("trainer.patience", "trainer.max_epochs", "evaluate.every",
                                        "trainer.checkpoint_every")} == {
         "trainer.patience": 3, "trainer.max_epochs": 9, "evaluate.every": 1, "trainer.checkpoint_every": 1}
@@ -187,18 +187,18 @@ def test_under_the_rule_every_job_trains_to_convergence_up_to_its_cap(tmp_path):
     continued = select.select_continuations([job], tmp_path)["16"]
     best = continued["scheda"]["best"]
     assert (best["T"], best["epoch"], best["checkpoint"].endswith("epoch_00004.pt")) == (2, 4, True)
-    controls = plan.control_jobs(cfg.scale, ["scheda"], {"16": continued})
+    controls = phases.control_jobs(cfg.scale, ["scheda"], {"16": continued})
     assert [(j.name, j.values["schedule.epochs"], j.values["trainer.patience"]) for j in controls] == [
         ("control_h16_nu0.5_9ep", 9, 3), ("jump_h16_nu0.5_to0.3_9ep", 9, 3)]
     with pytest.raises(ConfigError, match="scale.scheda.max_epochs=1 would cut a schedule of 2 epochs"):
-        plan.check(smoke_cfg("scale.scheda.max_epochs=1"))
+        phases.check(smoke_cfg("scale.scheda.max_epochs=1"))
     with pytest.raises(ConfigError, match="scale.patience=0 must be >= 1"):
-        plan.check(smoke_cfg("scale.patience=0"))
+        phases.check(smoke_cfg("scale.patience=0"))
 
 
 def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch):
     cfg = smoke_cfg(*FIXED)
-    jobs = {j.name: j for j in plan.da_jobs(cfg.scale, raw=False)}
+    jobs = {j.name: j for j in phases.da_jobs(cfg.scale, raw=False)}
     done, killed = jobs["da_h16_nu0.5_lr0.1"], jobs["da_h16_nu0.3_lr0.1"]
     config = {"schedule": {"nu": 0.5, "epochs": 2}, "model": {"hidden": 16}, "optim": {"lr": 0.1},
               "evaluate": {"every": 1}, "trainer": {"checkpoint_every": 1}}
@@ -235,7 +235,7 @@ def test_a_continuation_of_another_checkpoint_is_refused(tmp_path):
     selection = {"hidden": {"16": {"by_nu": {"0.5": {"checkpoint": str(tmp_path / "da" / "a" / "epoch_00002.pt"),
                                                      "epoch": 2, "nu": 0.5}},
                                    "best": {"checkpoint": "c", "epoch": 2, "nu": 0.5, "run": "r"}}}}
-    job = plan.continuation_jobs(cfg.scale, ["scheda"], selection)[0]
+    job = phases.continuation_jobs(cfg.scale, ["scheda"], selection)[0]
     config = {"model": {"hidden": 16}, "schedule": {"nu0": 0.5, "delta_nu": 0.1, "K": 1, "initial_epochs": 0,
                                                     "nu_final": 0.3}, "optim": {"lr": 0.1},
               "trainer": {"checkpoint_every": 0}}
@@ -296,12 +296,12 @@ def table_scales() -> list[tuple[str, str]]:
 def test_every_table_and_scale_plans_its_jobs(table, scale):
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         cfg = compose(config_name="reproduce", overrides=[f"table={table}", f"scale={scale}"])
-    da = plan.da_jobs(cfg.scale, cfg.table.raw)
+    da = phases.da_jobs(cfg.scale, cfg.table.raw)
     selection = {"hidden": {str(h): {"by_nu": {fmt(nu): {"checkpoint": "c", "epoch": 1, "nu": nu}
                                                for nu in cfg.scale.da.nu},
                                      "best": {"checkpoint": "c", "epoch": 1, "nu": 0.3, "run": "r"}}
                             for h in cfg.scale.hidden}}
-    cont = plan.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
+    cont = phases.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
     assert len({j.name for j in da + cont}) == len(da + cont) and cont
     bases = {}
     for job in cont:  # every planned continuation has a schedule with at least one level
@@ -309,7 +309,7 @@ def test_every_table_and_scale_plans_its_jobs(table, scale):
         name = job.groups["schedule"]
         if name not in bases:  # the schedule option as a run composes it
             bases[name] = OmegaConf.to_container(compose_cfg([f"schedule={name}"]).schedule)
-        T = {"T": None} if "T" in bases[name] else {}  # the plan sets nu_final, not T
+        T = {"T": None} if "T" in bases[name] else {}  # the protocol sets nu_final, not T
         # under the rule (scale.patience) its last level may run on to the cap: trainer.max_epochs
         schedule = build_schedule({**bases[name], **T, **values}, job.values.get("trainer.max_epochs"))
         assert schedule.total_epochs >= 1
@@ -440,7 +440,7 @@ def test_any_registered_schedule_continues_the_selected_das(tmp_path, cifar_arra
 ])
 def test_a_bad_schedule_continuation_is_refused_before_any_job(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
-        plan.check(smoke_cfg(*overrides))
+        phases.check(smoke_cfg(*overrides))
 
 
 def test_the_plan_and_its_device_hours_are_printed_first(tmp_path, cifar_arrays):

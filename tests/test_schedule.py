@@ -150,7 +150,7 @@ def test_bad_exponential_values_name_the_key(values, key):
 
 
 def test_exponential_decay_in_a_run_a_fused_sweep_and_the_protocol(cifar_arrays, tmp_path):
-    from scheda.protocol import plan
+    from scheda.protocol import phases
     from scheda.run import run
 
     from helpers import TINY, smoke_cfg
@@ -169,9 +169,9 @@ def test_exponential_decay_in_a_run_a_fused_sweep_and_the_protocol(cifar_arrays,
         == pytest.approx([h["loss"] for h in alone["history"]], rel=1e-5)
     cfg = smoke_cfg("+scale.schedules.exponential={nu0:[0.5],grid:{gamma:[0.3,0.8],nu_min:[0.2],epochs:[3]},lr:0.1}",
                     "table.continuations=[scheda,exponential]")
-    plan.check(cfg)
+    phases.check(cfg)
     selection = {"hidden": {"16": {"by_nu": {"0.5": {"checkpoint": "c.pt", "epoch": 2, "nu": 0.5}}}}}
-    jobs = [j for j in plan.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
+    jobs = [j for j in phases.continuation_jobs(cfg.scale, cfg.table.continuations, selection)
             if j.meta["kind"] == "exponential"]
     assert [(j.values["schedule.nu0"], j.values["schedule.gamma"], j.meta["epochs"], j.meta["levels"]) for j in jobs] \
         == [(0.5, 0.3, 3, 2), (0.5, 0.8, 3, 3)]  # 0.5, 0.2 (nu_min) x 2; 0.5, 0.4, 0.32

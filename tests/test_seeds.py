@@ -10,7 +10,7 @@ import pytest
 
 from scheda.utils.errors import ConfigError
 from scheda.protocol import estimate
-from scheda.protocol import plan
+from scheda.protocol import phases
 from helpers import smoke_cfg
 from test_reproduce import reproduce
 
@@ -46,7 +46,7 @@ def test_fused_seeds_train_as_one_sweep_and_a_new_seed_as_another(tmp_path):
                                              ("[0,-1]", "each >= 0")])
 def test_bad_seeds_are_refused_before_any_job(seeds, message):
     with pytest.raises(ConfigError, match=message):
-        plan.check(smoke_cfg(f"scale.seeds={seeds}"))
+        phases.check(smoke_cfg(f"scale.seeds={seeds}"))
 
 
 def test_the_plan_counts_the_seed_jobs():
@@ -65,9 +65,9 @@ def test_a_scale_saved_before_the_classifier_owned_its_grid_is_the_same_scale(tm
     from omegaconf import OmegaConf
 
     cfg = smoke_cfg()
-    plan.check_scale_unchanged(cfg.scale, tmp_path)
+    phases.check_scale_unchanged(cfg.scale, tmp_path)
     saved = OmegaConf.load(tmp_path / "scale.yaml")
     saved.train = [o.replace("classifier.c_log2_", "evaluate.c_log2_") for o in saved.train]
     del saved["seeds"]  # and from before seeds
     OmegaConf.save(saved, tmp_path / "scale.yaml")
-    plan.check_scale_unchanged(smoke_cfg("scale.seeds=[0,4]").scale, tmp_path)
+    phases.check_scale_unchanged(smoke_cfg("scale.seeds=[0,4]").scale, tmp_path)

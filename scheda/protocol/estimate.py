@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from scheda.utils.errors import ConfigError
 from scheda.protocol.jobs import fmt
 from scheda.protocol.kinds import BASELINE, CONTROL, FINETUNE, kind_of, of_role
-from scheda.protocol.plan import continuation_jobs, da_jobs
+from scheda.protocol.phases import continuation_jobs, da_jobs
 
 TRAIN_EXAMPLES = 45000  # CIFAR-10's training split: an epoch of the benchmark (its "n") and of Table 1's runs
 INPUTS = 3072  # CIFAR-10's pixels: the benchmark's input size (scripts/bench_train.py) and Table 1's raw features

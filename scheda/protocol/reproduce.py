@@ -30,7 +30,7 @@ from scheda.utils.environment import invoked_as
 from scheda.utils.interrupt import Interrupted, terminate_as_interrupt
 from scheda.utils.io import atomic_write_json, shown_path
 from scheda.utils.lock import hold
-from scheda.protocol import estimate, launch, plan
+from scheda.protocol import estimate, launch, phases
 from scheda.protocol import selection as select
 from scheda.protocol.config import register_protocol_configs
 from scheda.protocol.jobs import JobSpec
@@ -55,7 +55,7 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
     if cfg.stages is not None:  # 0.2's name (CHANGELOG)
         log.warning("stages= is called phases= now: read as phases=%s", list(cfg.stages))
         cfg.phases = cfg.stages
-    plan.check(cfg)
+    phases.check(cfg)
     batch = next((int(o.split("=", 1)[1]) for o in [*cfg.scale.train, *cfg.overrides]
                   if o.startswith("trainer.batch_size=")), 20)
     bench = estimate.load_bench(cfg.bench) if cfg.bench else None
@@ -129,20 +129,20 @@ def _collect_seeds(p: Progress) -> None:
 
 
 PHASES = (
-    Phase("da", lambda p: {"da": plan.da_jobs(p.cfg.scale, p.cfg.table.raw)}, _collect_da),
-    Phase("continue", lambda p: {"continue": plan.continuation_jobs(p.cfg.scale, p.cfg.table.continuations,
+    Phase("da", lambda p: {"da": phases.da_jobs(p.cfg.scale, p.cfg.table.raw)}, _collect_da),
+    Phase("continue", lambda p: {"continue": phases.continuation_jobs(p.cfg.scale, p.cfg.table.continuations,
                                                                      p.selection)},
           lambda p: setattr(p, "continued", select.select_continuations(p.jobs["continue"], p.out_dir))),
-    Phase("control", lambda p: {"control": plan.control_jobs(p.cfg.scale, p.cfg.table.continuations, p.continued)},
+    Phase("control", lambda p: {"control": phases.control_jobs(p.cfg.scale, p.cfg.table.continuations, p.continued)},
           _collect_controls),
-    Phase("finetune", lambda p: {"finetune": plan.finetune_jobs(p.cfg.scale.finetune, p.selection, p.continued)
+    Phase("finetune", lambda p: {"finetune": phases.finetune_jobs(p.cfg.scale.finetune, p.selection, p.continued)
                                  if p.cfg.scale.finetune is not None else []}, _collect_finetune),
     Phase("seeds", _plan_seeds, _collect_seeds),
 )
 
 
 def _run_phases(cfg: DictConfig, out_dir: Path, started: float) -> Path | None:
-    plan.check_scale_unchanged(cfg.scale, out_dir)
+    phases.check_scale_unchanged(cfg.scale, out_dir)
     progress = Progress(cfg, out_dir)
     try:
         for phase in PHASES:

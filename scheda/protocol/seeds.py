@@ -36,7 +36,7 @@ from scheda.protocol.jobs import JobSpec, fmt
 from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
 from scheda.protocol.kinds.da import DA
 from scheda.runs.rundir import FINAL_STATUSES, best_evaluation, checkpoint_name, read_results
-from scheda.protocol.plan import check_seeds, da_values
+from scheda.protocol.phases import check_seeds, da_values
 
 log = logging.getLogger(__name__)
 

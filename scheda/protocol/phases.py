@@ -1,4 +1,4 @@
-"""Planning: which jobs each phase of the paper's protocol (Geras & Sutton 2015, Section 4.1)
+"""The phases: which jobs each phase of the paper's protocol (Geras & Sutton 2015, Section 4.1)
 runs, from the scale and table and, for the later phases, from what the earlier ones selected.
 
 Phase 1 trains the DA grid (one run per hidden size, nu and lr, evaluated and checkpointed
