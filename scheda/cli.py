@@ -31,9 +31,10 @@ FRESH_RUN_FILES = {".hydra", "train.log", "results.json", ".lock"}  # all a run 
 
 
 @hydra.main(version_base="1.3", config_path=CONFIGS, config_name="train")
-def train(cfg: DictConfig) -> float | None:
-    """Returns the final validation error (for sweepers). A user's error prints as one line;
-    in a multirun it fails only its own job. An interrupt exits with 128 + the signal."""
+def task(cfg: DictConfig) -> float | None:
+    """Hydra's task function: one run (a job of a -m sweep). Returns the final validation error
+    (for sweepers). A user's error prints as one line; in a multirun it fails only its own job.
+    An interrupt exits with 128 + the signal."""
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and "joblib" in str(hydra_cfg.launcher.get("_target_", "")).lower():
         claim_gpu()  # before anything starts CUDA: one GPU per local parallel job
@@ -110,7 +111,7 @@ def main() -> None:
     from scheda.utils.interrupt import Interrupted
 
     try:
-        train()
+        task()
     except Interrupted as exc:  # a sweep stopped across its job processes (scheda.utils.interrupt.jobs_stop_first)
         print(exc.message, file=sys.stderr)
         sys.exit(exc.exit_code)

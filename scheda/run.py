@@ -57,7 +57,7 @@ def run(cfg: DictConfig, output_dir: str | Path, data: Mapping[str, Any] | None 
             plan = make_plan(cfg, data)  # before any data, logger or checkpoint
             results.update(plan=plan.record())
             if plan.config.model.trains:
-                summary = train(plan, output_dir, results)
+                summary = train_plan(plan, output_dir, results)
             else:  # model=raw evaluates the inputs themselves
                 summary = evaluate_raw(load_data(plan), plan.config.classifier, plan.device, results)
             for line in summary_lines(summary, output_dir, plan.config.logger):
@@ -190,7 +190,7 @@ def build(plan: Plan, output_dir: Path, results: RunResults) -> tuple[list[Membe
     return members, data, labelled
 
 
-def train(plan: Plan, output_dir: Path, results: RunResults) -> dict[str, Any]:
+def train_plan(plan: Plan, output_dir: Path, results: RunResults) -> dict[str, Any]:
     """Build the plan's models, train them in lockstep, finish each; a fused sweep's run records
     each model's outcome (every model's own results.json says where it got to)."""
     started = time.time() - (results.data.get("seconds") or 0.0)
