@@ -116,11 +116,11 @@ def run_phase(cfg: DictConfig, out_dir: Path, phase: str, jobs: list[JobSpec]) -
     phase_dir = out_dir / phase
     todo = []
     for job in jobs:
-        state = job_action(phase_dir / job.name, job)
-        if state == "done":
+        action = job_action(phase_dir / job.name, job)
+        if action == "done":
             continue
         spec = JobSpec(job.name, job.phase, job.groups, {"seed": cfg.scale.seeds[0], **job.values}, job.meta)
-        if state == "resume":
+        if action == "resume":
             spec.values.pop("init_from", None)
             spec.values["resume"] = str((phase_dir / job.name).resolve())
         atomic_write(jobs_dir / "protocol_job" / f"{job.name}.yaml", lambda f, s=spec: f.write(s.yaml().encode()))
