@@ -361,8 +361,14 @@ def test_ctrl_c_stops_the_phase_with_a_checkpoint_and_says_so_in_one_line(tmp_pa
     proc = start_reproduce(tmp_path, cifar_arrays, *ENDLESS_DAS, *parallel, new_session=True)
     try:
         deadline = time.time() + 120
-        while "epoch" not in "".join(p.read_text() for p in (tmp_path / "runs" / "da").glob("*/train.log")):
-            assert proc.poll() is None and time.time() < deadline, "no DA started training"
+        running = ["da_h16_nu0.5_lr0.1"] + (["da_h16_nu0.3_lr0.1"] if parallel else [])  # under joblib both at once
+
+        def training(name):
+            log = tmp_path / "runs" / "da" / name / "train.log"
+            return log.exists() and "epoch" in log.read_text()
+
+        while not all(training(name) for name in running):
+            assert proc.poll() is None and time.time() < deadline, "the DAs did not start training"
             time.sleep(0.2)
         time.sleep(0.5)
         if whom == "group":
@@ -373,8 +379,7 @@ def test_ctrl_c_stops_the_phase_with_a_checkpoint_and_says_so_in_one_line(tmp_pa
         assert proc.returncode == 128 + signum, stderr[-3000:]
         assert stderr.strip().splitlines()[-1] == ("interrupted: finished jobs are kept and a stopped one resumes from "
                                                    "its checkpoint: run the same command again")
-        assert "Traceback" not in stderr, stderr[-3000:]
-        running = ["da_h16_nu0.5_lr0.1"] + (["da_h16_nu0.3_lr0.1"] if parallel else [])
+        assert "Traceback" not in stderr and "leaked semaphore" not in stderr, stderr[-3000:]
         for name in running:
             results = json.loads((tmp_path / "runs" / "da" / name / "results.json").read_text())
             assert results["status"] == "interrupted"

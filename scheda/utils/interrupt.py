@@ -114,6 +114,7 @@ def terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
 SWEEP_PID = "SCHEDA_SWEEP_PID"  # set by a sweep's process (hydra_plugins.scheda_sweeper) for the jobs it starts
 
 
@@ -181,10 +182,18 @@ def jobs_stop_first(bound: float = 300.0) -> Iterator[None]:
                                   f"each stopped job checkpointed (continue it with scheda-train resume=<its directory>)")
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    saved = {name: os.environ.get(name) for name in (SWEEP_PID, "PYTHONWARNINGS")}
     os.environ[SWEEP_PID] = str(os.getpid())
+    # The resource tracker joblib starts (a process of its own) cleans up the semaphores of workers that
+    # ended on a signal, and says so at its end in two lines of warning: not news after the line above.
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [saved["PYTHONWARNINGS"], QUIET_TRACKER]))
     try:
         yield
     finally:
-        os.environ.pop(SWEEP_PID, None)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         for s, h in previous.items():
             signal.signal(s, h)
