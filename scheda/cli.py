@@ -115,6 +115,9 @@ def main() -> None:
     except Interrupted as exc:  # a sweep stopped across its job processes (scheda.utils.interrupt.jobs_stop_first)
         print(exc.message, file=sys.stderr)
         sys.exit(exc.exit_code)
+    except KeyboardInterrupt:  # a Ctrl-C where no run's handler stands (composing, evaluating raw inputs)
+        print("interrupted by SIGINT: finished runs are kept; run the same command again to go on", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from scheda.planning import rules
 from scheda.planning.plan import Plan, PlannedModel, make_plan
 from scheda.training.trainer import ModelState, Trainer, setup_process
 from scheda.utils import environment
-from scheda.utils.interrupt import Interrupted, stop_on_signals
+from scheda.utils.interrupt import Interrupted, stop_on_signals, terminate_as_interrupt
 from scheda.utils.io import shown_path
 from scheda.utils.lock import hold
 from scheda.utils.seeding import derive_seed, train_seed
@@ -58,8 +58,9 @@ def run(cfg: DictConfig, output_dir: str | Path, data: Mapping[str, Any] | None 
             results.update(plan=plan.record())
             if plan.config.model.trains:
                 summary = train_plan(plan, output_dir, results)
-            else:  # model=raw evaluates the inputs themselves
-                summary = evaluate_raw(load_data(plan), plan.config.classifier, plan.device, results)
+            else:  # model=raw evaluates the inputs themselves: nothing to checkpoint, a SIGTERM stops it as Ctrl-C does
+                with terminate_as_interrupt():
+                    summary = evaluate_raw(load_data(plan), plan.config.classifier, plan.device, results)
             for line in summary_lines(summary, output_dir, plan.config.logger):
                 log.info(line)
             return summary

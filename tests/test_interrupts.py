@@ -177,3 +177,27 @@ def test_a_signal_in_the_evaluation_before_fine_tuning_keeps_it_and_the_resume_d
     results = json.loads((run_dir / "results.json").read_text())
     assert results["status"] == "completed" and [e["reason"] for e in results["evaluations"]] == ["before_finetune"]
     assert results["finetune"]["frozen"]["epoch"] == 2
+
+
+def test_a_sigterm_while_raw_inputs_are_evaluated_records_the_run_interrupted(cifar_arrays, tmp_path, monkeypatch):
+    """model=raw has nothing to checkpoint: a SIGTERM during its evaluation (a protocol stopping its
+    DA phase, a scheduler) stops it as Ctrl-C does, its results.json `interrupted`, where it once
+    killed the job and left it `running`."""
+    import os
+
+    import scheda.run
+    from helpers import TINY_DATA, compose_cfg
+    from scheda.utils.interrupt import Interrupted
+
+    def evaluated_slowly(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)  # the signal arrives here
+        raise AssertionError("the SIGTERM did not stop the evaluation")
+
+    monkeypatch.setattr(scheda.run, "evaluate_raw", evaluated_slowly)
+    cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY_DATA, "model=raw", "logger=none"])
+    with pytest.raises(Interrupted) as stopped:
+        scheda.run.run(cfg, tmp_path / "raw")
+    assert stopped.value.exit_code == 128 + signal.SIGTERM and "resume=" in stopped.value.message
+    assert json.loads((tmp_path / "raw" / "results.json").read_text())["status"] == "interrupted"
+    assert signal.getsignal(signal.SIGTERM) is not None  # the handler is handed back

@@ -97,6 +97,7 @@ class ComposeOnceSweeper(Sweeper):
     def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None) -> None:
         self.max_batch_size, self.params = max_batch_size, params
         self.basic: Optional[Sweeper] = None
+        self.in_process = True
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # as Hydra's last scan left it
@@ -106,12 +107,15 @@ class ComposeOnceSweeper(Sweeper):
         self.basic.setup(hydra_context=HydraContext(config_loader=composed, callbacks=hydra_context.callbacks),
                          task_function=task_function, config=config)
         launcher = type(self.basic.launcher)
-        composed.keep = f"{launcher.__module__}.{launcher.__qualname__}" == IN_PROCESS_LAUNCHER
+        composed.keep = self.in_process = f"{launcher.__module__}.{launcher.__qualname__}" == IN_PROCESS_LAUNCHER
 
     def sweep(self, arguments: List[str]) -> Any:
-        """The basic sweep; a signal stops its job processes with their checkpoints first."""
+        """The basic sweep; where its jobs run in processes of their own (joblib, Slurm), a signal
+        stops them with their checkpoints first (jobs in this process answer it themselves)."""
+        from contextlib import nullcontext
+
         from scheda.utils.interrupt import jobs_stop_first
 
         assert self.basic is not None, "setup() first"
-        with jobs_stop_first():
+        with nullcontext() if self.in_process else jobs_stop_first():
             return self.basic.sweep(arguments)
