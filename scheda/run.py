@@ -57,6 +57,7 @@ def run(cfg: DictConfig, output_dir: str | Path, data: Mapping[str, Any] | None 
             plan = make_plan(cfg, data)  # before any data, logger or checkpoint
             results.update(plan=plan.record())
             if plan.config.model.trains:
+                log.info(plan.describe())
                 summary = train_plan(plan, output_dir, results)
             else:  # model=raw evaluates the inputs themselves: nothing to checkpoint, a SIGTERM stops it as Ctrl-C does
                 with terminate_as_interrupt():
@@ -180,7 +181,6 @@ def build(plan: Plan, output_dir: Path, results: RunResults) -> tuple[list[Membe
     setup_process(plan.config.trainer)
     data = load_data(plan)
     train_x, labelled = data.on_device(plan.device)
-    log.info(plan.describe())
     try:
         for member in members:
             member._attach(data, train_x, labelled)

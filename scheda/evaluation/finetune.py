@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -19,7 +19,7 @@ from scheda.loggers.base import MetricLogger
 from scheda.model.autoencoder import DenoisingAutoencoder
 from scheda.runs.rundir import params_of
 from scheda.training.checkpoint import load_checkpoint, save_checkpoint
-from scheda.training.finetune import FineTuner
+from scheda.training.finetune import FineTuner, FinetuneConfig
 from scheda.training.step import FineTuneChoice
 from scheda.utils.interrupt import NEVER, Interrupted, StopRequest
 
@@ -46,7 +46,7 @@ def _load_init(resume_dir: Path | None, evaluations: list[dict[str, Any]]) -> Li
     return LinearModel(state["W"].numpy(), state["b"].numpy(), state["classes"].numpy())
 
 
-def finetune_encoder(config: Mapping, model: DenoisingAutoencoder, data: Splits, labelled: dict[str, torch.Tensor],
+def finetune_encoder(config: FinetuneConfig, model: DenoisingAutoencoder, data: Splits, labelled: dict[str, torch.Tensor],
                      device: torch.device, output_dir: Path, *, seed: int, evaluation=None,
                      resume_dir: Path | None = None, loggers: MetricLogger | None = None, epoch: int = 0,
                      step: FineTuneChoice | None = None, stop: StopRequest = NEVER) -> dict:

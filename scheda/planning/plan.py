@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import torch
 from omegaconf import DictConfig
 
-from scheda.model.schedule import NoiseSchedule, build_schedule, check_nu, nu_key
+from scheda.model.schedule import NoiseSchedule, check_nu
 from scheda.planning import rules
 from scheda.planning.run_config import RunConfig, typed_config  # noqa: F401 - typed_config: the plan's first step
 from scheda.training.step import FineTuneChoice, StepChoice
@@ -76,7 +76,7 @@ def parallel_variants(config: RunConfig) -> list[dict[str, Any]]:
     par = config.trainer.parallel
     axes = []
     if par.nu:  # a schedule with one noise level to set (rules.parallel_nu_needs_a_noise_level)
-        key = nu_key({"name": config.schedule.name})
+        key = config.schedule.nu_key
         axes.append([(f"schedule.{key}", check_nu("trainer.parallel.nu", v)) for v in par.nu])
     if par.lr:
         axes.append([("optim.lr", float(v)) for v in par.lr])
@@ -114,7 +114,7 @@ def model_of(config: RunConfig, overrides: dict[str, Any], resume: str | None) -
 
 
 def _planned(index: int, overrides: dict, config: RunConfig, subdir: str) -> PlannedModel:
-    return PlannedModel(index, overrides, config, build_schedule(config.schedule, config.trainer.max_epochs), subdir)
+    return PlannedModel(index, overrides, config, config.schedule.build().with_max_epochs(config.trainer.max_epochs), subdir)
 
 
 def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None) -> Plan:

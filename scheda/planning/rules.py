@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from scheda.model.schedule import nu_key, options_with_nu_key
+from scheda.model.schedule import options_with_nu_key
 from scheda.training.step import TWO_PASS_PRECISIONS, TWO_PASS_ROWS, FineTuneChoice, StepChoice
 from scheda.utils.errors import CheckpointError, ConfigError
 
@@ -119,7 +119,7 @@ def parallel_needs_the_fused_step(config: RunConfig, device: torch.device) -> st
 
 
 def parallel_nu_needs_a_noise_level(config: RunConfig, device: torch.device) -> str | None:
-    if config.trainer.parallel.nu and nu_key({"name": config.schedule.name}) is None:
+    if config.trainer.parallel.nu and config.schedule.nu_key is None:
         return (f"trainer.parallel.nu needs schedule {', '.join(options_with_nu_key())} (one noise level to set), "
                 f"not {config.schedule.name}")
     return None

@@ -19,12 +19,12 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Mapping, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 from omegaconf import II
 
-from scheda.config import Component, register, typed
+from scheda.config import Component, register
 from scheda.data import Splits
 from scheda.model.optim import SGD
 from scheda.runs.rundir import pack_correct
@@ -229,12 +229,11 @@ class FineTuner:
     ``checkpoint_every`` epochs, when a rate finishes, and from the last whole epoch's state on an
     interrupt)."""
 
-    def __init__(self, config: Mapping, da: network.DenoisingAutoencoder, data: Splits, inputs: dict[str, torch.Tensor],
+    def __init__(self, config: FinetuneConfig, da: network.DenoisingAutoencoder, data: Splits, inputs: dict[str, torch.Tensor],
                  device: torch.device, output_dir: Path, seed: int, init: Any = None,
                  loggers: Any = None, step: FineTuneChoice | None = None, stop: StopRequest = NEVER):
         """``init``: the classifier the output layer starts from (scheda.model.network.FineTuneNet); ``loggers``: where each
         epoch's errors go (``log_dict``, scheda.loggers), or None."""
-        config = typed("finetune", config)
         self.config, self.da, self.device, self.seed, self.stop = config, da, device, seed, stop
         self.step = step if step is not None else FineTuneChoice(config.fused, config.fused and device.type == "cuda")
         self.fallbacks: list[str] = []  # why a graph the plan chose did not run
