@@ -98,6 +98,11 @@ def test_resume_reuses_the_runs_config_and_refuses_changes(cifar_arrays, tmp_pat
     assert (tmp_path / "a" / "checkpoints").is_dir()  # the run's directory is never removed
     forced = run_train([f"resume={tmp_path / 'a'}", "schedule.nu=0.5", "force_resume=true"], cwd=tmp_path)
     assert forced.returncode == 0, forced.stderr
+    # The run last ran at nu 0.5: a resume is held against that, not against how the run began.
+    back = run_train([f"resume={tmp_path / 'a'}"], cwd=tmp_path)
+    assert back.returncode == 1 and "(schedule.nu: 0.5 -> 0.3)" in back.stderr, back.stderr
+    on = run_train([f"resume={tmp_path / 'a'}", "schedule.nu=0.5"], cwd=tmp_path)
+    assert on.returncode == 0, on.stderr
 
 
 def test_a_schedulers_usr2_gets_the_signal_after_the_checkpoint_and_a_requeued_job_resumes(golden, tmp_path):

@@ -18,7 +18,7 @@ from helpers import TINY, run_train, start_train
 
 EPOCHS = 250  # job 1 is killed at its epoch-50 checkpoint: 200 epochs to spare
 SWEEP = ["-m", "schedule=constant", "schedule.nu=0.3,0.5,0.7", f"schedule.epochs={EPOCHS}",
-         "trainer.checkpoint_every=25", "evaluate.enabled=false", "logger=none"]
+         "trainer.checkpoint_every=25", "evaluate.enabled=false", "logger=csv"]
 
 
 def _sweep(cifar_arrays, sweep_dir, *extra):
@@ -72,6 +72,7 @@ def test_a_killed_sweep_run_again_ends_with_every_job_completed_once(cifar_array
     assert torch.equal(load_checkpoint(sweep_dir / "1")["model"]["W"], load_checkpoint(tmp_path / "golden")["model"]["W"])
     log = again.stdout + again.stderr
     assert "completed before with the same config: skipped" in log and "resuming from its newest checkpoint" in log
+    assert "changed settings" not in log, [l for l in log.splitlines() if "changed" in l]  # its loggers named by its swept value, as when it began
     assert "jobs: 1 ran, 1 skipped, 1 resumed, 0 reran" in again.stdout
 
     # A third time: nothing left to do.

@@ -21,6 +21,7 @@ MAY_CHANGE = ("resume", "init_from", "force_resume", "rerun", "requires", "train
               "trainer.checkpoint_every", "logger.", "evaluate.",
               "classifier.", "finetune.", "dataset.root", "dataset.download")
 DROPPED = ("resume", "init_from", "hydra.run.dir", "hydra.output_subdir")  # of the run's own overrides
+RESUMING = ("resume", "init_from", "force_resume", "rerun")  # how this attempt runs, not a setting that changed
 
 
 def run_dir_of(value: str | Path) -> Path | None:
@@ -74,20 +75,40 @@ def config_changes(saved: dict[str, Any], cfg: Any) -> tuple[list[str], list[str
     return changed, altering, shown + (", ..." if len(altering) > 3 else "")
 
 
-def check_resume_config(cfg: Any, resume: str | Path) -> list[str]:
-    """The differences between ``cfg`` and the config the resumed run was started with; a
-    ConfigError when one of them alters training and ``force_resume`` is not set."""
+def saved_config(resume: str | Path) -> dict[str, Any] | None:
+    """The config the run that ``resume`` points into last ran with: its results.json's (what the
+    run used, a sweep job's loggers named by its swept values, a forced change included), else
+    the config Hydra saved when it started (``.hydra/config.yaml``; a fused sweep's model:
+    ``config.yaml``); None when there is neither."""
+    import json
+
     from omegaconf import OmegaConf
 
+    path = Path(resume).expanduser()
+    for run_dir in (path, path.parent, path.parent.parent):
+        try:
+            config = json.loads((run_dir / "results.json").read_text()).get("config")
+        except (OSError, ValueError, AttributeError):
+            config = None
+        if isinstance(config, dict) and config:
+            return config
+        for name in (".hydra/config.yaml", "config.yaml"):
+            if (run_dir / name).is_file():
+                return OmegaConf.to_container(OmegaConf.load(run_dir / name), resolve=True)
+    return None
+
+
+def check_resume_config(cfg: Any, resume: str | Path) -> list[str]:
+    """The differences between ``cfg`` and the config the resumed run last ran with
+    (:func:`saved_config`); a ConfigError when one of them alters training and ``force_resume``
+    is not set."""
     from scheda.utils.errors import ConfigError
 
-    path = Path(resume).expanduser()
-    found = [c / name for c in (path, path.parent, path.parent.parent)
-             for name in (".hydra/config.yaml", "config.yaml") if (c / name).is_file()]
-    if not found:
+    saved = saved_config(resume)
+    if saved is None:
         return []
-    changed, altering, shown = config_changes(OmegaConf.to_container(OmegaConf.load(found[0]), resolve=True), cfg)
+    changed, altering, shown = config_changes(saved, cfg)
     if altering and not cfg.get("force_resume"):
         raise ConfigError(f"resume would change what the run trains ({shown}): "
                           f"drop those overrides, or add force_resume=true")
-    return changed
+    return [k for k in changed if k not in RESUMING]
