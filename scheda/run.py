@@ -53,6 +53,7 @@ def run(cfg: DictConfig, output_dir: str | Path, data: Mapping[str, Any] | None 
         results, done = enter(cfg, output_dir)
         if done:
             return results.data
+        plan = None
         try:
             plan = make_plan(cfg, data)  # before any data, logger or checkpoint
             results.update(plan=plan.record())
@@ -66,7 +67,8 @@ def run(cfg: DictConfig, output_dir: str | Path, data: Mapping[str, Any] | None 
                 log.info(line)
             return summary
         except Interrupted as exc:
-            exc.message = (f"interrupted by {exc.message}; checkpoint and results.json written: "
+            written = "checkpoint and results.json" if plan is not None and plan.config.model.trains else "results.json"
+            exc.message = (f"interrupted by {exc.message}; {written} written: "
                            f"continue with {environment.invoked_as('scheda-train', 'scheda.cli', 'train.py')} "
                            f"resume={shown_path(output_dir)}")
             results.record_failure(exc)

@@ -3,7 +3,10 @@ results.json, says how to resume, exits 128 + the signal; ``resume=RUN`` then co
 same run, in its own directory, to the uninterrupted result."""
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -11,7 +14,7 @@ import torch
 
 from scheda.training.checkpoint import load_checkpoint
 
-from helpers import TINY, run_train, start_faulty_train, start_train
+from helpers import REPO, TINY, run_train, start_faulty_train, start_train
 
 # 80 training images one at a time: 80 minibatches an epoch, long enough to be interrupted; the
 # signal comes after epoch 3, and 57 epochs (two noise switches) are left for the resumed run.
@@ -72,6 +75,43 @@ def test_a_signal_checkpoints_and_resume_gives_the_uninterrupted_run(golden, tmp
     # the run's record spans both attempts: its time (it once counted the last attempt's alone) and each attempt
     assert [a["action"] for a in results["attempts"]] == ["ran", "resumed"]
     assert results["seconds"] > first_seconds > 0
+
+
+def test_a_run_started_with_ctrl_c_ignored_trains_on_through_it(golden, tmp_path):
+    """``python train.py ... &`` in a script: the shell starts it with SIGINT ignored (a Ctrl-C
+    meant for the script reaches its background jobs too). It keeps ignoring it, as Python itself
+    and the protocol around it do, and trains to the uninterrupted result."""
+    data, golden_state, _ = golden
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(REPO / "train.py"), f"dataset.root={data}", *ARGS,
+                             f"hydra.run.dir={run_dir}"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    _wait_for_epoch(run_dir / "train.log", proc, 3, timeout=180)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    final = load_checkpoint(run_dir)
+    assert final["epoch"] == EPOCHS and torch.equal(final["model"]["W"], golden_state["model"]["W"])
+
+
+def test_a_forked_command_keeps_an_ignored_signal_ignored_and_drops_the_parents_handlers():
+    """What a phase forked by the protocol starts with (scheda.utils.fork): the dispositions exec
+    would give it."""
+    from scheda.utils.fork import exec_signals
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, lambda *_: None)
+        exec_signals()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        signal.signal(signal.SIGINT, lambda *_: None)
+        exec_signals()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
 
 
 def test_resume_reuses_the_runs_config_and_refuses_changes(cifar_arrays, tmp_path):
@@ -204,5 +244,6 @@ def test_a_sigterm_while_raw_inputs_are_evaluated_records_the_run_interrupted(ci
     with pytest.raises(Interrupted) as stopped:
         scheda.run.run(cfg, tmp_path / "raw")
     assert stopped.value.exit_code == 128 + signal.SIGTERM and "resume=" in stopped.value.message
+    assert "; results.json written" in stopped.value.message  # no checkpoint to speak of
     assert json.loads((tmp_path / "raw" / "results.json").read_text())["status"] == "interrupted"
     assert signal.getsignal(signal.SIGTERM) is not None  # the handler is handed back

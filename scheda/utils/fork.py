@@ -130,6 +130,15 @@ def _child(module: str, argv: list[str], cwd: str, environ: dict[str, str], stdo
     os._exit(code)
 
 
+def exec_signals() -> None:
+    """The signal dispositions a program started by exec would have: the parent's handlers back to
+    the defaults (Python's Ctrl-C handler for SIGINT), and a signal the parent ignores still ignored
+    (a background job of a script ignores Ctrl-C, and so must the phase it forks)."""
+    for signum, default in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler)):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, default)
+
+
 def _forget_parent() -> None:
     """Let go of what the forked parent owns, so that the command starts and ends as a program of
     its own: its directory locks (a child would hold them after the parent died), its signal
@@ -138,8 +147,7 @@ def _forget_parent() -> None:
     of its temporary folders, objects' finalizers): the child keeps the standard exit handlers
     and runs those it registers itself."""
     release_inherited_locks()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a program's own signals, not the parent's handlers
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    exec_signals()
     GlobalHydra.instance().clear()
     for finalizer in list(weakref.finalize._registry):  # the parent's objects
         finalizer.detach()

@@ -73,7 +73,9 @@ NEVER = StopRequest()  # for trainers built outside a run (tests, scripts)
 @contextmanager
 def stop_on_signals() -> Iterator[StopRequest]:
     """Install the handlers for the duration of a run (main thread only; elsewhere, as under
-    some launchers' worker threads, signals keep their default behaviour)."""
+    some launchers' worker threads, signals keep their default behaviour). A signal the process
+    ignores stays ignored: a run started in the background of a script ignores Ctrl-C, as Python
+    and the protocol around it do."""
     stop = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield stop
@@ -85,7 +87,8 @@ def stop_on_signals() -> Iterator[StopRequest]:
         if not stop.requested:  # the first signal names the stop (a sweep hands on a Ctrl-C as SIGTERM)
             stop.signum = signum
 
-    taken = SIGNALS + tuple(s for s in FORWARDED if callable(signal.getsignal(s)))
+    taken = tuple(s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN) + tuple(
+        s for s in FORWARDED if callable(signal.getsignal(s)))
     stop.previous = {s: signal.signal(s, handler) for s in taken}
     try:
         yield stop
@@ -181,7 +184,8 @@ def jobs_stop_first(bound: float = 300.0) -> Iterator[None]:
         raise Interrupted(signum, f"sweep interrupted by {signal.Signals(signum).name}: its finished jobs are kept, "
                                   f"each stopped job checkpointed (continue it with scheda-train resume=<its directory>)")
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(s) is not signal.SIG_IGN}  # an ignored one stays so, as in stop_on_signals
     saved = {name: os.environ.get(name) for name in (SWEEP_PID, "PYTHONWARNINGS")}
     os.environ[SWEEP_PID] = str(os.getpid())
     # The resource tracker joblib starts (a process of its own) cleans up the semaphores of workers that
