@@ -130,6 +130,7 @@ def cifar_server(tmp_path):
     """A local HTTP server (127.0.0.1) serving a small archive in the official format."""
     import hashlib
     import http.server
+    import sys
     import tarfile
     import threading
     from functools import partial
@@ -144,7 +145,14 @@ def cifar_server(tmp_path):
         tar.add(source / "cifar-10-batches-py", arcname="cifar-10-batches-py")
     handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
     handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+
+    class Server(http.server.ThreadingHTTPServer):
+        def handle_error(self, request, client_address):
+            """A client that stops reading (a download refused part-way) is no server error to print."""
+            if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+                super().handle_error(request, client_address)
+
+    server = Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{server.server_address[1]}/cifar-10-python.tar.gz"
