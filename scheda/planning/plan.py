@@ -114,7 +114,8 @@ def model_of(config: RunConfig, overrides: dict[str, Any], resume: str | None) -
 
 
 def _planned(index: int, overrides: dict, config: RunConfig, subdir: str) -> PlannedModel:
-    return PlannedModel(index, overrides, config, config.schedule.build().with_max_epochs(config.trainer.max_epochs), subdir)
+    schedule = config.schedule.build().with_max_epochs(config.trainer.max_epochs)
+    return PlannedModel(index, overrides, config, schedule, subdir)
 
 
 def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None) -> Plan:
