@@ -43,13 +43,8 @@ def task(cfg: DictConfig) -> float | None:
     from scheda.run import run
 
     output_dir = Path(hydra_cfg.runtime.output_dir)
-    if hydra_cfg.mode == RunMode.MULTIRUN and cfg.get("logger"):
-        from scheda.loggers import name_runs
-        from scheda.runs.sweep_summary import swept_label
-
-        label = swept_label(Path(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task))
-        if label:  # the loggers name each job's records by its swept values, not by its number
-            name_runs(cfg.logger, label)
+    if cfg.get("logger"):
+        _name_records(cfg, output_dir, hydra_cfg)
     try:
         summary = run(cfg, output_dir)
     except Interrupted as exc:
@@ -73,6 +68,25 @@ def task(cfg: DictConfig) -> float | None:
         return summary["best_val_error"]
     evaluations = summary["evaluations"]
     return evaluations[-1]["val_error"] if evaluations else summary.get("final_train_loss")
+
+
+def _name_records(cfg: DictConfig, output_dir: Path, hydra_cfg) -> None:
+    """A sweep's job names its loggers' records by its swept values, not by its number; so does a
+    job resumed alone (``scheda-train resume=<its directory>``), whose records then stay one run."""
+    from scheda.loggers import name_runs
+    from scheda.runs.resume import run_dir_of
+    from scheda.runs.sweep_summary import swept_label
+
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        sweep_dir = Path(hydra_cfg.sweep.dir)
+    elif cfg.get("resume") and run_dir_of(cfg.resume) is not None and \
+            run_dir_of(cfg.resume).resolve() == output_dir.resolve():
+        sweep_dir = output_dir.parent  # the sweep's folder, where its multirun.yaml lies
+    else:
+        return
+    label = swept_label(sweep_dir, list(hydra_cfg.overrides.task))
+    if label:
+        name_runs(cfg.logger, label)
 
 
 def _fresh(output_dir: Path) -> bool:

@@ -388,6 +388,17 @@ def test_ctrl_c_stops_the_phase_with_a_checkpoint_and_says_so_in_one_line(tmp_pa
             assert not (tmp_path / "runs" / "da" / "da_h16_nu0.3_lr0.1").exists()
         invocations = json.loads((tmp_path / "runs" / "invocations.json").read_text())
         assert len(invocations) == 1 and invocations[0]["ran_jobs"] and invocations[0]["seconds"] > 0.5
+        if (whom, signame, launcher) == ("protocol", "SIGTERM", "basic"):
+            # What the job's own line says works too: the job resumed alone, its config from the protocol's
+            # jobs/ folder (once "protocol_job is not a setting of the run"), up to the end of its epoch.
+            job = tmp_path / "runs" / "da" / running[0]
+            assert f"resume={job.relative_to(tmp_path)}" in stderr
+            epoch = int(min(job.glob("checkpoints/epoch_*_batch_*.pt")).name.split("_")[1])
+            alone = run_command("scheda.cli", REPO / "train.py", [f"resume={job}", f"trainer.max_epochs={epoch + 1}"],
+                                cwd=tmp_path)
+            assert alone.returncode == 0, alone.stderr[-3000:]
+            assert json.loads((job / "results.json").read_text())["epochs"] == epoch + 1
+            assert "changed settings: trainer.max_epochs\n" in alone.stdout + alone.stderr
         left = time.time() + 10  # nothing of the group is left (its fork server ends on the protocol's exit)
         while True:
             try:

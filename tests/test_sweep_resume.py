@@ -203,3 +203,22 @@ def test_a_killed_continuation_resumes_from_its_own_checkpoint(cifar_arrays, tmp
     assert again.returncode == 0, again.stderr[-3000:]
     assert "jobs: 0 ran, 0 skipped, 1 resumed, 0 reran" in again.stdout
     assert _results(sweep_dir / "0")["status"] == "completed"
+
+
+def test_a_sweep_job_resumed_alone_keeps_its_records_one_run(cifar_arrays, tmp_path):
+    """``scheda-train resume=<a sweep's job>`` (what the job's own line says after an interrupt): its
+    loggers keep naming its records by its swept value, so TensorBoard reads one run, where the
+    resume once wrote its curves to a second folder and warned that the folder had changed."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    sweep = tmp_path / "sweep"
+    first = run_train(["-m", f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.nu=0.3,0.5",
+                       "schedule.epochs=2", "trainer.max_epochs=1", "evaluate.enabled=false", "logger=tensorboard",
+                       f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = run_train([f"resume={sweep / '1'}", "trainer.max_epochs=null"], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "changed settings: trainer.max_epochs\n" in again.stdout + again.stderr  # that alone
+    assert [p.name for p in (sweep / "1" / "tensorboard").iterdir()] == ["schedule.nu=0.5"]
+    curves = EventAccumulator(str(sweep / "1" / "tensorboard" / "schedule.nu=0.5")).Reload()
+    assert [e.step for e in curves.Scalars("train/nu")] == [1, 2]

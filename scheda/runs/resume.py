@@ -57,7 +57,23 @@ def resume_argv(argv: list[str]) -> list[str]:
     saved = [str(o) for o in OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")
              if _key(str(o)) not in given and not _key(str(o)).startswith(DROPPED)]
     extra = [] if "hydra.run.dir" in given else [f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
-    return [argv[0], *saved, *args, *extra]
+    return [argv[0], *saved, *args, *extra, *_searchpath(run_dir, given)]
+
+
+def _searchpath(run_dir: Path, given: set[str]) -> list[str]:
+    """The run's ``hydra.searchpath`` override, where it had one and none is given now: a protocol
+    job's config (``+protocol_job=...``) lives in the protocol's ``jobs/`` folder, which only that
+    path names."""
+    from omegaconf import OmegaConf
+
+    path = run_dir / ".hydra" / "hydra.yaml"
+    if "hydra.searchpath" in given or not path.is_file():
+        return []
+    try:  # as written: its other overrides hold interpolations only Hydra resolves
+        overrides = OmegaConf.to_container(OmegaConf.load(path), resolve=False)["hydra"]["overrides"]["hydra"]
+        return [str(o) for o in overrides if _key(str(o)) == "hydra.searchpath"]
+    except Exception:  # noqa: BLE001 - an unreadable hydra.yaml: compose without it, as before
+        return []
 
 
 def config_changes(saved: dict[str, Any], cfg: Any) -> tuple[list[str], list[str], str]:
