@@ -18,7 +18,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from scheda.config import COMPONENT_MODULES, CONFIGS, list_groups_from_one_copy, register_configs, unknown_choice
+from scheda.config import (COMPONENT_MODULES, CONFIGS, list_groups_from_one_copy, one_line_composition_errors,
+                           register_configs, unknown_choice)
 from scheda.utils.devices import claim_gpu
 from scheda.utils.errors import ConfigError, SchedaError
 from scheda.runs.resume import resume_argv
@@ -122,6 +123,7 @@ def main() -> None:
         sys.exit(f"error: {wrong}")
     sys.argv = resume_argv(sys.argv)  # resume=RUN: the run's own overrides, then these, into RUN
     list_groups_from_one_copy(sys.argv)
+    one_line_composition_errors()
     from scheda.utils.interrupt import Interrupted
 
     try:

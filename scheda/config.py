@@ -262,11 +262,72 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 MISSING_HINTS = {"init_from": "init_from=<the DA's run directory or checkpoint to continue>"}
 
 
+def not_a_setting(path: str, schema: type) -> str:
+    """The line for a key ``path`` that the dataclass ``schema`` (its parent's) has no field for,
+    naming the nearest one."""
+    import difflib
+
+    parent, _, key = path.rpartition(".")
+    known = [f.name for f in dataclasses.fields(schema)]
+    near = difflib.get_close_matches(key, known, n=1)
+    hint = f"did you mean {parent + '.' if parent else ''}{near[0]}?" if near else f"known keys: {', '.join(known)}"
+    return f"{path} is not a setting of {parent or 'the run'} ({schema.__name__}): {hint}"
+
+
+def composition_error(exc: BaseException) -> str | None:
+    """One line for a config Hydra could not compose from the command line: a key no schema has, a
+    value of the wrong type, an override that does not parse; None for anything else."""
+    from hydra.errors import ConfigCompositionException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
+    cause = exc.__cause__
+    if isinstance(exc, OverrideParseException):
+        return (f"an override does not parse ({str(exc).splitlines()[0]}): quote a value with brackets, commas or "
+                f"spaces, e.g. 'schedule.stages=[...]' (https://hydra.cc/docs/advanced/override_grammar/basic/)")
+    if not isinstance(exc, ConfigCompositionException):
+        return None
+    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and dataclasses.is_dataclass(cause.object_type) \
+            and cause.full_key:
+        return not_a_setting(cause.full_key, cause.object_type)
+    if isinstance(cause, ValidationError) and cause.full_key:
+        return f"{cause.full_key}: {str(cause).splitlines()[0]}"
+    return None
+
+
+def one_line_composition_errors() -> None:
+    """Hydra prints a command line it cannot compose in five to seven lines ending in "Set the
+    environment variable HYDRA_FULL_ERROR=1": the commands print :func:`composition_error`'s one
+    line instead and exit 1 (HYDRA_FULL_ERROR=1 still gives Hydra's own report). Hydra 1.3 reports
+    through ``hydra._internal.utils.run_and_report``, which this wraps (tests/test_config.py fails
+    when that changes)."""
+    import os
+
+    from hydra._internal import utils
+
+    report = getattr(utils, "run_and_report", None)
+    if report is None or getattr(report, "one_line", False):
+        return
+
+    def run_and_report(func):
+        def composed():
+            try:
+                return func()
+            except Exception as exc:  # noqa: BLE001 - only a composition error is reworded
+                line = None if os.environ.get("HYDRA_FULL_ERROR") == "1" else composition_error(exc)
+                if line is None:
+                    raise
+                raise SystemExit(f"error: {line}") from None
+
+        return report(composed)
+
+    run_and_report.one_line = True
+    utils.run_and_report = run_and_report
+
+
 def check_composed(cfg: Any) -> None:
     """Refuse keys no schema knows (Hydra's ``+key=value`` adds them even to typed nodes, and
     the run would silently ignore them), naming the nearest known key; and values a preset
     marks as required (``???``) but nobody gave."""
-    import difflib
     import dataclasses
 
     from omegaconf import DictConfig, OmegaConf
@@ -279,10 +340,7 @@ def check_composed(cfg: Any) -> None:
         for key in node.keys():
             path = f"{prefix}{key}"
             if known is not None and key not in known:
-                near = difflib.get_close_matches(str(key), known, n=1)
-                hint = f"did you mean {prefix}{near[0]}?" if near else f"known keys: {', '.join(known)}"
-                raise ConfigError(f"{path} is not a setting of {prefix.rstrip('.') or 'the run'} "
-                                  f"({schema.__name__}): {hint}")
+                raise ConfigError(not_a_setting(path, schema))
             if OmegaConf.is_missing(node, key):
                 raise ConfigError(f"{path} is required here and was not given: add "
                                   f"{MISSING_HINTS.get(path, path + '=...')}")

@@ -234,6 +234,24 @@ def test_a_mistyped_option_answers_in_one_line_with_the_options(tmp_path, args, 
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.parametrize("args, line", [
+    (["trainer.max_epoch=3"], "error: trainer.max_epoch is not a setting of trainer (TrainerConfig): did you mean "
+                              "trainer.max_epochs?"),
+    (["optim.lr=abc"], "error: optim.lr: Value 'abc' of type 'str' could not be converted to Float"),
+    (["model.hidden=1.5"], "error: model.hidden: Value '1.5' of type 'float' could not be converted to Integer"),
+    (["schedule=stages", "schedule.stages=[1"], "error: an override does not parse (no viable alternative at input "
+                                                "'[1'): quote a value"),
+])
+def test_a_command_line_hydra_cannot_compose_answers_in_one_line(tmp_path, args, line):
+    """Hydra's own report of these is five to seven lines ending in "Set the environment variable
+    HYDRA_FULL_ERROR=1" (scheda.config.one_line_composition_errors); with it set, Hydra's trace."""
+    proc = run_train(args, cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip().startswith(line), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "outputs").exists()
+    full = run_train(args, cwd=tmp_path, env_extra={"HYDRA_FULL_ERROR": "1"})
+    assert full.returncode == 1 and "Traceback" in full.stderr
+
+
 def test_a_mistyped_table_or_scale_answers_in_one_line(tmp_path):
     from helpers import run_module
 
@@ -242,3 +260,6 @@ def test_a_mistyped_table_or_scale_answers_in_one_line(tmp_path):
     assert proc.stderr.strip() == "error: table=nope is not an option of table: use amazon, increasing, random_nu or table1"
     proc = run_module("scheda.protocol.reproduce", ["scale=smoke,cpuu", "dry_run=true"], cwd=tmp_path)
     assert proc.stderr.strip() == "error: scale=cpuu is not an option of scale: use cpu, gpu, paper, paper_h1000 or smoke"
+    proc = run_module("scheda.protocol.reproduce", ["scale.hidden=abc", "dry_run=true"], cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "error: scale.hidden: Invalid value assigned: str is not a ListConfig, list or tuple."

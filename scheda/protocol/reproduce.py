@@ -24,7 +24,7 @@ from typing import Any, Callable
 import hydra
 from omegaconf import DictConfig
 
-from scheda.config import CONFIGS, list_groups_from_one_copy, register_configs, unknown_choice
+from scheda.config import CONFIGS, list_groups_from_one_copy, one_line_composition_errors, register_configs, unknown_choice
 from scheda.utils.errors import SchedaError
 from scheda.utils.environment import invoked_as
 from scheda.utils.interrupt import Interrupted, terminate_as_interrupt
@@ -212,6 +212,7 @@ def main() -> None:
     if wrong:  # one line naming the options (Hydra's own: 15 lines with its search path)
         sys.exit(f"error: {wrong}")
     list_groups_from_one_copy(sys.argv)  # --help: one copy of Hydra's repository for every group
+    one_line_composition_errors()
     _main()
 
 
