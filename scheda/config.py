@@ -275,12 +275,16 @@ def not_a_setting(path: str, schema: type) -> str:
 
 
 def composition_error(exc: BaseException) -> str | None:
-    """One line for a config Hydra could not compose from the command line: a key no schema has, a
-    value of the wrong type, an override that does not parse; None for anything else."""
+    """One line for a command line Hydra could not compose or start: a key no schema has, a value of
+    the wrong type, an override that does not parse, a run directory it cannot write; None for
+    anything else."""
     from hydra.errors import ConfigCompositionException, OverrideParseException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
     cause = exc.__cause__
+    if isinstance(exc, OSError) and exc.filename and not _ran_scheda(exc):  # Hydra's own run directory and files
+        return (f"cannot write {exc.filename}: {exc.strerror or exc}: choose a folder you can write to "
+                f"(hydra.run.dir, hydra.sweep.dir, or the protocol's out_dir)")
     if isinstance(exc, OverrideParseException):
         return (f"an override does not parse ({str(exc).splitlines()[0]}): quote a value with brackets, commas or "
                 f"spaces, e.g. 'schedule.stages=[...]' (https://hydra.cc/docs/advanced/override_grammar/basic/)")
@@ -294,11 +298,23 @@ def composition_error(exc: BaseException) -> str | None:
     return None
 
 
+def _ran_scheda(exc: BaseException) -> bool:
+    """Whether ``exc`` came from scheda's own code (a run, the protocol), not from Hydra before it."""
+    package = Path(__file__).parent
+    tb = exc.__traceback__
+    while tb is not None:
+        path = Path(tb.tb_frame.f_code.co_filename)
+        if package in path.parents and path != Path(__file__):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def one_line_composition_errors() -> None:
     """Hydra prints a command line it cannot compose in five to seven lines ending in "Set the
     environment variable HYDRA_FULL_ERROR=1": the commands print :func:`composition_error`'s one
     line instead and exit 1 (HYDRA_FULL_ERROR=1 still gives Hydra's own report). Hydra 1.3 reports
-    through ``hydra._internal.utils.run_and_report``, which this wraps (tests/test_config.py fails
+    through ``hydra._internal.utils.run_and_report``, which this wraps (tests/test_entrypoint.py fails
     when that changes)."""
     import os
 

@@ -252,6 +252,21 @@ def test_a_command_line_hydra_cannot_compose_answers_in_one_line(tmp_path, args,
     assert full.returncode == 1 and "Traceback" in full.stderr
 
 
+def test_a_run_directory_that_cannot_be_made_answers_in_one_line(tmp_path):
+    """Hydra makes the run's directory before any scheda code runs: a folder that cannot hold one
+    (here a file) is one line, for a run, a sweep and the protocol."""
+    from helpers import run_module
+
+    (tmp_path / "a_file").write_text("")
+    for module, args, folder in [("scheda.cli", ["hydra.run.dir=a_file/run"], "a_file/run"),
+                                 ("scheda.cli", ["-m", "hydra.sweep.dir=a_file/s"], "a_file/s"),
+                                 ("scheda.protocol.reproduce", ["scale=smoke", "out_dir=a_file/p"], "a_file/p")]:
+        proc = run_module(module, args, cwd=tmp_path)
+        assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
+            f"error: cannot write {folder}: Not a directory: choose a folder you can write to (hydra.run.dir, "
+            f"hydra.sweep.dir, or the protocol's out_dir)"], proc.stderr
+
+
 def test_a_mistyped_table_or_scale_answers_in_one_line(tmp_path):
     from helpers import run_module
 
