@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from scheda.utils.errors import ConfigError
+from scheda.utils.errors import ConfigError, SchedaError
 
 # Where each config group's schemas live: importing a module registers them (``@register``), and
 # load_components imports exactly these. ``package.*`` names every module of a package: a new
@@ -275,13 +275,15 @@ def not_a_setting(path: str, schema: type) -> str:
 
 
 def composition_error(exc: BaseException) -> str | None:
-    """One line for a command line Hydra could not compose or start: a key no schema has, a value of
-    the wrong type, an override that does not parse, a run directory it cannot write; None for
-    anything else."""
+    """One line for a command line Hydra could not compose or start (a key no schema has, a value of
+    the wrong type, an override that does not parse, a run directory it cannot write) and for a
+    sweep's failed job (scheda's own line); None for anything else."""
     from hydra.errors import ConfigCompositionException, OverrideParseException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
     cause = exc.__cause__
+    if isinstance(exc, SchedaError):  # a sweep's failed job, which Hydra raises at the sweep's end
+        return str(exc)
     if isinstance(exc, OSError) and exc.filename and not _ran_scheda(exc):  # Hydra's own run directory and files
         return (f"cannot write {exc.filename}: {exc.strerror or exc}: choose a folder you can write to "
                 f"(hydra.run.dir, hydra.sweep.dir, or the protocol's out_dir)")

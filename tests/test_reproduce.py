@@ -422,6 +422,8 @@ def test_a_failed_job_makes_the_command_fail_and_names_the_retry(tmp_path, cifar
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("error: 1 job did not finish: scheda_h16_nu0.5_dnu0.1_K1 (failed: ConfigError: optim.lr=-1.0")
     assert "rerun to retry them (finished jobs are kept): python scripts/reproduce.py scale=smoke" in line
+    # the phase says which job failed and why in scheda's line, without Hydra's advice on stack traces
+    assert "\nerror: optim.lr=-1.0 must be > 0" in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr
     report = (tmp_path / "reports" / "table1_smoke.md").read_text()
     assert "| scheda_h16_nu0.5_dnu0.1_K1 | continue | failed |" in report and "| DA | 16 |" in report
 
