@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from scheda.utils.errors import ConfigError
-from scheda.model.schedule import build_schedule
+from scheda.model.schedule import Stage, build_schedule
 
 from helpers import compose_cfg
 
@@ -186,3 +186,12 @@ def test_schedule_steps_of_0_2_reads_as_T(caplog):
     assert "schedule.steps is called schedule.T now" in caplog.text
     with pytest.raises(ConfigError, match="schedule.steps=2 is 0.2's name of schedule.T"):
         build_schedule(levels(steps=2, T=2))
+
+
+def test_a_checkpoints_schedule_agrees_with_the_same_schedule_cut_short_or_run_on():
+    """A resume that changes trainer.max_epochs continues the same schedule: no warning about it."""
+    s = build_schedule(dict(name="stages", stages=[dict(nu=0.5, epochs=4), dict(nu=0.4, epochs=2)]))
+    assert s.agrees_with([Stage(0.5, 4), Stage(0.4, 2)])
+    assert s.agrees_with([Stage(0.5, 4)]) and s.agrees_with([Stage(0.5, 3)])  # it was cut short
+    assert s.agrees_with([Stage(0.5, 4), Stage(0.4, 5)])  # it ran on in its last stage
+    assert not s.agrees_with([Stage(0.5, 2), Stage(0.4, 4)]) and not s.agrees_with([Stage(0.6, 4)])

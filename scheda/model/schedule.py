@@ -86,6 +86,13 @@ class NoiseSchedule:
             stages[-1] = Stage(last.nu, last.epochs + left)
         return self._replace_stages(stages)
 
+    def agrees_with(self, stages: Sequence[Stage]) -> bool:
+        """Whether ``stages`` (a checkpoint's) are this schedule's for as long as both run: one may
+        be the other cut short or run on (``trainer.max_epochs`` changed on a resume)."""
+        other = NoiseSchedule(self.name, stages)
+        both = min(self.total_epochs, other.total_epochs)
+        return self.with_max_epochs(both).stages == other.with_max_epochs(both).stages
+
     def _replace_stages(self, stages: Sequence[Stage]) -> "NoiseSchedule":
         return NoiseSchedule(self.name, stages)
 

@@ -23,7 +23,7 @@ from scheda.utils.errors import CheckpointError, ConfigError, DivergenceError
 from scheda.utils.interrupt import NEVER, Interrupted
 from scheda.model.noise import Corruption
 from scheda.model.optim import SGD
-from scheda.model.schedule import NoiseSchedule
+from scheda.model.schedule import NoiseSchedule, Stage
 from scheda.training.loop import Loop, minibatch_slices
 from scheda.training.step import StepChoice
 from scheda.utils.lazy import lazy
@@ -335,7 +335,8 @@ class ModelState:
         except (KeyError, ValueError, RuntimeError) as exc:
             raise CheckpointError(f"{saved['path']} cannot resume this run ({exc}); "
                                   f"check the config matches the checkpoint's run") from None
-        if saved["schedule"] != [[s.nu, s.epochs] for s in self.schedule.stages]:
+        stages = [Stage(nu, epochs) for nu, epochs in saved["schedule"]]
+        if not stages or not self.schedule.agrees_with(stages):
             log.warning("the schedule differs from the checkpoint's; continuing with the configured one")
         log.info("resumed from %s at epoch %d", saved["path"], self.epoch)
 
