@@ -24,7 +24,8 @@ from typing import Any, Callable
 import hydra
 from omegaconf import DictConfig
 
-from scheda.config import CONFIGS, list_groups_from_one_copy, one_line_composition_errors, register_configs, unknown_choice
+from scheda.config import (CONFIGS, list_groups_from_one_copy, one_line_composition_errors, register_configs,
+                           unknown_choice)
 from scheda.utils.errors import SchedaError
 from scheda.utils.environment import invoked_as
 from scheda.utils.interrupt import Interrupted, terminate_as_interrupt
