@@ -78,10 +78,10 @@ def _name_records(cfg: DictConfig, output_dir: Path, hydra_cfg) -> None:
     from scheda.runs.resume import run_dir_of
     from scheda.runs.sweep_summary import swept_label
 
+    resumed = run_dir_of(cfg.resume) if cfg.get("resume") else None
     if hydra_cfg.mode == RunMode.MULTIRUN:
         sweep_dir = Path(hydra_cfg.sweep.dir)
-    elif cfg.get("resume") and run_dir_of(cfg.resume) is not None and \
-            run_dir_of(cfg.resume).resolve() == output_dir.resolve():
+    elif resumed is not None and resumed.resolve() == output_dir.resolve():
         sweep_dir = output_dir.parent  # the sweep's folder, where its multirun.yaml lies
     else:
         return

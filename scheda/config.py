@@ -346,8 +346,6 @@ def check_composed(cfg: Any) -> None:
     """Refuse keys no schema knows (Hydra's ``+key=value`` adds them even to typed nodes, and
     the run would silently ignore them), naming the nearest known key; and values a preset
     marks as required (``???``) but nobody gave."""
-    import dataclasses
-
     from omegaconf import DictConfig, OmegaConf
 
     from scheda.utils.errors import ConfigError
