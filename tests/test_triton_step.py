@@ -114,6 +114,7 @@ def test_where_triton_cannot_compile_the_torch_step_trains_from_the_same_state(m
 # --- The two-pass step (scheda.training.step.TwoPassStep): the decode, then one pass over W's rows ---
 
 D2, H2 = 150, 40  # several tiles of W's rows (16) and columns (64), none full at the edge
+N2, B2 = 53, 16  # an epoch of 4 minibatches, the last of 5 rows: the first, the chained middle, a partial last
 WHOLE = 1  # kernels.ROWS_PROGRAMS that keeps pass (ii) whole (S = 1): the default splits it here
 
 
@@ -125,16 +126,16 @@ def _two_pass_models(K, activation):
 
 
 def _two_pass_epoch(K, activation, cuts):
-    """An epoch of 101 rows in minibatches of 16 (the last of 5) by the two-pass step, handed to
+    """An epoch of N2 rows in minibatches of B2 (the last partial) by the two-pass step, handed to
     it in calls that end at the minibatch counts ``cuts``."""
-    x_all = torch.rand(101, D2, generator=torch.Generator().manual_seed(2))
+    x_all = torch.rand(N2, D2, generator=torch.Generator().manual_seed(2))
     models, opts, gens = _two_pass_models(K, activation)
-    step = TwoPassStep(models, opts, [build_noise({"name": "masking"}) for _ in range(K)], 16, x_all, gens, graphed=False)
-    perm = torch.stack([torch.randperm(101, generator=torch.Generator().manual_seed(k)) for k in range(K)])
+    step = TwoPassStep(models, opts, [build_noise({"name": "masking"}) for _ in range(K)], B2, x_all, gens, graphed=False)
+    perm = torch.stack([torch.randperm(N2, generator=torch.Generator().manual_seed(k)) for k in range(K)])
     nus = [0.3 + 0.1 * k for k in range(K)]
     first = 0
-    for cut in [*cuts, 7]:
-        step(x_all, perm[:, first * 16:cut * 16], nus, gens)
+    for cut in [*cuts, -(-N2 // B2)]:
+        step(x_all, perm[:, first * B2:cut * B2], nus, gens)
         first = cut
     return x_all, perm, nus, models, gens, step.take_loss_sums()
 
@@ -151,9 +152,9 @@ def test_an_epoch_of_the_two_pass_step_is_the_torch_steps(K, activation, program
     assert kernels.rows_splits(K, H2, D2) == splits
     x_all, perm, nus, models, gens, losses = _two_pass_epoch(K, activation, [])
     ref_models, ref_opts, ref_gens = _two_pass_models(K, activation)
-    ref = BatchedStep(ref_models, ref_opts, [build_noise({"name": "masking"}) for _ in range(K)], 16, torch.device("cpu"))
-    for first in range(0, 101, 16):
-        ref(x_all, perm[:, first:first + 16], nus, ref_gens)
+    ref = BatchedStep(ref_models, ref_opts, [build_noise({"name": "masking"}) for _ in range(K)], B2, torch.device("cpu"))
+    for first in range(0, N2, B2):
+        ref(x_all, perm[:, first:first + B2], nus, ref_gens)
     torch.testing.assert_close(losses.sum(1), ref.take_loss_sums(), rtol=1e-5, atol=1e-4)
     for a, b in zip(ref_models, models):
         for pa, pb in zip(a.parameters(), b.parameters()):
@@ -168,7 +169,7 @@ def test_where_the_loop_cuts_the_two_pass_steps_minibatches_changes_no_bit(progr
     resumed epoch; every other cutting lies between) gives the same bits, pass (ii) split or whole."""
     if programs is not None:
         monkeypatch.setattr(kernels, "ROWS_PROGRAMS", programs)
-    runs = [_two_pass_epoch(3, "sigmoid", cuts) for cuts in ([], [1, 2, 3, 4, 5, 6])]
+    runs = [_two_pass_epoch(3, "sigmoid", cuts) for cuts in ([], list(range(1, -(-N2 // B2))))]
     for _, _, _, models, gens, losses in runs[1:]:
         assert torch.equal(losses, runs[0][5])
         for a, b in zip(runs[0][3], models):
