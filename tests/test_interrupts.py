@@ -247,3 +247,33 @@ def test_a_sigterm_while_raw_inputs_are_evaluated_records_the_run_interrupted(ci
     assert "; results.json written" in stopped.value.message  # no checkpoint to speak of
     assert json.loads((tmp_path / "raw" / "results.json").read_text())["status"] == "interrupted"
     assert signal.getsignal(signal.SIGTERM) is not None  # the handler is handed back
+
+
+def test_a_ctrl_c_and_its_protocols_sigterm_together_stop_raw_evaluation_as_a_ctrl_c(cifar_arrays, tmp_path,
+                                                                                    monkeypatch, capsys):
+    """A Ctrl-C that finds the job inside a long torch call reaches Python with the SIGTERM its
+    protocol sends after its grace: the run says the Ctrl-C (exit 130), as the user pressed it,
+    and nothing more; it said SIGTERM."""
+    import os
+
+    import scheda.run
+    from helpers import TINY_DATA, compose_cfg
+    from scheda.utils.interrupt import Interrupted
+
+    def in_a_long_call(*args, **kwargs):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # as inside a C call
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # the call returns
+        time.sleep(10)
+        raise AssertionError("the signals did not stop the evaluation")
+
+    monkeypatch.setattr(scheda.run, "evaluate_raw", in_a_long_call)
+    cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY_DATA, "model=raw", "logger=none"])
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted) as stopped:
+        scheda.run.run(cfg, tmp_path / "raw")
+    assert stopped.value.exit_code == 130 and stopped.value.message.startswith("interrupted by SIGINT;")
+    assert json.loads((tmp_path / "raw" / "results.json").read_text())["status"] == "interrupted"
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # handed back
+    assert "ignored due to race condition" not in capsys.readouterr().err

@@ -99,22 +99,29 @@ def stop_on_signals() -> Iterator[StopRequest]:
 
 @contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises :class:`Interrupted` where the main thread stands, as Ctrl-C raises
-    KeyboardInterrupt: a ``kill`` or a scheduler's stop then runs the same clean-up (stop the
-    children, record what ran) instead of ending the process with its children left running."""
+    """SIGTERM raises :class:`Interrupted` where the main thread stands, as Ctrl-C does (as
+    Interrupted too): a ``kill`` or a scheduler's stop then runs the same clean-up (stop the
+    children, record what ran) instead of ending the process with its children left running.
+    The first signal names the stop; one that follows during the clean-up is not news (a job
+    inside a long torch call when the Ctrl-C came gets its protocol's SIGTERM too, and both
+    arrive together). A Ctrl-C the process ignores stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    first: list[int] = []
 
     def handler(signum, frame):
-        signal.signal(signum, signal.SIG_IGN)  # a second SIGTERM does not cut the clean-up short
-        raise Interrupted(signum, signal.Signals(signum).name)
+        if not first:  # later ones: a no-op (SIG_IGN for a signal already pending makes Python warn)
+            first.append(signum)
+            raise Interrupted(signum, signal.Signals(signum).name)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    taken = [signal.SIGTERM] + [signal.SIGINT] * (signal.getsignal(signal.SIGINT) is not signal.SIG_IGN)
+    previous = {s: signal.signal(s, handler) for s in taken}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
