@@ -254,17 +254,22 @@ def test_a_ctrl_c_and_its_protocols_sigterm_together_stop_raw_evaluation_as_a_ct
     """A Ctrl-C that finds the job inside a long torch call reaches Python with the SIGTERM its
     protocol sends after its grace: the run says the Ctrl-C (exit 130), as the user pressed it,
     and nothing more; it said SIGTERM."""
-    import os
+    import threading
 
     import scheda.run
     from helpers import TINY_DATA, compose_cfg
     from scheda.utils.interrupt import Interrupted
 
     def in_a_long_call(*args, **kwargs):
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # as inside a C call
-        os.kill(os.getpid(), signal.SIGINT)
-        os.kill(os.getpid(), signal.SIGTERM)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # the call returns
+        # Both pending on this thread (sent to it alone: another thread of the process, xdist's,
+        # would take a signal sent to the process), then let in together, as when a C call returns.
+        # The mask is restored whatever happens: a process's children inherit it.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         time.sleep(10)
         raise AssertionError("the signals did not stop the evaluation")
 
@@ -277,3 +282,4 @@ def test_a_ctrl_c_and_its_protocols_sigterm_together_stop_raw_evaluation_as_a_ct
     assert json.loads((tmp_path / "raw" / "results.json").read_text())["status"] == "interrupted"
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # handed back
     assert "ignored due to race condition" not in capsys.readouterr().err
+    assert not signal.pthread_sigmask(signal.SIG_BLOCK, set()) & {signal.SIGINT, signal.SIGTERM}
