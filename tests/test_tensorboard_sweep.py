@@ -49,7 +49,12 @@ def served_sweep(tmp_path_factory):
         time.sleep(0.5)
     yield url, sweep
     server.terminate()
-    server.wait(timeout=30)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # fail, but leave no server behind
+        server.kill()
+        server.wait()
+        raise
 
 
 def test_the_runs_are_named_by_their_swept_value(served_sweep):
