@@ -23,6 +23,7 @@ default import hook) hides it from Hydra's scan of the namespace (facebookresear
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_loader import ConfigLoader
@@ -110,12 +111,18 @@ class ComposeOnceSweeper(Sweeper):
         composed.keep = self.in_process = f"{launcher.__module__}.{launcher.__qualname__}" == IN_PROCESS_LAUNCHER
 
     def sweep(self, arguments: List[str]) -> Any:
-        """The basic sweep; where its jobs run in processes of their own (joblib, Slurm), a signal
-        stops them with their checkpoints first (jobs in this process answer it themselves)."""
+        """The basic sweep, one at a time in its folder (the same command run again while the first
+        still runs is refused in one line: it went on to the jobs the first had not reached, and
+        each ended with half a summary); where its jobs run in processes of their own (joblib,
+        Slurm), a signal stops them with their checkpoints first (jobs in this process answer it
+        themselves)."""
         from contextlib import nullcontext
 
         from scheda.utils.interrupt import jobs_stop_first
+        from scheda.utils.lock import hold
 
         assert self.basic is not None, "setup() first"
-        with nullcontext() if self.in_process else jobs_stop_first():
+        folder = Path(self.basic.config.hydra.sweep.dir)
+        folder.mkdir(parents=True, exist_ok=True)  # as Hydra would: one that cannot be made is Hydra's one line
+        with hold(folder, "sweep"), nullcontext() if self.in_process else jobs_stop_first():
             return self.basic.sweep(arguments)

@@ -1,5 +1,5 @@
-"""One writer per directory (scheda.utils.lock), with real processes: a second resume of a live run
-and a second scheda-reproduce on a live out_dir are refused at once with one line naming the
+"""One writer per directory (scheda.utils.lock), with real processes: a second resume of a live run,
+a second sweep in a live sweep's folder and a second scheda-reproduce on a live out_dir are refused at once with one line naming the
 holder; a holder killed with SIGKILL leaves nothing that blocks the next one."""
 
 import json
@@ -62,6 +62,22 @@ def test_a_second_protocol_on_a_live_out_dir_is_refused(cifar_arrays, tmp_path):
     # Released (the holder's block ended): the same command runs.
     again = reproduce(tmp_path, cifar_arrays, "phases=[da,select,report]")
     assert again.returncode == 0, again.stderr[-2000:]
+
+
+def test_the_same_sweep_run_again_while_it_still_runs_is_refused(cifar_arrays, tmp_path):
+    """A sweep folder has one sweep at a time: the same command run again (in another terminal)
+    went on to the jobs the first had not reached, each sweep ending with half a summary."""
+    args = ["-m", f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1", "seed=1,2",
+            "evaluate.enabled=false", "logger=none", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    with hold(tmp_path / "sweep", "sweep"):
+        proc = run_train(args, cwd=tmp_path)
+    assert proc.returncode == 1
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: ") and f"sweep is in use by pid {os.getpid()} on " in line, proc.stderr[-2000:]
+    assert "one sweep writes there at a time" in line and not (tmp_path / "sweep" / "0").exists()
+    again = run_train(args, cwd=tmp_path)  # released: the same command runs
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "jobs: 2 ran" in again.stdout
 
 
 def test_a_phase_forked_from_the_protocol_does_not_keep_the_protocols_lock(cifar_arrays, tmp_path):
