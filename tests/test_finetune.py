@@ -175,3 +175,47 @@ def test_the_learning_rates_fused_train_as_each_would_alone(cifar_arrays, tmp_pa
         for hf, ha in zip(f["history"], a["history"]):
             assert hf["train_loss"] == pytest.approx(ha["train_loss"], rel=1e-4)
             assert abs(hf["val_error"] - ha["val_error"]) <= 1 / N_VAL + 1e-9
+
+
+@pytest.mark.parametrize("stop_after", [5, 0], ids=["mid-epochs", "after-the-evaluation"])
+def test_standalone_finetuning_run_again_resumes_where_it_stopped(cifar_arrays, tmp_path, monkeypatch, caplog,
+                                                                   stop_after):
+    """A stand-alone fine-tuning (the protocol's fine-tuning jobs) stopped and run again into its
+    directory, as a protocol or a sweep does, resumes from its own checkpoints (fine-tuning's, no
+    epoch_*.pt: it trains no autoencoder), keeps its encoder's init_from and does not evaluate
+    again; it once ran from the start, saying "with no checkpoint"."""
+    run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, "model.hidden=16", "evaluate.enabled=false"]),
+        tmp_path / "da")
+    standalone = ["finetune.standalone=true", f"init_from={tmp_path / 'da'}", "logger=none"]
+    golden = run(_cfg(cifar_arrays, *standalone), tmp_path / "golden")["finetune"]
+    original = scheda.training.finetune.FineTuner.save
+
+    def crash(self, current, bests):
+        original(self, current, bests)
+        if current is not None and len(current["models"][0]["history"]) == 5:
+            raise KeyboardInterrupt
+
+    start = scheda.training.finetune.FineTuner.run
+
+    def crash_before_epochs(self):
+        raise KeyboardInterrupt  # after the frozen-feature evaluation, before fine-tuning's first epoch
+
+    if stop_after:
+        monkeypatch.setattr(scheda.training.finetune.FineTuner, "save", crash)
+    else:
+        monkeypatch.setattr(scheda.training.finetune.FineTuner, "run", crash_before_epochs)
+    with pytest.raises(KeyboardInterrupt):
+        run(_cfg(cifar_arrays, *standalone), tmp_path / "killed")
+    monkeypatch.undo()
+    assert scheda.training.finetune.FineTuner.run is start
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        summary = run(_cfg(cifar_arrays, *standalone), tmp_path / "killed")
+    said = [r.getMessage() for r in caplog.records]
+    assert any("interrupted before: resuming from its newest checkpoint" in m for m in said), said
+    assert [e["reason"] for e in summary["evaluations"]] == ["before_finetune"]  # the one before the stop
+    assert not any(m.startswith("eval epoch") for m in said)
+    resumed = summary["finetune"]
+    assert [[(h["train_loss"], h["val_error"]) for h in r["history"]] for r in resumed["per_lr"]] == \
+        [[(h["train_loss"], h["val_error"]) for h in r["history"]] for r in golden["per_lr"]]
+    assert resumed["chosen"] == golden["chosen"]

@@ -256,6 +256,26 @@ def test_a_killed_job_resumes_from_its_checkpoint(smoke, tmp_path):
     assert "min over 2 invocations that ran jobs" in (work / "reports" / "table1_smoke.md").read_text()
 
 
+def test_a_stopped_fine_tuning_job_resumes_without_evaluating_again(smoke, tmp_path):
+    """A fine-tuning job (stand-alone: fine-tuning's checkpoints, no epoch_*.pt) stopped and the
+    command run again: it resumes from its own checkpoint with its encoder (init_from), instead
+    of running again from the start as it once did."""
+    work = copy_of(smoke, tmp_path)
+    stopped = work / "runs" / "seed_finetune" / "finetune_scheda_h16_seed1"
+    original = load(stopped / "results.json")
+    (stopped / "results.json").write_text(json.dumps({**original, "status": "interrupted"}))
+    resumed = reproduce(work, smoke[1], "scale.seeds=[0,1]", "phases=[seeds,report]")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    log = (stopped / "train.log").read_text().split("run directory:")[-1]
+    assert "resuming fine-tuning from" in log and "fine-tuning starts from the classifier of epoch 0's evaluation" in log
+    assert "eval epoch" not in log and not (stopped / "attempts").exists()
+    results = load(stopped / "results.json")
+    assert results["status"] == "completed"  # with the same encoder (the copy's path to it)
+    assert Path(results["config"]["init_from"]).parts[-4:] == Path(original["config"]["init_from"]).parts[-4:]
+    assert results["finetune"]["chosen"] == original["finetune"]["chosen"]
+    assert results["evaluations"] == original["evaluations"]
+
+
 def test_one_more_seed_trains_only_its_own_jobs(smoke, tmp_path):
     work = copy_of(smoke, tmp_path)
     runs = work / "runs"

@@ -121,7 +121,8 @@ def run_phase(cfg: DictConfig, out_dir: Path, phase: str, jobs: list[JobSpec]) -
             continue
         spec = JobSpec(job.name, job.phase, job.groups, {"seed": cfg.scale.seeds[0], **job.values}, job.meta)
         if action == "resume":
-            spec.values.pop("init_from", None)
+            if not job.values.get("finetune.standalone"):  # a stand-alone fine-tuning's encoder comes from init_from
+                spec.values.pop("init_from", None)
             spec.values["resume"] = str((phase_dir / job.name).resolve())
         atomic_write(jobs_dir / "protocol_job" / f"{job.name}.yaml", lambda f, s=spec: f.write(s.yaml().encode()))
         todo.append(job.name)

@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from scheda.runs.resume import check_resume_config, config_changes
-from scheda.runs.rundir import CHECKPOINT_RE, FINAL_STATUSES, RunResults, read_results
+from scheda.runs.rundir import CHECKPOINT_RE, FINAL_STATUSES, FINETUNE_INIT, FINETUNE_LAST, RunResults, read_results
 from scheda.utils.errors import ConfigError
 from scheda.utils.io import atomic_write, shown_path
 
@@ -29,8 +29,11 @@ KEPT = {".hydra", "train.log", ".lock", "attempts"}  # left in place when an att
 
 
 def has_checkpoint(run_dir: Path) -> bool:
+    """Whether a stopped run left something to resume from: a training checkpoint, or fine-tuning's
+    (a stand-alone fine-tuning writes no epoch_*.pt)."""
     folders = [run_dir / "checkpoints", *sorted((run_dir / "models").glob("*/checkpoints"))]
-    return any(CHECKPOINT_RE.match(p.name) for folder in folders if folder.is_dir() for p in folder.iterdir())
+    return any(CHECKPOINT_RE.match(p.name) or p.name in (FINETUNE_LAST, FINETUNE_INIT)
+               for folder in folders if folder.is_dir() for p in folder.iterdir())
 
 
 def reentry(status: str | None, checkpointed: bool, error: str | None = None) -> tuple[str, str]:
@@ -122,8 +125,10 @@ def enter(cfg: Any, output_dir: Path) -> tuple[RunResults, bool]:
         results.data = {**before, "attempts": attempts}
         results.save()
         return results, True
-    if action == "resumed":
-        cfg.resume, cfg.init_from = str(output_dir), None
+    if action == "resumed":  # a stand-alone fine-tuning keeps init_from: its encoder comes from there
+        cfg.resume = str(output_dir)
+        if not (cfg.finetune.enabled and cfg.finetune.standalone):
+            cfg.init_from = None
     elif action == "reran" and (output_dir / "results.json").exists():
         set_aside(output_dir)
     if cfg.resume:

@@ -107,6 +107,9 @@ class RunResults:
 
 # --- names in the directory --------------------------------------------------------------
 CHECKPOINT_RE = re.compile(r"^epoch_(\d+)(?:_batch_(\d+))?\.pt$")
+# Fine-tuning's own checkpoints: its resumable state, and the frozen-feature classifier it starts
+# from (so a resume does not evaluate again). A stand-alone fine-tuning has only these.
+FINETUNE_LAST, FINETUNE_INIT = "finetune_last.pt", "finetune_init.pt"
 
 
 def checkpoint_name(epoch: int, batch: int | None = None) -> str:

@@ -27,7 +27,7 @@ from omegaconf import II
 from scheda.config import Component, register
 from scheda.data import Splits
 from scheda.model.optim import SGD
-from scheda.runs.rundir import pack_correct
+from scheda.runs.rundir import FINETUNE_LAST, pack_correct
 from scheda.training.checkpoint import load_checkpoint, save_checkpoint
 from scheda.training.graphs import graphs_for
 from scheda.training.loop import Loop, minibatch_slices
@@ -41,7 +41,7 @@ torch = lazy("torch", globals())
 F = lazy("torch.nn.functional", globals(), "F")
 network = lazy("scheda.model.network", globals())
 log = logging.getLogger(__name__)
-LAST = "finetune_last.pt"
+LAST = FINETUNE_LAST
 
 
 @register("finetune")
