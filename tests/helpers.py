@@ -272,3 +272,43 @@ def install_package(root: Path, name: str, module_text: str) -> Path:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
                     "--target", str(target), str(src)], check=True, capture_output=True, timeout=300)
     return target
+
+
+def check_stops(runs: Path, report: str, patience: int) -> set[str]:
+    """Issue 52's rule in a protocol's runs and report: each trained run (not fine-tuning, whose own
+    rule is finetune.patience, nor the raw baseline) records why it stopped, consistently with its
+    own evaluations: by patience ``patience`` evaluations after its best, at its cap with none after
+    it; the report's section on the rule has a row per reported model and names those at the cap.
+    Returns the stops seen."""
+    import json
+
+    seen = set()
+    for results_path in runs.glob("*/*/results.json"):
+        results = json.loads(results_path.read_text())
+        if results_path.parent.parent.name in ("seed_finetune", "finetune") or not results.get("history"):
+            continue
+        schedule = results["config"]["schedule"]
+        cap = results["config"]["trainer"]["max_epochs"] or sum(s["epochs"] for s in schedule.get("stages", [])) \
+            or schedule.get("epochs")
+        best = min(results["evaluations"], key=lambda e: (e["val_error"], e["epoch"]))
+        after = [e for e in results["evaluations"] if e["epoch"] > best["epoch"]]
+        assert results["stopped_by"] in ("patience", "cap"), results_path
+        seen.add(results["stopped_by"])
+        if results["stopped_by"] == "patience":
+            assert len(after) == patience and results["epochs"] == after[-1]["epoch"], results_path
+        else:
+            assert not after and results["epochs"] == cap, results_path
+    section = report.split("## Training to convergence", 1)[1].split("\n## ", 1)[0]
+    reported = report.split("## Results", 1)[1].split("\n- ", 1)[0]
+    labels = [line.split("|")[1].strip() for line in reported.splitlines()
+              if line.startswith("| ") and "not run at this scale" not in line][1:]
+    rows = {line.split("|")[1].strip(): line for line in section.splitlines()
+            if line.startswith("| ") and "hidden units |" not in line}
+    for label in labels:  # every trained model of the results (not the raw baseline) has its stop
+        label = "Best DA" if label == "DA" else label
+        if label not in ("Raw pixels", "Raw words"):
+            assert label in rows and re.search(r"\| \d+ \((stopped by patience at \d+|\*\*at the cap\*\*, \d+)\)",
+                                               rows[label]), (label, section)
+    assert ("- At the cap, not converged by the rule" in section) == any("**at the cap**" in r for r in rows.values())
+    assert " was reached it " not in section
+    return seen

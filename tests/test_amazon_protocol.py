@@ -14,7 +14,7 @@ import pytest
 from scheda.protocol.sensitivity import gains, reading, spread
 from scheda.utils import stats
 from fixture_data import write_amazon_processed
-from helpers import User, readme_commands
+from helpers import User, check_stops, readme_commands
 
 
 def test_readme_smoke_command_runs_the_amazon_table_and_reports_beside_the_paper(tmp_path):
@@ -44,6 +44,7 @@ def test_readme_smoke_command_runs_the_amazon_table_and_reports_beside_the_paper
     assert "(2 seeds" in row  # the gain over the further seeds 1 and 2, with its interval
     assert "a spread of 0.29 points, and ScheDA's gain 0.20 points" in section
     assert re.search(r"- 16 hidden units: (the rule decides|(does not )?agrees?)", section), section
+    assert check_stops(runs, report, patience=1)  # the rule of training to convergence, as at CIFAR-10's smoke
 
 
 def test_amazon_refuses_a_scale_it_has_not_and_plans_its_own_epochs(tmp_path):

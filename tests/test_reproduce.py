@@ -20,7 +20,7 @@ from scheda.protocol.kinds import kind_of
 from scheda.protocol.kinds.levels import LevelKind
 from scheda.utils.errors import ConfigError
 from scheda.model.schedule import build_schedule
-from helpers import N_VAL, REPO, compose_cfg, run_command, smoke_cfg, start_command
+from helpers import N_VAL, REPO, check_stops, compose_cfg, run_command, smoke_cfg, start_command
 
 SCRIPT = REPO / "scripts" / "reproduce.py"
 
@@ -71,10 +71,14 @@ def test_fused_grid_selects_among_the_models_of_each_job(tmp_path, cifar_arrays)
     assert table_rows((tmp_path / "reports" / "table1_smoke.md").read_text())[:2] == ["DA", "ScheDA"]
 
 
-def test_tables_of_a_scale_share_their_runs(tmp_path, cifar_arrays):
-    first = reproduce(tmp_path, cifar_arrays, "scale.finetune=null")
+def test_tables_of_a_scale_share_their_runs_and_each_trains_to_convergence(tmp_path, cifar_arrays):
+    """table1, increasing and random_nu in one scale's directory, each reading what the one before
+    trained; the DAs' cap of 1 epoch puts them at the cap, and the rule stops the continuations and
+    controls, so every table's report says both stops (Amazon's: test_amazon_protocol)."""
+    capped = ("scale.finetune=null", "scale.da.epochs=1")
+    first = reproduce(tmp_path, cifar_arrays, *capped)
     assert first.returncode == 0, first.stderr[-3000:]
-    second = reproduce(tmp_path, cifar_arrays, "table=increasing", "scale.finetune=null")
+    second = reproduce(tmp_path, cifar_arrays, "table=increasing", *capped)
     assert second.returncode == 0, second.stderr[-3000:]
     # The DA grid, the ScheDA and the control are read; only the increasing schedule trains.
     assert "phase da: 2 jobs, 2 already done, 0 to run" in second.stdout
@@ -86,6 +90,17 @@ def test_tables_of_a_scale_share_their_runs(tmp_path, cifar_arrays):
                                   "Control: same start, one jump to the final nu", "ScheDA",
                                   "Control: same start, constant nu", "Control: same start, one jump to the final nu"]
     assert "over 2 invocations that ran jobs in this scale's directory (table1 " in report
+    third = reproduce(tmp_path, cifar_arrays, "table=random_nu", *capped)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "phase da: 2 jobs, 2 already done, 0 to run" in third.stdout
+    assert table_rows((tmp_path / "reports" / "random_nu_smoke.md").read_text()) == [
+        "DA", "Random nu, uniform", "Random nu, discrete"]
+    for table in ("table1", "increasing", "random_nu"):
+        report = (tmp_path / "reports" / f"{table}_smoke.md").read_text()
+        assert "| Best DA | 1 (**at the cap**, 1) |" in report and "(stopped by patience at " in report, table
+        assert check_stops(tmp_path / "runs", report, patience=1) == {"patience", "cap"}
+    caps = (tmp_path / "reports" / "random_nu_smoke.md").read_text().split("## Training to convergence")[1]
+    assert "Random nu, uniform at most 3 epochs (evaluated every 1)" in caps.split("\n\n")[1]
 
 
 def fake_run(run_dir: Path, evaluations: list[dict], status: str = "completed", checkpoints=(), **config) -> None:

@@ -68,13 +68,12 @@ def section(scale: DictConfig, selection: dict[str, Any], continued: dict[str, A
     if scale.get("patience") is None:
         return []
     caps = [f"a DA at most {scale.da.epochs} epochs (evaluated every {scale.da.eval_every})"]
-    trained = {name for by_kind in continued.values() for name in by_kind}
-    caps += [f"{kind_of(name).label} at most {scale[name].max_epochs} epochs in all (evaluated every K)"
-             for name in ("scheda", "increasing") if name in trained and scale[name].get("max_epochs")]
+    trained = dict.fromkeys(name for by_kind in continued.values() for name in by_kind)  # in the rows' order
+    caps += [cap for name in trained if (cap := kind_of(name).cap(scale))]
     lines = ["", "## Training to convergence", "",
              f"Every trained model stopped once {scale.patience} evaluation{'s' if scale.patience != 1 else ''} in a "
              f"row (in a schedule's last level) "
-             f"brought no new best validation error, or at its cap: {'; '.join(caps)}. A model **at the cap** was "
+             f"brought no new best validation error, or at its cap: {'; '.join(caps)}. A model **at the cap** "
              f"reached it before its patience ran out: it is reported, but not as converged. Each cell: the epoch the model is read "
              f"at under the seed's own best rule (its best validation epoch), then why and when it stopped; a "
              f"fine-tuned row, its chosen rate's best epoch, stopped by finetune.patience or at finetune.max_epochs "

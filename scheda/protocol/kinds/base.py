@@ -110,6 +110,11 @@ class JobKind(ABC):
         found.setdefault(str(meta["hidden"]), {}).setdefault(self.name, {"runs": []})["runs"].append(entry)
 
     # --- the report and the figures ----------------------------------------------------------
+    def cap(self, scale: DictConfig) -> str | None:
+        """Under ``scale.patience``, the most epochs this kind's runs train and how often they are
+        evaluated, as the report's section on the rule says it (None: no cap of its own)."""
+        return None
+
     def describe(self, e: dict[str, Any]) -> str:
         """The selected hyper-parameters of an entry, as the report's tables print them."""
         return f"lr={fmt(e['lr'])}, {e['epoch']} epochs" if "lr" in e else f"{e['epoch']} epochs"

@@ -78,6 +78,10 @@ class LevelKind(ContinuationKind):
     def controls(self, scale: DictConfig, hidden: int, best: dict[str, Any]) -> list[JobSpec]:
         return [control.job(scale[self.name], hidden, best, scale.patience) for control in of_role(CONTROL)]
 
+    def cap(self, scale: DictConfig) -> str | None:
+        epochs = scale[self.name].get("max_epochs")
+        return f"{self.label} at most {epochs} epochs in all (evaluated every K)" if epochs else None
+
     def describe(self, e: dict[str, Any]) -> str:
         return f"nu0={fmt(e['nu0'])}, dnu={fmt(e['delta_nu'])}, K={e['K']}, {self.reached(e)}"
 

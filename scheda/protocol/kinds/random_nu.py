@@ -22,11 +22,19 @@ class RandomNu(ContinuationKind):
     def noise(self, cfg: DictConfig) -> dict[str, Any]:
         """The schedule's own values from ``scale.random_nu``."""
 
+    @staticmethod
+    def every(cfg: DictConfig) -> int:
+        """Epochs between evaluations (and checkpoints): 20 over the run."""
+        return max(1, cfg.epochs // 20)
+
+    def cap(self, scale: DictConfig) -> str | None:
+        return f"{self.label} at most {scale.random_nu.epochs} epochs (evaluated every {self.every(scale.random_nu)})"
+
     def plan(self, scale: DictConfig, hidden: int, by_nu: dict[str, Any]) -> list[JobSpec]:
         cfg = scale.random_nu
         if cfg.hidden not in (None, hidden):
             return []
-        every = max(1, cfg.epochs // 20)
+        every = self.every(cfg)
         return [JobSpec(f"{self.name}_h{hidden}_lr{fmt(lr)}", "continue", groups={"schedule": self.name},
                         values={"model.hidden": hidden, "schedule.epochs": cfg.epochs, "optim.lr": lr,
                                 **self.noise(cfg), "evaluate.every": every, "trainer.checkpoint_every": every,

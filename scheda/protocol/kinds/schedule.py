@@ -63,6 +63,10 @@ class ScheduleKind(ContinuationKind):
                           "start_epoch": start["epoch"], "start_checkpoint": start["checkpoint"]}))
         return jobs
 
+    def cap(self, scale: DictConfig) -> str | None:
+        epochs = self.grid(scale, self.name).max_epochs
+        return f"{self.label} at most {epochs} epochs in all (evaluated every {scale.da.eval_every})" if epochs else None
+
     def describe(self, e: dict[str, Any]) -> str:
         return f"nu0={fmt(e['nu0'])}, {settings_text(e)}, {self.reached(e)}"
 
