@@ -191,6 +191,14 @@ def test_the_report_has_every_row_the_seeds_and_the_figures(smoke):
                                   "Fine-tuned best ScheDA"]
     line = next(row for row in report.splitlines() if row.startswith("| ScheDA − best DA |"))
     assert "| 1 |" in line and "not resolved: one further seed gives no interval" in line
+    # the question each comparison answers, once: the best DA trained to convergence, the same start trained on,
+    # one jump, fine-tuning
+    asked = report.split("What each comparison asks", 1)[1].split("\n\n###", 1)[0]
+    assert [line.split("**")[1] for line in asked.splitlines() if line.startswith("- **")] == [
+        "ScheDA − best DA", "ScheDA − control: same start, constant nu",
+        "ScheDA − control: same start, one jump to the final nu", "Fine-tuned ScheDA − fine-tuned DA"]
+    assert "Each model compared was trained until its validation error stopped improving" in asked
+    assert "beat one switch" in asked and asked.count("?\n") == 4
     # Paths are named as the user would type them where they ran the command.
     assert str(root) not in report and "- Runs: `runs`;" in report
     for figure in ("figure2", "figure5"):

@@ -145,7 +145,7 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
                 lines.append(f"| {kind.label} | {hidden} | not run at this scale | — | — |{' — |' if over_seeds else ''} "
                              f"{paper_value(paper, kind.paper_row, int(hidden))} |")
     lines += [""] + [f"- {'On the selection seed alone: ' if over_seeds else ''}{v}" for v in verdicts]
-    lines += seeds_section(seeded)
+    lines += seeds_section(seeded, ruled=scale.get("patience") is not None)
     lines += convergence_section(scale, selection, continued, seeded)
     lines += sensitivity_section(paper, selection, continued, seeded)
     for hidden, sel in selection["hidden"].items():

@@ -40,23 +40,40 @@ def seed_cell(seeded: dict[str, Any], hidden: str, key: str) -> str:
     return f"{s.mean:.2f} ± {s.sd:.2f} ({s.n})" if s.sd is not None else f"{s.mean:.2f} (1)"
 
 
-def comparisons(rows: dict[str, dict]) -> list[tuple[str, str, str]]:
-    """The (name, a, b) pairs the report tests, a - b in test error: every continuation against
+def comparisons(rows: dict[str, dict]) -> list[tuple[str, str, str, str]]:
+    """The (name, a, b, question) the report tests, a - b in test error: every continuation against
     the best DA, a controlled schedule against each of its controls, and each fine-tuned row
-    against the one its kind is ``compared_with`` (fine-tuned ScheDA against fine-tuned DA)."""
+    against the one its kind is ``compared_with`` (fine-tuned ScheDA against fine-tuned DA); the
+    question is what the comparison asks (a control's or a fine-tuned kind's own)."""
     out = []
     for key in rows:
         name, _, control = key.partition(".")
         if control:
-            out.append((f"{seed_label(name)} − {seed_label(key).lower()}", name, key))
+            out.append((f"{seed_label(name)} − {seed_label(key).lower()}", name, key, kind_of(control).question))
         elif kind_of(name).role == CONTINUATION and DA.name in rows:
-            out.append((f"{seed_label(name)} − best DA", name, DA.name))
+            out.append((f"{seed_label(name)} − best DA", name, DA.name,
+                        f"does {seed_label(name)} beat the best DA of the grid (the lowest validation error over "
+                        f"noise level, learning rate and epochs)"))
     for kind in of_role(FINETUNE):
         other = kind.compared_with
         if other is not None and kind.name in rows and other in rows:
             short = kind_of(other).short
-            out.append((f"{kind.short} − {short[0].lower()}{short[1:]}", kind.name, other))
+            out.append((f"{kind.short} − {short[0].lower()}{short[1:]}", kind.name, other, kind.question))
     return out
+
+
+def questions(seeded: dict[str, Any], ruled: bool) -> list[str]:
+    """What each comparison of the seeds' tables asks, once for every hidden size, and how long
+    the models compared trained (``ruled``: under the rule of training to convergence)."""
+    asked = {name: question for rows in seeded["hidden"].values() for name, _, _, question in comparisons(rows)}
+    if not asked:
+        return []
+    trained = ("Each model compared was trained until its validation error stopped improving, or to its cap "
+               "(section Training to convergence names those at the cap)." if ruled else
+               "Each model compared trained a fixed length (no rule of training to convergence): a gain over the DA "
+               "may be only the DA's missing epochs, which the same-start control measures.")
+    return ["", "What each comparison asks (negative: the first is better):", "",
+            *[f"- **{name}**: {question}?" for name, question in asked.items()], "", trained]
 
 
 def _mcnemar(a: dict, b: dict) -> stats.McNemar | None:
@@ -73,7 +90,7 @@ def _interval(s: stats.Summary) -> str:
 RULES = {"hidden": "at the selection seed's epoch", "own_best": "at each seed's own best validation epoch"}
 
 
-def seeds_section(seeded: dict[str, Any]) -> list[str]:
+def seeds_section(seeded: dict[str, Any], ruled: bool) -> list[str]:
     """Training noise (rows over seeds, paired differences with intervals and verdicts) and
     test-set noise (binomial standard errors, McNemar's test), per hidden size, under both rules
     of reading a further seed (scheda.protocol.seeds): at the epoch selected on the selection
@@ -96,6 +113,7 @@ def seeds_section(seeded: dict[str, Any]) -> list[str]:
               f"them, not pooled. Intervals are 95 % t-intervals (paired for differences); the sign-flip p-value is "
               f"exact (all 2^n sign patterns; with n seeds it cannot go below 2/2^n). A difference is *resolved* only "
               f"when its interval excludes 0."]
+    lines += questions(seeded, ruled)
     own = seeded.get("own_best") or {}
     for hidden, rows in seeded["hidden"].items():
         results = {}
@@ -135,7 +153,7 @@ def _rule_tables(hidden: str, rows: dict[str, dict], s0: int, title: str) -> tup
               f"(paired t) | Sign-flip p | McNemar p, each further seed (only first right / only second right) "
               f"| Verdict |", "|---|---|---|---|---|---|---|---|---|"]
     words, found = [], {}
-    for name, a, b in comparisons(rows):
+    for name, a, b, _ in comparisons(rows):
         pairs = [(seed, rows[a][str(seed)], rows[b][str(seed)]) for seed, _ in further(rows[a], s0)
                  if str(seed) in rows[b]]
         first = (rows[a].get(str(s0)), rows[b].get(str(s0)))

@@ -163,6 +163,7 @@ class ControlKind(JobKind):
     checkpoint and stream without its schedule; each control is one sentence of the verdict."""
 
     role = CONTROL
+    question: ClassVar[str]  # what the schedule against this control asks, as the report's seeds section says it
 
     @abstractmethod
     def job(self, grid: DictConfig, hidden: int, best: dict[str, Any], patience: int | None = None) -> JobSpec:

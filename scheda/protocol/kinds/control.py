@@ -55,6 +55,8 @@ class FromTheStart(ControlKind):
 @register_kind
 class SameStart(FromTheStart):
     name, label = "control", "Control: same start, constant nu"
+    question = ("is the schedule's gain more than the epochs it trains past the DA's checkpoint (the same checkpoint "
+                "and training stream, trained on at its nu0)")
 
     def target(self, best: dict[str, Any]) -> tuple[float, int, str]:
         return best["nu0"], best["epochs"], ""
@@ -75,6 +77,8 @@ class SameStart(FromTheStart):
 @register_kind
 class Jump(FromTheStart):
     name, label = "jump", "Control: same start, one jump to the final nu"
+    question = ("does moving nu step by step beat one switch (the same checkpoint and training stream, moved at "
+                "once to the schedule's selected final nu)")
 
     def target(self, best: dict[str, Any]) -> tuple[float, int, str]:
         return best["nu"], best["epoch"], f"_to{fmt(best['nu'])}"

@@ -16,6 +16,8 @@ class FinetuneKind(JobKind):
     of: ClassVar[str]  # the kind whose best run it fine-tunes ("da": the best DA)
     short: ClassVar[str]  # its name in the seeds' comparisons
     compared_with: ClassVar[str | None] = None  # the fine-tuned kind the seeds' report tests it against
+    question: ClassVar[str] = ("does the difference between the two encoders survive supervised fine-tuning (each "
+                               "seed's own model, its learning rate and epoch chosen on validation)")
     paper: ClassVar[str]
 
     @property
