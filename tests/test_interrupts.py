@@ -181,11 +181,18 @@ def _one_line(proc, sig, starts):
     assert lines[0].endswith("continue with python train.py resume=run")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_in_fine_tuning_checkpoints_and_the_resume_finishes_it(cifar_arrays, tmp_path, sig):
+@pytest.mark.parametrize("sig, standalone", [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGTERM, True)],
+                         ids=["SIGINT", "SIGTERM", "SIGTERM-standalone"])
+def test_a_signal_in_fine_tuning_checkpoints_and_the_resume_finishes_it(cifar_arrays, tmp_path, sig, standalone):
+    """After a DA's training, or stand-alone from a trained DA (the protocol's fine-tuning jobs,
+    whose resume once dropped the init_from their encoder comes from and was refused)."""
     run_dir = tmp_path / "run"
-    proc = start_faulty_train([f"dataset.root={cifar_arrays}", *FINETUNE, f"hydra.run.dir={run_dir}"], tmp_path,
-                              finetune_sleep=0.5)
+    args = [f"dataset.root={cifar_arrays}", *FINETUNE]
+    if standalone:
+        trained = run_train([*args, "finetune.enabled=false", f"hydra.run.dir={tmp_path / 'da'}"], cwd=tmp_path)
+        assert trained.returncode == 0, trained.stderr
+        args += ["finetune.standalone=true", f"init_from={tmp_path / 'da'}"]
+    proc = start_faulty_train([*args, f"hydra.run.dir={run_dir}"], tmp_path, finetune_sleep=0.5)
     deadline = time.time() + 120
     while "finetune lr=0.1 epoch 2:" not in ((run_dir / "train.log").read_text() if (run_dir / "train.log").exists()
                                                else ""):
@@ -201,7 +208,8 @@ def test_a_signal_in_fine_tuning_checkpoints_and_the_resume_finishes_it(cifar_ar
     results = json.loads((run_dir / "results.json").read_text())
     assert results["status"] == "completed" and [r["epochs_run"] for r in results["finetune"]["per_lr"]] == [6, 6]
     assert len(results["evaluations"]) == evaluations  # the evaluation before fine-tuning is not repeated
-    assert "fine-tuning starts from the classifier of epoch 2's evaluation" in (run_dir / "train.log").read_text()
+    epoch = 0 if standalone else 2  # the frozen features' evaluation: of the DA as loaded, or after its 2 epochs
+    assert f"fine-tuning starts from the classifier of epoch {epoch}'s evaluation" in (run_dir / "train.log").read_text()
 
 
 def test_a_signal_in_the_evaluation_before_fine_tuning_keeps_it_and_the_resume_does_not_repeat_it(cifar_arrays,

@@ -30,6 +30,7 @@ from scheda.protocol.slurm import (
     scheduler_states,
 )
 from scheda.runs.reentry import has_checkpoint, reentry
+from scheda.runs.resume import keeps_init_from
 from scheda.runs.rundir import FINAL_STATUSES, read_results
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,7 @@ def run_phase(cfg: DictConfig, out_dir: Path, phase: str, jobs: list[JobSpec]) -
             continue
         spec = JobSpec(job.name, job.phase, job.groups, {"seed": cfg.scale.seeds[0], **job.values}, job.meta)
         if action == "resume":
-            if not job.values.get("finetune.standalone"):  # a stand-alone fine-tuning's encoder comes from init_from
+            if not keeps_init_from({k: job.values.get(f"finetune.{k}") for k in ("enabled", "standalone")}):
                 spec.values.pop("init_from", None)
             spec.values["resume"] = str((phase_dir / job.name).resolve())
         atomic_write(jobs_dir / "protocol_job" / f"{job.name}.yaml", lambda f, s=spec: f.write(s.yaml().encode()))

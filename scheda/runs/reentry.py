@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from scheda.runs.resume import check_resume_config, config_changes
+from scheda.runs.resume import check_resume_config, config_changes, keeps_init_from
 from scheda.runs.rundir import CHECKPOINT_RE, FINAL_STATUSES, FINETUNE_INIT, FINETUNE_LAST, RunResults, read_results
 from scheda.utils.errors import ConfigError
 from scheda.utils.io import atomic_write, shown_path
@@ -125,9 +125,9 @@ def enter(cfg: Any, output_dir: Path) -> tuple[RunResults, bool]:
         results.data = {**before, "attempts": attempts}
         results.save()
         return results, True
-    if action == "resumed":  # a stand-alone fine-tuning keeps init_from: its encoder comes from there
+    if action == "resumed":
         cfg.resume = str(output_dir)
-        if not (cfg.finetune.enabled and cfg.finetune.standalone):
+        if not keeps_init_from(cfg.finetune):
             cfg.init_from = None
     elif action == "reran" and (output_dir / "results.json").exists():
         set_aside(output_dir)

@@ -24,6 +24,13 @@ DROPPED = ("resume", "init_from", "hydra.run.dir", "hydra.output_subdir")  # of 
 RESUMING = ("resume", "init_from", "force_resume", "rerun")  # how this attempt runs, not a setting that changed
 
 
+def keeps_init_from(finetune: Any) -> bool:
+    """Whether resuming a run keeps its ``init_from``: a stand-alone fine-tuning's encoder comes
+    from there (``finetune``: the run's finetune settings, a mapping, or None); any other run
+    continues from its own checkpoint, and init_from would start a new one."""
+    return bool(finetune and finetune.get("enabled") and finetune.get("standalone"))
+
+
 def run_dir_of(value: str | Path) -> Path | None:
     """The run directory that a ``resume=`` value (run directory, checkpoints/ or a checkpoint
     file) points into, if it is one that Hydra wrote (it has ``.hydra/``)."""
@@ -54,8 +61,11 @@ def resume_argv(argv: list[str]) -> list[str]:
     if run_dir is None:
         return argv
     given = {_key(a) for a in args}
+    dropped = DROPPED
+    if keeps_init_from((saved_config(run_dir) or {}).get("finetune")):
+        dropped = tuple(key for key in DROPPED if key != "init_from")
     saved = [str(o) for o in OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")
-             if _key(str(o)) not in given and not _key(str(o)).startswith(DROPPED)]
+             if _key(str(o)) not in given and not _key(str(o)).startswith(dropped)]
     extra = [] if "hydra.run.dir" in given else [f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
     return [argv[0], *saved, *args, *extra, *_searchpath(run_dir, given)]
 
