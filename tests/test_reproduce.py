@@ -607,3 +607,18 @@ def test_a_report_never_overwrites_another_protocol_folders_report(tmp_path):
     assert report_path(cfg, tmp_path / "moved" / "runs") == tmp_path / "table1_smoke.md"
     (tmp_path / "table1_smoke.md").write_text("# a report written before the owner line\n")
     assert report_path(cfg, second) == tmp_path / "table1_smoke.md"
+
+
+@pytest.mark.parametrize("control_test, words", [(0.52, "better than"), (0.49, "no better than")])
+def test_each_control_says_in_words_which_way_its_difference_goes(control_test, words):
+    """A control's clause of the report: the word and the signed difference agree (a schedule worse
+    than its control once read "-0.18 points better"), and one epoch is "1 epoch"."""
+    best = {"test_error": 0.50, "val_error": 0.49, "nu": 0.2, "nu0": 0.5, "epoch": 1, "start_epoch": 40}
+    control = {"test_error": control_test, "val_error": 0.50, "nu": 0.5, "nu0": 0.5, "epoch": 1, "epochs": 10,
+               "start_epoch": 40, "stopped_by": "patience", "epochs_trained": 2}
+    clause = kind_of("control").verdict(best, control)
+    diff = f"{100 * (control_test - 0.50):+.2f} points on test"
+    assert f"the schedule is {words} more epochs alone ({diff}, +1.00 on validation" in clause, clause
+    clause = kind_of("jump").verdict(best, {**control, "nu": 0.2})
+    assert f"the gradual schedule is {words} a single switch" in clause, clause
+    assert kind_of("control").describe(control) == "nu=0.5 for 10 epochs from the DA(0.5)'s epoch 40, best at 1 epoch more"

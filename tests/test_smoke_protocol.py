@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from scheda.utils import stats
-from scheda.protocol.jobs import fmt
+from scheda.protocol.jobs import count, fmt
 from scheda.runs.rundir import checkpoint_name
 from helpers import TINY_PROTOCOL, User, check_stops, install_package, readme_commands
 from test_reproduce import reproduce, reproduce_args, table_rows
@@ -335,6 +335,6 @@ def test_a_job_kind_is_one_module_in_another_package(smoke, tmp_path):
     assert config["optim"]["lr"] == pytest.approx(selection["by_nu"]["0.5"]["lr"] / 10)
     best = load(runs / "continuations_table1.json")["16"]["lower_lr"]["best"]
     report = (work / "reports" / "table1_smoke.md").read_text()
-    assert "DA, lr / 10" in table_rows(report) and f"lr={fmt(best['lr'])}, {best['epoch']} epochs" in report
+    assert "DA, lr / 10" in table_rows(report) and f"lr={fmt(best['lr'])}, {count(best['epoch'], 'epoch')}" in report
     assert load(runs / "seeds_table1.json")["hidden"]["16"]["lower_lr"].keys() == {"0", "1"}
     assert any(row.startswith("| DA, lr / 10 − best DA |") for row in report.splitlines())

@@ -54,6 +54,11 @@ def continuation_values(patience: int | None, cap: int | None, every: int) -> di
     return {"evaluate.every": every, "trainer.checkpoint_every": every, **rule}
 
 
+def count(n: int, noun: str) -> str:
+    """``n`` with ``noun`` in the plural unless it is 1 ("1 epoch", "5 epochs")."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def fmt(x: float) -> str:
     return f"{x:g}"
 

@@ -183,7 +183,7 @@ def _verdict(label: str, hidden: str, best: dict, da: dict) -> str:
     diff_test, diff_val = 100 * (da["test_error"] - best["test_error"]), 100 * (da["val_error"] - best["val_error"])
     word = "beat" if diff_test > 0 else "did not beat"
     return (f"{label} ({hidden} hidden units) {word} the best DA: test {pct(best['test_error'])} % vs "
-            f"{pct(da['test_error'])} % ({diff_test:+.2f} points in its favour), validation {diff_val:+.2f} points.")
+            f"{pct(da['test_error'])} % ({diff_test:+.2f} points, positive in its favour), validation {diff_val:+.2f} points.")
 
 
 def _control_verdict(label: str, best: dict, controls: dict) -> str:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Iterable
 from omegaconf import DictConfig
 
 from scheda.runs.rundir import best_evaluation, checkpoint_name, params_of
-from scheda.protocol.jobs import JobSpec, fmt
+from scheda.protocol.jobs import JobSpec, count, fmt
 
 # What a kind is to the protocol (its phase): each role is planned, selected and reported in its own way.
 BASELINE = "baseline"  # raw pixels: no training, evaluated once
@@ -117,7 +117,7 @@ class JobKind(ABC):
 
     def describe(self, e: dict[str, Any]) -> str:
         """The selected hyper-parameters of an entry, as the report's tables print them."""
-        return f"lr={fmt(e['lr'])}, {e['epoch']} epochs" if "lr" in e else f"{e['epoch']} epochs"
+        return f"lr={fmt(e['lr'])}, {count(e['epoch'], 'epoch')}" if "lr" in e else count(e["epoch"], "epoch")
 
     def series(self, e: dict[str, Any]) -> str:
         """The series an entry belongs to in the figures (one colour each)."""
@@ -151,7 +151,7 @@ class ContinuationKind(JobKind):
         """Where a schedule continued from a DA was selected: its level T, its nu there, and its
         epochs past the DA's."""
         return (f"T={e['T']} (last nu {fmt(e['nu'])}), from the DA's epoch {e['start_epoch']}, "
-                f"{e['epoch']} epochs more")
+                f"{count(e['epoch'], 'epoch')} more")
 
     def qualifies(self) -> str:
         """What the seeds' table adds to the name of one of this kind's controls."""
@@ -176,7 +176,7 @@ class ControlKind(JobKind):
 
     def describe(self, e: dict[str, Any]) -> str:
         return (f"nu={fmt(e['nu'])} for {e['epochs']} epochs from the DA({fmt(e['nu0'])})'s epoch {e['start_epoch']}, "
-                f"best at {e['epoch']} epochs more")
+                f"best at {count(e['epoch'], 'epoch')} more")
 
 
 def of_role(role: str) -> list[JobKind]:

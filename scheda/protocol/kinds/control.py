@@ -65,10 +65,11 @@ class SameStart(FromTheStart):
         gain = 100 * (same["test_error"] - best["test_error"])
         length = f"for the schedule's {same['epochs']} epochs" if not same.get("stopped_by") or \
             same["stopped_by"] == "schedule" else f"{trained(same)}"
+        word = "better than" if gain > 0 else "no better than"
         return (f"the DA trained on at nu={fmt(same['nu'])} {length} reached "
-                f"{pct(same['test_error'])} % test at its best epoch on validation ({same['epoch']}), so the "
-                f"schedule is {gain:+.2f} points better on test than more epochs alone "
-                f"({100 * (same['val_error'] - best['val_error']):+.2f} on validation);")
+                f"{pct(same['test_error'])} % test at its best epoch on validation ({same['epoch']}): the "
+                f"schedule is {word} more epochs alone ({gain:+.2f} points on test, "
+                f"{100 * (same['val_error'] - best['val_error']):+.2f} on validation; positive: the schedule better);")
 
     def legend(self, e: dict[str, Any]) -> str:
         return f"control: DA({fmt(e['nu0'])}) +{e['epochs']} epochs"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from scheda.runs.rundir import best_evaluation, checkpoint_name
-from scheda.protocol.jobs import JobSpec, fmt
+from scheda.protocol.jobs import JobSpec, count, fmt
 from scheda.protocol.kinds.base import BASELINE, GRID, JobKind, errors, register_kind, stopping
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class DA(JobKind):
             by_nu[key] = entry
 
     def describe(self, e: dict[str, Any]) -> str:
-        return f"nu={fmt(e['nu'])}, lr={fmt(e['lr'])}, {e['epoch']} epochs"
+        return f"nu={fmt(e['nu'])}, lr={fmt(e['lr'])}, {count(e['epoch'], 'epoch')}"
 
 
 @register_kind
