@@ -147,3 +147,19 @@ def test_runs_under_the_rule_of_training_to_convergence_say_why_they_stopped(cif
     by_lr = {row["optim.lr"]: row for row in rows}
     assert by_lr["1e-30"]["stopped"] == "patience" and by_lr["1e-30"]["epochs"] == "2"  # no new best at 2
     assert by_lr["0.5"]["stopped"] in ("patience", "cap")
+    # The errors' own epoch: the last evaluation is past the best one that the rule kept (--at best).
+    assert by_lr["1e-30"]["read at"] == "2"
+    assert {row["optim.lr"]: row for row in _rows(tmp_path / "rule", "--at", "best")}["1e-30"]["read at"] == "1"
+
+
+def test_a_run_still_running_shows_no_minutes_yet(cifar_arrays, tmp_path):
+    """results.json of a run in progress holds only earlier attempts' seconds (0 for a first one):
+    no minutes rather than a wrong 0.0."""
+    proc = run_train([f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1", "logger=none",
+                      f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _rows(tmp_path / "run")[0]["minutes"] != ""
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    (tmp_path / "run" / "results.json").write_text(json.dumps({**results, "status": "running", "seconds": 0.0}))
+    row = _rows(tmp_path / "run")[0]
+    assert row["status"] == "running" and row["minutes"] == ""

@@ -90,10 +90,12 @@ def test_a_sweep_run_again_skips_its_jobs_and_its_results_are_gathered(user):
 
     table, grouped, *_ = readme_block("scheda-results", "outputs/nu_sweep")
     lines = user.run(table).stdout.splitlines()
-    assert lines[0] == "| run | schedule.nu | seed | status | epochs | classifier | val_error % | test_error % | minutes |"
+    assert lines[0] == ("| run | schedule.nu | seed | status | epochs | read at | classifier | val_error % | "
+                        "test_error % | minutes |")
     rows = [line.split(" | ") for line in lines[2:]]
-    assert len(rows) == 9 and all(re.fullmatch(r"\d+\.\d\d", r[6]) and re.fullmatch(r"\d+\.\d\d", r[7])
-                                  and re.fullmatch(r"\d+\.\d \|", r[8]) for r in rows), lines
+    assert len(rows) == 9 and all(r[4] == r[5] and re.fullmatch(r"\d+\.\d\d", r[7])  # read at the last epoch
+                                  and re.fullmatch(r"\d+\.\d\d", r[8]) and re.fullmatch(r"\d+\.\d \|", r[9])
+                                  for r in rows), lines
     means = user.run(grouped).stdout
     assert len([line for line in means.splitlines() if "(3)" in line]) == 3, means
 

@@ -31,7 +31,9 @@ from scheda.config import flatten
 from scheda.utils.io import shown_path
 from scheda.runs.rundir import params_of, params_text, pick, read_metrics
 
-COLUMNS = ("status", "epochs", "classifier", "val_error %", "test_error %", "minutes")
+COLUMNS = ("status", "epochs", "read at", "classifier", "val_error %", "test_error %", "minutes")
+# "read at": the epoch of the evaluation the errors are from (--at picks it), which under the rule of
+# training to convergence is not the last epoch trained.
 # How a markdown table prints a column's numbers (as the sweep's own lines do: errors in % to two decimals).
 DIGITS = {"val_error %": 2, "test_error %": 2, "minutes": 1}
 # Keys a run or its launcher sets for its own bookkeeping, never a difference the user made: a
@@ -91,10 +93,11 @@ def read_row(path: Path, at: str = "last", base: Path | None = None,
     return {"run": name, "config": config,
             "status": results.get("status", "?"), "epochs": results.get("epochs"),
             "stopped": results.get("stopped_by"),
+            "read at": chosen["epoch"] if chosen else None,
             "classifier": params_text(params_of(chosen)) if chosen else None,
             "val_error %": 100 * chosen["val_error"] if chosen else None,
             "test_error %": 100 * chosen["test_error"] if chosen else None,
-            "minutes": seconds / 60 if seconds is not None else None,
+            "minutes": seconds / 60 if seconds is not None and results.get("status") != "running" else None,
             **{f"env.{k}": (results.get("environment") or {}).get(k) for k in ENV_COLUMNS},
             **{m: metric_value(logged.get(m, {}), chosen["epoch"] if chosen else None) for m in metrics}}
 
