@@ -3,6 +3,7 @@ points to its own layer or one below, never up, and no two packages of one layer
 other. The old flat import paths still work for one release, with a warning naming the new one."""
 
 import ast
+import re
 import subprocess
 import sys
 
@@ -15,7 +16,7 @@ LAYERS = [
     {"scheda.utils"},                                  # plumbing: errors, atomic writes, locks, forks, signals
     {"scheda.config"},                                 # the registry of config groups
     {"scheda.runs", "scheda.data", "scheda.model"},    # run directories (no torch); data sets; the model and its parts
-    {"scheda.training"},                               # the step, the loop, callbacks, checkpoints, rules
+    {"scheda.training"},                               # the steps, the loop, callbacks, checkpoints
     {"scheda.loggers"},
     {"scheda.evaluation"},                             # classifiers, fine-tuning, exports
     {"scheda.analysis"},                               # filters, feature similarity, concatenated features
@@ -93,3 +94,15 @@ def test_reading_runs_needs_no_torch(module):
                          capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_the_contributors_guide_lists_the_layers_this_test_checks():
+    """docs/contributing.md's table of layers is the one a newcomer reads: each row's layer number
+    and package are those of LAYERS (it once put the planning modules in scheda/training/)."""
+    text = (REPO / "docs" / "contributing.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| (.+?) \| .+ \|$", text, flags=re.M)
+    documented: dict[int, set[str]] = {}
+    for layer, packages in rows:
+        for path in re.findall(r"`([^`]+)`", packages):
+            documented.setdefault(int(layer) - 1, set()).add(path.rstrip("/").removesuffix(".py").replace("/", "."))
+    assert documented == dict(enumerate(LAYERS)), documented
