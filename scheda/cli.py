@@ -23,6 +23,7 @@ from scheda.config import (COMPONENT_MODULES, CONFIGS, list_groups_from_one_copy
 from scheda.utils.devices import claim_gpu
 from scheda.utils.errors import ConfigError, SchedaError
 from scheda.runs.resume import resume_argv
+from scheda.runs.rundir import kept
 
 try:
     register_configs()
@@ -67,8 +68,8 @@ def task(cfg: DictConfig) -> float | None:
     # a fused sweep (trainer.parallel), as the run's plan recorded it (a run completed before the record: its summary's best)
     if (summary.get("plan") or {}).get("sweep", "best_val_error" in summary):
         return summary["best_val_error"]
-    evaluations = summary["evaluations"]
-    return evaluations[-1]["val_error"] if evaluations else summary.get("final_train_loss")
+    read = kept(summary)  # under the rule of training to convergence its best, else its last evaluation
+    return read["val_error"] if read else summary.get("final_train_loss")
 
 
 def _name_records(cfg: DictConfig, output_dir: Path, hydra_cfg) -> None:

@@ -25,8 +25,8 @@ from scheda.model.autoencoder import build_model
 from scheda.model.noise import build_noise
 from scheda.model.optim import build_optimizer
 from scheda.runs.reentry import enter, enter_model
-from scheda.runs.rundir import RunResults, summarise_sweep, summary_lines
-from scheda.training.callbacks import CAP, PATIENCE, SCHEDULE, CheckpointCallback, Patience, ProgressBar
+from scheda.runs.rundir import CAP, PATIENCE, SCHEDULE, RunResults, summarise_sweep, summary_lines
+from scheda.training.callbacks import CheckpointCallback, Patience, ProgressBar
 from scheda.training.checkpoint import find_checkpoint_dir, load_checkpoint, load_model_weights
 from scheda.planning import rules
 from scheda.planning.plan import Plan, PlannedModel, make_plan

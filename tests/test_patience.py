@@ -14,7 +14,7 @@ from scheda.run import run
 from scheda.training.callbacks import patience_spent
 from scheda.utils.errors import ConfigError
 
-from helpers import TINY, compose_cfg
+from helpers import TINY, compose_cfg, run_train
 
 
 def evals(*val_errors, start=1, every=1):
@@ -51,6 +51,28 @@ def test_a_model_that_stops_improving_stops_by_patience(cifar_arrays, tmp_path):
     assert summary["epochs"] == 6 and summary["stopped_by"] == "patience" and summary["status"] == "completed"
     assert [e["epoch"] for e in summary["evaluations"]] == [2, 4, 6]
     assert (out / "checkpoints" / "epoch_00006.pt").exists()  # the last epoch is checkpointed where it stopped
+
+
+def test_a_run_under_the_rule_says_why_it_stopped_and_gives_the_model_the_rule_kept(cifar_arrays, tmp_path):
+    """scheda-train's last lines: under the rule the errors are those of the best evaluation (its epoch
+    named), not of the last, which is the patience past it; a fused sweep's models likewise."""
+    base = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=9", "evaluate.every=2",
+            "trainer.patience=2", "logger=none"]
+    proc = run_train([*base, FROZEN, f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    best = _results(tmp_path / "run")["evaluations"][0]  # every evaluation ties: the first is the best
+    assert "(6 epochs, stopped by patience)" in proc.stdout
+    assert (f"best on validation at epoch 2: C={best['params']['C']:g}, val error {100 * best['val_error']:.2f} %, "
+            f"test error {100 * best['test_error']:.2f} %") in proc.stdout, proc.stdout[-2000:]
+    proc = run_train([*base, "trainer.parallel.lr=[1e-30,0.5]", f"hydra.run.dir={tmp_path / 'fused'}"],
+                     cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for entry in _results(tmp_path / "fused")["models"]:
+        model = _results(tmp_path / "fused" / entry["dir"])
+        best = min(model["evaluations"], key=lambda e: (e["val_error"], e["epoch"]))
+        assert entry["stopped_by"] == model["stopped_by"] and entry["read_at"] == best["epoch"]
+        assert entry["val_error"] == best["val_error"] and entry["test_error"] == best["test_error"]
+        assert f"{entry['dir']} {entry['overrides']}: best on validation at epoch {best['epoch']}: " in proc.stdout
 
 
 def test_a_model_still_improving_is_at_its_cap(cifar_arrays, tmp_path):
@@ -114,3 +136,23 @@ def test_a_run_resumed_with_the_rule_on_stops_by_it(cifar_arrays, tmp_path):
     run(compose_cfg([*base, "trainer.max_epochs=2"]), tmp_path / "run")
     resumed = run(compose_cfg([*base, f"resume={tmp_path / 'run'}", "trainer.patience=2"]), tmp_path / "run")
     assert resumed["stopped_by"] == "patience" and resumed["epochs"] == 3  # best at 1 (ties), then 2 and 3
+
+
+def test_a_sweep_and_its_search_read_each_job_at_the_model_the_rule_kept(tmp_path):
+    """A job of a -m sweep under the rule, stopped by patience past its best: its summary line, the
+    sweep's best job and kept() (which scheda-train returns to an Optuna search) are the best evaluation's."""
+    from omegaconf import OmegaConf
+
+    from scheda.runs.rundir import kept
+    from scheda.runs.sweep_summary import job_line
+
+    job = tmp_path / "0"
+    (job / ".hydra").mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create(["optim.lr=0.5"]), job / ".hydra" / "overrides.yaml")
+    evaluations = [{"epoch": 2, "val_error": 0.40, "test_error": 0.41}, {"epoch": 4, "val_error": 0.45,
+                                                                        "test_error": 0.44}]
+    results = {"status": "completed", "stopped_by": "patience", "evaluations": evaluations}
+    (job / "results.json").write_text(json.dumps(results))
+    line, val, _ = job_line(job)
+    assert val == 0.40 and line.endswith("completed, best on validation at epoch 2, val 40.00 %, test 41.00 %"), line
+    assert kept(results)["epoch"] == 2 and kept({**results, "stopped_by": "schedule"})["epoch"] == 4  # no rule: last

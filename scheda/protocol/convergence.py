@@ -11,9 +11,8 @@ from omegaconf import DictConfig
 from pathlib import Path
 
 from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
-from scheda.runs.rundir import read_results
+from scheda.runs.rundir import CAP, PATIENCE, SCHEDULE, read_results
 from scheda.protocol.kinds.da import DA
-from scheda.training.callbacks import CAP, PATIENCE, SCHEDULE
 
 
 def stopped_text(e: dict[str, Any]) -> str:

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 from scheda.utils import stats
 from scheda.config import flatten
 from scheda.utils.io import shown_path
-from scheda.runs.rundir import params_of, params_text, pick, read_metrics
+from scheda.runs.rundir import CAP, PATIENCE, params_of, params_text, pick, read_metrics
 
 COLUMNS = ("status", "epochs", "read at", "classifier", "val_error %", "test_error %", "minutes")
 # "read at": the epoch of the evaluation the errors are from (--at picks it), which under the rule of
@@ -116,7 +116,7 @@ def table(rows: list[dict[str, Any]], env: bool = False,
     environment after its results; ``metrics``: logged scalars (metrics.csv) after those."""
     keys = differing_keys(rows)
     columns = [*COLUMNS, *(f"env.{k}" for k in ENV_COLUMNS if env), *metrics]
-    if any(r.get("stopped") in ("patience", "cap") for r in rows):  # the rule of training to convergence was on
+    if any(r.get("stopped") in (PATIENCE, CAP) for r in rows):  # the rule of training to convergence was on
         columns.insert(columns.index("epochs") + 1, "stopped")
     ordered = sorted(rows, key=lambda r: (r["val_error %"] is None, r["val_error %"] or 0.0, r["run"]))
     return (["run", *keys, *columns],

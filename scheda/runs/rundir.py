@@ -118,6 +118,20 @@ def checkpoint_name(epoch: int, batch: int | None = None) -> str:
     return f"epoch_{epoch:05d}.pt" if batch is None else f"epoch_{epoch:05d}_batch_{batch:06d}.pt"
 
 
+# Why a model stopped training, as results.json's ``stopped_by`` records it.
+PATIENCE = "patience"  # the rule: no new best validation error in ``patience`` evaluations
+CAP = "cap"  # the rule was on, and had not stopped the model (its last evaluations within patience) by trainer.max_epochs
+SCHEDULE = "schedule"  # no rule: it trained its schedule's length
+
+
+def kept(results: dict[str, Any]) -> dict[str, Any] | None:
+    """The evaluation a finished model is reported at: under the rule of training to convergence
+    (``stopped_by`` patience or cap) its best on validation, the model the rule keeps (its last
+    evaluation is the patience past it); otherwise its last."""
+    at = "best" if results.get("stopped_by") in (PATIENCE, CAP) else "last"
+    return pick(results.get("evaluations") or [], at)
+
+
 def read_results(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / "results.json"
     if not path.exists():
@@ -172,17 +186,33 @@ FINAL_STATUSES = ("completed", "diverged")
 
 
 def summarise_sweep(results: RunResults, summaries: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
-    """A fused sweep's own results.json once its models finished: each model's status, last
-    errors and final loss beside its folder (``results.data["models"]``), the best validation
+    """A fused sweep's own results.json once its models finished: each model's status, errors
+    (:func:`kept`; under the rule, why it stopped and the epoch read) and final loss beside its folder (``results.data["models"]``), the best validation
     error, no evaluations of its own."""
     for entry, summary in zip(results.data["models"], summaries):
-        last = summary["evaluations"][-1] if summary["evaluations"] else {}
-        entry.update(status=summary["status"], val_error=last.get("val_error"), test_error=last.get("test_error"),
+        read = kept(summary) or {}
+        entry.update(status=summary["status"], val_error=read.get("val_error"), test_error=read.get("test_error"),
                      final_train_loss=summary.get("final_train_loss"))
+        if summary.get("stopped_by"):
+            entry.update(stopped_by=summary["stopped_by"], read_at=read.get("epoch"))
     results.data.update(evaluations=[])
     vals = [e["val_error"] for e in results.data["models"] if e["val_error"] is not None]
     results.update(status="completed", best_val_error=min(vals) if vals else None, seconds=seconds)
     return results.data
+
+
+def stop_text(results: dict[str, Any]) -> str:
+    """Why a model under the rule of training to convergence stopped, for the run's last lines."""
+    if results.get("stopped_by") == PATIENCE:
+        return ", stopped by patience"
+    if results.get("stopped_by") == CAP:
+        return ", at its cap: the rule had not stopped it, not converged"
+    return ""
+
+
+def read_at_text(stopped_by: str | None, epoch: int | None) -> str:
+    """Which evaluation a line of errors is, under the rule (its best; :func:`kept`); "" without it."""
+    return f"best on validation at epoch {epoch}" if stopped_by in (PATIENCE, CAP) else ""
 
 
 def summary_lines(summary: dict[str, Any], output_dir: Path, loggers: Iterable[Any] = ()) -> list[str]:
@@ -190,14 +220,18 @@ def summary_lines(summary: dict[str, Any], output_dir: Path, loggers: Iterable[A
     setting and errors, the fine-tuned result, and where its results, checkpoints and each
     logger's records (``logger.where``) are."""
     shown = shown_path(output_dir)
-    lines = [f"done in {summary.get('seconds', 0) / 60:.1f} min ({summary.get('epochs', 0)} epochs)"]
     models = summary.get("models")
+    lines = [f"done in {summary.get('seconds', 0) / 60:.1f} min ({summary.get('epochs', 0)} epochs"
+             f"{'' if models else stop_text(summary)})"]
     for entry in models or [summary]:
-        last = entry if models else (summary["evaluations"][-1] if summary.get("evaluations") else None)
+        read = entry if models else kept(summary)
         where = f"  {entry['dir']} {entry['overrides']}: " if models else "  "
-        if last and last.get("val_error") is not None:
-            chosen = f"{params_text(params_of(last))}, " if params_of(last) else ""
-            lines.append(f"{where}{chosen}val error {100 * last['val_error']:.2f} %, test error {100 * last['test_error']:.2f} %")
+        if read and read.get("val_error") is not None:
+            chosen = f"{params_text(params_of(read))}, " if params_of(read) else ""
+            at = read_at_text(entry.get("stopped_by"), entry.get("read_at")) if models else \
+                read_at_text(summary.get("stopped_by"), read["epoch"])
+            lines.append(f"{where}{at + ': ' if at else ''}{chosen}val error {100 * read['val_error']:.2f} %, "
+                         f"test error {100 * read['test_error']:.2f} %")
         elif models:
             lines.append(f"{where}{entry.get('status')}")
     ft = summary.get("finetune", {}).get("chosen")

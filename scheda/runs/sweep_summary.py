@@ -15,6 +15,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from scheda.runs.reentry import INVOCATION
+from scheda.runs.rundir import kept, read_at_text
 from scheda.utils.io import atomic_write, shown_path
 
 
@@ -31,12 +32,12 @@ def job_line(job_dir: Path, invocation: str | None = None) -> tuple[str, float |
         results: dict[str, Any] = json.loads(results_file.read_text())
     except json.JSONDecodeError:
         return f"{job_dir.name}: {overrides}: unreadable results.json", None, None
-    val = results.get("best_val_error")
-    evaluations = results.get("evaluations") or []
-    test = evaluations[-1]["test_error"] if evaluations else None
-    if val is None and evaluations:
-        val = evaluations[-1]["val_error"]
-    errors = f", val {100 * val:.2f} %" if val is not None else ""
+    read = kept(results)  # a fused sweep's run has none of its own: its best model's validation error
+    val = results.get("best_val_error") if read is None else read["val_error"]
+    test = read["test_error"] if read else None
+    at = read_at_text(results.get("stopped_by"), read["epoch"]) if read else ""
+    errors = f", {at}" if at else ""
+    errors += f", val {100 * val:.2f} %" if val is not None else ""
     errors += f", test {100 * test:.2f} %" if test is not None else ""
     last = (results.get("attempts") or [{}])[-1]
     action = last.get("action")

@@ -14,7 +14,7 @@ from scheda.runs.rundir import checkpoint_name
 from scheda.training.checkpoint import save_checkpoint
 from scheda.training.trainer import Callback, ModelState  # the hooks the loop calls, beside the state they get
 
-__all__ = ["CAP", "PATIENCE", "SCHEDULE", "Callback", "CheckpointCallback", "Patience", "ProgressBar",
+__all__ = ["Callback", "CheckpointCallback", "Patience", "ProgressBar",
            "TqdmLoggingHandler", "patience_spent"]
 
 log = logging.getLogger(__name__)
@@ -41,10 +41,6 @@ class CheckpointCallback(Callback):
         log.info("checkpoint %s (interrupted)", self.last_path)
 
 
-# Why a model stopped training, as results.json's ``stopped_by`` records it.
-PATIENCE = "patience"  # the rule: no new best validation error in ``patience`` evaluations
-CAP = "cap"  # the rule was on, and had not stopped the model (its last evaluations within patience) by trainer.max_epochs
-SCHEDULE = "schedule"  # no rule: it trained its schedule's length
 
 
 def patience_spent(evaluations: Sequence[dict[str, Any]], patience: int, after_epoch: int) -> bool:
