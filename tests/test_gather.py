@@ -158,6 +158,7 @@ def test_a_run_still_running_shows_no_minutes_yet(cifar_arrays, tmp_path):
     proc = run_train([f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1", "logger=none",
                       f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "min (1 epoch)" in proc.stdout  # its last lines, in English
     assert _rows(tmp_path / "run")[0]["minutes"] != ""
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     (tmp_path / "run" / "results.json").write_text(json.dumps({**results, "status": "running", "seconds": 0.0}))

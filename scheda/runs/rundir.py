@@ -221,7 +221,8 @@ def summary_lines(summary: dict[str, Any], output_dir: Path, loggers: Iterable[A
     logger's records (``logger.where``) are."""
     shown = shown_path(output_dir)
     models = summary.get("models")
-    lines = [f"done in {summary.get('seconds', 0) / 60:.1f} min ({summary.get('epochs', 0)} epochs"
+    epochs = summary.get("epochs", 0)
+    lines = [f"done in {summary.get('seconds', 0) / 60:.1f} min ({epochs} epoch{'' if epochs == 1 else 's'}"
              f"{'' if models else stop_text(summary)})"]
     for entry in models or [summary]:
         read = entry if models else kept(summary)
