@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                 cfg.dataset.root = args.data_root
             data = load_dataset(cfg.dataset)
             for path in export_features(args.features, model, data, torch.device(args.device), args.chunk_size):
-                print(f"{path}: train/val/test features of {model.n_hidden}")
+                splits = path.suffixes[-2][1:] if path.suffix == ".svm" else "train/val/test"  # F.train.svm: one split
+                print(f"{path}: {splits} features of {model.n_hidden}")
         print(f"from epoch {state['epoch']} of {state['path']}; {time.perf_counter() - start:.1f} s")
     except SchedaError as exc:
         print(f"error: {exc}", file=sys.stderr)
