@@ -59,11 +59,13 @@ def test_the_issues_check_train_encode_export_and_load_the_weights_back(trained,
     assert again.results["status"] == "completed" and again.results["config"]["init_from"].endswith("W.safetensors")
 
 
-def test_libsvm_features_are_read_by_liblinears_own_reader(trained):
+def test_libsvm_features_are_read_by_liblinears_own_reader(trained, capsys):
     from liblinear.liblinearutil import svm_read_problem
 
     root, run = trained
     assert export([str(run.dir), "--features", str(root / "F.svm")]) == 0
+    printed = capsys.readouterr().out
+    assert all(f"F.{split}.svm: {split} features of 6" in printed for split in ("train", "val", "test")), printed
     y, x = svm_read_problem(str(root / "F.test.svm"))
     saved = np.load(root / "F.npz") if (root / "F.npz").exists() else None
     assert len(y) == 15 and len(x[0]) == 6
