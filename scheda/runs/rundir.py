@@ -187,8 +187,8 @@ FINAL_STATUSES = ("completed", "diverged")
 
 def summarise_sweep(results: RunResults, summaries: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
     """A fused sweep's own results.json once its models finished: each model's status, errors
-    (:func:`kept`; under the rule, why it stopped and the epoch read) and final loss beside its folder (``results.data["models"]``), the best validation
-    error, no evaluations of its own."""
+    (:func:`kept`; under the rule, why it stopped and the epoch read) and final loss beside its
+    folder (``results.data["models"]``), the best validation error, no evaluations of its own."""
     for entry, summary in zip(results.data["models"], summaries):
         read = kept(summary) or {}
         entry.update(status=summary["status"], val_error=read.get("val_error"), test_error=read.get("test_error"),
