@@ -93,3 +93,21 @@ def test_models_that_fill_the_card_keep_pass_ii_whole(bench):
     _, launches = bench.occupancy_floor(4, 1000, 20, 2250, "H100")
     assert [(k["kernel"], k["programs"]) for k in launches] == [("decode_pass", 768), ("rows_pass", 252)]
     assert launches[1]["flops"] == 4 * launches[0]["flops"]
+
+def test_side_by_side_times_each_of_k_copies_at_once_and_keeps_the_slowest(tmp_path):
+    """--side-by-side 2: two copies of the benchmark started together with half the threads each (as two
+    protocol jobs share a CPU); the report is the slower copy's whole, with both copies' times."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_train.py"), "--device", "cpu", "--hidden", "16",
+                           "--batch-sizes", "8", "--batches", "2", "--n", "96", "--skip-naive", "--rate-seconds", "0.01",
+                           "--job-tries", "1", "--side-by-side", "2", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads(out.read_text())
+    side = report["side_by_side"]
+    assert side["jobs"] == 2 and side["threads"] == max(1, torch.get_num_threads() // 2) == report["threads"]
+    assert len(side["default_s"]) == 2 and report["rows"][0]["default_s"] == max(side["default_s"])
+    assert "side by side: 2 jobs of" in proc.stdout

@@ -537,10 +537,17 @@ def test_device_hours_count_everything_a_run_pays_each_from_its_measured_cost():
     line = estimate.describe(cfg, est, "b.json")
     assert "jobs' start" in line and "fine-tuning" in line and "not measured" not in line
     bench["rows"][0]["finetune_grid_s"] = 5.0  # the paper's five rates fused in one step: 1.0 s a rate
-    fused = estimate.estimate(cfg, bench, 50)["finetune_hours"] * 3600
+    fused_est = estimate.estimate(cfg, bench, 50)
+    fused = fused_est["finetune_hours"] * 3600
     assert fused == pytest.approx(2 * 3 * 2 * 1.0 * 2)
     alone = estimate.estimate(smoke_cfg(*FIXED, "overrides=['finetune.fused=false']"), bench, 50)["finetune_hours"] * 3600
     assert alone == pytest.approx(2 * 3 * 2 * 3.0 * 2)
+    # timed as two jobs side by side on one device (each time one job's while both run): the device does
+    # two jobs' work in that time
+    shared = estimate.estimate(cfg, {**bench, "side_by_side": {"jobs": 2, "threads": 1}}, 50)
+    assert shared["device_hours"] == pytest.approx(fused_est["device_hours"] / 2)
+    assert shared["train_hours"] == pytest.approx(fused_est["train_hours"] / 2)
+    assert "2 jobs side by side as timed" in estimate.describe(cfg, shared, "b.json")
 
 
 @pytest.mark.parametrize("override", ["trainer.cuda_graph=false", "trainer.triton=false", "trainer.fused=false",

@@ -243,10 +243,14 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
             else:
                 per_rate = epoch_seconds(bench, hidden, batch_size, examples=examples, key="finetune_s", inputs=inputs)
             seconds_finetune += p["finetune_jobs"] / len(cfg.scale.hidden) * lrs * epochs * per_rate
+    # A benchmark timed as K jobs side by side on one device (bench_train.py --side-by-side K: each
+    # timing is one job's while K run) gives the device K jobs' work in that time.
+    share = (bench.get("side_by_side") or {}).get("jobs", 1)
     total = seconds_train + seconds_eval + seconds_jobs + seconds_finetune
-    out.update(device=bench.get("device_name", bench.get("device")), train_hours=seconds_train / 3600,
-               eval_hours=seconds_eval / 3600, job_hours=seconds_jobs / 3600, finetune_hours=seconds_finetune / 3600,
-               device_hours=total / 3600, eval_measured="lr_search" in bench,
+    out.update(device=bench.get("device_name", bench.get("device")), train_hours=seconds_train / 3600 / share,
+               eval_hours=seconds_eval / 3600 / share, job_hours=seconds_jobs / 3600 / share,
+               finetune_hours=seconds_finetune / 3600 / share, device_hours=total / 3600 / share, side_by_side=share,
+               eval_measured="lr_search" in bench,
                jobs_measured="job_start_s" in bench, finetune_measured=finetune_measured)
     return out
 
@@ -273,5 +277,6 @@ def describe(cfg: DictConfig, est: dict[str, Any], bench_path: str | None) -> st
              part("jobs' start", "job_hours", est["jobs_measured"])]
     if est["finetune_jobs"]:
         parts.append(part("fine-tuning", "finetune_hours", est["finetune_measured"]))
-    return (text + f"; about {est['device_hours']:.2f} device-hours on {est['device']} ({', '.join(parts)}; "
-            f"from {bench_path})")
+    jobs_at_once = f", {est['side_by_side']} jobs side by side as timed" if est.get("side_by_side", 1) > 1 else ""
+    return (text + f"; about {est['device_hours']:.2f} device-hours on {est['device']}{jobs_at_once} "
+            f"({', '.join(parts)}; from {bench_path})")
