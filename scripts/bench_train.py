@@ -367,6 +367,32 @@ def lr_search_seconds(n, features, device) -> float:
     return time.perf_counter() - start
 
 
+def lr_search_of_run(run: str, device, data_root: str | None = None) -> dict:
+    """One evaluation as a trained run's jobs pay it: its model encodes the train, validation and
+    test splits of its own data set, then the default torch_lr C search (C = 2^-10 .. 2^6, warm
+    starts) on those features. A DA's features are correlated, and the search on them takes about
+    three times as long as on random ones (``lr_search_seconds``; 500 features, a 2-core EPYC)."""
+    from scheda.data import load_dataset
+    from scheda.evaluation.classifiers import TorchLRConfig
+    from scheda.evaluation.evaluate import encode_splits, evaluate_features, labels_of
+    from scheda.training.checkpoint import load_run_model
+
+    cfg, model, state = load_run_model(run, device)
+    if data_root:
+        cfg.dataset.root = data_root
+    data = load_dataset(cfg.dataset)
+    sync(device)
+    start = time.perf_counter()
+    features = encode_splits(model, data, device, 8192)
+    sync(device)
+    encoded = time.perf_counter() - start
+    evaluate_features(features, labels_of(data), TorchLRConfig(), device)
+    sync(device)
+    seconds = time.perf_counter() - start
+    return {"n": int(features["train"].shape[0]), "features": int(features["train"].shape[1]), "seconds": seconds,
+            "encode_seconds": encoded, "run": str(state["path"])}
+
+
 def job_costs(data, bs, H, device, step, tries: int = 3) -> dict[str, float]:
     """What every job pays beyond its epochs (the protocol's estimate counts them), each the best
     of ``tries``: a process that imports scheda's training and initialises the device; the training
@@ -424,6 +450,10 @@ def main(argv=None) -> int:
     parser.add_argument("--grid", type=int, default=0, help="also a fused sweep of this many models in every row")
     parser.add_argument("--lr-search", type=int, nargs=2, default=None, metavar=("N", "F"),
                         help="also time torch_lr's C search on N x F features")
+    parser.add_argument("--lr-search-run", default=None, metavar="RUN",
+                        help="instead of --lr-search, time an evaluation (encoding and C search) of a trained run "
+                             "on its own data set (SCHEDA_DATA or --data-root)")
+    parser.add_argument("--data-root", default=None, help="the data set's folder for --lr-search-run")
     parser.add_argument("--finetune", action="store_true", help="also time an epoch of fine-tuning in every row")
     parser.add_argument("--rate-seconds", type=float, default=0.5,
                         help="how long each matmul rate and copy bandwidth is timed (the floors' inputs)")
@@ -579,7 +609,11 @@ def main(argv=None) -> int:
     set_precision(args.precisions[0])
     report.update(job_costs(data, args.batch_sizes[0], args.hidden[0], device, steps[default], args.job_tries))
     print("per job: start {job_start_s:.2f} s, data load {data_load_s:.2f} s, step build {build_s:.3f} s".format(**report))
-    if args.lr_search:
+    if args.lr_search_run:
+        report["lr_search"] = search = lr_search_of_run(args.lr_search_run, device, args.data_root)
+        print(f"an evaluation of {search['run']}: {search['n']} x {search['features']} features, encoded in "
+              f"{search['encode_seconds']:.1f} s, with the C search {search['seconds']:.1f} s")
+    elif args.lr_search:
         seconds = lr_search_seconds(*args.lr_search, device)
         report["lr_search"] = {"n": args.lr_search[0], "features": args.lr_search[1], "seconds": seconds}
         print(f"torch_lr C search (17 C, warm starts) on {args.lr_search[0]} x {args.lr_search[1]} features: "

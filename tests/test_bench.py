@@ -111,3 +111,19 @@ def test_side_by_side_times_each_of_k_copies_at_once_and_keeps_the_slowest(tmp_p
     assert side["jobs"] == 2 and side["threads"] == max(1, torch.get_num_threads() // 2) == report["threads"]
     assert len(side["default_s"]) == 2 and report["rows"][0]["default_s"] == max(side["default_s"])
     assert "side by side: 2 jobs of" in proc.stdout
+
+
+def test_an_evaluation_is_timed_on_a_trained_runs_own_features(bench, cifar_arrays, tmp_path):
+    """--lr-search-run: the run's model encodes its data set's splits and the default C search runs on
+    those features, as every evaluation of a job does; the estimate reads it as it reads --lr-search."""
+    from scheda.run import run
+
+    from helpers import TINY, compose_cfg
+
+    run_dir = tmp_path / "run"
+    run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1",
+                     "evaluate.enabled=false", "logger=none"]), run_dir)
+    search = bench.lr_search_of_run(str(run_dir), torch.device("cpu"))
+    hidden = json.loads((run_dir / "results.json").read_text())["config"]["model"]["hidden"]
+    assert search["features"] == hidden and search["n"] > 0 and search["run"].endswith("epoch_00001.pt")
+    assert 0 < search["encode_seconds"] < search["seconds"]
