@@ -88,6 +88,19 @@ def test_random_schedule_logs_mean_nu():
     assert all(0.2 <= h["nu"] <= 0.4 for h in history)
 
 
+def test_an_evaluation_of_a_random_schedule_logs_its_mean_nu_shortly(cifar_arrays, tmp_path, caplog):
+    """The epoch's mean nu, kept whole in results.json, printed to 4 digits in the log line."""
+    import logging
+    import re
+
+    caplog.set_level(logging.INFO, logger="scheda.evaluation.evaluate")
+    summary = run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, "schedule=random_uniform", "schedule.epochs=1",
+                               "logger=none"]), tmp_path / "run")
+    nu = summary["evaluations"][-1]["nu"]
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("eval epoch 1 "))
+    assert re.match(r"eval epoch 1 nu=0\.\d{1,4}: ", line) and f"nu={nu:.4g}:" in line, line
+
+
 def test_divergence_stops_with_a_clear_error():
     trainer = _trainer(dict(name="constant", nu=0.3, epochs=3), _synthetic() * 1e30, lr=1e30)
     with pytest.raises(DivergenceError, match=r"epoch 1 \(nu=0.3\).*optim.lr"):

@@ -166,7 +166,8 @@ class EvaluationCallback(Callback):
         self.last_model = result.pop("model")
         entry = {"epoch": epoch, "nu": nu, "reason": reason, **result, "encode_seconds": encode_seconds}
         self.results.add_evaluation(entry)
-        log.info("eval epoch %d nu=%s: %s val %.4f test %.4f (%.1fs)", epoch, nu, params_text(result["params"]),
+        log.info("eval epoch %d nu=%s: %s val %.4f test %.4f (%.1fs)", epoch,  # a random schedule's: its epoch's mean
+                 nu if nu is None else f"{nu:.4g}", params_text(result["params"]),
                  result["val_error"], result["test_error"], result["seconds"])
         scalars = {"eval/val_error": result["val_error"], "eval/test_error": result["test_error"]}
         for key, value in result["params"].items():  # eval/log2_C for logistic regression, eval/k for kNN
