@@ -247,9 +247,10 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
     # timing is one job's while K run) gives the device K jobs' work in that time.
     share = (bench.get("side_by_side") or {}).get("jobs", 1)
     total = seconds_train + seconds_eval + seconds_jobs + seconds_finetune
-    out.update(device=bench.get("device_name", bench.get("device")), train_hours=seconds_train / 3600 / share,
-               eval_hours=seconds_eval / 3600 / share, job_hours=seconds_jobs / 3600 / share,
-               finetune_hours=seconds_finetune / 3600 / share, device_hours=total / 3600 / share, side_by_side=share,
+    hours = {f"{part}_hours": seconds / 3600 / share for part, seconds in (
+        ("train", seconds_train), ("eval", seconds_eval), ("job", seconds_jobs), ("finetune", seconds_finetune),
+        ("device", total))}
+    out.update(device=bench.get("device_name", bench.get("device")), **hours, side_by_side=share,
                eval_measured="lr_search" in bench,
                jobs_measured="job_start_s" in bench, finetune_measured=finetune_measured)
     return out
