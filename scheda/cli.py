@@ -22,7 +22,7 @@ from scheda.config import (COMPONENT_MODULES, CONFIGS, list_groups_from_one_copy
                            register_configs, unknown_choice)
 from scheda.utils.devices import claim_gpu
 from scheda.utils.errors import ConfigError, SchedaError
-from scheda.runs.resume import resume_argv
+from scheda.runs.reentry import resume_argv
 from scheda.runs.rundir import kept
 
 try:
@@ -76,7 +76,7 @@ def _name_records(cfg: DictConfig, output_dir: Path, hydra_cfg) -> None:
     """A sweep's job names its loggers' records by its swept values, not by its number; so does a
     job resumed alone (``scheda-train resume=<its directory>``), whose records then stay one run."""
     from scheda.loggers import name_runs
-    from scheda.runs.resume import run_dir_of
+    from scheda.runs.reentry import run_dir_of
     from scheda.runs.sweep_summary import swept_label
 
     resumed = run_dir_of(cfg.resume) if cfg.get("resume") else None

@@ -251,13 +251,6 @@ def register_configs() -> None:
                 cs.store(group=group, name=name, node=cls, package=f"{group}.{name}")
 
 
-def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested dict as {"a.b.c": value}: configs compared key by key (resume, a protocol's scale)."""
-    if isinstance(node, dict):
-        return {k: v for key, value in node.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
-    return {prefix.rstrip("."): node}
-
-
 # --- checks that Hydra's composition lets through --------------------------------------
 MISSING_HINTS = {"init_from": "init_from=<the DA's run directory or checkpoint to continue>"}
 

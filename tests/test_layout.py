@@ -87,7 +87,7 @@ def test_the_old_flat_paths_are_gone():
     assert not (REPO / "scheda" / "_moved.py").exists()
 
 
-@pytest.mark.parametrize("module", ["scheda.runs.rundir", "scheda.runs.gather", "scheda.runs.resume"])
+@pytest.mark.parametrize("module", ["scheda.runs.rundir", "scheda.runs.gather", "scheda.runs.reentry"])
 def test_reading_runs_needs_no_torch(module):
     """``scheda-results`` and the protocol's reading of runs stay light: no torch."""
     out = subprocess.run([sys.executable, "-c", f"import sys, {module}; print('torch' in sys.modules)"],

@@ -89,7 +89,7 @@ def test_each_rule_refuses_its_config_and_only_its_own(cifar_arrays, name):
     assert getattr(rules, name)(typed, device).startswith(message)
 
 
-# resume= reads the run it continues before anything else (scheda.runs.resume), so its rule is
+# resume= reads the run it continues before anything else (scheda.runs.reentry), so its rule is
 # checked on the typed config above; off CUDA the device rule refuses the CUDA-graph and Triton cases first.
 @pytest.mark.parametrize("name", sorted(set(CASES) - NEEDS_CUDA - {"resume_or_init_from"}))
 def test_a_broken_rule_stops_the_run_before_any_file(cifar_arrays, tmp_path, name):

@@ -29,8 +29,7 @@ from scheda.protocol.slurm import (
     record_scheduler_states,
     scheduler_states,
 )
-from scheda.runs.reentry import has_checkpoint, reentry
-from scheda.runs.resume import keeps_init_from
+from scheda.runs.reentry import has_checkpoint, keeps_init_from, reentry
 from scheda.runs.rundir import FINAL_STATUSES, read_results
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from typing import Any, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-from scheda.config import flatten
 from scheda.utils.errors import ConfigError
+from scheda.runs.rundir import flatten
 from scheda.utils.io import atomic_write
 from scheda.protocol.config import PHASES
 from scheda.protocol.jobs import JobSpec, fmt, rule_values

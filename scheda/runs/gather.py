@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from scheda.utils import stats
-from scheda.config import flatten
 from scheda.utils.io import shown_path
-from scheda.runs.rundir import CAP, PATIENCE, params_of, params_text, pick, read_metrics
+from scheda.runs.rundir import CAP, PATIENCE, flatten, params_of, params_text, pick, read_metrics
 
 COLUMNS = ("status", "epochs", "read at", "classifier", "val_error %", "test_error %", "minutes")
 # "read at": the epoch of the evaluation the errors are from (--at picks it), which under the rule of

@@ -28,6 +28,14 @@ from scheda.utils.io import atomic_write_json, shown_path
 log = logging.getLogger(__name__)
 
 
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """A recorded config (results.json's, a saved config.yaml's) as {"a.b.c": value}: compared key
+    by key with another (a resume, a sweep run again, a protocol's scale) or read as columns."""
+    if isinstance(node, dict):
+        return {k: v for key, value in node.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): node}
+
+
 def params_of(evaluation: Mapping[str, Any]) -> dict[str, float]:
     """The classifier setting an evaluation chose (results written before classifiers owned
     their grids hold only ``C``)."""
