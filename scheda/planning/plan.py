@@ -85,11 +85,12 @@ def parallel_variants(config: RunConfig) -> list[dict[str, Any]]:
     return [dict(combo) for combo in itertools.product(*axes)] if axes else []
 
 
-def model_of(config: RunConfig, overrides: dict[str, Any], resume: str | None) -> RunConfig:
-    """One model of a fused sweep: the typed config with that model's values (``schedule.<nu key>``,
+def model_of(config: RunConfig, overrides: dict[str, Any], index: int) -> RunConfig:
+    """Model ``index`` of a fused sweep: the typed config with that model's values (``schedule.<nu key>``,
     ``optim.lr``, ``seed``) set on copies of the groups they belong to, its loggers naming its
-    records by those values, and its record of the config to match. Nothing is composed or
-    typed again."""
+    records by those values, its record of the config to match, and, for a sweep resumed, its
+    own checkpoints to resume. Nothing is composed or typed again."""
+    resume = str(rules.sweep_model_to_resume(config.resume, index)) if config.resume else None
     groups: dict[str, Any] = {"trainer": dataclasses.replace(
         config.trainer, parallel=dataclasses.replace(config.trainer.parallel, nu=[], lr=[], seed=[]))}
     seed = config.seed
@@ -130,13 +131,9 @@ def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None) -> Plan:
     if data is not None:
         rules.check_handed(config)
         config.dataset = config.dataset.handed(data)
-    variants = parallel_variants(config)
-    if not variants:
-        return Plan(config, device, step, (_planned(0, {}, config, ""),), sweep=False, finetune_step=finetune_step)
+    variants = parallel_variants(config)  # none: one model, the run's own config
     models = []
-    for k, overrides in enumerate(variants):
-        resume = None
-        if config.resume:
-            resume = str(rules.sweep_model_to_resume(config.resume, k))
-        models.append(_planned(k, overrides, model_of(config, overrides, resume), f"models/{k}"))
-    return Plan(config, device, step, tuple(models), sweep=True, finetune_step=finetune_step)
+    for k, overrides in enumerate(variants or [{}]):
+        model = model_of(config, overrides, k) if variants else config
+        models.append(_planned(k, overrides, model, f"models/{k}" if variants else ""))
+    return Plan(config, device, step, tuple(models), sweep=bool(variants), finetune_step=finetune_step)
