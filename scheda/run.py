@@ -57,6 +57,7 @@ def run(cfg: DictConfig, output_dir: str | Path, data: Mapping[str, Any] | None 
         try:
             plan = make_plan(cfg, data)  # before any data, logger or checkpoint
             results.update(plan=plan.record())
+            setup_process(plan.config.trainer)  # threads and precision: a raw baseline's evaluation too
             if plan.config.model.trains:
                 log.info(plan.describe())
                 summary = train_plan(plan, output_dir, results)
@@ -178,9 +179,8 @@ def load_data(plan: Plan):
 
 def build(plan: Plan, output_dir: Path, results: RunResults) -> tuple[list[Member], Any, dict[str, torch.Tensor]]:
     """Every model of the plan built, in the one order that works: models and checkpoints (no
-    data), the process's settings, the data on the device, then each model's state."""
+    data), the data on the device, then each model's state."""
     members = [Member(planned, plan, output_dir, results) for planned in plan.models]
-    setup_process(plan.config.trainer)
     data = load_data(plan)
     train_x, labelled = data.on_device(plan.device)
     try:

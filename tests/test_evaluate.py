@@ -10,7 +10,7 @@ from scheda.utils.errors import ConfigError
 from scheda.evaluation.evaluate import evaluate_features, select
 from scheda.run import run
 
-from helpers import STAGES, TINY, compose_cfg, run_train
+from helpers import STAGES, TINY, TINY_DATA, compose_cfg, run_train
 
 LIBLINEAR = {"name": "liblinear", "eps": 0.01}
 TORCH_LR = {"name": "torch_lr", "eps": 1e-4, "max_newton": 100, "max_cg": 200, "dtype": "float64"}
@@ -201,6 +201,20 @@ def test_evaluation_can_be_disabled(cifar_arrays, tmp_path):
     summary = run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, "evaluate.enabled=false"]),
                   tmp_path / "run")
     assert summary["evaluations"] == [] and summary["status"] == "completed"
+
+
+def test_a_raw_baseline_takes_the_trainers_process_settings(cifar_arrays, tmp_path):
+    """model=raw sets torch's threads from trainer.num_threads as a training run does: the protocol
+    evaluates its raw baseline beside other jobs with one thread each, and torch's default count
+    there makes the classifier's search many times slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY_DATA, "model=raw", "logger=none", "trainer.num_threads=3"]),
+            tmp_path / "raw")
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_raw_baseline_through_the_entry_point(cifar_arrays, tmp_path):
