@@ -18,6 +18,7 @@ import importlib
 import typing
 import importlib.util
 import pkgutil
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Optional
@@ -274,7 +275,7 @@ def composition_error(exc: BaseException) -> str | None:
     from hydra.errors import ConfigCompositionException, OverrideParseException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
-    cause = exc.__cause__
+    cause = exc.__cause__ or exc.__context__  # a key set by a config file: Hydra raises without ``from``
     if isinstance(exc, SchedaError):  # a sweep's failed job, which Hydra raises at the sweep's end
         return str(exc)
     if isinstance(exc, OSError) and exc.filename and not _ran_scheda(exc):  # Hydra's own run directory and files
@@ -285,11 +286,17 @@ def composition_error(exc: BaseException) -> str | None:
                 f"spaces, e.g. 'schedule.stages=[...]' (https://hydra.cc/docs/advanced/override_grammar/basic/)")
     if not isinstance(exc, ConfigCompositionException):
         return None
+    source = re.match(r"In '([^']+)':", str(exc))  # a config file (a preset) set the key, not the command line
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and dataclasses.is_dataclass(cause.object_type) \
             and cause.full_key:
+        if source:
+            group = cause.full_key.partition(".")[0]
+            return (f"{source.group(1)}.yaml sets {cause.full_key}, which is not a setting of {group} "
+                    f"({cause.object_type.__name__}): the preset is written for another choice of {group}; keep "
+                    f"its choice, or give its values without the preset")
         return not_a_setting(cause.full_key, cause.object_type)
     if isinstance(cause, ValidationError) and cause.full_key:
-        return f"{cause.full_key}: {str(cause).splitlines()[0]}"
+        return f"{cause.full_key}: {str(cause).splitlines()[0]}" + (f" (set by {source.group(1)}.yaml)" if source else "")
     return None
 
 
@@ -392,9 +399,28 @@ if __name__ == "__main__":  # run as a script, this file is not the module the c
 LISTS_GROUPS = {"--help", "-h", "--hydra-help", "--shell-completion", "-sc"}
 
 
-def group_choices(group: str) -> list[str]:
-    """A group's options as a command line picks them: its YAML files in configs/<group>/ and the
-    schemas registered under it."""
+def searched_folders(argv: list[str]) -> list[Path] | None:
+    """The config folders a command line adds to Hydra's search path (``hydra.searchpath=[file://...]``,
+    ``--config-dir``), whose YAML files are options too; None when one of them is not a folder
+    this process can list (a ``pkg://`` entry)."""
+    folders: list[Path] = []
+    for i, arg in enumerate(argv):
+        key, sep, value = arg.lstrip("+").partition("=")
+        if key == "hydra.searchpath" and sep:
+            for entry in (e.strip().strip("'\"") for e in value.strip("[]").split(",") if e.strip()):
+                if not entry.startswith("file://"):
+                    return None
+                folders.append(Path(entry.removeprefix("file://")))
+        elif arg in ("--config-dir", "-cd") and i + 1 < len(argv):
+            folders.append(Path(argv[i + 1]))
+        elif arg.startswith("--config-dir="):
+            folders.append(Path(arg.partition("=")[2]))
+    return folders
+
+
+def group_choices(group: str, folders: list[Path] = ()) -> list[str]:
+    """A group's options as a command line picks them: its YAML files in configs/<group>/ (and in
+    ``folders``, those a command line adds to the search path) and the schemas registered under it."""
     if CONFIGS.startswith("pkg://"):
         import importlib.resources
 
@@ -403,6 +429,8 @@ def group_choices(group: str) -> list[str]:
     else:
         folder = Path(CONFIGS) / group
         found = {p.stem for p in folder.glob("*.yaml")} if folder.is_dir() else set()
+    for extra in folders:
+        found |= {p.stem for p in (extra / group).glob("*.yaml")}
     if group in COMPONENT_MODULES:
         found |= set(options(group)) | ({NONE} if group in MANY else set())
     return sorted(found)
@@ -411,13 +439,18 @@ def group_choices(group: str) -> list[str]:
 def unknown_choice(argv: list[str], groups: list[str]) -> str | None:
     """The one-line error for a command line that picks an option a group does not have
     (``dataset=nope``, ``table=nope``; a sweep's values and ``logger=[a,b]`` each checked), naming the
-    options; None when every choice exists. Hydra's own answer is 15 lines with its search path."""
+    options; None when every choice exists. Hydra's own answer is 15 lines with its search path.
+    Options in the folders the command line adds to the search path count; where one cannot be
+    listed, Hydra answers."""
+    folders = searched_folders(argv)
+    if folders is None:
+        return None
     for arg in argv[1:]:
         key, sep, value = arg.lstrip("+~").partition("=")
         if not sep or key not in groups or any(c in value for c in "()$"):
             continue
         picked = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
-        known = group_choices(key)
+        known = group_choices(key, folders)
         wrong = [v for v in picked if v not in known]
         if wrong:
             return (f"{key}={wrong[0]} is not an option of {key}: use {', '.join(known[:-1])} or {known[-1]}"

@@ -241,6 +241,10 @@ def test_a_mistyped_option_answers_in_one_line_with_the_options(tmp_path, args, 
     (["model.hidden=1.5"], "error: model.hidden: Value '1.5' of type 'float' could not be converted to Integer"),
     (["schedule=stages", "schedule.stages=[1"], "error: an override does not parse (no viable alternative at input "
                                                 "'[1'): quote a value"),
+    # a preset's key that the group's other choice has no field for: Hydra chains no cause to its error
+    (["+experiment=quick", "schedule=constant"], "error: experiment/quick.yaml sets schedule.nu0, which is not a "
+                                                 "setting of schedule (ConstantScheduleConfig): the preset is written "
+                                                 "for another choice of schedule"),
 ])
 def test_a_command_line_hydra_cannot_compose_answers_in_one_line(tmp_path, args, line):
     """Hydra's own report of these is five to seven lines ending in "Set the environment variable
@@ -251,6 +255,22 @@ def test_a_command_line_hydra_cannot_compose_answers_in_one_line(tmp_path, args,
     if args == ["optim.lr=abc"]:
         full = run_train(args, cwd=tmp_path, env_extra={"HYDRA_FULL_ERROR": "1"})
         assert full.returncode == 1 and "Traceback" in full.stderr
+
+
+def test_a_users_own_preset_on_the_search_path_is_an_option(tmp_path):
+    """A preset in the user's own config folder (``hydra.searchpath=[file://...]`` or
+    ``--config-dir``) is picked like a shipped one, not refused as an unknown option; its bad value
+    is one line naming the file, and a misspelt name lists it among the options."""
+    folder = tmp_path / "mine" / "experiment"
+    folder.mkdir(parents=True)
+    (folder / "fast.yaml").write_text("# @package _global_\noptim:\n  lr: abc\n")
+    for extra in ([f"hydra.searchpath=[file://{tmp_path / 'mine'}]"], ["--config-dir", str(tmp_path / "mine")]):
+        proc = run_train(["+experiment=fast", *extra], cwd=tmp_path)
+        assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
+            "error: optim.lr: Value 'abc' of type 'str' could not be converted to Float (set by experiment/fast.yaml)"
+        ], proc.stderr
+    proc = run_train(["+experiment=fats", f"hydra.searchpath=[file://{tmp_path / 'mine'}]"], cwd=tmp_path)
+    assert proc.returncode == 1 and "is not an option of experiment: use" in proc.stderr and " fast," in proc.stderr
 
 
 def test_a_run_directory_that_cannot_be_made_answers_in_one_line(tmp_path):
