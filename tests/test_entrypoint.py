@@ -87,6 +87,7 @@ def test_no_network_fails_with_one_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: downloading CIFAR-10 from http://127.0.0.1:1/")
     assert "check the network" in lines[0] and "Traceback" not in proc.stderr
+    assert "SCHEDA_DATA" in lines[0] and "dataset.download=true" not in lines[0]  # it was downloading
 
 
 def test_typo_in_a_key_is_rejected_at_composition(tmp_path):

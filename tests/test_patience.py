@@ -138,6 +138,29 @@ def test_a_run_resumed_with_the_rule_on_stops_by_it(cifar_arrays, tmp_path):
     assert resumed["stopped_by"] == "patience" and resumed["epochs"] == 3  # best at 1 (ties), then 2 and 3
 
 
+def test_a_finished_run_resumed_to_train_on_keeps_its_record_when_the_resume_fails(cifar_arrays, tmp_path):
+    """A run stopped by patience, resumed with more patience: its finished results.json is copied
+    to attempts/1/ first, so a resume that fails before it trains (here its data are missing) does
+    not take the record with it; scheda-results reads the run, not the copy, as a run."""
+    from scheda.runs.gather import find_results
+    from scheda.utils.errors import DataError
+
+    base = [*TINY, FROZEN, "schedule=constant", "schedule.epochs=9", "evaluate.every=1", "logger=none",
+            "trainer.patience=1"]
+    first = run(compose_cfg([f"dataset.root={cifar_arrays}", *base]), tmp_path / "run")
+    assert first["status"] == "completed" and first["stopped_by"] == "patience"
+    again = [*base, f"resume={tmp_path / 'run'}", "trainer.patience=3"]
+    with pytest.raises(DataError):
+        run(compose_cfg([f"dataset.root={tmp_path / 'nowhere'}", "dataset.download=false", *again]), tmp_path / "run")
+    failed = json.loads((tmp_path / "run" / "results.json").read_text())
+    kept = json.loads((tmp_path / "run" / "attempts" / "1" / "results.json").read_text())
+    assert failed["status"] == "failed" and kept == first
+    assert find_results([tmp_path]) == [tmp_path / "run" / "results.json"]
+    resumed = run(compose_cfg([f"dataset.root={cifar_arrays}", *again]), tmp_path / "run")
+    assert resumed["status"] == "completed" and resumed["epochs"] > first["epochs"]
+    assert resumed["evaluations"][:len(first["evaluations"])] == first["evaluations"]
+
+
 def test_a_sweep_and_its_search_read_each_job_at_the_model_the_rule_kept(tmp_path):
     """A job of a -m sweep under the rule, stopped by patience past its best: its summary line, the
     sweep's best job and kept() (which scheda-train returns to an Optuna search) are the best evaluation's."""

@@ -38,11 +38,12 @@ OFFICIAL_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"  # torc
 OFFICIAL_MD5 = "c58f30108f718f92721af3b95e74349a"
 
 
-def _where_to_put_it(root: Path) -> str:
+def _where_to_put_it(root: Path, downloading: bool = False) -> str:
+    """The ways to give the data; ``downloading``: the download was tried, so not that one."""
+    download = "" if downloading else ", or set dataset.download=true (it fetches the official archive)"
     return (
         f"put train_x.npy/train_y.npy/test_x.npy/test_y.npy (uint8 arrays) or the official "
-        f"{BATCHES_DIR}/ in {root}, or set dataset.download=true (it fetches the official archive), or set "
-        f"SCHEDA_DATA to a data root that holds cifar10/"
+        f"{BATCHES_DIR}/ in {root}{download}, or set SCHEDA_DATA to a data root that holds cifar10/"
     )
 
 
@@ -117,7 +118,7 @@ def download(root: Path, url: str, md5: str | None) -> None:
                                      md5=md5)
     except Exception as exc:
         raise DataError(f"downloading CIFAR-10 from {url} into {root} failed ({type(exc).__name__}: {exc}): "
-                        f"check the network, or {_where_to_put_it(root)}") from None
+                        f"check the network, or {_where_to_put_it(root, downloading=True)}") from None
     if detect_layout(root) != "batches":
         raise DataError(f"{url} did not hold {BATCHES_DIR}/: set dataset.download_url to the official "
                         f"python version's archive")

@@ -46,16 +46,25 @@ ENV_COLUMNS = ("scheda", "git_commit", "git_dirty", "python", "torch", "cuda", "
 
 
 def find_results(folders: Sequence[str | Path]) -> list[Path]:
-    """Every run's results.json below ``folders``; a fused sweep counts as its models."""
+    """Every run's results.json below ``folders``; a fused sweep counts as its models. An earlier
+    attempt a run set aside (``attempts/<n>/``: a rerun's old files, a resumed run's finished
+    record) is part of that run, not a run of its own."""
     found = []
     for folder in folders:
         folder = Path(folder)
         candidates = [folder / "results.json"] if (folder / "results.json").exists() else []
-        candidates += sorted(folder.rglob("*/results.json"))
+        candidates += sorted(p for p in folder.rglob("*/results.json") if not _set_aside(p, folder))
         for path in candidates:
             if path not in found:
                 found.append(path)
     return [p for p in found if not (p.parent / "models").is_dir()]
+
+
+def _set_aside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` lies in a run's ``attempts/<n>/`` below ``folder``."""
+    parts = path.relative_to(folder).parts
+    return any(part == "attempts" and (folder.joinpath(*parts[:i]) / "results.json").exists()
+               for i, part in enumerate(parts[:-1]))
 
 
 def at_choice(text: str) -> str:

@@ -197,16 +197,33 @@ def previous_attempt(cfg: Any, run_dir: Path) -> tuple[str, str, dict[str, Any] 
     return (*reentry(status, has_checkpoint(run_dir), before.get("error")), before)
 
 
-def set_aside(run_dir: Path) -> Path:
-    """Move an earlier attempt's files (results, checkpoints, curves, models) into
-    ``attempts/<n>/``: a rerun never deletes what a run wrote."""
+def next_attempt(run_dir: Path) -> Path:
+    """The folder ``attempts/<n>/`` that the next earlier attempt set aside goes to (made)."""
     attempts = run_dir / "attempts"
     n = 1 + max((int(p.name) for p in attempts.glob("*") if p.name.isdigit()), default=0)
     target = attempts / str(n)
     target.mkdir(parents=True)
+    return target
+
+
+def set_aside(run_dir: Path) -> Path:
+    """Move an earlier attempt's files (results, checkpoints, curves, models) into
+    ``attempts/<n>/``: a rerun never deletes what a run wrote."""
+    target = next_attempt(run_dir)
     for item in sorted(run_dir.iterdir()):
         if item.name not in KEPT:
             os.replace(item, target / item.name)
+    return target
+
+
+def keep_record(run_dir: Path) -> Path:
+    """Copy a finished run's results.json (and its fused models') into ``attempts/<n>/`` before a
+    resume rewrites them: a resume that fails (data missing, a signal before its checkpoint
+    is read) does not take the finished record with it. Its checkpoints stay where they are."""
+    target = next_attempt(run_dir)
+    for path in [run_dir / "results.json", *sorted(run_dir.glob("models/*/results.json"))]:
+        data = path.read_bytes()
+        atomic_write(target / path.relative_to(run_dir), lambda f, data=data: f.write(data))
     return target
 
 
@@ -244,6 +261,9 @@ def enter(cfg: Any, output_dir: Path) -> tuple[RunResults, bool]:
         results.save()
         return results, True
     if action == "resumed":
+        if (before or {}).get("status") in FINAL_STATUSES:  # resumed to train on: its finished record stays
+            log.info("%s was %s: its results are kept under %s", shown_path(output_dir), before["status"],
+                     shown_path(keep_record(output_dir)))
         cfg.resume = str(output_dir)
         if not keeps_init_from(cfg.finetune):
             cfg.init_from = None
