@@ -226,6 +226,7 @@ def test_raw_baseline_through_the_entry_point(cifar_arrays, tmp_path):
     (e,) = results["evaluations"]
     assert e["reason"] == "raw" and e["epoch"] == 0 and results["status"] == "completed"
     assert not (out / "checkpoints").exists()
+    assert "(the raw inputs evaluated: nothing trained)" in proc.stdout and "0 epochs" not in proc.stdout
     # The fixture's classes are well separated in pixel space.
     assert e["test_error"] < 0.2
 

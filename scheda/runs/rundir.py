@@ -230,8 +230,10 @@ def summary_lines(summary: dict[str, Any], output_dir: Path, loggers: Iterable[A
     shown = shown_path(output_dir)
     models = summary.get("models")
     epochs = summary.get("epochs", 0)
+    trained = (summary.get("plan") or {}).get("trains", True)  # model=raw: the inputs evaluated, no epoch
     lines = [f"done in {summary.get('seconds', 0) / 60:.1f} min ({epochs} epoch{'' if epochs == 1 else 's'}"
-             f"{'' if models else stop_text(summary)})"]
+             f"{'' if models else stop_text(summary)})" if trained else
+             f"done in {summary.get('seconds', 0) / 60:.1f} min (the raw inputs evaluated: nothing trained)"]
     for entry in models or [summary]:
         read = entry if models else kept(summary)
         where = f"  {entry['dir']} {entry['overrides']}: " if models else "  "
