@@ -111,8 +111,23 @@ def test_a_job_whose_config_changed_is_refused_with_one_line_and_keeps_its_resul
     assert changed.returncode != 0
     lines = [line for line in changed.stderr.splitlines() if "holds a run of another config" in line]
     assert lines and "optim.lr: 0.01 -> 0.02" in lines[0] and "rerun=true" in lines[0]
+    assert "sweep/0 holds" in lines[0] and "hydra.sweep.dir" in lines[0]
     assert (sweep_dir / "1" / "results.json").read_text() == before
     assert (sweep_dir / "0" / "checkpoints").is_dir()
+
+
+def test_a_run_into_a_directory_that_holds_another_config_names_the_fix(cifar_arrays, tmp_path):
+    """The same hydra.run.dir given twice with another config: one line naming the folder and
+    the run's own fix, not only a sweep's."""
+    from scheda.run import run
+    from scheda.utils.errors import ConfigError
+
+    from helpers import compose_cfg
+
+    base = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1", "logger=none"]
+    run(compose_cfg(base), tmp_path / "out")
+    with pytest.raises(ConfigError, match=r"out holds a run of another config \(optim.lr: .*hydra.run.dir"):
+        run(compose_cfg([*base, "optim.lr=0.02"]), tmp_path / "out")
 
 
 def test_a_killed_fused_sweep_run_again_resumes_every_model(cifar_arrays, tmp_path):

@@ -192,8 +192,9 @@ def previous_attempt(cfg: Any, run_dir: Path) -> tuple[str, str, dict[str, Any] 
         return "reran", f"rerun=true: running it again ({status} before; its files under attempts/)", before
     _, altering, shown = config_changes(saved, cfg)
     if altering:
-        raise ConfigError(f"{run_dir.name} holds a run of another config ({shown}): give the sweep a new "
-                          f"hydra.sweep.dir, or add rerun=true to run it again")
+        raise ConfigError(f"{shown_path(run_dir)} holds a run of another config ({shown}): write this one elsewhere "
+                          f"(hydra.run.dir; a sweep: hydra.sweep.dir), or add rerun=true to run it again (the old "
+                          f"files under attempts/)")
     return (*reentry(status, has_checkpoint(run_dir), before.get("error")), before)
 
 
