@@ -181,12 +181,24 @@ def test_init_from_starts_a_new_run_from_weights(cifar_arrays, tmp_path):
     ("model.hidden=0", "model.hidden"),
     ("schedule.stages=[]", "schedule.stages"),
     ("trainer.device=tpu", "trainer.device"),
+    ("trainer.device=mps", "trainer.device='mps' is not a device scheda runs on"),  # torch knows it: it failed on the data
     ("dataset.val_size=100", "dataset.val_size"),
 ])
 def test_bad_config_values_fail_with_the_key(cifar_arrays, tmp_path, override, key):
     with pytest.raises(ConfigError, match=key):
         run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, override]), tmp_path / "bad")
     assert not (tmp_path / "bad" / "checkpoints").exists()
+
+
+def test_a_cuda_device_this_machine_lacks_is_one_line(monkeypatch):
+    """cuda:N beyond the machine's devices is refused with the range, before any data."""
+    from scheda.training.trainer import TrainerConfig
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert TrainerConfig(device="cuda:1").resolve_device() == torch.device("cuda:1")
+    with pytest.raises(ConfigError, match=r"trainer.device=cuda:2 but this machine has 2 CUDA device\(s\): use cuda:0 .. cuda:1"):
+        TrainerConfig(device="cuda:2").resolve_device()
 
 
 def test_streams_are_derived_from_the_seed():

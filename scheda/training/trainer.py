@@ -99,16 +99,23 @@ class TrainerConfig(Component):
             raise self.invalid("precision", f"must be {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}")
 
     def resolve_device(self) -> torch.device:
-        """'auto' is CUDA when present, else CPU; an explicit CUDA device must exist."""
+        """'auto' is CUDA when present, else CPU; an explicit CUDA device must exist. Other kinds
+        torch knows (mps, xpu, meta) are refused here, before any data: scheda runs and is tested
+        on CPU and CUDA only."""
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         try:
             device = torch.device(self.device)
         except RuntimeError:
             raise self.invalid("device", "is not a device: use auto, cpu, cuda or cuda:N") from None
+        if device.type not in ("cpu", "cuda"):
+            raise self.invalid("device", "is not a device scheda runs on: use auto, cpu, cuda or cuda:N")
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ConfigError(f"trainer.device={self.device} but CUDA is not available here: "
                               f"use trainer.device=auto or cpu")
+        if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"trainer.device={self.device} but this machine has {torch.cuda.device_count()} CUDA "
+                              f"device(s): use cuda:0 .. cuda:{torch.cuda.device_count() - 1} (or CUDA_VISIBLE_DEVICES)")
         return device
 
 
