@@ -135,7 +135,7 @@ class EvaluationCallback(Callback):
     evaluation up to it and a resumed run's results.json is complete. ``inputs`` are the
     labelled splits, already on the device."""
 
-    def __init__(self, config: Mapping, classifier_config: Mapping, data: Splits, inputs: dict[str, torch.Tensor],
+    def __init__(self, config: EvaluateConfig, classifier_config: Mapping, data: Splits, inputs: dict[str, torch.Tensor],
                  results, loggers: MetricLogger | None = None):
         self.config, self.classifier_config, self.data, self.inputs = config, classifier_config, data, inputs
         self.results = results
@@ -143,12 +143,12 @@ class EvaluationCallback(Callback):
         self.last_model = None
 
     def _due(self, state, metrics) -> str | None:
-        every = self.config["every"]
-        if metrics["stage_end"] and self.config["at_stage_ends"]:
+        every = self.config.every
+        if metrics["stage_end"] and self.config.at_stage_ends:
             return "stage_end"
         if every > 0 and metrics["epoch"] % every == 0:
             return "every"
-        if self.config["at_end"] and metrics["epoch"] == state.schedule.total_epochs:
+        if self.config.at_end and metrics["epoch"] == state.schedule.total_epochs:
             return "end"
         return None
 
@@ -160,7 +160,7 @@ class EvaluationCallback(Callback):
     def evaluate(self, model, device: torch.device, epoch: int, nu: float | None, reason: str) -> dict[str, Any]:
         """Evaluate ``model`` now; the chosen classifier is kept as ``last_model``."""
         start = time.perf_counter()
-        features = encode_splits(model, self.data, device, self.config["chunk_size"], cache=self.inputs)
+        features = encode_splits(model, self.data, device, self.config.chunk_size, cache=self.inputs)
         encode_seconds = time.perf_counter() - start
         result = evaluate_features(features, labels_of(self.data), self.classifier_config, device, keep_model=True)
         self.last_model = result.pop("model")

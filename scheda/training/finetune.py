@@ -277,7 +277,7 @@ class FineTuner:
     def _start(self, index: int) -> Tuning:
         net = network.FineTuneNet(self.da, self.n_classes, self.init).to(self.device)
         lr = self.lrs[index]
-        tuning = Tuning(index, lr, net, SGD(net.parameters(), lr=lr, momentum=self.config["momentum"]),
+        tuning = Tuning(index, lr, net, SGD(net.parameters(), lr=lr, momentum=self.config.momentum),
                         torch.Generator(device=self.device).manual_seed(self.seed + 1000 * (index + 1)),
                         self.config.max_epochs, self.config.patience)
         tuning.best = {"epoch": 0, "val_error": net.error(self.x["val"], self.y["val"]), **self._test(net)}
