@@ -4,7 +4,8 @@ top (:func:`resume_argv`, before Hydra parses it), and the run writes into its o
 its checkpoints, results.json and curves stay one run; a change that would alter training (the
 schedule, the model, lr, seed, ...) is refused with one line unless ``force_resume=true``, while
 devices, threads, logging, evaluation, a longer ``trainer.max_epochs`` and when training stops
-(``trainer.patience``, ``trainer.min_epochs``) may change (:data:`MAY_CHANGE`).
+(``trainer.patience``, ``trainer.min_epochs``) may change (:data:`MAY_CHANGE`). A finished run
+resumed to train on keeps its finished results.json under ``attempts/<n>/`` (:func:`keep_record`).
 
 A directory that already holds a run (a sweep run again into its folder, a job Slurm requeued,
 the same ``hydra.run.dir`` twice) gets one policy (:func:`reentry`), which the protocol follows
