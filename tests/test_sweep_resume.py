@@ -116,6 +116,21 @@ def test_a_job_whose_config_changed_is_refused_with_one_line_and_keeps_its_resul
     assert (sweep_dir / "0" / "checkpoints").is_dir()
 
 
+def test_a_sweep_with_a_failed_job_still_ends_with_its_summary(cifar_arrays, tmp_path):
+    """Hydra raises a failed job once every job has run, before its callbacks: the sweep's lines,
+    best job and summary.md come all the same, each failed job with its error, then the one line
+    naming the first failure, exit 1."""
+    sweep_dir = tmp_path / "sweep"
+    proc = run_train(["-m", f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1",
+                      "optim.lr=0.05,-1,0.1", f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == "error: optim.lr=-1.0 must be > 0"
+    assert "sweep of 3 jobs in sweep:" in proc.stdout and "jobs: 3 ran" in proc.stdout, proc.stdout
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("  1: ")]
+    assert "optim.lr=-1 " in line and line.endswith(": failed (ran): ConfigError: optim.lr=-1.0 must be > 0"), line
+    assert "best on validation: 0: " in proc.stdout or "best on validation: 2: " in proc.stdout
+    assert (sweep_dir / "summary.md").read_text().count("| failed |") == 1
+
+
 def test_a_run_into_a_directory_that_holds_another_config_names_the_fix(cifar_arrays, tmp_path):
     """The same hydra.run.dir given twice with another config: one line naming the folder and
     the run's own fix, not only a sweep's."""

@@ -116,8 +116,11 @@ class ComposeOnceSweeper(Sweeper):
         each ended with half a summary); where its jobs run in processes of their own (joblib,
         Slurm), a signal stops them with their checkpoints first (jobs in this process answer it
         themselves)."""
+        import os
         from contextlib import nullcontext
 
+        from scheda.runs.reentry import INVOCATION
+        from scheda.runs.sweep_summary import summarise
         from scheda.utils.interrupt import jobs_stop_first
         from scheda.utils.lock import hold
 
@@ -125,4 +128,8 @@ class ComposeOnceSweeper(Sweeper):
         folder = Path(self.basic.config.hydra.sweep.dir)
         folder.mkdir(parents=True, exist_ok=True)  # as Hydra would: one that cannot be made is Hydra's one line
         with hold(folder, "sweep"), nullcontext() if self.in_process else jobs_stop_first():
-            return self.basic.sweep(arguments)
+            try:
+                return self.basic.sweep(arguments)
+            except Exception:  # a job failed: Hydra raises it once every job ran, before its callbacks
+                summarise(folder, os.environ.get(INVOCATION))  # so the summary of the jobs comes here
+                raise

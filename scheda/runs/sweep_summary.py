@@ -44,6 +44,8 @@ def job_line(job_dir: Path, invocation: str | None = None) -> tuple[str, float |
     if invocation is not None and last.get("invocation") != invocation:
         action = None  # a job this invocation did not touch (an earlier trial of a continued search)
     done = f" ({action})" if action else ""
+    if results.get("status") != "completed" and results.get("error"):  # what stopped it, as its results.json says
+        errors += f": {results['error']}"
     return f"{job_dir.name}: {overrides}: {results.get('status', '?')}{done}{errors}", val, action
 
 
@@ -82,31 +84,37 @@ class SweepSummary(Callback):
             os.environ.pop(INVOCATION, None)
         else:
             os.environ[INVOCATION] = self._before
-        sweep_dir = Path(config.hydra.sweep.dir)
-        jobs = sorted((p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()),
-                      key=lambda p: (0, int(p.name), "") if p.name.isdigit() else (1, 0, p.name)) \
-            if sweep_dir.is_dir() else []
-        if not jobs:
-            return
-        from scheda.runs.rundir import ACTIONS
+        summarise(Path(config.hydra.sweep.dir), self.invocation)
 
-        lines = [job_line(job, self.invocation) for job in jobs]
-        print(f"sweep of {len(jobs)} jobs in {shown_path(sweep_dir)}:")
-        for text, _, _ in lines:
-            print(f"  {text}")
-        counts = {a: sum(1 for _, _, action in lines if action == a) for a in ACTIONS}
-        earlier = sum(1 for _, _, action in lines if action is None)
-        print("jobs: " + ", ".join(f"{n} {a}" for a, n in counts.items())
-              + (f", {earlier} not run by this invocation" if earlier else "")
-              + " (skipped: completed or diverged before with the same config; resumed: from its newest "
-                "checkpoint; reran: failed before, or rerun=true)")
-        scored = [(val, text) for text, val, _ in lines if val is not None]
-        if scored:
-            print(f"best on validation: {min(scored)[1]}")
-        from scheda.runs.gather import gather  # torch, only once a sweep has run
 
-        for fmt in ("csv", "md"):
-            text = gather([sweep_dir], fmt=fmt, base=sweep_dir)  # runs named inside the sweep
-            if text:
-                atomic_write(sweep_dir / f"summary.{fmt}", lambda f, t=text: f.write(t.encode()))
-        print(f"table: {shown_path(sweep_dir / 'summary.md')} (scheda-results {shown_path(sweep_dir)})")
+def summarise(sweep_dir: Path, invocation: str | None) -> None:
+    """Print the sweep's job lines, its counts and best job, and write its summary.csv/.md. Hydra
+    calls it at a sweep's end (:class:`SweepSummary`); the sweeper calls it itself when a job failed
+    (hydra_plugins.scheda_sweeper), since Hydra then raises the failure before its callbacks."""
+    jobs = sorted((p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()),
+                  key=lambda p: (0, int(p.name), "") if p.name.isdigit() else (1, 0, p.name)) \
+        if sweep_dir.is_dir() else []
+    if not jobs:
+        return
+    from scheda.runs.rundir import ACTIONS
+
+    lines = [job_line(job, invocation) for job in jobs]
+    print(f"sweep of {len(jobs)} jobs in {shown_path(sweep_dir)}:")
+    for text, _, _ in lines:
+        print(f"  {text}")
+    counts = {a: sum(1 for _, _, action in lines if action == a) for a in ACTIONS}
+    earlier = sum(1 for _, _, action in lines if action is None)
+    print("jobs: " + ", ".join(f"{n} {a}" for a, n in counts.items())
+          + (f", {earlier} not run by this invocation" if earlier else "")
+          + " (skipped: completed or diverged before with the same config; resumed: from its newest "
+            "checkpoint; reran: failed before, or rerun=true)")
+    scored = [(val, text) for text, val, _ in lines if val is not None]
+    if scored:
+        print(f"best on validation: {min(scored)[1]}")
+    from scheda.runs.gather import gather  # torch, only once a sweep has run
+
+    for fmt in ("csv", "md"):
+        text = gather([sweep_dir], fmt=fmt, base=sweep_dir)  # runs named inside the sweep
+        if text:
+            atomic_write(sweep_dir / f"summary.{fmt}", lambda f, t=text: f.write(t.encode()))
+    print(f"table: {shown_path(sweep_dir / 'summary.md')} (scheda-results {shown_path(sweep_dir)})")
