@@ -90,6 +90,10 @@ def test_bad_settings_and_files_are_refused_in_one_line(tmp_path):
     (tmp_path / "broken.npz").write_bytes(b"not a zip")
     with pytest.raises(DataError, match="cannot read its arrays"):
         load_dataset(_dataset(tmp_path / "broken.npz"))
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "train_x.npy").write_bytes(b"not numpy's header")  # numpy reads it as pickled objects
+    with pytest.raises(DataError, match=r"cannot read its arrays \(not numpy's .npy/.npz format, or Python objects\)"):
+        load_dataset(_dataset(tmp_path / "folder"))
     with pytest.raises(DataError, match="no such folder or .npz file"):
         load_dataset(_dataset(tmp_path / "absent"))
     np.savez(tmp_path / "ok.npz", train_x=RNG.random((20, 6)), train_y=RNG.integers(0, 2, 20))

@@ -57,7 +57,9 @@ def read_arrays(root: str) -> dict[str, np.ndarray]:
             raise DataError(f"dataset.root={root}: no such folder or .npz file; point it at a folder of "
                             f"train_x.npy (and train_y.npy, ...) or at one .npz")
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise DataError(f"dataset.root={root}: cannot read its arrays ({type(exc).__name__}: {exc}); "
+        # numpy takes any file without its header (a corrupt one, another format) for pickled objects
+        why = "not numpy's .npy/.npz format, or Python objects" if "pickled" in str(exc) else f"{type(exc).__name__}: {exc}"
+        raise DataError(f"dataset.root={root}: cannot read its arrays ({why}); "
                         f"write them again with numpy.save or numpy.savez") from None
     if "train_x" not in found:
         raise DataError(f"dataset.root={root} has no train_x: it needs train_x (N x d), and optionally "
