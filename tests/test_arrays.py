@@ -86,6 +86,13 @@ def test_bad_arrays_are_refused_in_one_line(tmp_path, arrays, message):
     assert message in str(exc.value) and "\n" not in str(exc.value)
 
 
+def test_labels_of_one_class_are_said_to_tell_nothing(tmp_path, caplog):
+    np.savez(tmp_path / "one.npz", train_x=RNG.random((30, 6)), train_y=np.full(30, 3))
+    with caplog.at_level("WARNING"):
+        load_dataset(_dataset(tmp_path / "one.npz"))
+    assert "train_y holds one class (3): every evaluation's error is 0" in caplog.text
+
+
 def test_bad_settings_and_files_are_refused_in_one_line(tmp_path):
     (tmp_path / "broken.npz").write_bytes(b"not a zip")
     with pytest.raises(DataError, match="cannot read its arrays"):

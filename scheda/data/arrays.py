@@ -178,6 +178,9 @@ class ArraysConfig(Component):
             return Splits("arrays", x[rows], none, empty, none, empty, none, max_value=scale, image_shape=shape,
                           unlabeled_x=arrays.get("unlabelled_x"), labelled=False)
         y = _check_labels("train_y", arrays["train_y"], x.shape[0], "train_x")
+        if y.size and np.unique(y).size < 2:
+            log.warning("train_y holds one class (%d): every evaluation's error is 0 and says nothing of the "
+                        "features; give labels of two classes or more, or drop train_y", int(y[0]))
         size = self.val_size if self.val_size is not None else max(1, round(self.val_fraction * x.shape[0]))
         has_test = "test_x" in arrays
         if has_test != ("test_y" in arrays):
