@@ -129,6 +129,8 @@ def test_domains_select_folders_by_prefix(tmp_path):
     assert data.train_x.shape[0] == 12
     with pytest.raises(DataError, match="domain 'music' not found.*dataset.domains"):
         load_dataset(_cfg(tmp_path, domains=["music"]))
+    with pytest.raises(ConfigError, match=r"dataset.domains=\[\] names no domain"):  # it once said the data were missing
+        load_dataset(_cfg(tmp_path, domains=[]))
 
 
 @pytest.mark.parametrize("line, match", [

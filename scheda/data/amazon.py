@@ -272,6 +272,9 @@ class AmazonConfig(Component):
             raise self.invalid("vocab_size", "must be a positive integer")
         if self.release not in ("auto", *RELEASES):
             raise self.invalid("release", f"is unknown: use auto, {', '.join(RELEASES)}")
+        if self.domains is not None and len(self.domains) == 0:
+            raise self.invalid("domains", "names no domain: list some (books, dvd, electronics, kitchen, ...) or "
+                                          "null for every one found")
 
     def load(self) -> Splits:
         return load(self)
