@@ -37,6 +37,8 @@ CASES = {
     "finetune_output_needs_a_linear_classifier": (["classifier=knn", "finetune.enabled=true"],
                                                   "finetune.init_output=classifier starts"),
     "raw_needs_evaluation": (["model=raw", "evaluate.enabled=false"], "model=raw only evaluates"),
+    "raw_has_no_encoder_to_finetune": (["model=raw", "finetune.enabled=true"],
+                                       "finetune.enabled=true fine-tunes an autoencoder's encoder, and model=raw"),
     "two_pass_is_a_triton_step": (["trainer.precision=tf32x3"], "trainer.precision=tf32x3 is the two-pass step's"),
     "patience_needs_evaluations": (["trainer.patience=3", "evaluate.every=0"],
                                    "trainer.patience counts evaluations without a new best"),

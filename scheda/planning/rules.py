@@ -157,6 +157,15 @@ def raw_needs_evaluation(config: RunConfig, device: torch.device) -> str | None:
     return None
 
 
+def raw_has_no_encoder_to_finetune(config: RunConfig, device: torch.device) -> str | None:
+    """Fine-tuning trains an autoencoder's encoder under a classifier: the raw inputs have none (it
+    was skipped without a word)."""
+    if not config.model.trains and config.finetune.enabled:
+        return ("finetune.enabled=true fine-tunes an autoencoder's encoder, and model=raw has none: use "
+                "model=da, or finetune.enabled=false")
+    return None
+
+
 def finetune_fused_needs_plain_sgd(config: RunConfig, device: torch.device) -> str | None:
     """The fused fine-tuning trains every rate at once with plain SGD, as the fused DA step does."""
     f = config.finetune
@@ -178,7 +187,7 @@ RULES: tuple[Callable[[RunConfig, torch.device], str | None], ...] = (
     cuda_settings_need_a_cuda_device, graph_can_capture_the_step, triton_can_take_the_step, two_pass_is_a_triton_step,
     parallel_needs_the_fused_step, parallel_nu_needs_a_noise_level, parallel_trains, resume_or_init_from,
     standalone_needs_init_from, finetune_output_needs_a_linear_classifier, raw_needs_evaluation,
-    patience_needs_evaluations, finetune_fused_needs_plain_sgd,
+    raw_has_no_encoder_to_finetune, patience_needs_evaluations, finetune_fused_needs_plain_sgd,
 )
 
 
