@@ -36,6 +36,8 @@ CASES = {
                                    "finetune.standalone=true needs init_from"),
     "finetune_output_needs_a_linear_classifier": (["classifier=knn", "finetune.enabled=true"],
                                                   "finetune.init_output=classifier starts"),
+    "finetune_output_needs_an_evaluation": (["finetune.enabled=true", "evaluate.enabled=false"],
+                                            "finetune.init_output=classifier starts the output layer from the frozen"),
     "raw_needs_evaluation": (["model=raw", "evaluate.enabled=false"], "model=raw only evaluates"),
     "raw_has_no_encoder_to_finetune": (["model=raw", "finetune.enabled=true"],
                                        "finetune.enabled=true fine-tunes an autoencoder's encoder, and model=raw"),

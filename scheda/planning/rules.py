@@ -151,6 +151,16 @@ def finetune_output_needs_a_linear_classifier(config: RunConfig, device: torch.d
     return None
 
 
+def finetune_output_needs_an_evaluation(config: RunConfig, device: torch.device) -> str | None:
+    """The output layer starts from the frozen-feature evaluation's classifier: without evaluations
+    it started from zero without a word."""
+    if config.finetune.enabled and config.finetune.init_output == "classifier" and not config.evaluate.enabled:
+        return ("finetune.init_output=classifier starts the output layer from the frozen-feature evaluation's "
+                "classifier, and evaluate.enabled=false runs none: set evaluate.enabled=true, or "
+                "finetune.init_output=zero")
+    return None
+
+
 def raw_needs_evaluation(config: RunConfig, device: torch.device) -> str | None:
     if not config.model.trains and not config.evaluate.enabled:
         return "model=raw only evaluates: set evaluate.enabled=true"
@@ -186,8 +196,8 @@ def patience_needs_evaluations(config: RunConfig, device: torch.device) -> str |
 RULES: tuple[Callable[[RunConfig, torch.device], str | None], ...] = (
     cuda_settings_need_a_cuda_device, graph_can_capture_the_step, triton_can_take_the_step, two_pass_is_a_triton_step,
     parallel_needs_the_fused_step, parallel_nu_needs_a_noise_level, parallel_trains, resume_or_init_from,
-    standalone_needs_init_from, finetune_output_needs_a_linear_classifier, raw_needs_evaluation,
-    raw_has_no_encoder_to_finetune, patience_needs_evaluations, finetune_fused_needs_plain_sgd,
+    standalone_needs_init_from, finetune_output_needs_a_linear_classifier, finetune_output_needs_an_evaluation,
+    raw_needs_evaluation, raw_has_no_encoder_to_finetune, patience_needs_evaluations, finetune_fused_needs_plain_sgd,
 )
 
 
