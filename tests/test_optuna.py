@@ -52,3 +52,15 @@ def test_a_search_with_nothing_to_search_says_so_in_one_line(cifar_arrays, tmp_p
                       f"hydra.sweep.dir={tmp_path / 's'}"], cwd=tmp_path)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "hydra/sweeper=optuna has nothing to search" in proc.stderr
+
+
+def test_a_search_whose_every_trial_failed_ends_with_its_summary_and_exit_1(cifar_arrays, tmp_path):
+    """No trial completed (here every lr drawn is negative, refused by optim's check): the job lines
+    say why, then one line, exit 1 (it ended with exit 0 and no word of a best trial)."""
+    folder = tmp_path / "search"
+    proc = run_train(["-m", f"dataset.root={cifar_arrays}", *TINY, "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
+                      "optim.lr=interval(-0.1,-0.05)", "schedule=constant", "schedule.epochs=1", "logger=none",
+                      f"hydra.sweep.dir={folder}"], cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+        "error: no trial of the search completed (2 failed): the job lines above say why"), proc.stderr[-2000:]
+    assert proc.stdout.count(": failed (ran): ConfigError: optim.lr=-") == 2 and (folder / "summary.md").is_file()

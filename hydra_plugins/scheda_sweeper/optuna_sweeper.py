@@ -138,8 +138,16 @@ class OptunaSweeper(Sweeper):
             returns.append(results)
             left -= len(trials)
         complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        if complete:
-            best = study.best_trial
-            log.info("optuna best: trial %d, value %.6g, %s", best.number, best.value,
-                     " ".join(f"{k}={v}" for k, v in best.params.items()))
+        if not complete:  # nothing to report: say so and exit 1, as a grid sweep with a failed job does
+            import os
+
+            from scheda.runs.reentry import INVOCATION
+            from scheda.runs.sweep_summary import summarise
+
+            summarise(folder, os.environ.get(INVOCATION))  # Hydra's end-of-sweep callbacks do not run after this
+            raise SystemExit(f"error: no trial of the search completed ({len(study.trials)} failed): the job lines "
+                             f"above say why")
+        best = study.best_trial
+        log.info("optuna best: trial %d, value %.6g, %s", best.number, best.value,
+                 " ".join(f"{k}={v}" for k, v in best.params.items()))
         return returns
