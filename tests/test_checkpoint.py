@@ -19,6 +19,11 @@ def test_directory_resolves_to_latest_checkpoint(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="no checkpoint"):
         find_checkpoint(tmp_path / "empty")
+    for k in (0, 1, 2):  # a fused sweep's run: its models hold the checkpoints (it said "no checkpoint in" the run)
+        save_checkpoint(tmp_path / "fused" / "models" / str(k) / "checkpoints" / "epoch_00001.pt", {"model": {}, "epoch": 1})
+    with pytest.raises(CheckpointError, match=r"fused is a fused sweep of 3 models.*pass one of them, .*fused/models/0 .. 2"):
+        find_checkpoint(tmp_path / "fused")
+    assert find_checkpoint(tmp_path / "fused" / "models" / "2").name == "epoch_00001.pt"
 
 
 def test_missing_or_corrupt_checkpoint_is_a_clear_error(tmp_path):

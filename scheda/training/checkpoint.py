@@ -38,6 +38,10 @@ def find_checkpoint(path: str | Path) -> Path:
         found = sorted((_position(m), p) for p in folder.iterdir() if (m := CHECKPOINT_RE.match(p.name)))
         if found:
             return found[-1][1]
+        models = sorted(int(p.name) for p in (path / "models").glob("*") if p.name.isdigit())
+        if models:  # a fused sweep's run: each model has its own checkpoints
+            raise CheckpointError(f"{path} is a fused sweep of {len(models)} models, each with its own checkpoints: "
+                                  f"pass one of them, {path / 'models'}/{models[0]} .. {models[-1]}")
         raise CheckpointError(f"no checkpoint (epoch_*.pt) in {folder}: pass a checkpoint file or a run directory")
     raise CheckpointError(f"checkpoint {path} does not exist: pass a checkpoint file or a run directory")
 
