@@ -58,6 +58,15 @@ def test_at_reads_every_run_at_its_best_on_validation_or_at_an_epoch(sweep):
             assert float(r["test_error %"]) == pytest.approx(100 * pick(results["evaluations"])["test_error"])
     proc = run_module("scheda.runs.gather", [sweep, "--at", "epoch=x"], timeout=120)
     assert proc.returncode == 2 and "use last, best or epoch=N" in proc.stderr
+    proc = run_module("scheda.runs.gather", [sweep, "--at", "epoch=7"], timeout=120)  # evaluated at 1 and 2 only
+    assert proc.returncode == 0 and proc.stderr.strip() == "note: no run has an evaluation at epoch=7: its errors show as —"
+
+
+def test_a_group_by_key_no_run_has_is_one_line_naming_the_keys_that_differ(sweep):
+    """It grouped every run under one row of "—" without a word."""
+    proc = run_module("scheda.runs.gather", [sweep, "--group-by", "schedule.nuu"], timeout=120)
+    assert proc.returncode == 1 and proc.stderr.strip() == (
+        "error: --group-by schedule.nuu: no run has that config key; these differ between the runs: schedule.nu, seed")
 
 
 def test_groups_over_seeds_give_mean_sd_and_n(sweep):

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from scheda.utils import stats
+from scheda.utils.errors import ConfigError
 from scheda.utils.io import shown_path
 from scheda.runs.rundir import CAP, PATIENCE, flatten, params_of, params_text, pick, read_metrics
 
@@ -188,9 +189,18 @@ def _csv(value: Any) -> Any:
 
 def gather(folders: Sequence[str | Path], group_by: Sequence[str] = (), fmt: str = "md", at: str = "last",
            base: Path | None = None, env: bool = False, metrics: Sequence[str] = ()) -> str:
+    """The table of every run below ``folders`` (see :func:`main`); a ``group_by`` key no run has is
+    a ConfigError naming the keys that tell the runs apart."""
     rows = [r for r in (read_row(p, at, base, metrics) for p in find_results(folders)) if r is not None]
     if not rows:
         return ""
+    unknown = [k for k in group_by if k != ALL_BUT_SEED and all(k not in r["config"] for r in rows)]
+    if unknown:
+        differ = differing_keys(rows)
+        raise ConfigError(f"--group-by {unknown[0]}: no run has that config key"
+                          + (f"; these differ between the runs: {', '.join(differ[:8])}" if differ else ""))
+    if at.startswith("epoch=") and all(r["read at"] is None for r in rows):
+        print(f"note: no run has an evaluation at {at}: its errors show as —", file=sys.stderr)
     return render(*(grouped(rows, group_by) if group_by else table(rows, env, metrics)), fmt)
 
 
@@ -217,7 +227,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"error: {', '.join(missing)}: no such directory", file=sys.stderr)
         return 1
-    text = gather(args.folders, args.group_by, args.format, args.at, env=args.env, metrics=args.metric)
+    try:
+        text = gather(args.folders, args.group_by, args.format, args.at, env=args.env, metrics=args.metric)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     if not text:
         print(f"error: no results.json under {', '.join(args.folders)}", file=sys.stderr)
         return 1
