@@ -110,7 +110,7 @@ def train(overrides: Sequence[str] | Mapping[str, Any] = (), data=None, output_d
     from hydra import compose, initialize_config_dir, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
-    from scheda.config import CONFIGS, register_configs
+    from scheda.config import CONFIGS, composition_error, register_configs
     from scheda.data import arrays
     from scheda.run import run
 
@@ -131,6 +131,12 @@ def train(overrides: Sequence[str] | Mapping[str, Any] = (), data=None, output_d
     where = initialize_config_module(CONFIGS.removeprefix("pkg://"), version_base="1.3") \
         if CONFIGS.startswith("pkg://") else initialize_config_dir(CONFIGS, version_base="1.3")
     with where:
-        cfg = compose("train", extra)
+        try:
+            cfg = compose("train", extra)
+        except Exception as exc:  # noqa: BLE001 - only a composition error is reworded
+            line = composition_error(exc)  # the command line's one line (a misspelt key, a wrong type)
+            if line is None:
+                raise
+            raise ConfigError(line) from None
     run(cfg, output_dir, data=handed)
     return Run(output_dir)

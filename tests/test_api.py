@@ -43,6 +43,10 @@ def test_bad_calls_are_refused_in_one_line(tmp_path):
         scheda.train(SMALL, data=(x, x[:, 0], x))
     with pytest.raises(ConfigError, match="give a list of strings"):
         scheda.train("model.hidden=4")
+    with pytest.raises(ConfigError, match=r"^optim.lrr is not a setting of optim \(SGDConfig\): did you mean optim.lr\?$"):
+        scheda.train(["optim.lrr=1"], data=(x,), output_dir=tmp_path / "typo")  # Hydra's two lines, as the command's one
+    with pytest.raises(ConfigError, match=r"^model.hidden: Value 'many' of type 'str' could not be converted"):
+        scheda.train({"model.hidden": "many"}, data=(x,), output_dir=tmp_path / "type")
     with pytest.raises(DataError, match="train_x holds NaN"):
         scheda.train(SMALL, data=(np.full((50, 5), np.nan),), output_dir=tmp_path / "nan")
     with pytest.raises(ConfigError, match="holds no scheda run"):
