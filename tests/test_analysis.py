@@ -81,3 +81,28 @@ def test_concatenation_grid_from_a_fused_sweep(cifar_arrays, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "DA(0.2) + DA(0.5): 16 features" in proc.stdout and proc.stdout.count("alone") == 2
     assert OmegaConf.load(a / "config.yaml").seed == 1
+
+
+def test_filters_of_a_run_without_an_image_shape_are_drawn_in_the_shape_given(tmp_path):
+    """dataset=arrays has no image shape unless given: plot-filters names --image-shape, refuses one
+    that does not hold the inputs, and draws one channel in grey (not a colour map)."""
+    import numpy as np
+    from matplotlib.image import imread
+
+    import scheda
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "mine.npz", train_x=(rng.random((203, 35)) > 0.5).astype("float32"))
+    run = scheda.train(["dataset=arrays", f"dataset.root={tmp_path / 'mine.npz'}", "model.hidden=9",
+                        "schedule=constant", "schedule.epochs=1", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"])
+    out = tmp_path / "f.png"
+    proc = run_module("scheda.analysis.plot_filters", [run.dir, "--out", out])
+    assert proc.returncode == 1 and not out.exists()
+    assert proc.stderr.strip().endswith("give --image-shape C H W (C*H*W = its 35 inputs)"), proc.stderr
+    proc = run_module("scheda.analysis.plot_filters", [run.dir, "--image-shape", "1", "6", "6", "--out", out])
+    assert proc.returncode == 1 and "holds 36 values, its filters 35" in proc.stderr
+    proc = run_module("scheda.analysis.plot_filters", [run.dir, "--image-shape", "1", "5", "7", "--out", out])
+    assert proc.returncode == 0, proc.stderr
+    pixels = imread(out)[:, :, :3]
+    assert pixels.std() > 0.05  # something was drawn
+    assert np.allclose(pixels[:, :, 0], pixels[:, :, 1]) and np.allclose(pixels[:, :, 1], pixels[:, :, 2])

@@ -1,12 +1,15 @@
 """Filters of one or more runs side by side (the paper's Figures 3-4): a sample of rows of W
-as 32x32 colour images, each normalised to its own range, labelled DA(nu) / ScheDA(nu0->...).
+drawn in the data set's image shape (CIFAR-10: 32x32 colour; one channel: grey), each
+normalised to its own range, labelled DA(nu) / ScheDA(nu0->...).
 
     scheda-plot-filters RUN_DA RUN_SCHEDA --n 64 --out filters.png
+    scheda-plot-filters RUN --image-shape 1 28 28   # a run of dataset=arrays trained without one
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -27,15 +30,21 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=100, help="filters per run")
     parser.add_argument("--seed", type=int, default=None, help="sample filters at random (default: the first n)")
     parser.add_argument("--out", type=Path, default=Path("filters.png"))
+    parser.add_argument("--image-shape", type=int, nargs=3, metavar=("C", "H", "W"), default=None,
+                        help="draw the filters in this shape (default: the run's dataset.image_shape)")
     args = parser.parse_args(argv)
     plt = pyplot()
     try:
         panels = []
         for run in args.runs:
             cfg, model, state = load_run_model(run)
-            shape = getattr(dataset_spec(cfg.dataset), "image_shape", None)
+            shape = args.image_shape or getattr(dataset_spec(cfg.dataset), "image_shape", None)
             if shape is None:
-                raise SchedaError(f"{run}: dataset {cfg.dataset.name} has no image shape to draw filters in")
+                raise SchedaError(f"{run}: dataset {cfg.dataset.name} has no image shape to draw filters in: give "
+                                  f"--image-shape C H W (C*H*W = its {model.W.shape[1]} inputs)")
+            if math.prod(shape) != model.W.shape[1]:
+                raise SchedaError(f"{run}: --image-shape {' '.join(map(str, shape))} holds {math.prod(shape)} values, "
+                                  f"its filters {model.W.shape[1]}: give C H W with C*H*W = {model.W.shape[1]}")
             rows = torch.arange(model.n_hidden)
             if args.seed is not None:
                 rows = torch.randperm(model.n_hidden, generator=torch.Generator().manual_seed(args.seed))
@@ -47,7 +56,10 @@ def main(argv=None) -> int:
         return 1
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4.4), squeeze=False)
     for ax, (title, grid) in zip(axes[0], panels):
-        ax.imshow(grid, interpolation="nearest")
+        if grid.shape[2] == 1:  # one channel: grey levels, the padding white
+            ax.imshow(grid[:, :, 0], interpolation="nearest", cmap="gray", vmin=0, vmax=1)
+        else:
+            ax.imshow(grid, interpolation="nearest")
         ax.set_title(title, fontsize=10)
         ax.axis("off")
     fig.tight_layout()
