@@ -35,16 +35,36 @@ def _current_umask() -> int:
 _UMASK = _current_umask()
 
 
+class _Watched:
+    """The temporary file as the writer sees it, remembering the OSError a write raised: torch's
+    and other writers report a full disk as their own error (torch.save: a RuntimeError about
+    a position in its zip container), which would hide it."""
+
+    def __init__(self, f: IO[bytes]):
+        self._f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
     """Call ``write(f)`` on a temporary file beside ``path`` and rename it into place."""
     path = Path(path)
-    tmp = None
+    tmp, watched = None, None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide results from a shared group
         with os.fdopen(fd, "wb") as f:
-            write(f)
+            watched = _Watched(f)
+            write(watched)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -54,6 +74,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
                 os.unlink(tmp)
             except FileNotFoundError:
                 pass
+        if not isinstance(exc, OSError) and watched is not None and watched.error is not None:
+            exc = watched.error  # the writer's own error for it
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise CheckpointError(
                 f"disk full while writing {path}: free space there or point hydra.run.dir "
