@@ -134,7 +134,7 @@ def train(overrides: Sequence[str] | Mapping[str, Any] = (), data=None, output_d
         try:
             cfg = compose("train", extra)
         except Exception as exc:  # noqa: BLE001 - only a composition error is reworded
-            line = composition_error(exc)  # the command line's one line (a misspelt key, a wrong type)
+            line = composition_error(exc, "train", extra)  # the command line's one line (a misspelt key, a wrong type)
             if line is None:
                 raise
             raise ConfigError(line) from None

@@ -124,7 +124,7 @@ def main() -> None:
         sys.exit(f"error: {wrong}")
     sys.argv = resume_argv(sys.argv)  # resume=RUN: the run's own overrides, then these, into RUN
     list_groups_from_one_copy(sys.argv)
-    one_line_composition_errors()
+    one_line_composition_errors("train")
     from scheda.utils.interrupt import Interrupted
 
     try:

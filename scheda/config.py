@@ -46,6 +46,8 @@ COMPONENT_MODULES: dict[str, tuple[str, ...]] = {
     "finetune": ("scheda.training.finetune",),
 }
 GROUPS: dict[str, dict[str, type]] = {}
+# scheda-reproduce's own groups (scheda/protocol/config.py); every other group is a training run's.
+PROTOCOL_GROUPS = ("table", "scale", "table_scale")
 # Groups that select several options at once (``logger=[tensorboard,csv]``): each option's
 # values live under its own name (``logger.csv.file``); the option ``none`` selects nothing.
 MANY = ("logger",)
@@ -268,10 +270,28 @@ def not_a_setting(path: str, schema: type) -> str:
     return f"{path} is not a setting of {parent or 'the run'} ({schema.__name__}): {hint}"
 
 
-def composition_error(exc: BaseException) -> str | None:
+def other_commands_group(key: str, value: str | None, command: str, argv: list[str] = ()) -> str | None:
+    """The line for a group of the other command (``scheda-train scale=cpu``, ``scheda-reproduce
+    dataset=amazon``), naming the command or the override that takes it; None for the command's own.
+    ``value``: the option chosen, None for one to find in ``argv`` (``model.hidden=3``)."""
+    given = [a.lstrip("+~") for a in argv if a.lstrip("+~").split("=")[0].split(".")[0] == key]
+    arg = f"{key}={value}" if value else (given[0] if given else f"{key}.<setting>=<value>")
+    if command == "train" and key in PROTOCOL_GROUPS:
+        return (f"{arg} is an option of scheda-reproduce (the paper's protocol), not of a training run: "
+                f"scheda-reproduce {arg} (docs/protocol.md)")
+    if command == "reproduce" and key in (*COMPONENT_MODULES, "experiment"):
+        arg = f"+{arg}" if key == "experiment" else arg
+        return (f"{arg} is a training run's setting, not the protocol's: give it to every job as "
+                f"\"overrides=['{arg}']\"" + (" (or choose the table of that data: table=amazon)"
+                                               if key == "dataset" else ""))
+    return None
+
+
+def composition_error(exc: BaseException, command: str = "train", argv: list[str] = ()) -> str | None:
     """One line for a command line Hydra could not compose or start (a key no schema has, a value of
-    the wrong type, an override that does not parse, a run directory it cannot write) and for a
-    sweep's failed job (scheda's own line); None for anything else."""
+    the wrong type, a group of the other command, an override that does not parse, a run directory
+    it cannot write) and for a sweep's failed job (scheda's own line); None for anything else.
+    ``command``: the config the command composes, ``train`` or ``reproduce``; ``argv``: its overrides."""
     from hydra.errors import ConfigCompositionException, OverrideParseException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
@@ -287,10 +307,24 @@ def composition_error(exc: BaseException) -> str | None:
     if not isinstance(exc, ConfigCompositionException):
         return None
     source = re.match(r"In '([^']+)':", str(exc))  # a config file (a preset) set the key, not the command line
+    if source and "/" in source.group(1):  # +scale=cpu, +experiment=quick: a preset of the other command's group
+        group, _, option = source.group(1).partition("/")
+        line = other_commands_group(group, option, command, argv)
+        if line:
+            return line
+    absent = re.search(r"Could not override '([^']+)'\. No match in the defaults list", str(exc))
+    if absent:  # a group the command's defaults do not choose: the other command's, or one to add with +
+        value = re.search(r"use \+[^=\s]+=(\S+)", str(exc))
+        value = value.group(1) if value else "..."
+        return other_commands_group(absent.group(1), value, command, argv) or \
+            f"{absent.group(1)}={value} is not chosen by default: add it with +{absent.group(1)}={value}"
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and dataclasses.is_dataclass(cause.object_type) \
             and cause.full_key:
+        group = cause.full_key.partition(".")[0]
+        line = other_commands_group(group, None, command, argv)  # model.hidden=3 to the protocol
+        if line:
+            return line
         if source:
-            group = cause.full_key.partition(".")[0]
             return (f"{source.group(1)}.yaml sets {cause.full_key}, which is not a setting of {group} "
                     f"({cause.object_type.__name__}): the preset is written for another choice of {group}; keep "
                     f"its choice, or give its values without the preset")
@@ -312,18 +346,22 @@ def _ran_scheda(exc: BaseException) -> bool:
     return False
 
 
-def one_line_composition_errors() -> None:
+def one_line_composition_errors(command: str) -> None:
     """Hydra prints a command line it cannot compose in five to seven lines ending in "Set the
     environment variable HYDRA_FULL_ERROR=1": the commands print :func:`composition_error`'s one
     line instead and exit 1 (HYDRA_FULL_ERROR=1 still gives Hydra's own report). Hydra 1.3 reports
     through ``hydra._internal.utils.run_and_report``, which this wraps (tests/test_entrypoint.py fails
     when that changes)."""
     import os
+    import sys
 
     from hydra._internal import utils
 
     report = getattr(utils, "run_and_report", None)
-    if report is None or getattr(report, "one_line", False):
+    if report is None:
+        return
+    if getattr(report, "one_line", False):  # wrapped already: this command's lines now
+        report.command = command
         return
 
     def run_and_report(func):
@@ -331,14 +369,14 @@ def one_line_composition_errors() -> None:
             try:
                 return func()
             except Exception as exc:  # noqa: BLE001 - only a composition error is reworded
-                line = None if os.environ.get("HYDRA_FULL_ERROR") == "1" else composition_error(exc)
+                line = None if os.environ.get("HYDRA_FULL_ERROR") == "1" else composition_error(exc, run_and_report.command, sys.argv[1:])
                 if line is None:
                     raise
                 raise SystemExit(f"error: {line}") from None
 
         return report(composed)
 
-    run_and_report.one_line = True
+    run_and_report.one_line, run_and_report.command = True, command
     utils.run_and_report = run_and_report
 
 

@@ -300,3 +300,38 @@ def test_a_mistyped_table_or_scale_answers_in_one_line(tmp_path):
     proc = run_module("scheda.protocol.reproduce", ["scale.hidden=abc", "dry_run=true"], cwd=tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.strip() == "error: scale.hidden: Invalid value assigned: str is not a ListConfig, list or tuple."
+
+
+@pytest.mark.parametrize("module, args, line", [
+    ("scheda.cli", ["scale=cpu"], "error: scale=cpu is an option of scheda-reproduce (the paper's protocol), not of "
+                                  "a training run: scheda-reproduce scale=cpu (docs/protocol.md)"),
+    ("scheda.cli", ["+table=table1"], "error: table=table1 is an option of scheda-reproduce (the paper's protocol), "),
+    ("scheda.cli", ["experiment=quick"], "error: experiment=quick is not chosen by default: add it with "
+                                         "+experiment=quick"),
+    ("scheda.protocol.reproduce", ["dataset=amazon"], "error: dataset=amazon is a training run's setting, not the "
+                                                      "protocol's: give it to every job as \"overrides=['dataset=amazon']\""
+                                                      " (or choose the table of that data: table=amazon)"),
+    ("scheda.protocol.reproduce", ["+dataset=amazon"], "error: dataset=amazon is a training run's setting, "),
+    ("scheda.protocol.reproduce", ["model.hidden=3"], "error: model.hidden=3 is a training run's setting, not the "
+                                                      "protocol's: give it to every job as \"overrides=['model.hidden=3']\""),
+    ("scheda.protocol.reproduce", ["+experiment=quick"], "error: +experiment=quick is a training run's setting, "),
+    ("scheda.protocol.reproduce", ["table=table1", "table_scale=amazon_cpu"],
+     "error: table_scale follows from table= and scale= (configs/table_scale/<table>_<scale>.yaml): give those"),
+])
+def test_a_group_of_the_other_command_names_the_command_that_takes_it(tmp_path, module, args, line):
+    """Each command's config groups are its own: scheda-train scale=cpu named no command (Hydra's
+    "Could not override 'scale'" in three lines), scheda-reproduce dataset=amazon not the overrides
+    list, and table_scale=... composed Amazon's scale under table1."""
+    from helpers import run_module
+
+    proc = run_module(module, [*args, "dry_run=true"] if module.endswith("reproduce") else args, cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip().startswith(line), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "outputs").exists()
+
+
+def test_the_python_api_names_the_protocols_groups_too(tmp_path):
+    import scheda
+    from scheda.utils.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^scale=cpu is an option of scheda-reproduce"):
+        scheda.train(["scale=cpu"], output_dir=tmp_path / "run")

@@ -209,11 +209,14 @@ def _main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
+    if any(a.lstrip("+~").partition("=")[0] == "table_scale" for a in sys.argv[1:]):
+        sys.exit("error: table_scale follows from table= and scale= (configs/table_scale/<table>_<scale>.yaml): give "
+                 "those, e.g. table=amazon scale=cpu")
     wrong = unknown_choice(sys.argv, ["table", "scale"])
     if wrong:  # one line naming the options (Hydra's own: 15 lines with its search path)
         sys.exit(f"error: {wrong}")
     list_groups_from_one_copy(sys.argv)  # --help: one copy of Hydra's repository for every group
-    one_line_composition_errors()
+    one_line_composition_errors("reproduce")
     _main()
 
 
