@@ -338,3 +338,16 @@ def test_a_job_kind_is_one_module_in_another_package(smoke, tmp_path):
     assert "DA, lr / 10" in table_rows(report) and f"lr={fmt(best['lr'])}, {count(best['epoch'], 'epoch')}" in report
     assert load(runs / "seeds_table1.json")["hidden"]["16"]["lower_lr"].keys() == {"0", "1"}
     assert any(row.startswith("| DA, lr / 10 − best DA |") for row in report.splitlines())
+
+
+def test_the_plans_checkpoint_size_bounds_the_checkpoints_written(smoke):
+    """The plan says how much disk the checkpoints take at most (a paper-scale table: over 100 GB);
+    the smoke run's own checkpoints, DA grid to seeds, stay within it."""
+    from scheda.protocol import estimate
+    from helpers import smoke_cfg
+
+    root, _ = smoke
+    bound = estimate.estimate(smoke_cfg("scale.seeds=[0,1]"), None, 50)["checkpoint_bytes"]
+    written = sum(p.stat().st_size for p in (root / "runs").glob("*/*/checkpoints/epoch_*.pt"))
+    written += sum(p.stat().st_size for p in (root / "runs").glob("*/*/models/*/checkpoints/epoch_*.pt"))
+    assert 0 < written <= bound, (written, bound)

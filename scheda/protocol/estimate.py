@@ -215,13 +215,15 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
     """Jobs, model-epochs, evaluations and (with a benchmark) device-hours of ``cfg``'s scale."""
     p = items(cfg)
     fast, examples, inputs = fast_step(cfg), train_examples(cfg), int(cfg.table.get("inputs", INPUTS))
-    out: dict[str, Any] = {"jobs": {}, "model_epochs": {}, "evaluations": 0, "finetune_jobs": p["finetune_jobs"]}
+    out: dict[str, Any] = {"jobs": {}, "model_epochs": {}, "evaluations": 0, "finetune_jobs": p["finetune_jobs"],
+                           "checkpoint_bytes": 0}
     seconds_train = seconds_eval = 0.0
     for item in p["items"]:
         phase = item["phase"]
         out["jobs"][phase] = out["jobs"].get(phase, 0) + 1
         out["model_epochs"][phase] = out["model_epochs"].get(phase, 0) + item["epochs"] * item["models"]
         out["evaluations"] += item["evals"]
+        out["checkpoint_bytes"] += item["evals"] * checkpoint_bytes(item["hidden"], inputs)
         if bench is not None:
             train, evals = item_seconds(item, bench, batch_size, fast, examples, search_share(cfg), inputs)
             seconds_train, seconds_eval = seconds_train + train, seconds_eval + evals
@@ -256,6 +258,13 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
     return out
 
 
+def checkpoint_bytes(hidden: int, inputs: int) -> int:
+    """One checkpoint of a DA: W, b and b' in float32 (the plain SGD it trains with keeps no other
+    state); every run keeps all of its checkpoints, one per evaluation at most (the continuations
+    start from the selected epochs'). 0 for the raw baseline."""
+    return 4 * (hidden * inputs + hidden + inputs) if hidden else 0
+
+
 def describe(cfg: DictConfig, est: dict[str, Any], bench_path: str | None) -> str:
     jobs = ", ".join(f"{phase} {n}" for phase, n in est["jobs"].items())
     if est["finetune_jobs"]:
@@ -269,6 +278,9 @@ def describe(cfg: DictConfig, est: dict[str, Any], bench_path: str | None) -> st
             f"{est['evaluations']:,} evaluations")
     if most:
         text += f" (every model at its cap; scale.patience={cfg.scale.patience} stops them earlier)"
+    size = est["checkpoint_bytes"]
+    size = f"{size / 1e9:,.1f} GB" if size >= 1e9 else f"{size / 1e6:,.1f} MB"
+    text += f", {most}{size} of checkpoints in {cfg.out_dir}"
     if "device_hours" not in est:
         return text + "; device-hours: give bench=<scripts/bench_train.py --json output> to estimate them"
     def part(name: str, key: str, measured: bool) -> str:
