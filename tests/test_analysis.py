@@ -106,3 +106,64 @@ def test_filters_of_a_run_without_an_image_shape_are_drawn_in_the_shape_given(tm
     pixels = imread(out)[:, :, :3]
     assert pixels.std() > 0.05  # something was drawn
     assert np.allclose(pixels[:, :, 0], pixels[:, :, 1]) and np.allclose(pixels[:, :, 1], pixels[:, :, 2])
+
+
+def test_a_stopped_concatenation_grid_keeps_its_pairs_and_evaluates_only_the_others(cifar_arrays, tmp_path,
+                                                                                     monkeypatch, capsys):
+    """Ctrl-C in the third pair of a 3 x 3 grid: one line, exit 130, the two finished pairs in the
+    JSON; the same command again evaluates the seven others and gives the grid of one uninterrupted
+    invocation; other settings on that JSON are refused, not mixed in."""
+    import json
+
+    from scheda.analysis import concat_eval
+    from scheda.run import run
+
+    cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1",
+                       "trainer.parallel.nu=[0.2,0.4,0.5]", "trainer.parallel.seed=[1,2]", "evaluate.enabled=false",
+                       "logger=none"])
+    run(cfg, tmp_path / "sweep")
+    args = ["--sweep", str(tmp_path / "sweep"), "--classifier", "torch_lr", "--c-log2-min", "-3", "--c-log2-max", "0"]
+    assert concat_eval.main([*args, "--out", str(tmp_path / "whole.png")]) == 0
+    whole = json.loads((tmp_path / "whole.json").read_text())
+    assert len(whole["pairs"]) == 9 and whole["complete"]
+
+    real, calls = concat_eval.Evaluator.evaluate, []
+
+    def stopped_at_the_third(self, runs):
+        calls.append(runs)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, runs)
+
+    monkeypatch.setattr(concat_eval.Evaluator, "evaluate", stopped_at_the_third)
+    capsys.readouterr()
+    assert concat_eval.main([*args, "--out", str(tmp_path / "grid.png")]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"interrupted by SIGINT: 2 of 9 pairs evaluated, kept in {tmp_path / 'grid.json'}; run the same "
+                   f"command again to evaluate the others"]
+    kept = json.loads((tmp_path / "grid.json").read_text())
+    assert len(kept["pairs"]) == 2 and not kept["complete"] and not (tmp_path / "grid.png").exists()
+    calls.clear()
+    monkeypatch.setattr(concat_eval.Evaluator, "evaluate", lambda self, runs: calls.append(runs) or real(self, runs))
+    assert concat_eval.main([*args, "--out", str(tmp_path / "grid.png")]) == 0
+    assert len(calls) == 7 and json.loads((tmp_path / "grid.json").read_text()) == whole
+    assert (tmp_path / "grid.png").exists()
+    assert concat_eval.main([*args[:-1], "1", "--out", str(tmp_path / "grid.png")]) == 1
+    assert "grid.json holds a grid of other settings (c_log2_max): give another --out" in capsys.readouterr().err
+
+
+def test_ctrl_c_in_a_tool_is_one_line(cifar_arrays, tmp_path, monkeypatch, capsys):
+    from scheda.analysis import feature_similarity, plot_filters
+    from scheda.evaluation import export
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    for module, argv in [(plot_filters, ["run"]), (feature_similarity, ["--reference", "run", "--da", "0.1=run"]),
+                         (export, ["run", "--features", str(tmp_path / "f.npz")])]:
+        monkeypatch.setattr(module, "load_run_model", interrupted, raising=False)
+        monkeypatch.setattr(module, "find_checkpoint", interrupted, raising=False)
+        monkeypatch.setattr(module, "load_checkpoint", interrupted, raising=False)
+        assert module.main(argv) == 130, module
+        assert capsys.readouterr().err.strip().splitlines() == [
+            "interrupted by SIGINT: no file was left half-written; run the same command again"]

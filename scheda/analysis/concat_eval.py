@@ -7,12 +7,16 @@ evaluated like any representation (logistic regression, C chosen on validation).
 
 The grid reads a fused sweep trained with the preset ``+experiment=concat_grid`` (every nu,
 seeds 1 and 2): rows are seed-1 models, columns seed-2 models; it writes the heat map of test
-errors and a JSON of every pair (diagonal cells pair the same nu from two seeds).
+errors and a JSON of every pair (diagonal cells pair the same nu from two seeds). The JSON is
+written after every pair: the same command, stopped (Ctrl-C) and run again, evaluates only the
+pairs it lacks.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -27,6 +31,7 @@ from scheda.data import load_dataset
 from scheda.utils.errors import SchedaError
 from scheda.evaluation.evaluate import encode_splits, evaluate_features, labels_of
 from scheda.utils.io import atomic_write_json
+from scheda.utils.interrupt import Interrupted, one_line_on_ctrl_c
 from scheda.training.checkpoint import load_run_model
 
 
@@ -58,6 +63,24 @@ class Evaluator:
         return result
 
 
+def finished_pairs(path: Path, settings: dict) -> dict[tuple, dict]:
+    """The pairs an earlier invocation of the same grid wrote to ``path`` (none if it is absent);
+    a file of another grid or other settings is refused, not overwritten."""
+    if not path.exists():
+        return {}
+    try:
+        saved = json.loads(path.read_text())
+    except ValueError:
+        raise SchedaError(f"{path} is not a grid's JSON (unreadable): give another --out, or delete it") from None
+    if saved.get("settings") != settings:
+        differ = sorted(k for k in {*settings, *saved.get("settings", {})}
+                        if saved.get("settings", {}).get(k) != settings.get(k))
+        raise SchedaError(f"{path} holds a grid of other settings ({', '.join(differ)}): give another --out, "
+                          f"or delete it to start again")
+    return {(pair["a"], pair["b"]): pair for pair in saved["pairs"]}
+
+
+@one_line_on_ctrl_c
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="*", type=Path, help="runs whose encoders are concatenated")
@@ -90,20 +113,33 @@ def main(argv=None) -> int:
         if not pairs:
             raise SchedaError(f"{args.sweep} has no models with seeds {args.seeds} varying {args.vary}: "
                               f"train it with +experiment=concat_grid")
+        out = args.out.with_suffix(".json")
+        settings = {"sweep": str(args.sweep.resolve()), "vary": args.vary, "seeds": list(args.seeds),
+                    "classifier": args.classifier, "c_log2_min": args.c_log2_min, "c_log2_max": args.c_log2_max}
+        done = finished_pairs(out, settings)
+        if done:
+            print(f"{len(done)} of {len(pairs)} pairs already in {out}: evaluating the others", flush=True)
         grid = [[None] * len(cols) for _ in rows]
-        report = []
         for (a, b), (run_a, run_b) in sorted(pairs.items()):
-            result = ev.evaluate([run_a, run_b])
-            grid[rows.index(a)][cols.index(b)] = 100 * result["test_error"]
-            report.append({"a": a, "b": b, **{k: result[k] for k in ("C", "val_error", "test_error", "features")}})
-            print(f"{args.vary}={a:g} (seed {args.seeds[0]}) + {b:g} (seed {args.seeds[1]}): "
-                  f"test {100 * result['test_error']:.2f} %", flush=True)
+            if (a, b) not in done:
+                try:
+                    result = ev.evaluate([run_a, run_b])
+                except KeyboardInterrupt:
+                    raise Interrupted(signal.SIGINT, f"interrupted by SIGINT: {len(done)} of {len(pairs)} pairs "
+                                                     f"evaluated, kept in {out}; run the same command again to "
+                                                     f"evaluate the others") from None
+                done[(a, b)] = {"a": a, "b": b, **{k: result[k] for k in ("C", "val_error", "test_error", "features")}}
+                print(f"{args.vary}={a:g} (seed {args.seeds[0]}) + {b:g} (seed {args.seeds[1]}): "
+                      f"test {100 * result['test_error']:.2f} %", flush=True)
+                atomic_write_json(out, {"settings": settings, "rows": rows, "cols": cols,
+                                        "pairs": [done[key] for key in sorted(done)],
+                                        "complete": len(done) == len(pairs)})
+            grid[rows.index(a)][cols.index(b)] = 100 * done[(a, b)]["test_error"]
     except SchedaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     heat_map(grid, rows, cols, "test error (%) of concatenated DAs", args.out,
              f"{args.vary}, seed {args.seeds[1]}", f"{args.vary}, seed {args.seeds[0]}")
-    atomic_write_json(args.out.with_suffix(".json"), {"rows": rows, "cols": cols, "pairs": report})
     print(f"{args.out} ({time.perf_counter() - start:.0f}s)")
     return 0
 

@@ -20,8 +20,10 @@ from scheda.data import load_dataset
 from scheda.utils.errors import SchedaError
 from scheda.utils.io import atomic_write
 from scheda.training.checkpoint import load_run_model
+from scheda.utils.interrupt import one_line_on_ctrl_c
 
 
+@one_line_on_ctrl_c
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reference", required=True, help="the model whose features are counted (a ScheDA run)")

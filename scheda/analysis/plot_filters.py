@@ -22,8 +22,10 @@ from scheda.training.checkpoint import find_checkpoint
 from scheda.data import dataset_spec
 from scheda.utils.errors import SchedaError
 from scheda.training.checkpoint import load_run_model
+from scheda.utils.interrupt import one_line_on_ctrl_c
 
 
+@one_line_on_ctrl_c
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="run directories (or checkpoints)")

@@ -124,6 +124,26 @@ def terminate_as_interrupt() -> Iterator[None]:
             signal.signal(s, h)
 
 
+def one_line_on_ctrl_c(main):
+    """A console command that holds no run (scheda-export, the analysis tools): Ctrl-C ends it with
+    one line and exit status 130, not a KeyboardInterrupt traceback; each writes its files
+    atomically, so nothing half-written is left. ``Interrupted``'s own message wins."""
+    import functools
+    import sys
+
+    @functools.wraps(main)
+    def command(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except KeyboardInterrupt as exc:
+            message = exc.message if isinstance(exc, Interrupted) else "interrupted by SIGINT: no file was " \
+                "left half-written; run the same command again"
+            print(message, file=sys.stderr)
+            return exc.exit_code if isinstance(exc, Interrupted) else 130
+
+    return command
+
+
 QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
 SWEEP_PID = "SCHEDA_SWEEP_PID"  # set by a sweep's process (hydra_plugins.scheda_sweeper) for the jobs it starts
 
