@@ -351,3 +351,20 @@ def test_the_plans_checkpoint_size_bounds_the_checkpoints_written(smoke):
     written = sum(p.stat().st_size for p in (root / "runs").glob("*/*/checkpoints/epoch_*.pt"))
     written += sum(p.stat().st_size for p in (root / "runs").glob("*/*/models/*/checkpoints/epoch_*.pt"))
     assert 0 < written <= bound, (written, bound)
+
+
+def test_the_report_names_the_launcher_that_ran_the_jobs(smoke, tmp_path):
+    """A report rewritten by an invocation that trains nothing (phases=[report]) names the launcher
+    of the invocations that ran the jobs, not its own; one from before the record says so."""
+    work = copy_of(smoke, tmp_path)
+    rewritten = reproduce(work, smoke[1], "scale.seeds=[0,1]", "phases=[report]", "launcher=joblib", "n_jobs=2")
+    assert rewritten.returncode == 0, rewritten.stderr[-3000:]
+    head = (work / "reports" / "table1_smoke.md").read_text().splitlines()[2]
+    assert head.startswith("- Device: ") and head.endswith("; launcher: basic"), head
+    invocations = load(work / "runs" / "invocations.json")
+    assert [(i["launcher"], i["n_jobs"]) for i in invocations[-2:]] == [("basic", 1), ("joblib", 2)]
+    for i in invocations:
+        del i["launcher"], i["n_jobs"]
+    (work / "runs" / "invocations.json").write_text(json.dumps(invocations))
+    reproduce(work, smoke[1], "scale.seeds=[0,1]", "phases=[report]", "launcher=joblib", "n_jobs=2")
+    assert (work / "reports" / "table1_smoke.md").read_text().splitlines()[2].endswith("; launcher: not recorded")

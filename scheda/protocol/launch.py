@@ -186,12 +186,14 @@ def job_statuses(jobs: list[JobSpec], out_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def record_invocation(out_dir: Path, started: float, table: str, ran_jobs: bool) -> list[dict[str, Any]]:
+def record_invocation(out_dir: Path, started: float, cfg: DictConfig, ran_jobs: bool) -> list[dict[str, Any]]:
     """Append this invocation to ``<out_dir>/invocations.json`` (the protocol's wall time is
-    the sum over the invocations that ran jobs, however often it was resumed)."""
+    the sum over the invocations that ran jobs, however often it was resumed; the report names
+    their launchers, not the one of the invocation that writes it)."""
     path = out_dir / "invocations.json"
     history = json.loads(path.read_text()) if path.exists() else []
     history.append({"started": datetime.fromtimestamp(started).isoformat(timespec="seconds"),
-                    "seconds": time.time() - started, "table": table, "ran_jobs": ran_jobs})
+                    "seconds": time.time() - started, "table": cfg.table.name, "ran_jobs": ran_jobs,
+                    "launcher": cfg.launcher, "n_jobs": cfg.n_jobs})
     atomic_write_json(path, history)
     return history

@@ -79,8 +79,7 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
     over_seeds = len(seeded["seeds"]) > 1
     seeds_head = " Further seeds: test % mean ± sd (n) |" if over_seeds else ""
     lines = [f"# {table.title} — scale={scale.name}", "",
-             f"- Device: {info['device']}; launcher: {cfg.launcher}"
-             f"{f' ({cfg.n_jobs} jobs at once)' if cfg.launcher == 'joblib' else ''}",
+             f"- Device: {info['device']}; launcher: {_launchers(info['invocations'])}",
              f"- Wall time: {_wall_time(info['invocations'])}; training and evaluation time summed over all "
              f"jobs: {info['job_seconds'] / 60:.1f} min",
              f"- Runs: `{info['out_dir']}`; written {info['date']}; commit {info['commit']}",
@@ -163,6 +162,18 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
               OWNER.format(info["protocol_id"]), ""]
     atomic_write(path, lambda f: f.write("\n".join(lines).encode()))
     return path
+
+
+def _launchers(invocations: list[dict]) -> str:
+    """The launchers of the invocations that ran jobs, each once (an invocation from before the
+    record: "not recorded")."""
+    named = []
+    for i in (i for i in invocations if i["ran_jobs"]):
+        name = i.get("launcher")
+        text = "not recorded" if name is None else name + (f" ({i['n_jobs']} jobs at once)" if name == "joblib" else "")
+        if text not in named:
+            named.append(text)
+    return ", ".join(named) or "no invocation ran jobs"
 
 
 def _wall_time(invocations: list[dict]) -> str:

@@ -156,7 +156,7 @@ def _run_phases(cfg: DictConfig, out_dir: Path, started: float) -> Path | None:
             progress.jobs.update(planned)
             phase.collect(progress)
     finally:  # a stopped or failed invocation's time counts in the protocol's wall time too
-        invocations = launch.record_invocation(out_dir, started, cfg.table.name, ran_jobs=progress.ran_jobs)
+        invocations = launch.record_invocation(out_dir, started, cfg, ran_jobs=progress.ran_jobs)
     statuses = launch.job_statuses(progress.all_jobs(), out_dir)
     info = {"device": describe_device(statuses), "invocations": invocations,
             "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": shown_path(out_dir),
