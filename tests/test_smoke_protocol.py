@@ -363,8 +363,9 @@ def test_the_report_names_the_launcher_that_ran_the_jobs(smoke, tmp_path):
     assert head.startswith("- Device: ") and head.endswith("; launcher: basic"), head
     invocations = load(work / "runs" / "invocations.json")
     assert [(i["launcher"], i["n_jobs"]) for i in invocations[-2:]] == [("basic", 1), ("joblib", 2)]
-    for i in invocations:
-        del i["launcher"], i["n_jobs"]
-    (work / "runs" / "invocations.json").write_text(json.dumps(invocations))
-    reproduce(work, smoke[1], "scale.seeds=[0,1]", "phases=[report]", "launcher=joblib", "n_jobs=2")
-    assert (work / "reports" / "table1_smoke.md").read_text().splitlines()[2].endswith("; launcher: not recorded")
+    from scheda.protocol.report import _launchers
+
+    before_the_record = [{k: v for k, v in i.items() if k not in ("launcher", "n_jobs")} for i in invocations]
+    assert _launchers(before_the_record) == "not recorded"
+    assert _launchers([*before_the_record, {**invocations[-1], "ran_jobs": True}]) == \
+        "not recorded, joblib (2 jobs at once)"
