@@ -72,15 +72,22 @@ class Run:
         if t.ndim != 2 or t.shape[1] != self.model.n_input:
             raise ValueError(f"encode takes rows of {self.model.n_input} inputs, not an array of shape {tuple(t.shape)}")
         scale = 255.0 if t.dtype == torch.uint8 else 1.0
+        if scale == 1.0 and t.numel() and not bool(((t >= 0) & (t <= 1)).all()):
+            if bool(t.isnan().any()):
+                raise ValueError(f"encode's inputs hold {int(t.isnan().sum())} NaN values: give numbers in [0, 1]")
+            raise ValueError(f"encode takes inputs in [0, 1], as the run trained on them (its data divided by "
+                             f"dataset.scale; uint8 is divided by 255 here), not values in [{float(t.min()):g}, "
+                             f"{float(t.max()):g}]: divide them by their scale first")
         model = self.model.to(t.device)
         out = torch.cat([model.encode(t[i:i + chunk_size].to(torch.float32) / scale)
-                         for i in range(0, t.shape[0], chunk_size)])
+                         for i in range(0, t.shape[0], chunk_size)]) if t.shape[0] else \
+            torch.empty(0, model.n_hidden, device=t.device)
         return out.cpu().numpy() if as_numpy else out
 
     @property
     def metrics(self) -> dict[str, dict[int, float]]:
         """Every scalar the run logged to its metrics.csv (``logger=[...,csv]``), as
-        ``{name: {step: value}}``: the curves, without TensorBoard; {} when it logged none."""
+        ``{name: {epoch: value}}``: the curves, without TensorBoard; {} when it logged none."""
         from scheda.runs.rundir import read_metrics
 
         name = ((self.results.get("config") or {}).get("logger") or {}).get("csv", {}).get("file", "metrics.csv")

@@ -54,6 +54,15 @@ def test_bad_calls_are_refused_in_one_line(tmp_path):
     run = scheda.train(SMALL, data=(x,), output_dir=tmp_path / "ok")
     with pytest.raises(ValueError, match="encode takes rows of 5 inputs"):
         run.encode(x[:, :3])
+    # pixels not divided by their scale were encoded silently (a sigmoid of them is all ones)
+    with pytest.raises(ValueError, match=r"encode takes inputs in \[0, 1\], as the run trained on them .* not values "
+                                         r"in \[0\.\d+, 2[0-9]{2}\.\d+\]: divide them by their scale first"):
+        run.encode(255 * x)
+    holes = x.copy()
+    holes[0, 0] = holes[7, 3] = np.nan
+    with pytest.raises(ValueError, match="encode's inputs hold 2 NaN values"):
+        run.encode(holes)
+    assert run.encode((255 * x).astype(np.uint8)).shape == (50, 6) and run.encode(x[:0]).shape == (0, 6)
     from scheda.data import load_dataset
 
     with pytest.raises(DataError, match="were handed to it"):  # the arrays lived for the call only
