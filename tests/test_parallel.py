@@ -70,6 +70,10 @@ def test_models_of_different_lengths_and_random_schedules(cifar_arrays, tmp_path
     alone = _alone(cifar_arrays, tmp_path, "rnd_alone", [*random, "seed=4"])
     _assert_same_weights(load_checkpoint(tmp_path / "rnd" / "models" / "1"), load_checkpoint(tmp_path / "rnd_alone"))
     assert fused["models"][0]["status"] == "completed"
+    from scheda.runs.rundir import summary_lines  # its last lines said "(0 epochs)"
+
+    assert [m["epochs"] for m in fused["models"]] == [3, 2]
+    assert summary_lines(fused, tmp_path / "fused")[0].endswith(" min (2-3 epochs)")
 
 
 def test_parallel_through_the_entry_point_and_resume(cifar_arrays, tmp_path):

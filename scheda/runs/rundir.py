@@ -200,7 +200,7 @@ def summarise_sweep(results: RunResults, summaries: list[dict[str, Any]], second
     for entry, summary in zip(results.data["models"], summaries):
         read = kept(summary) or {}
         entry.update(status=summary["status"], val_error=read.get("val_error"), test_error=read.get("test_error"),
-                     final_train_loss=summary.get("final_train_loss"))
+                     final_train_loss=summary.get("final_train_loss"), epochs=summary.get("epochs"))
         if summary.get("stopped_by"):
             entry.update(stopped_by=summary["stopped_by"], read_at=read.get("epoch"))
     results.data.update(evaluations=[])
@@ -230,8 +230,11 @@ def summary_lines(summary: dict[str, Any], output_dir: Path, loggers: Iterable[A
     shown = shown_path(output_dir)
     models = summary.get("models")
     epochs = summary.get("epochs", 0)
+    if models:  # a fused sweep: each model's own (they stop apart under the rule)
+        each = sorted({m["epochs"] for m in models if m.get("epochs") is not None})
+        epochs = (f"{each[0]}" if len(each) == 1 else f"{each[0]}-{each[-1]}") if each else "?"
     trained = (summary.get("plan") or {}).get("trains", True)  # model=raw: the inputs evaluated, no epoch
-    lines = [f"done in {summary.get('seconds', 0) / 60:.1f} min ({epochs} epoch{'' if epochs == 1 else 's'}"
+    lines = [f"done in {summary.get('seconds', 0) / 60:.1f} min ({epochs} epoch{'' if epochs in (1, '1') else 's'}"
              f"{'' if models else stop_text(summary)})" if trained else
              f"done in {summary.get('seconds', 0) / 60:.1f} min (the raw inputs evaluated: nothing trained)"]
     for entry in models or [summary]:
