@@ -57,7 +57,7 @@ def run(cfg: DictConfig, output_dir: str | Path, data: Mapping[str, Any] | None 
         try:
             plan = make_plan(cfg, data)  # before any data, logger or checkpoint
             results.update(plan=plan.record())
-            setup_process(plan.config.trainer)  # threads and precision: a raw baseline's evaluation too
+            setup_process(plan.config.trainer, plan.device)  # threads and precision: a raw baseline's evaluation too
             if plan.config.model.trains:
                 log.info(plan.describe())
                 summary = train_plan(plan, output_dir, results)

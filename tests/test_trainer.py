@@ -236,3 +236,42 @@ def test_a_continuation_does_not_replay_the_da_stream_and_shares_its_own(cifar_a
     state = {name: load_checkpoint(tmp_path / name)["generator"] for name in ("da", "a", "b", "own")}
     assert torch.equal(state["a"], state["b"])
     assert not torch.equal(state["a"], state["da"]) and not torch.equal(state["own"], state["a"])
+
+
+@pytest.mark.parametrize("threads, load, cores, wanted", [
+    (2, 2.5, 2, "load average 2.5 on 2 cores) and torch runs 2 threads, which then wait on each other (several "
+                "times slower): set trainer.num_threads=1, or OMP_WAIT_POLICY=PASSIVE"),
+    (2, 0.3, 2, None),  # idle cores: the threads fit
+    (1, 7.0, 2, None),  # one thread waits on nobody
+    (8, 9.2, 16, "set trainer.num_threads=7,"),
+])
+def test_threads_that_outnumber_the_idle_cores_are_warned_of(monkeypatch, threads, load, cores, wanted):
+    """Measured (scripts/bench_train.py, 500 hidden units, 2 cores, one busy): 23 s an epoch with
+    torch's 2 threads against 5.5 s on idle cores; a tiny model's epoch 0.01 s -> 2.9 s."""
+    from scheda.training.trainer import busy_cores
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    warning = busy_cores(threads, load=load, cores=cores)
+    assert (warning is None) if wanted is None else (wanted in warning), warning
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert busy_cores(threads, load=load, cores=cores) is None  # the user chose
+
+
+def test_the_console_shows_the_training_loggers_warnings_and_not_their_epochs(cifar_arrays, tmp_path):
+    """The per-epoch lines of training and fine-tuning go to train.log only (fine-tuning's went to
+    the console too, under a logging config naming its old module), and those loggers' warnings
+    reach the console as well (they went to train.log only)."""
+    from helpers import run_train
+
+    common = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.nu=0.3", "logger=none"]
+    first = run_train([*common, "schedule.epochs=2", "finetune.enabled=true", "finetune.max_epochs=2",
+                       f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "] - epoch 2 nu=0.3 loss=" in log and "finetune lr=" in log
+    console = first.stdout + first.stderr
+    assert "] - epoch 2 nu=0.3 loss=" not in console and "finetune lr=" not in console and "eval epoch 2" in console
+    again = run_train([f"resume={tmp_path / 'run'}", "schedule.nu=0.4", "schedule.epochs=3", "force_resume=true"],
+                      cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "the schedule differs from the checkpoint's" in again.stdout + again.stderr

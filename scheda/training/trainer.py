@@ -119,14 +119,42 @@ class TrainerConfig(Component):
         return device
 
 
-def setup_process(trainer: TrainerConfig) -> None:
+def setup_process(trainer: TrainerConfig, device: torch.device) -> None:
     """What a run sets in its process, once, from its trainer's values (the config only holds
     them): torch's threads, and TF32 matmuls on CUDA only when asked for (off by default, for
-    exactness)."""
+    exactness). On a CPU whose cores other work keeps busy it warns (:func:`busy_cores`)."""
     if trainer.num_threads:
         torch.set_num_threads(trainer.num_threads)
     torch.backends.cuda.matmul.allow_tf32 = trainer.precision == "tf32"
     torch.backends.cudnn.allow_tf32 = trainer.precision == "tf32"
+    if device.type == "cpu":
+        warning = busy_cores(torch.get_num_threads())
+        if warning:
+            log.warning(warning)
+
+
+def busy_cores(threads: int, load: float | None = None, cores: int | None = None) -> str | None:
+    """The warning for torch threads that outnumber the idle cores: OpenMP's threads spin while
+    they wait for each other, and on cores other work holds an epoch takes several times longer
+    (scripts/bench_train.py at 500 hidden units on 2 cores, one kept busy: 23 s against 5.5 s
+    idle; 9.8 s with OMP_WAIT_POLICY=PASSIVE, which is slower on idle cores: 7.7 s). ``load``:
+    the last minute's load average (None: the system's). None when the threads fit, or the user
+    chose the wait policy."""
+    import os
+
+    if threads < 2 or os.environ.get("OMP_WAIT_POLICY"):
+        return None
+    try:
+        load = os.getloadavg()[0] if load is None else load
+    except (OSError, AttributeError):  # no load average on this system
+        return None
+    cores = cores or os.cpu_count() or 1
+    idle = cores - load
+    if idle >= threads - 0.5:
+        return None
+    return (f"other work keeps this machine's cores busy (load average {load:.1f} on {cores} cores) and torch "
+            f"runs {threads} threads, which then wait on each other (several times slower): set "
+            f"trainer.num_threads={max(1, math.floor(idle + 0.5))}, or OMP_WAIT_POLICY=PASSIVE (docs/performance.md)")
 
 
 class Callback:
