@@ -57,7 +57,7 @@ def test_at_reads_every_run_at_its_best_on_validation_or_at_an_epoch(sweep):
             assert len(results["evaluations"]) >= 2
             assert float(r["test_error %"]) == pytest.approx(100 * pick(results["evaluations"])["test_error"])
     proc = run_module("scheda.runs.gather", [sweep, "--at", "epoch=x"], timeout=120)
-    assert proc.returncode == 2 and "use last, best or epoch=N" in proc.stderr
+    assert proc.returncode == 2 and "use kept, last, best or epoch=N" in proc.stderr
     proc = run_module("scheda.runs.gather", [sweep, "--at", "epoch=7"], timeout=120)  # evaluated at 1 and 2 only
     assert proc.returncode == 0 and proc.stderr.strip() == "note: no run has an evaluation at epoch=7: its errors show as —"
 
@@ -156,9 +156,16 @@ def test_runs_under_the_rule_of_training_to_convergence_say_why_they_stopped(cif
     by_lr = {row["optim.lr"]: row for row in rows}
     assert by_lr["1e-30"]["stopped"] == "patience" and by_lr["1e-30"]["epochs"] == "2"  # no new best at 2
     assert by_lr["0.5"]["stopped"] in ("patience", "cap")
-    # The errors' own epoch: the last evaluation is past the best one that the rule kept (--at best).
-    assert by_lr["1e-30"]["read at"] == "2"
+    # Read where the run reports itself (--at kept, the default; it read the last evaluation, past the
+    # best the rule kept, while the sweep's own job lines read the best): --at last still gives that one.
+    assert by_lr["1e-30"]["read at"] == "1"
     assert {row["optim.lr"]: row for row in _rows(tmp_path / "rule", "--at", "best")}["1e-30"]["read at"] == "1"
+    assert {row["optim.lr"]: row for row in _rows(tmp_path / "rule", "--at", "last")}["1e-30"]["read at"] == "2"
+    # ... so the sweep's own job line and its summary.md (the same code as scheda-results) agree
+    job_line = next(line for line in proc.stdout.splitlines() if "optim.lr=1e-30" in line and "completed" in line)
+    assert f"best on validation at epoch 1, val {float(by_lr['1e-30']['val_error %']):.2f} %" in job_line, job_line
+    table = (tmp_path / "rule" / "summary.md").read_text()
+    assert f"| 1 | C=" in next(line for line in table.splitlines() if "| 1e-30 |" in line)
 
 
 def test_a_run_still_running_shows_no_minutes_yet(cifar_arrays, tmp_path):

@@ -4,9 +4,11 @@ between the runs as columns, then status, epochs (and why each stopped, where th
 convergence was on), the classifier's chosen setting, validation and
 test error and wall time, sorted by validation error. ``--group-by`` folds runs that differ only
 in other keys (``--group-by all-but-seed``: seeds) into mean ± sd (n) per group, with the
-statistics the protocol's report uses (scheda.utils.stats). ``--at`` reads each run at its last
-evaluation (the default), at its best on validation, or at ``epoch=N``: the protocol's two rules
-for its further seeds (the selection seed's epoch, each seed's own best), for any sweep.
+statistics the protocol's report uses (scheda.utils.stats). ``--at`` reads each run where the run
+itself reports (``kept``, the default: under the rule of training to convergence its best on
+validation, else its last evaluation), at its last evaluation, at its best on validation, or at
+``epoch=N``: the protocol's two rules for its further seeds (the selection seed's epoch, each
+seed's own best), for any sweep.
 ``--metric NAME`` adds a scalar each run logged to its metrics.csv (``logger=[tensorboard,csv]``). The end
 of every ``-m`` sweep writes
 ``summary.csv`` and ``summary.md`` with the same code (scheda.runs.sweep_summary).
@@ -29,7 +31,7 @@ from typing import Any, Sequence
 from scheda.utils import stats
 from scheda.utils.errors import ConfigError
 from scheda.utils.io import shown_path
-from scheda.runs.rundir import CAP, PATIENCE, flatten, params_of, params_text, pick, read_metrics
+from scheda.runs.rundir import CAP, PATIENCE, flatten, kept, params_of, params_text, pick, read_metrics
 
 COLUMNS = ("status", "epochs", "read at", "classifier", "val_error %", "test_error %", "minutes")
 # "read at": the epoch of the evaluation the errors are from (--at picks it), which under the rule of
@@ -70,9 +72,9 @@ def _set_aside(path: Path, folder: Path) -> bool:
 
 def at_choice(text: str) -> str:
     """argparse's check of ``--at``."""
-    if text in ("last", "best") or (text.startswith("epoch=") and text[6:].isdigit()):
+    if text in ("kept", "last", "best") or (text.startswith("epoch=") and text[6:].isdigit()):
         return text
-    raise argparse.ArgumentTypeError(f"{text!r}: use last, best or epoch=N (an evaluated epoch)")
+    raise argparse.ArgumentTypeError(f"{text!r}: use kept, last, best or epoch=N (an evaluated epoch)")
 
 
 def metric_value(history: dict[int, float], epoch: int | None) -> float | None:
@@ -82,9 +84,10 @@ def metric_value(history: dict[int, float], epoch: int | None) -> float | None:
     return history[epoch] if epoch in history else history[max(history)]
 
 
-def read_row(path: Path, at: str = "last", base: Path | None = None,
+def read_row(path: Path, at: str = "kept", base: Path | None = None,
              metrics: Sequence[str] = ()) -> dict[str, Any] | None:
-    """One run: its flattened config and what it gives at the evaluation ``at`` picks (:func:`pick`);
+    """One run: its flattened config and what it gives at the evaluation ``at`` picks (``kept``: where
+    the run reports itself, :func:`kept`; else :func:`pick`);
     None for a file that is not a run's results. The run is named relative to ``base`` (a file
     written there), else as the user would type it."""
     try:
@@ -93,7 +96,7 @@ def read_row(path: Path, at: str = "last", base: Path | None = None,
         return None
     if "config" not in results:
         return None
-    chosen = pick(results.get("evaluations") or [], at)
+    chosen = kept(results) if at == "kept" else pick(results.get("evaluations") or [], at)
     seconds = results.get("seconds")
     name = str(path.parent.relative_to(base)) if base is not None and path.parent.is_relative_to(base) \
         else shown_path(path.parent)
@@ -187,7 +190,7 @@ def _csv(value: Any) -> Any:
     return "" if value is None else value
 
 
-def gather(folders: Sequence[str | Path], group_by: Sequence[str] = (), fmt: str = "md", at: str = "last",
+def gather(folders: Sequence[str | Path], group_by: Sequence[str] = (), fmt: str = "md", at: str = "kept",
            base: Path | None = None, env: bool = False, metrics: Sequence[str] = ()) -> str:
     """The table of every run below ``folders`` (see :func:`main`); a ``group_by`` key no run has is
     a ConfigError naming the keys that tell the runs apart."""
@@ -211,8 +214,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--format", choices=("md", "csv", "json"), default="md")
     parser.add_argument("--group-by", nargs="+", default=[], metavar="KEY",
                         help=f"config keys (e.g. schedule.nu optim.lr), or {ALL_BUT_SEED}")
-    parser.add_argument("--at", type=at_choice, default="last", metavar="last|best|epoch=N",
-                        help="each run's last evaluation, its best on validation, or the one at epoch N")
+    parser.add_argument("--at", type=at_choice, default="kept", metavar="kept|last|best|epoch=N",
+                        help="where each run reports itself (under trainer.patience its best on validation, "
+                             "else its last evaluation), its last evaluation, its best, or the one at epoch N")
     parser.add_argument("--env", action="store_true",
                         help="also each run's environment: scheda version, git commit, Python, torch, CUDA, device, host")
     parser.add_argument("--metric", nargs="+", default=[], metavar="NAME",
