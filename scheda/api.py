@@ -30,7 +30,7 @@ class Run:
     """A finished (or stopped) run: its directory, its results.json, its model and an encoder."""
 
     def __init__(self, run_dir: str | Path):
-        from scheda.training.checkpoint import find_checkpoint
+        from scheda.training.checkpoint import find_model
 
         self.dir = Path(run_dir)
         try:
@@ -43,12 +43,13 @@ class Run:
         if "config" not in self.results:
             raise ConfigError(f"{self.dir} holds no scheda run (no results.json with its config): "
                               f"pass the run directory a run printed")
-        self._checkpoint = find_checkpoint(self.dir) if (self.dir / "checkpoints").is_dir() else None
+        self._checkpoint = find_model(self.dir) if (self.dir / "checkpoints").is_dir() else None
         self._model = None
 
     @property
     def model(self):
-        """The trained DA (on the CPU, in eval mode), from the run's newest checkpoint."""
+        """The trained DA (on the CPU, in eval mode) the run reports: under trainer.patience its best
+        on validation where a checkpoint was taken then (scheda.training.checkpoint.find_model)."""
         if self._model is None:
             from scheda.training.checkpoint import load_checkpoint, load_model_weights
             from scheda.model.autoencoder import build_model

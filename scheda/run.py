@@ -27,7 +27,7 @@ from scheda.model.optim import build_optimizer
 from scheda.runs.reentry import enter, enter_model
 from scheda.runs.rundir import CAP, PATIENCE, SCHEDULE, RunResults, summarise_sweep, summary_lines
 from scheda.training.callbacks import CheckpointCallback, Patience, ProgressBar
-from scheda.training.checkpoint import find_checkpoint_dir, load_checkpoint, load_model_weights
+from scheda.training.checkpoint import find_checkpoint_dir, find_model, load_checkpoint, load_model_weights
 from scheda.planning import rules
 from scheda.planning.plan import Plan, PlannedModel, make_plan
 from scheda.training.trainer import ModelState, Trainer, setup_process
@@ -110,7 +110,7 @@ class Member:
         self.model = build_model(config.model, dataset_spec(config.dataset).n_input, generator=init)
         self.resume_dir = Path(find_checkpoint_dir(config.resume)) if config.resume else None
         self.resume_state = load_checkpoint(config.resume) if config.resume and not plan.standalone else None
-        self.init_state = load_checkpoint(config.init_from) if config.init_from else None
+        self.init_state = load_checkpoint(find_model(config.init_from)) if config.init_from else None
 
     def _attach(self, data, train_x: torch.Tensor, labelled: dict[str, torch.Tensor]) -> None:
         """What needs the data: the optimiser, the generator, loggers, callbacks and the state."""

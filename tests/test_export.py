@@ -103,3 +103,38 @@ def test_weights_of_a_run_trained_on_handed_arrays_need_no_data(tmp_path, monkey
     assert export([str(run.dir), "--features", str(tmp_path / "F.npz")]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: dataset.root=handed:") and "\n" not in err and not (tmp_path / "F.npz").exists()
+
+
+def test_a_run_under_the_rule_gives_the_model_it_reports_and_resumes_from_its_newest(cifar_arrays, tmp_path, capsys,
+                                                                                    caplog):
+    """A run stopped by patience reports its best evaluation (epoch 1 here: nothing learns at lr
+    1e-30, and ties go to the earliest); its newest checkpoint is the patience past it. The export,
+    scheda.load and init_from=RUN take the reported model (they took the newest), a resume the
+    newest; without the best epoch's checkpoint they fall back to the newest, saying so."""
+    from helpers import TINY, run_train
+    from scheda.training.checkpoint import find_model, load_checkpoint
+
+    run_dir = tmp_path / "rule"
+    proc = run_train([f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=5", "optim.lr=1e-30",
+                      "trainer.patience=1", "evaluate.every=1", "trainer.checkpoint_every=1", "logger=none",
+                      f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["stopped_by"] == "patience" and results["epochs"] == 2
+    assert find_model(run_dir).name == "epoch_00001.pt"
+    assert export([str(run_dir), "--weights", str(tmp_path / "w.safetensors")]) == 0
+    assert "from epoch 1 of " in capsys.readouterr().out
+    best = load_checkpoint(run_dir / "checkpoints" / "epoch_00001.pt")["model"]
+    assert torch.equal(scheda.load(run_dir).model.W, best["W"])
+    continued = run_train([f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1",
+                           f"init_from={run_dir}", "logger=none", f"hydra.run.dir={tmp_path / 'next'}"], cwd=tmp_path)
+    assert continued.returncode == 0, continued.stderr[-2000:]
+    assert "epoch_00001.pt (epoch 1)" in (tmp_path / "next" / "train.log").read_text()
+    (run_dir / "checkpoints" / "epoch_00001.pt").unlink()
+    assert find_model(run_dir).name == "epoch_00002.pt"
+    assert export([str(run_dir), "--weights", str(tmp_path / "w2.safetensors")]) == 0
+    assert "reports its model at epoch 1, where no checkpoint was taken (trainer.checkpoint_every): using its " \
+           "newest, epoch_00002.pt" in caplog.text
+    resumed = run_train([f"resume={run_dir}", "trainer.patience=2"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "epoch_00002.pt at epoch 2" in (run_dir / "train.log").read_text()

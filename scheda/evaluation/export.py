@@ -8,8 +8,9 @@ noise levels (epoch by epoch), the epoch and scheda's version as the file's meta
 ``init_from=W.safetensors`` starts a run from them. ``--features``: the encoded train /
 validation / test splits (no noise) with their labels and each split's rows in the data set's
 own files (``train_idx``, ``val_idx``, ``test_idx``), as an .npz, or as LIBSVM text (``.svm``:
-LIBLINEAR's ``train`` and ``svm_read_problem`` read it). RUN: a run directory (its newest
-checkpoint) or a checkpoint file; every file is written atomically.
+LIBLINEAR's ``train`` and ``svm_read_problem`` read it). RUN: a run directory (the model it
+reports: under ``trainer.patience`` its best on validation, where a checkpoint was taken then,
+else its newest checkpoint) or a checkpoint file; every file is written atomically.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def export_features(path: Path, model, data, device: torch.device, chunk_size: i
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scheda-export", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run", help="a run directory (its newest checkpoint) or a checkpoint file")
+    parser.add_argument("run", help="a run directory (the model it reports: under trainer.patience its best on "
+                                    "validation, else its newest checkpoint) or a checkpoint file")
     parser.add_argument("--weights", type=Path, help="W, b, b' as safetensors (name it .safetensors)")
     parser.add_argument("--features", type=Path, help="the encoded splits: an .npz, or .svm for LIBSVM text")
     parser.add_argument("--data-root", default=None, help="read the data from here instead of the run's dataset.root")

@@ -5,6 +5,7 @@ position, epoch), written atomically so that a kill or a full disk never corrupt
 from __future__ import annotations
 
 import json
+import logging
 
 import re
 from pathlib import Path
@@ -12,11 +13,12 @@ from typing import Any
 
 
 from scheda.utils.errors import CheckpointError
-from scheda.runs.rundir import CHECKPOINT_RE
+from scheda.runs.rundir import CAP, CHECKPOINT_RE, PATIENCE, checkpoint_name, kept, read_results
 from scheda.utils.io import atomic_write
 from scheda.utils.lazy import lazy
 
 torch = lazy("torch", globals())
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 def _position(match: re.Match) -> tuple[int, int]:
@@ -44,6 +46,28 @@ def find_checkpoint(path: str | Path) -> Path:
                                   f"pass one of them, {path / 'models'}/{models[0]} .. {models[-1]}")
         raise CheckpointError(f"no checkpoint (epoch_*.pt) in {folder}: pass a checkpoint file or a run directory")
     raise CheckpointError(f"checkpoint {path} does not exist: pass a checkpoint file or a run directory")
+
+
+def find_model(path: str | Path) -> Path:
+    """The checkpoint of the model a run reports (scheda-export, the analysis tools, ``scheda.load``,
+    ``init_from``): a file as given; in a run directory under the rule of training to convergence,
+    the checkpoint of its kept evaluation (its best on validation: the newest checkpoint is the
+    patience past it) where one was taken at that epoch, else the newest (:func:`find_checkpoint`,
+    which a resume continues), saying so."""
+    newest = find_checkpoint(path)
+    if Path(path).expanduser().is_file():
+        return newest
+    run_dir = newest.parent.parent
+    results = read_results(run_dir)
+    read = kept(results) if results and results.get("stopped_by") in (PATIENCE, CAP) else None
+    if read is None:
+        return newest
+    chosen = newest.parent / checkpoint_name(read["epoch"])
+    if chosen.exists():
+        return chosen
+    log.warning("%s reports its model at epoch %d, where no checkpoint was taken (trainer.checkpoint_every): "
+                "using its newest, %s", run_dir, read["epoch"], newest.name)
+    return newest
 
 
 def find_checkpoint_dir(path: str | Path) -> Path:
@@ -109,14 +133,14 @@ def load_model_weights(model: torch.nn.Module, state: dict[str, Any]) -> None:
 
 
 def load_run_model(path: str | Path, device: str | torch.device = "cpu"):
-    """The config, trained model and checkpoint state of a run (a run directory or one of its
-    checkpoints): what the analysis scripts and the protocol read."""
+    """The config, trained model and checkpoint state of a run (a run directory: the model it
+    reports, :func:`find_model`; or one of its checkpoints): what the analysis scripts read."""
     from omegaconf import OmegaConf
 
     from scheda.data import input_size
     from scheda.model import build_model
 
-    state = load_checkpoint(path)
+    state = load_checkpoint(find_model(path))
     run_dir = Path(state["path"]).parent.parent
     config_file = run_dir / ".hydra" / "config.yaml"
     if not config_file.exists():  # a model of a fused sweep keeps its own config.yaml
