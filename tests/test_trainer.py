@@ -239,11 +239,12 @@ def test_a_continuation_does_not_replay_the_da_stream_and_shares_its_own(cifar_a
 
 
 @pytest.mark.parametrize("threads, load, cores, wanted", [
-    (2, 2.5, 2, "load average 2.5 on 2 cores) and torch runs 2 threads, which then wait on each other (several "
-                "times slower): set trainer.num_threads=1, or OMP_WAIT_POLICY=PASSIVE"),
-    (2, 0.3, 2, None),  # idle cores: the threads fit
-    (1, 7.0, 2, None),  # one thread waits on nobody
-    (8, 9.2, 16, "set trainer.num_threads=7,"),
+    (2, 2, 2, "(2 processes running beside this run on 2 cores) and torch runs 2 threads, which then wait on each "
+              "other (several times slower): set trainer.num_threads=1, or OMP_WAIT_POLICY=PASSIVE"),
+    (2, 1, 2, "set trainer.num_threads=1,"),
+    (2, 0, 2, None),  # idle cores: the threads fit
+    (1, 7, 2, None),  # one thread waits on nobody
+    (8, 9, 16, "set trainer.num_threads=7,"),
 ])
 def test_threads_that_outnumber_the_idle_cores_are_warned_of(monkeypatch, threads, load, cores, wanted):
     """Measured (scripts/bench_train.py, 500 hidden units, 2 cores, one busy): 23 s an epoch with
@@ -251,10 +252,25 @@ def test_threads_that_outnumber_the_idle_cores_are_warned_of(monkeypatch, thread
     from scheda.training.trainer import busy_cores
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    warning = busy_cores(threads, load=load, cores=cores)
+    warning = busy_cores(threads, others=load, cores=cores)
     assert (warning is None) if wanted is None else (wanted in warning), warning
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
-    assert busy_cores(threads, load=load, cores=cores) is None  # the user chose
+    assert busy_cores(threads, others=load, cores=cores) is None  # the user chose
+
+
+def test_the_processes_running_beside_a_run_are_counted_now(monkeypatch):
+    """Not the load average, which still counts the user's command of a minute ago: the fewest
+    runnable threads of a few looks at /proc/stat, this process not counted."""
+    import builtins
+    import io
+
+    from scheda.training import trainer
+
+    looks = iter([4, 3, 5, 3, 4])
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: io.StringIO(
+        f"cpu  1 2 3\nprocs_running {next(looks)}\nprocs_blocked 0\n") if path == "/proc/stat" else real_open(path, *a, **k))
+    assert trainer.running_elsewhere(pause=0) == 2
 
 
 def test_the_console_shows_the_training_loggers_warnings_and_not_their_epochs(cifar_arrays, tmp_path):

@@ -133,28 +133,42 @@ def setup_process(trainer: TrainerConfig, device: torch.device) -> None:
             log.warning(warning)
 
 
-def busy_cores(threads: int, load: float | None = None, cores: int | None = None) -> str | None:
+def busy_cores(threads: int, others: float | None = None, cores: int | None = None) -> str | None:
     """The warning for torch threads that outnumber the idle cores: OpenMP's threads spin while
     they wait for each other, and on cores other work holds an epoch takes several times longer
     (scripts/bench_train.py at 500 hidden units on 2 cores, one kept busy: 23 s against 5.5 s
-    idle; 9.8 s with OMP_WAIT_POLICY=PASSIVE, which is slower on idle cores: 7.7 s). ``load``:
-    the last minute's load average (None: the system's). None when the threads fit, or the user
-    chose the wait policy."""
+    idle; 9.8 s with OMP_WAIT_POLICY=PASSIVE, which is slower on idle cores: 7.7 s). ``others``:
+    the processes running beside this one now (None: :func:`running_elsewhere`; the load average
+    would still count the user's last command). None when the threads fit, when that cannot be
+    told, or when the user chose the wait policy."""
     import os
 
     if threads < 2 or os.environ.get("OMP_WAIT_POLICY"):
         return None
-    try:
-        load = os.getloadavg()[0] if load is None else load
-    except (OSError, AttributeError):  # no load average on this system
+    others = running_elsewhere() if others is None else others
+    if others is None:
         return None
     cores = cores or os.cpu_count() or 1
-    idle = cores - load
+    idle = cores - others
     if idle >= threads - 0.5:
         return None
-    return (f"other work keeps this machine's cores busy (load average {load:.1f} on {cores} cores) and torch "
-            f"runs {threads} threads, which then wait on each other (several times slower): set "
+    return (f"other work keeps this machine's cores busy ({others:g} process{'' if others == 1 else 'es'} running "
+            f"beside this run on {cores} cores) and torch runs {threads} threads, which then wait on each other (several times slower): set "
             f"trainer.num_threads={max(1, math.floor(idle + 0.5))}, or OMP_WAIT_POLICY=PASSIVE (docs/performance.md)")
+
+
+def running_elsewhere(samples: int = 5, pause: float = 0.02) -> float | None:
+    """How many threads run beside this process, the fewest of a few looks at Linux's
+    ``procs_running`` (this process counts one); None elsewhere."""
+    seen = []
+    for _ in range(samples):
+        try:
+            with open("/proc/stat") as f:
+                seen.append(next(int(line.split()[1]) for line in f if line.startswith("procs_running")))
+        except (OSError, StopIteration, ValueError, IndexError):
+            return None
+        time.sleep(pause)
+    return max(0, min(seen) - 1)
 
 
 class Callback:
