@@ -369,3 +369,31 @@ def test_the_report_names_the_launcher_that_ran_the_jobs(smoke, tmp_path):
     assert _launchers(before_the_record) == "not recorded"
     assert _launchers([*before_the_record, {**invocations[-1], "ran_jobs": True}]) == \
         "not recorded, joblib (2 jobs at once)"
+
+
+def test_the_report_names_each_model_read_with_the_classifier_at_the_edge_of_its_grid(smoke, tmp_path):
+    """Read on the smoke run's own files: with no evaluation at the edge of the C grid the report says
+    so; one marked there (the best DA's selected evaluation) is named with its seed, epoch and C."""
+    from scheda.protocol.convergence import classifier_edges
+
+    work = copy_of(smoke, tmp_path)
+    runs = work / "runs"
+    for path in runs.glob("*/*/results.json"):
+        results = load(path)
+        for e in results.get("evaluations", []):
+            e["at_edge"] = False
+        path.write_text(json.dumps(results))
+    def moved(name: str) -> dict:  # the copy's runs, not the fixture's (the files name runs by absolute path)
+        return json.loads((runs / name).read_text().replace(str(smoke[0] / "runs"), str(runs)))
+
+    selection, continued, seeded = moved("selection.json"), moved("continuations_table1.json"), moved("seeds_table1.json")
+    assert classifier_edges(selection, continued, seeded)[-1] == \
+        "- The classifier's chosen setting lies inside its grid for every reported model and seed."
+    best = selection["hidden"]["16"]["best"]
+    results = load(Path(best["run"]) / "results.json")
+    read = next(e for e in results["evaluations"] if e["epoch"] == best["epoch"])
+    read["at_edge"] = True
+    (Path(best["run"]) / "results.json").write_text(json.dumps(results))
+    line = classifier_edges(selection, continued, seeded)[-1]
+    assert line.startswith("- Read with the classifier's setting at the edge of its grid (1): Best DA (16 hidden "
+                           f"units, seed 0, epoch {best['epoch']}: C=") and "wider grid" in line, line

@@ -1,6 +1,7 @@
 """The report's account of the rule of training to convergence (``scale.patience``): for every
 reported model and seed, its best epoch on validation and why it stopped (the rule, or its cap
-before the rule stopped it), so that no model read at the edge of its budget passes as converged."""
+before the rule stopped it), so that no model read at the edge of its budget passes as converged;
+and of the models read with the classifier's C at the edge of its grid (:func:`classifier_edges`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from omegaconf import DictConfig
 from pathlib import Path
 
 from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
-from scheda.runs.rundir import CAP, PATIENCE, SCHEDULE, read_results
+from scheda.runs.rundir import CAP, PATIENCE, SCHEDULE, params_of, params_text, read_results
 from scheda.protocol.kinds.da import DA
 
 
@@ -100,3 +101,38 @@ def section(scale: DictConfig, selection: dict[str, Any], continued: dict[str, A
     else:
         lines.append("- No reported model reached its cap: each stopped by the rule.")
     return lines
+
+
+def _edge_of(entry: dict[str, Any]) -> str | None:
+    """The classifier's chosen setting where the evaluation a model is read at chose the edge of
+    its grid (scheda.evaluation.evaluate: ``at_edge``), else None."""
+    results = read_results(Path(entry["run"])) if entry.get("run") else None
+    evaluations = (results or {}).get("evaluations", [])
+    found = next((e for e in evaluations if e["epoch"] == entry.get("epoch", evaluations[-1]["epoch"] if evaluations
+                                                                   else None)), None)
+    return params_text(params_of(found)) if found and found.get("at_edge") else None
+
+
+def classifier_edges(selection: dict[str, Any], continued: dict[str, Any], seeded: dict[str, Any]) -> list[str]:
+    """Every reported model (each seed, under both reading rules) whose evaluation chose the edge
+    of the classifier's grid (``classifier.c_log2_min/max``): its error might be lower with a
+    wider grid. Fine-tuned rows train their own output layer, and have no such choice."""
+    seeds = [str(s) for s in seeded.get("seeds", [])]
+    raw = selection.get("raw")
+    edges = [f"the raw inputs ({chosen})"] if raw and (chosen := _edge_of(raw)) else []
+    for hidden, sel in selection["hidden"].items():
+        for key, label, entry in _rows(hidden, sel, continued.get(hidden, {})):
+            if key.startswith("finetune"):
+                continue
+            for s in seeds:
+                read = {entry["epoch"]: entry} if s == seeds[0] else {
+                    e["epoch"]: e for rule in ("hidden", "own_best")
+                    if (e := seeded.get(rule, {}).get(hidden, {}).get(key, {}).get(s)) is not None}
+                for epoch, e in sorted(read.items()):
+                    chosen = _edge_of(e)
+                    if chosen:
+                        edges.append(f"{label} ({hidden} hidden units, seed {s}, epoch {epoch}: {chosen})")
+    if not edges:
+        return ["", "- The classifier's chosen setting lies inside its grid for every reported model and seed."]
+    return ["", f"- Read with the classifier's setting at the edge of its grid ({len(edges)}): {', '.join(edges)}. "
+                f"Their errors might be lower with a wider grid (classifier.c_log2_min/max)."]

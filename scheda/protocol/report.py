@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from scheda.utils.errors import SchedaError
 from scheda.utils.io import atomic_write
-from scheda.protocol.convergence import section as convergence_section, stopped_text
+from scheda.protocol.convergence import classifier_edges, section as convergence_section, stopped_text
 from scheda.protocol.figures import figure2, figure5
 from scheda.protocol.jobs import fmt, pct
 from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
@@ -146,6 +146,7 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
     lines += [""] + [f"- {'On the selection seed alone: ' if over_seeds else ''}{v}" for v in verdicts]
     lines += seeds_section(seeded, ruled=scale.get("patience") is not None)
     lines += convergence_section(scale, selection, continued, seeded)
+    lines += classifier_edges(selection, continued, seeded)
     lines += sensitivity_section(paper, selection, continued, seeded)
     for hidden, sel in selection["hidden"].items():
         lines += _detail_tables(hidden, sel, continued.get(hidden, {}))
