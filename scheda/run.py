@@ -25,7 +25,7 @@ from scheda.model.autoencoder import build_model
 from scheda.model.noise import build_noise
 from scheda.model.optim import build_optimizer
 from scheda.runs.reentry import enter, enter_model
-from scheda.runs.rundir import CAP, PATIENCE, SCHEDULE, RunResults, summarise_sweep, summary_lines
+from scheda.runs.rundir import CAP, PATIENCE, SCHEDULE, RunResults, kept, summarise_sweep, summary_lines
 from scheda.training.callbacks import CheckpointCallback, Patience, ProgressBar
 from scheda.training.checkpoint import find_checkpoint_dir, find_model, load_checkpoint, load_model_weights
 from scheda.planning import rules
@@ -163,6 +163,10 @@ class Member:
                 self.config.finetune, self.model, data, labelled, self.plan.device, self.output_dir,
                 seed=self.config.seed, evaluation=self.evaluation, resume_dir=self.resume_dir, loggers=self.loggers,
                 epoch=self.state.epoch, step=self.plan.finetune_step, stop=stop))
+        read = kept(self.results.data)  # the evaluation the run reports: TensorBoard's HParams and MLflow's
+        if read is not None:             # run tables show a scalar's last value, past the best under the rule
+            self.loggers.log_dict({"reported/val_error": read["val_error"], "reported/test_error": read["test_error"]},
+                                  read["epoch"])
         self.results.update(status="completed", seconds=time.time() - self.started)
         self.loggers.close("completed")
         return self.results.data

@@ -253,3 +253,23 @@ def test_knn_probe_gives_error_curves_at_every_epoch(cifar_arrays, tmp_path):
     acc = EventAccumulator(str(tmp_path / "run" / "tensorboard")).Reload()
     assert [s.step for s in acc.Scalars("eval/val_error")] == [1, 2, 3]
     assert [s.value for s in acc.Scalars("eval/k")] == [e["k"] for e in evals]
+
+
+def test_the_reported_evaluation_is_logged_where_a_runs_table_reads_it(cifar_arrays, tmp_path):
+    """TensorBoard's HParams and MLflow's run table show a scalar's last value; under the rule the
+    last evaluation is the patience past the one the run reports: the run logs that one too, as
+    reported/val_error and reported/test_error at its epoch (read here by TensorBoard's own reader
+    and from metrics.csv)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import scheda
+
+    results = run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=5",
+                               "optim.lr=1e-30", "trainer.patience=1", "evaluate.every=1", "classifier=torch_lr",
+                               "classifier.c_log2_min=-2", "classifier.c_log2_max=0",
+                               "logger=[tensorboard,csv]"]), tmp_path / "run")
+    assert results["stopped_by"] == "patience" and [e["epoch"] for e in results["evaluations"]] == [1, 2]
+    acc = EventAccumulator(str(tmp_path / "run" / "tensorboard")).Reload()
+    reported = acc.Scalars("reported/val_error")
+    assert [(s.step, round(s.value, 6)) for s in reported] == [(1, round(results["evaluations"][0]["val_error"], 6))]
+    assert scheda.load(tmp_path / "run").metrics["reported/test_error"] == {1: results["evaluations"][0]["test_error"]}
