@@ -369,7 +369,8 @@ def one_line_composition_errors(command: str) -> None:
             try:
                 return func()
             except Exception as exc:  # noqa: BLE001 - only a composition error is reworded
-                line = None if os.environ.get("HYDRA_FULL_ERROR") == "1" else composition_error(exc, run_and_report.command, sys.argv[1:])
+                full = os.environ.get("HYDRA_FULL_ERROR") == "1"
+                line = None if full else composition_error(exc, run_and_report.command, sys.argv[1:])
                 if line is None:
                     raise
                 raise SystemExit(f"error: {line}") from None

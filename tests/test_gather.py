@@ -165,7 +165,7 @@ def test_runs_under_the_rule_of_training_to_convergence_say_why_they_stopped(cif
     job_line = next(line for line in proc.stdout.splitlines() if "optim.lr=1e-30" in line and "completed" in line)
     assert f"best on validation at epoch 1, val {float(by_lr['1e-30']['val_error %']):.2f} %" in job_line, job_line
     table = (tmp_path / "rule" / "summary.md").read_text()
-    assert f"| 1 | C=" in next(line for line in table.splitlines() if "| 1e-30 |" in line)
+    assert "| 1 | C=" in next(line for line in table.splitlines() if "| 1e-30 |" in line)
 
 
 def test_a_run_still_running_shows_no_minutes_yet(cifar_arrays, tmp_path):
