@@ -167,3 +167,27 @@ def test_ctrl_c_in_a_tool_is_one_line(cifar_arrays, tmp_path, monkeypatch, capsy
         assert module.main(argv) == 130, module
         assert capsys.readouterr().err.strip().splitlines() == [
             "interrupted by SIGINT: no file was left half-written; run the same command again"]
+
+
+def test_filters_of_a_run_on_text_are_its_units_top_words(tmp_path):
+    """dataset=amazon has no image shape: its filters are each unit's words of largest weight, as
+    markdown beside --out (it answered "give --image-shape", meaningless for words); --seed's
+    sample keeps the units' own numbers."""
+    import torch
+
+    import scheda
+    from fixture_data import write_amazon_processed
+
+    root = write_amazon_processed(tmp_path / "amazon", n=30)
+    run = scheda.train(["dataset=amazon", f"dataset.root={root}",
+                        "dataset.vocab_size=40", "model.hidden=7", "schedule=constant", "schedule.epochs=1",
+                        "logger=none", "trainer.batch_size=8", f"hydra.run.dir={tmp_path / 'run'}"])
+    out = tmp_path / "f.png"
+    proc = run_module("scheda.analysis.plot_filters", [run.dir, "--n", "3", "--seed", "4", "--out", out])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(tmp_path / "f.md") and not out.exists()
+    lines = (tmp_path / "f.md").read_text().splitlines()
+    assert lines[0].startswith("## DA(") and lines[2:4] == ["| unit | top words |", "|---|---|"]
+    units = torch.randperm(7, generator=torch.Generator().manual_seed(4))[:3].tolist()
+    assert [int(line.split("|")[1]) for line in lines[4:]] == units
+    assert all(len(line.split("|")[2].split(",")) == 10 for line in lines[4:])

@@ -1,6 +1,7 @@
 """Filters of one or more runs side by side (the paper's Figures 3-4): a sample of rows of W
 drawn in the data set's image shape (CIFAR-10: 32x32 colour; one channel: grey), each
-normalised to its own range, labelled DA(nu) / ScheDA(nu0->...).
+normalised to its own range, labelled DA(nu) / ScheDA(nu0->...). A run on text (dataset=amazon)
+gets each unit's top words instead, as markdown beside ``--out`` (``filters.md``).
 
     scheda-plot-filters RUN_DA RUN_SCHEDA --n 64 --out filters.png
     scheda-plot-filters RUN --image-shape 1 28 28   # a run of dataset=arrays trained without one
@@ -17,10 +18,11 @@ import torch
 
 
 from scheda.loggers import filter_grid
+from scheda.loggers.base import top_words
 from scheda.analysis.core import pyplot, run_label, save_png
-from scheda.training.checkpoint import find_checkpoint
 from scheda.data import dataset_spec
 from scheda.utils.errors import SchedaError
+from scheda.utils.io import atomic_write
 from scheda.training.checkpoint import load_run_model
 from scheda.utils.interrupt import one_line_on_ctrl_c
 
@@ -37,25 +39,36 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     plt = pyplot()
     try:
-        panels = []
+        panels, texts = [], []
         for run in args.runs:
             cfg, model, state = load_run_model(run)
+            rows = torch.arange(model.n_hidden)
+            if args.seed is not None:
+                rows = torch.randperm(model.n_hidden, generator=torch.Generator().manual_seed(args.seed))
+            title = f"{run_label(Path(state['path']).parent.parent)}, epoch {state['epoch']}"
             shape = args.image_shape or getattr(dataset_spec(cfg.dataset), "image_shape", None)
+            vocabulary = dataset_spec(cfg.dataset).load().vocabulary if shape is None else None
+            if vocabulary is not None:  # text: each unit's words of largest weight
+                chosen = rows[: args.n]
+                texts.append(f"## {title}\n\n" + top_words(model.W[chosen], vocabulary, len(chosen),
+                                                           units=chosen.tolist()))
+                continue
             if shape is None:
                 raise SchedaError(f"{run}: dataset {cfg.dataset.name} has no image shape to draw filters in: give "
                                   f"--image-shape C H W (C*H*W = its {model.W.shape[1]} inputs)")
             if math.prod(shape) != model.W.shape[1]:
                 raise SchedaError(f"{run}: --image-shape {' '.join(map(str, shape))} holds {math.prod(shape)} values, "
                                   f"its filters {model.W.shape[1]}: give C H W with C*H*W = {model.W.shape[1]}")
-            rows = torch.arange(model.n_hidden)
-            if args.seed is not None:
-                rows = torch.randperm(model.n_hidden, generator=torch.Generator().manual_seed(args.seed))
-            grid = filter_grid(model.W[rows[: args.n]], tuple(shape))
-            run_dir = Path(find_checkpoint(run)).parent.parent
-            panels.append((f"{run_label(run_dir)}, epoch {state['epoch']}", grid))
+            panels.append((title, filter_grid(model.W[rows[: args.n]], tuple(shape))))
     except SchedaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if texts:
+        words = args.out.with_suffix(".md")
+        atomic_write(words, lambda f: f.write(("\n\n".join(texts) + "\n").encode()))
+        print(words)
+    if not panels:
+        return 0
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4.4), squeeze=False)
     for ax, (title, grid) in zip(axes[0], panels):
         if grid.shape[2] == 1:  # one channel: grey levels, the padding white

@@ -206,12 +206,15 @@ def filter_grid(W: torch.Tensor, image_shape: tuple[int, int, int], n: int | Non
     return grid
 
 
-def top_words(filters: torch.Tensor, vocabulary: list[str], n_units: int = 100, k: int = 10) -> str:
+def top_words(filters: torch.Tensor, vocabulary: list[str], n_units: int = 100, k: int = 10,
+              units: list[int] | None = None) -> str:
     """A markdown table: for each of the first ``n_units`` hidden units, the ``k`` input words
-    with the largest weights (what a text filter responds to)."""
+    with the largest weights (what a text filter responds to); ``units``: the rows' unit numbers
+    when ``filters`` is a sample of them."""
     w = filters[:n_units].detach().float().cpu()
     top = torch.topk(w, min(k, w.shape[1]), dim=1).indices
-    rows = [f"| {i} | {', '.join(vocabulary[j] for j in row.tolist())} |" for i, row in enumerate(top)]
+    names = units if units is not None else range(len(top))
+    rows = [f"| {u} | {', '.join(vocabulary[j] for j in row.tolist())} |" for u, row in zip(names, top)]
     return "| unit | top words |\n|---|---|\n" + "\n".join(rows)
 
 
