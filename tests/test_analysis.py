@@ -191,3 +191,9 @@ def test_filters_of_a_run_on_text_are_its_units_top_words(tmp_path):
     units = torch.randperm(7, generator=torch.Generator().manual_seed(4))[:3].tolist()
     assert [int(line.split("|")[1]) for line in lines[4:]] == units
     assert all(len(line.split("|")[2].split(",")) == 10 for line in lines[4:])
+
+
+def test_one_run_is_no_concatenation():
+    """It evaluated the one run as a 'concatenation' and then again alone."""
+    proc = run_module("scheda.analysis.concat_eval", ["some_run"])
+    assert proc.returncode == 2 and "give either two or more runs, or --sweep" in proc.stderr

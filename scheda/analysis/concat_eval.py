@@ -94,8 +94,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, default=Path("concat.png"), help="heat map (with --sweep)")
     args = parser.parse_args(argv)
-    if bool(args.runs) == bool(args.sweep):
-        parser.error("give either two or more runs, or --sweep")
+    if bool(args.runs) == bool(args.sweep) or len(args.runs) == 1:  # one run is no concatenation
+        parser.error("give either two or more runs, or --sweep (one run's own errors are in its results.json)")
     ev = Evaluator(args)
     start = time.perf_counter()
     try:
