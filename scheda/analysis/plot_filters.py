@@ -46,8 +46,9 @@ def main(argv=None) -> int:
             if args.seed is not None:
                 rows = torch.randperm(model.n_hidden, generator=torch.Generator().manual_seed(args.seed))
             title = f"{run_label(Path(state['path']).parent.parent)}, epoch {state['epoch']}"
-            shape = args.image_shape or getattr(dataset_spec(cfg.dataset), "image_shape", None)
-            vocabulary = dataset_spec(cfg.dataset).load().vocabulary if shape is None else None
+            spec = dataset_spec(cfg.dataset)
+            shape = args.image_shape or getattr(spec, "image_shape", None)
+            vocabulary = spec.load().vocabulary if shape is None else None  # text has no shape: its words
             if vocabulary is not None:  # text: each unit's words of largest weight
                 chosen = rows[: args.n]
                 texts.append(f"## {title}\n\n" + top_words(model.W[chosen], vocabulary, len(chosen),

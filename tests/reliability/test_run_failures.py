@@ -5,7 +5,6 @@ import errno
 import io
 import json
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -92,17 +91,24 @@ class _NearlyFullDisk(io.RawIOBase):
         super().close()
 
 
-@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names a file descriptor by /proc")
 def test_disk_full_during_a_run(cifar_arrays, tmp_path, monkeypatch):
     """The second checkpoint finds 20 kB left on the disk; torch.save itself (not a stand-in)
     meets the ENOSPC and reports it as a RuntimeError of its own ("unexpected pos")."""
-    real_fdopen = os.fdopen
+    import tempfile
+
+    real_fdopen, real_mkstemp, names = os.fdopen, tempfile.mkstemp, {}
+
+    def remembered(*args, **kwargs):  # which temporary file each descriptor is
+        fd, name = real_mkstemp(*args, **kwargs)
+        names[fd] = name
+        return fd, name
 
     def nearly_full_for_epoch_2(fd, *args, **kwargs):
-        if ".epoch_00002.pt." in os.readlink(f"/proc/self/fd/{fd}"):
+        if ".epoch_00002.pt." in names.get(fd, ""):
             return io.BufferedWriter(_NearlyFullDisk(fd, free=20_000))
         return real_fdopen(fd, *args, **kwargs)
 
+    monkeypatch.setattr(tempfile, "mkstemp", remembered)
     monkeypatch.setattr(os, "fdopen", nearly_full_for_epoch_2)
     cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY, *STAGES, "trainer.checkpoint_every=1",
                        "evaluate.enabled=false", "logger=none"])
