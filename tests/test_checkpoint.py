@@ -64,3 +64,58 @@ def test_a_checkpoint_of_0_2_counts_its_updates_under_step(cifar_arrays, tmp_pat
     resumed = run(compose_cfg([*base, f"resume={tmp_path / 'part'}"]), tmp_path / "part")
     assert [h["loss"] for h in resumed["history"]] == [h["loss"] for h in golden["history"]]
     assert load_checkpoint(tmp_path / "part")["updates"] == load_checkpoint(tmp_path / "golden")["updates"]
+
+
+def _names(run_dir):
+    return sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+
+
+def test_keep_checkpoints_keeps_the_newest_and_the_best_and_changes_nothing_else(cifar_arrays, tmp_path):
+    """``trainer.keep_checkpoints=N``: the newest N and the best evaluation's (the model the rule
+    keeps) stay; the run trains, stops and reports as with every checkpoint kept, a run cut short
+    resumes from what is left, and scheda-export's model is the kept one."""
+    from scheda.run import run
+    from scheda.training.checkpoint import find_model
+
+    from helpers import TINY, compose_cfg
+
+    base = [f"dataset.root={cifar_arrays}", *TINY, "optim.lr=0.5", "schedule=constant", "schedule.epochs=12",
+            "evaluate.every=1", "trainer.patience=2", "trainer.checkpoint_every=1", "logger=none"]
+    golden = run(compose_cfg(base), tmp_path / "golden")
+    last, best = golden["epochs"], min(golden["evaluations"], key=lambda e: (e["val_error"], e["epoch"]))["epoch"]
+    assert golden["stopped_by"] == "patience" and best == last - 2 and len(_names(tmp_path / "golden")) == last
+
+    def same(summary):
+        assert (summary["epochs"], summary["stopped_by"]) == (last, "patience")
+        assert [h["loss"] for h in summary["history"]] == [h["loss"] for h in golden["history"]]
+        assert [(e["epoch"], e["val_error"], e["test_error"]) for e in summary["evaluations"]] == \
+            [(e["epoch"], e["val_error"], e["test_error"]) for e in golden["evaluations"]]
+
+    same(run(compose_cfg([*base, "trainer.keep_checkpoints=1"]), tmp_path / "one"))
+    assert _names(tmp_path / "one") == [f"epoch_{best:05d}.pt", f"epoch_{last:05d}.pt"]
+    assert find_model(tmp_path / "one").name == f"epoch_{best:05d}.pt"
+    kept = load_checkpoint(find_model(tmp_path / "one"))["model"]
+    for key, value in load_checkpoint(tmp_path / "golden" / "checkpoints" / f"epoch_{best:05d}.pt")["model"].items():
+        assert torch.equal(kept[key], value), key
+
+    run(compose_cfg([*base, "trainer.keep_checkpoints=2", "trainer.max_epochs=3"]), tmp_path / "part")
+    best_by_3 = min((e for e in golden["evaluations"] if e["epoch"] <= 3), key=lambda e: (e["val_error"], e["epoch"]))
+    assert _names(tmp_path / "part") == [f"epoch_{e:05d}.pt" for e in sorted({best_by_3["epoch"], 2, 3})]
+    same(run(compose_cfg([*base, "trainer.keep_checkpoints=2", f"resume={tmp_path / 'part'}",
+                          "trainer.max_epochs=12"]), tmp_path / "part"))
+    assert _names(tmp_path / "part") == [f"epoch_{e:05d}.pt" for e in (best, last - 1, last)]
+
+    # no evaluation to read a best from: the newest only
+    run(compose_cfg([*base, "evaluate.enabled=false", "trainer.patience=null", "schedule.epochs=5",
+                     "trainer.keep_checkpoints=2"]), tmp_path / "plain")
+    assert _names(tmp_path / "plain") == ["epoch_00004.pt", "epoch_00005.pt"]
+
+
+def test_keep_checkpoints_below_one_is_refused_in_one_line(tmp_path):
+    from helpers import run_train
+
+    proc = run_train(["+experiment=quick", "trainer.keep_checkpoints=0", f"hydra.run.dir={tmp_path / 'run'}"],
+                     cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "error: trainer.keep_checkpoints=0 must be >= 1 (the newest kept; a resume needs one) or null (all)"]

@@ -209,6 +209,9 @@ def test_under_the_rule_every_job_trains_to_convergence_up_to_its_cap(tmp_path):
         phases.check(smoke_cfg("scale.scheda.max_epochs=1"))
     with pytest.raises(ConfigError, match="scale.patience=0 must be >= 1"):
         phases.check(smoke_cfg("scale.patience=0"))
+    # seeds continue from each seed's DA at the selection seed's best epoch, which pruning would remove
+    with pytest.raises(ConfigError, match=r"trainer.keep_checkpoints=1: scheda-reproduce .* keeps every one: drop it"):
+        phases.check(smoke_cfg("overrides=['trainer.keep_checkpoints=1']"))
 
 
 def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch):

@@ -39,6 +39,11 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError(f"table={cfg.table.name} has no scale={cfg.scale.name}: use scale="
                           f"{' | '.join(cfg.table.scales)} (configs/table_scale/{cfg.table.name}_<scale>.yaml)")
     check_seeds(cfg.scale)
+    pruning = [o for o in [*cfg.scale.train, *cfg.overrides] if o.lstrip("+~").startswith("trainer.keep_checkpoints=")]
+    if pruning:  # continuations, controls, fine-tunings and seeds start from epochs chosen after the runs trained
+        raise ConfigError(f"{pruning[0]}: scheda-reproduce continues runs from checkpoints at epochs it chooses after "
+                          f"they trained (each further seed's at the selection seed's best epoch), so it keeps every "
+                          f"one: drop it (trainer.keep_checkpoints is for scheda-train runs)")
     if cfg.scale.patience is not None and cfg.scale.patience < 1:
         raise ConfigError(f"scale.patience={cfg.scale.patience} must be >= 1 (evaluations without a new best) or null")
     da_jobs(cfg.scale, cfg.table.raw)

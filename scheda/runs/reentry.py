@@ -39,7 +39,7 @@ KEPT = {".hydra", "train.log", ".lock", "attempts"}  # left in place when an att
 # Keys a resumed run may change: where and how it runs and is measured, and when it stops, not what it trains.
 MAY_CHANGE = ("resume", "init_from", "force_resume", "rerun", "requires", "trainer.device", "trainer.num_threads",
               "trainer.progress_bar", "trainer.max_epochs", "trainer.patience", "trainer.min_epochs",
-              "trainer.checkpoint_every", "logger.", "evaluate.",
+              "trainer.checkpoint_every", "trainer.keep_checkpoints", "logger.", "evaluate.",
               "classifier.", "finetune.", "dataset.root", "dataset.download")
 DROPPED = ("resume", "init_from", "hydra.run.dir", "hydra.output_subdir")  # of the run's own overrides
 RESUMING = ("resume", "init_from", "force_resume", "rerun")  # how this attempt runs, not a setting that changed

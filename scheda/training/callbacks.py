@@ -10,8 +10,8 @@ from typing import Any, Sequence
 
 from tqdm import tqdm
 
-from scheda.runs.rundir import checkpoint_name
-from scheda.training.checkpoint import save_checkpoint
+from scheda.runs.rundir import checkpoint_name, pick
+from scheda.training.checkpoint import prune_checkpoints, save_checkpoint
 from scheda.training.trainer import Callback, ModelState  # the hooks the loop calls, beside the state they get
 
 __all__ = ["Callback", "CheckpointCallback", "Patience", "ProgressBar",
@@ -22,11 +22,14 @@ log = logging.getLogger(__name__)
 
 class CheckpointCallback(Callback):
     """Saves a checkpoint at the end of every schedule stage, every ``every`` epochs, and where the
-    patience rule stopped the model (its last epoch)."""
+    patience rule stopped the model (its last epoch). With ``keep`` (``trainer.keep_checkpoints``)
+    it then removes all but the newest ``keep`` and the one of the best of ``evaluations`` (the
+    run's, read after the evaluation callback has added the epoch's)."""
 
-    def __init__(self, directory: str | Path, every: int = 0):
+    def __init__(self, directory: str | Path, every: int = 0, keep: int | None = None,
+                 evaluations: Sequence[dict[str, Any]] = ()):
         self.directory = Path(directory)
-        self.every = every
+        self.every, self.keep, self.evaluations = every, keep, evaluations
         self.last_path: Path | None = None
 
     def on_epoch_end(self, state, metrics):
@@ -34,6 +37,10 @@ class CheckpointCallback(Callback):
         if metrics["stage_end"] or state.converged or (self.every > 0 and epoch % self.every == 0):
             self.last_path = save_checkpoint(self.directory / checkpoint_name(epoch), state.state_dict())
             log.info("checkpoint %s", self.last_path)
+            if self.keep is not None:
+                best = pick(list(self.evaluations), "best")
+                for path in prune_checkpoints(self.directory, self.keep, best["epoch"] if best else None):
+                    log.info("removed checkpoint %s (trainer.keep_checkpoints=%d)", path.name, self.keep)
 
     def on_interrupt(self, state):
         name = checkpoint_name(state.epoch, state.partial.n_batches)

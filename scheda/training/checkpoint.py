@@ -21,6 +21,8 @@ torch = lazy("torch", globals())
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+
+
 def _position(match: re.Match) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2) or 0)
 
@@ -30,6 +32,26 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
     return atomic_write(path, lambda f: torch.save(state, f))
 
 
+def _in_order(folder: Path) -> list[Path]:
+    """The checkpoints of a folder, oldest first (by epoch, then minibatch)."""
+    found = sorted((_position(m), p) for p in folder.iterdir() if (m := CHECKPOINT_RE.match(p.name)))
+    return [p for _, p in found]
+
+
+def prune_checkpoints(folder: str | Path, keep: int, best_epoch: int | None = None) -> list[Path]:
+    """``trainer.keep_checkpoints``: remove all but the newest ``keep`` checkpoints of ``folder``
+    and the one taken at ``best_epoch`` (the best validation evaluation: the model a run under the
+    patience rule reports, and :func:`find_model` reads); returns those removed."""
+    found = _in_order(Path(folder))
+    kept_names = {p.name for p in found[-keep:]}
+    if best_epoch is not None:
+        kept_names.add(checkpoint_name(best_epoch))
+    removed = [p for p in found if p.name not in kept_names]
+    for p in removed:
+        p.unlink(missing_ok=True)
+    return removed
+
+
 def find_checkpoint(path: str | Path) -> Path:
     """``path`` itself if it is a file; in a run or checkpoint directory, its latest checkpoint."""
     path = Path(path).expanduser()
@@ -37,9 +59,9 @@ def find_checkpoint(path: str | Path) -> Path:
         return path
     if path.is_dir():
         folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-        found = sorted((_position(m), p) for p in folder.iterdir() if (m := CHECKPOINT_RE.match(p.name)))
+        found = _in_order(folder)
         if found:
-            return found[-1][1]
+            return found[-1]
         models = sorted(int(p.name) for p in (path / "models").glob("*") if p.name.isdigit())
         if models:  # a fused sweep's run: each model has its own checkpoints
             raise CheckpointError(f"{path} is a fused sweep of {len(models)} models, each with its own checkpoints: "

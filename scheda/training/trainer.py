@@ -62,6 +62,9 @@ class TrainerConfig(Component):
     patience: Optional[int] = None
     min_epochs: int = 0  # patience stops no model before this many epochs (a replica read at a given epoch)
     checkpoint_every: int = 50  # also at every schedule stage end; 0: stage ends only
+    # Disk: keep only the newest N checkpoints, and the one of the best validation evaluation (the
+    # model the patience rule keeps, which scheda-export and init_from= read); null: every one.
+    keep_checkpoints: Optional[int] = None
     num_threads: Optional[int] = None  # torch CPU threads; null: torch's default
     progress_bar: bool = True
     fused: bool = True  # the hand-written tied-DA step (cross-entropy + SGD); false: autograd
@@ -93,6 +96,8 @@ class TrainerConfig(Component):
             raise self.invalid("min_epochs", "must be >= 0")
         if self.checkpoint_every < 0:
             raise self.invalid("checkpoint_every", "must be >= 0 (0: only at stage ends)")
+        if self.keep_checkpoints is not None and self.keep_checkpoints < 1:
+            raise self.invalid("keep_checkpoints", "must be >= 1 (the newest kept; a resume needs one) or null (all)")
         if self.num_threads is not None and self.num_threads < 1:
             raise self.invalid("num_threads", "must be >= 1 or null")
         if self.precision not in PRECISIONS:
