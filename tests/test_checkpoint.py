@@ -110,12 +110,3 @@ def test_keep_checkpoints_keeps_the_newest_and_the_best_and_changes_nothing_else
                      "trainer.keep_checkpoints=2"]), tmp_path / "plain")
     assert _names(tmp_path / "plain") == ["epoch_00004.pt", "epoch_00005.pt"]
 
-
-def test_keep_checkpoints_below_one_is_refused_in_one_line(tmp_path):
-    from helpers import run_train
-
-    proc = run_train(["+experiment=quick", "trainer.keep_checkpoints=0", f"hydra.run.dir={tmp_path / 'run'}"],
-                     cwd=tmp_path)
-    assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines() == [
-        "error: trainer.keep_checkpoints=0 must be >= 1 (the newest kept; a resume needs one) or null (all)"]

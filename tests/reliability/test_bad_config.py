@@ -41,6 +41,7 @@ CASES = [
     (["trainer.batch_size=81"], "trainer.batch_size=81", "80 training examples"),
     (["trainer.max_epochs=0"], "trainer.max_epochs=0", ">= 1"),
     (["trainer.checkpoint_every=-1"], "trainer.checkpoint_every=-1", ">= 0"),
+    (["trainer.keep_checkpoints=0"], "trainer.keep_checkpoints=0", ">= 1 (the newest kept; a resume needs one)"),
     (["trainer.device=tpu"], "trainer.device='tpu'", "auto, cpu, cuda"),
     (["trainer.cuda_graph=true"], "trainer.cuda_graph=true", "needs a CUDA device"),
     (["trainer.triton=true"], "trainer.triton=true", "needs a CUDA device"),
