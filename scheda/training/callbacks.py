@@ -38,7 +38,7 @@ class CheckpointCallback(Callback):
             self.last_path = save_checkpoint(self.directory / checkpoint_name(epoch), state.state_dict())
             log.info("checkpoint %s", self.last_path)
             if self.keep is not None:
-                best = pick(list(self.evaluations), "best")
+                best = pick(self.evaluations, "best")
                 for path in prune_checkpoints(self.directory, self.keep, best["epoch"] if best else None):
                     log.info("removed checkpoint %s (trainer.keep_checkpoints=%d)", path.name, self.keep)
 
