@@ -252,6 +252,7 @@ class TritonStep(BatchedStep):
     Masks are drawn at every noise level, 0 included (a graph cannot skip the draw)."""
 
     minibatches = 16
+    warm_up_minibatches = 1  # what a warm-up (or an eager prepare) runs to compile every kernel
 
     def __init__(self, models: list[network.DenoisingAutoencoder], optimizers: list[SGD], noises: list[Corruption],
                  batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator], graphed: bool):
@@ -307,8 +308,15 @@ class TritonStep(BatchedStep):
         kernels.backprop(A, b, neg_lr, sigmoid)
         W.baddbmm_(A.transpose(1, 2), B)
 
+    def sequence(self, x_all: torch.Tensor, idx: torch.Tensor, generators: list) -> None:
+        """Every minibatch of ``idx`` [M, rows] in order (what one replay of a graph runs)."""
+        n = self.batch_size
+        for first in range(0, idx.shape[1], n):
+            self.minibatch(x_all, idx[:, first:first + n], generators)
+
     def _graph(self, m: int) -> tuple[object, torch.Tensor]:
-        """The graph of ``m`` minibatches and the index buffer it reads, captured by :meth:`prepare`."""
+        """The graph of a sequence of ``m`` minibatches and the index buffer it reads, captured by
+        :meth:`prepare`."""
         if m in self.graphs:
             return self.graphs[m]
         if self.prepared:
@@ -316,26 +324,25 @@ class TritonStep(BatchedStep):
                                f"inside an epoch would cost the device a synchronisation")
         n, M = self.batch_size, self.x.shape[0]
         idx = torch.zeros(M, m * n, dtype=torch.long, device=self.x_all.device)
-
-        def run() -> None:
-            for j in range(m):
-                self.minibatch(self.x_all, idx[:, j * n:(j + 1) * n], self.generators)
-
-        graph = self.backend.capture(lambda: self.minibatch(self.x_all, idx[:, :n], self.generators), run,
+        warm_up = idx[:, :min(m, self.warm_up_minibatches) * n]
+        graph = self.backend.capture(lambda: self.sequence(self.x_all, warm_up, self.generators),
+                                     lambda: self.sequence(self.x_all, idx, self.generators),
                                      [self.W, self.b, self.b_prime], self.generators, self.loss_sums)
         self.graphs[m] = (graph, idx)
         return self.graphs[m]
 
     def prepare(self) -> None:
-        """Compile the kernels and, graphed, capture both graphs now (each synchronises the device
-        once), not inside an epoch; the loss slots must then be empty (a run's first epoch, or one
-        just taken). Raises what triton raises where it cannot compile (the builder falls back)."""
+        """Compile the kernels (every code path: :attr:`warm_up_minibatches`) and, graphed, capture
+        both graphs now (each synchronises the device once), not inside an epoch; the loss slots
+        must then be empty (a run's first epoch, or one just taken). Raises what triton raises
+        where it cannot compile (the builder falls back)."""
         if self.graphed:
             for m in (self.minibatches, 1):
                 self._graph(m)
         else:
             with undone([self.W, self.b, self.b_prime], self.generators, self.loss_sums):
-                self.minibatch(self.x_all, torch.zeros_like(self.x[:, :, 0], dtype=torch.long), self.generators)
+                self.sequence(self.x_all, torch.zeros(self.x.shape[0], self.warm_up_minibatches * self.batch_size,
+                                                      dtype=torch.long, device=self.x_all.device), self.generators)
         self.prepared = True
 
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> None:
@@ -366,6 +373,8 @@ class TwoPassStep(TritonStep):
     tl.dot in fp32 (``trainer.precision=fp32``) or three-pass TF32 (``tf32x3``); its masks are
     :class:`TritonStep`'s (each model's words from its own generator, drawn in the same order).
     ``trainer.two_pass=true`` (what else it needs: scheda.planning.rules.two_pass_is_a_triton_step)."""
+
+    warm_up_minibatches = 2  # a sequence of two runs both modes of the rows pass (alone, and with a next minibatch)
 
     def __init__(self, models: list[network.DenoisingAutoencoder], optimizers: list[SGD], noises: list[Corruption],
                  batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator], graphed: bool,
@@ -413,34 +422,6 @@ class TwoPassStep(TritonStep):
             kernels.rows_pass(W, b, h[:, :m], self.dz[:, :m], self.x_tildes[slot, :, :m], following, neg_lr, sigmoid,
                               n, precision, self.parts)
             slot = 1 - slot
-
-    def _graph(self, m: int) -> tuple[object, torch.Tensor]:
-        """The graph of a sequence of ``m`` minibatches and the index buffer it reads, captured by
-        :meth:`prepare`."""
-        if m in self.graphs:
-            return self.graphs[m]
-        if self.prepared:
-            raise RuntimeError(f"no graph of {m} minibatches was captured when the step was prepared: a capture "
-                               f"inside an epoch would cost the device a synchronisation")
-        n, M = self.batch_size, self.x.shape[0]
-        idx = torch.zeros(M, m * n, dtype=torch.long, device=self.x_all.device)
-        graph = self.backend.capture(lambda: self.sequence(self.x_all, idx[:, :min(m, 2) * n], self.generators),
-                                     lambda: self.sequence(self.x_all, idx, self.generators),
-                                     [self.W, self.b, self.b_prime], self.generators, self.loss_sums)
-        self.graphs[m] = (graph, idx)
-        return self.graphs[m]
-
-    def prepare(self) -> None:
-        """Compile the kernels (both passes, both modes) and, graphed, capture both graphs now (a
-        whole call, and one minibatch), never inside an epoch."""
-        if self.graphed:
-            for m in (self.minibatches, 1):
-                self._graph(m)
-        else:
-            with undone([self.W, self.b, self.b_prime], self.generators, self.loss_sums):
-                self.sequence(self.x_all, torch.zeros(self.x.shape[0], 2 * self.batch_size, dtype=torch.long,
-                                                      device=self.x_all.device), self.generators)
-        self.prepared = True
 
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> None:
         """``idx`` [M, rows]: consecutive minibatches of n rows (the last may be shorter); graphed, a
