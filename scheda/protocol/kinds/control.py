@@ -24,11 +24,21 @@ from scheda.protocol.jobs import JobSpec, fmt, pct, rule_values
 from scheda.protocol.kinds.base import ControlKind, register_kind
 
 
-def trained(e: dict[str, Any]) -> str:
-    """How long a run under the rule of training to convergence trained, and why it stopped."""
+def trained(e: dict[str, Any], fixed: str) -> str:
+    """How long a control trained, and why it stopped: ``fixed`` where it ran its planned length
+    (no rule of training to convergence)."""
+    if not e.get("stopped_by") or e["stopped_by"] == "schedule":
+        return fixed
     if e["stopped_by"] == "patience":
         return f"until its validation error stopped improving ({e['epochs_trained']} epochs)"
     return f"to its cap of {e['epochs_trained']} epochs (not converged by the rule there)"
+
+
+def compared(best: dict[str, Any], control: dict[str, Any]) -> tuple[float, float, str]:
+    """The schedule's gain over its control in points on test and on validation (positive: the
+    schedule better), and the word for it."""
+    gain = 100 * (control["test_error"] - best["test_error"])
+    return gain, 100 * (control["val_error"] - best["val_error"]), "better than" if gain > 0 else "no better than"
 
 
 class FromTheStart(ControlKind):
@@ -62,14 +72,12 @@ class SameStart(FromTheStart):
         return best["nu0"], best["epochs"], ""
 
     def verdict(self, best: dict[str, Any], same: dict[str, Any]) -> str:
-        gain = 100 * (same["test_error"] - best["test_error"])
-        length = f"for the schedule's {same['epochs']} epochs" if not same.get("stopped_by") or \
-            same["stopped_by"] == "schedule" else f"{trained(same)}"
-        word = "better than" if gain > 0 else "no better than"
+        gain, val_gain, word = compared(best, same)
+        length = trained(same, f"for the schedule's {same['epochs']} epochs")
         return (f"the DA trained on at nu={fmt(same['nu'])} {length} reached "
                 f"{pct(same['test_error'])} % test at its best epoch on validation ({same['epoch']}): the "
                 f"schedule is {word} more epochs alone ({gain:+.2f} points on test, "
-                f"{100 * (same['val_error'] - best['val_error']):+.2f} on validation; positive: the schedule better);")
+                f"{val_gain:+.2f} on validation; positive: the schedule better);")
 
     def legend(self, e: dict[str, Any]) -> str:
         return f"control: DA({fmt(e['nu0'])}) +{e['epochs']} epochs"
@@ -85,14 +93,11 @@ class Jump(FromTheStart):
         return best["nu"], best["epoch"], f"_to{fmt(best['nu'])}"
 
     def verdict(self, best: dict[str, Any], jump: dict[str, Any]) -> str:
-        gain = 100 * (jump["test_error"] - best["test_error"])
-        word = "better than" if gain > 0 else "no better than"
-        length = f"for {jump['epochs']} epochs" if not jump.get("stopped_by") or jump["stopped_by"] == "schedule" \
-            else trained(jump)
+        gain, val_gain, word = compared(best, jump)
+        length = trained(jump, f"for {jump['epochs']} epochs")
         return (f"one jump straight to nu={fmt(jump['nu'])} {length} reached "
                 f"{pct(jump['test_error'])} % test (best on validation at epoch {jump['epoch']}): the gradual "
-                f"schedule is {word} a single switch ({gain:+.2f} points on test, "
-                f"{100 * (jump['val_error'] - best['val_error']):+.2f} on validation).")
+                f"schedule is {word} a single switch ({gain:+.2f} points on test, {val_gain:+.2f} on validation).")
 
     def legend(self, e: dict[str, Any]) -> str:
         return f"control: DA({fmt(e['nu0'])}) -> {fmt(e['nu'])} at once"
