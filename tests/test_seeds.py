@@ -71,3 +71,21 @@ def test_a_scale_saved_before_the_classifier_owned_its_grid_is_the_same_scale(tm
     del saved["seeds"]  # and from before seeds
     OmegaConf.save(saved, tmp_path / "scale.yaml")
     phases.check_scale_unchanged(smoke_cfg("scale.seeds=[0,4]").scale, tmp_path)
+
+
+def test_each_comparison_names_its_models_as_the_tables_do():
+    """A comparison's second model keeps the names inside its label (only its first letter is
+    lowered after the minus sign): the increasing schedule's controls say whose they are as the
+    table of models does."""
+    from scheda.protocol.seed_report import comparisons, seed_label
+
+    rows = dict.fromkeys(["da", "increasing", "increasing.control", "increasing.jump", "scheda", "scheda.control",
+                          "finetune_da", "finetune_scheda"])
+    names = [name for name, *_ in comparisons(rows)]
+    assert seed_label("increasing.control") == "Control: same start, constant nu (of Increasing schedule)"
+    assert names == [
+        "Increasing schedule − best DA",
+        "Increasing schedule − control: same start, constant nu (of Increasing schedule)",
+        "Increasing schedule − control: same start, one jump to the final nu (of Increasing schedule)",
+        "ScheDA − best DA", "ScheDA − control: same start, constant nu",
+        "Fine-tuned ScheDA − fine-tuned DA"]

@@ -40,6 +40,12 @@ def seed_cell(seeded: dict[str, Any], hidden: str, key: str) -> str:
     return f"{s.mean:.2f} ± {s.sd:.2f} ({s.n})" if s.sd is not None else f"{s.mean:.2f} (1)"
 
 
+def in_sentence(label: str) -> str:
+    """A model's label after a minus sign: its first letter lowered, the names inside it (ScheDA,
+    "of Increasing schedule") kept as they are."""
+    return label[:1].lower() + label[1:]
+
+
 def comparisons(rows: dict[str, dict]) -> list[tuple[str, str, str, str]]:
     """The (name, a, b, question) the report tests, a - b in test error: every continuation against
     the best DA, a controlled schedule against each of its controls, and each fine-tuned row
@@ -49,7 +55,7 @@ def comparisons(rows: dict[str, dict]) -> list[tuple[str, str, str, str]]:
     for key in rows:
         name, _, control = key.partition(".")
         if control:
-            out.append((f"{seed_label(name)} − {seed_label(key).lower()}", name, key, kind_of(control).question))
+            out.append((f"{seed_label(name)} − {in_sentence(seed_label(key))}", name, key, kind_of(control).question))
         elif kind_of(name).role == CONTINUATION and DA.name in rows:
             out.append((f"{seed_label(name)} − best DA", name, DA.name,
                         f"does {seed_label(name)} beat the best DA of the grid (the lowest validation error over "
@@ -57,8 +63,7 @@ def comparisons(rows: dict[str, dict]) -> list[tuple[str, str, str, str]]:
     for kind in of_role(FINETUNE):
         other = kind.compared_with
         if other is not None and kind.name in rows and other in rows:
-            short = kind_of(other).short
-            out.append((f"{kind.short} − {short[0].lower()}{short[1:]}", kind.name, other, kind.question))
+            out.append((f"{kind.short} − {in_sentence(kind_of(other).short)}", kind.name, other, kind.question))
     return out
 
 
