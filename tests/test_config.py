@@ -27,6 +27,27 @@ def test_configs_readme_names_every_group_and_its_module():
             assert f"| `{group}` | `{home}`" in readme, (group, home)
 
 
+def test_the_training_guides_table_of_groups_names_every_option_each_has():
+    """docs/training.md's table of groups, row by row (a row of two groups splits its options at
+    ';'), lists exactly the options a command line can pick: the registered schemas and the YAML
+    files of configs/<group>/ (it had missed a schedule, a preset, a table and a scale)."""
+    import re
+
+    from scheda.config import group_choices
+
+    rows = {}
+    for line in (REPO / "docs" / "training.md").read_text().splitlines():
+        found = re.match(r"\| (`[a-z_]+`(?:, `[a-z_]+`)?) \| (.*?) \|", line)
+        if found:
+            groups = re.findall(r"`([a-z_]+)`", found.group(1))
+            for group, cell in zip(groups, found.group(2).split(";"), strict=True):
+                rows[group] = sorted(re.findall(r"`([^`]+)`", cell))
+    choosable = {group for group in (*GROUPS, "experiment", "table", "scale", "hydra")}
+    assert choosable <= set(rows), sorted(choosable - set(rows))
+    for group in choosable:
+        assert rows[group] == group_choices(group), group
+
+
 def test_every_setting_is_listed_with_its_module_and_default():
     import subprocess
     import sys
