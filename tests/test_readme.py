@@ -148,3 +148,16 @@ def test_ci_installs_as_the_quick_start_says_and_builds_the_docs_strictly(tmp_pa
     site = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
                           capture_output=True, text=True, cwd=REPO, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert site.returncode == 0, site.stderr[-3000:]
+
+
+def test_every_file_of_the_repository_a_page_names_is_there():
+    """A path into the repository that README, docs/ (its results too) or configs/README.md names
+    in backticks leads to a file or folder (docs/results/gpu_h100.md named scheda/step.py, gone
+    when the package took its layers)."""
+    from helpers import REPO, doc_pages
+
+    pages = [*doc_pages(), *sorted((REPO / "docs" / "results").glob("*.md")), REPO / "configs" / "README.md"]
+    named = {(page.relative_to(REPO).as_posix(), path.rstrip("/.")) for page in pages
+             for path in re.findall(r"`((?:scheda|docs|configs|scripts|tests|\.ci)/[\w./-]+)`", page.read_text())}
+    assert len(named) > 50  # the pattern reads the pages' paths
+    assert [(page, path) for page, path in sorted(named) if not (REPO / path).exists()] == []
