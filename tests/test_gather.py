@@ -180,3 +180,19 @@ def test_a_run_still_running_shows_no_minutes_yet(cifar_arrays, tmp_path):
     (tmp_path / "run" / "results.json").write_text(json.dumps({**results, "status": "running", "seconds": 0.0}))
     row = _rows(tmp_path / "run")[0]
     assert row["status"] == "running" and row["minutes"] == ""
+
+
+def test_errors_in_percent_carry_no_float_noise(sweep, tmp_path):
+    """CSV and JSON give an error in % as its decimal (60.14, not 100 * 0.6014's 60.14000000000001),
+    which a spreadsheet or a diff of two tables reads as the same number the table shows."""
+    import shutil
+
+    run = shutil.copytree(sweep / "0", tmp_path / "run")
+    results = json.loads((run / "results.json").read_text())
+    for e in results["evaluations"]:
+        e.update(val_error=0.6014, test_error=0.0007)
+    (run / "results.json").write_text(json.dumps(results))
+    row = _rows(run)[0]
+    assert (row["val_error %"], row["test_error %"]) == ("60.14", "0.07")
+    (read,) = json.loads(gather([run], fmt="json"))
+    assert (read["val_error %"], read["test_error %"]) == (60.14, 0.07)

@@ -107,8 +107,8 @@ def read_row(path: Path, at: str = "kept", base: Path | None = None,
             "stopped": results.get("stopped_by"),
             "read at": chosen["epoch"] if chosen else None,
             "classifier": params_text(params_of(chosen)) if chosen else None,
-            "val_error %": 100 * chosen["val_error"] if chosen else None,
-            "test_error %": 100 * chosen["test_error"] if chosen else None,
+            "val_error %": percent(chosen["val_error"]) if chosen else None,
+            "test_error %": percent(chosen["test_error"]) if chosen else None,
             "minutes": seconds / 60 if seconds is not None and results.get("status") != "running" else None,
             **{f"env.{k}": (results.get("environment") or {}).get(k) for k in ENV_COLUMNS},
             **{m: metric_value(logged.get(m, {}), chosen["epoch"] if chosen else None) for m in metrics}}
@@ -120,6 +120,12 @@ def differing_keys(rows: list[dict[str, Any]]) -> list[str]:
     keys = sorted({k for r in rows for k in r["config"]
                    if k not in BOOKKEEPING and not k.startswith(BOOKKEEPING_PREFIXES)})
     return [k for k in keys if len({json.dumps(r["config"].get(k), sort_keys=True) for r in rows}) > 1]
+
+
+def percent(error: float) -> float:
+    """An error rate in %, without the float noise of the product (100 * 0.6014 is
+    60.14000000000001; a count over N test images has far fewer than 10 decimals in %)."""
+    return round(100 * error, 10)
 
 
 def table(rows: list[dict[str, Any]], env: bool = False,
