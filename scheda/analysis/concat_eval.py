@@ -87,11 +87,12 @@ def main(argv=None) -> int:
     parser.add_argument("--sweep", type=Path, default=None, help="a fused sweep: evaluate the nu x nu grid")
     parser.add_argument("--vary", default="schedule.nu", help="the sweep axis of the grid")
     parser.add_argument("--seeds", type=int, nargs=2, default=[1, 2], help="seeds of the rows and of the columns")
-    parser.add_argument("--classifier", default="liblinear", choices=["liblinear", "torch_lr"])
-    parser.add_argument("--c-log2-min", type=float, default=-10)
-    parser.add_argument("--c-log2-max", type=float, default=6)
-    parser.add_argument("--data-root", default=None)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--classifier", default="liblinear", choices=["liblinear", "torch_lr"],
+                        help="the probe: LIBLINEAR, or the same objective solved by torch")
+    parser.add_argument("--c-log2-min", type=float, default=-10, help="the C grid from 2^min ...")
+    parser.add_argument("--c-log2-max", type=float, default=6, help="... to 2^max, chosen on validation")
+    parser.add_argument("--data-root", default=None, help="override the runs' dataset.root")
+    parser.add_argument("--device", default="cpu", help="where to encode and fit the probe (cuda, cuda:1)")
     parser.add_argument("--out", type=Path, default=Path("concat.png"), help="heat map (with --sweep)")
     args = parser.parse_args(argv)
     if bool(args.runs) == bool(args.sweep) or len(args.runs) == 1:  # one run is no concatenation

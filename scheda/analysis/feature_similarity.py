@@ -30,8 +30,9 @@ def main(argv=None) -> int:
     parser.add_argument("--baseline", default=None, help="a second reference, e.g. DA*(nu) of another seed")
     parser.add_argument("--da", nargs="+", required=True, metavar="NU=RUN", help="the DA(nu) runs compared with")
     parser.add_argument("--data-root", default=None, help="override the runs' dataset.root")
-    parser.add_argument("--split", default="train", choices=["train", "val", "test"])
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--split", default="train", choices=["train", "val", "test"],
+                        help="the inputs whose activations are compared (the paper: train)")
+    parser.add_argument("--device", default="cpu", help="where to encode and compare (cuda, cuda:1)")
     parser.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
     args = parser.parse_args(argv)
     try:

@@ -33,7 +33,8 @@ def main(argv=None) -> int:
     parser.add_argument("runs", nargs="+", help="run directories (or checkpoints)")
     parser.add_argument("--n", type=int, default=100, help="filters per run")
     parser.add_argument("--seed", type=int, default=None, help="sample filters at random (default: the first n)")
-    parser.add_argument("--out", type=Path, default=Path("filters.png"))
+    parser.add_argument("--out", type=Path, default=Path("filters.png"),
+                        help="the figure (a run on text: its top words, in OUT with .md)")
     parser.add_argument("--image-shape", type=int, nargs=3, metavar=("C", "H", "W"), default=None,
                         help="draw the filters in this shape (default: the run's dataset.image_shape)")
     args = parser.parse_args(argv)

@@ -85,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weights", type=Path, help="W, b, b' as safetensors (name it .safetensors)")
     parser.add_argument("--features", type=Path, help="the encoded splits: an .npz, or .svm for LIBSVM text")
     parser.add_argument("--data-root", default=None, help="read the data from here instead of the run's dataset.root")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--chunk-size", type=int, default=8192)
+    parser.add_argument("--device", default="cpu", help="where to encode (cuda, cuda:1)")
+    parser.add_argument("--chunk-size", type=int, default=8192,
+                        help="rows encoded at once (lower it if memory runs out)")
     args = parser.parse_args(argv)
     if not (args.weights or args.features):
         parser.error("nothing to export: give --weights W.safetensors and/or --features F.npz (or F.svm)")

@@ -1,17 +1,18 @@
 """``scheda-results DIR...``: every run's results.json under the given folders (single runs,
 sweeps, the models of a fused sweep, protocol folders) as one table: the config keys that differ
-between the runs as columns, then status, epochs (and why each stopped, where the rule of training to
-convergence was on), the classifier's chosen setting, validation and
-test error and wall time, sorted by validation error. ``--group-by`` folds runs that differ only
-in other keys (``--group-by all-but-seed``: seeds) into mean ± sd (n) per group, with the
-statistics the protocol's report uses (scheda.utils.stats). ``--at`` reads each run where the run
-itself reports (``kept``, the default: under the rule of training to convergence its best on
-validation, else its last evaluation), at its last evaluation, at its best on validation, or at
-``epoch=N``: the protocol's two rules for its further seeds (the selection seed's epoch, each
-seed's own best), for any sweep.
-``--metric NAME`` adds a scalar each run logged to its metrics.csv (``logger=[tensorboard,csv]``). The end
-of every ``-m`` sweep writes
-``summary.csv`` and ``summary.md`` with the same code (scheda.runs.sweep_summary).
+between the runs as columns, then status, epochs (and why each stopped, where the rule of
+training to convergence was on), the classifier's chosen setting, validation and test error and
+wall time, sorted by validation error.
+
+``--group-by`` folds runs that differ only in other keys (``--group-by all-but-seed``: seeds)
+into mean ± sd (n) per group, with the statistics the protocol's report uses (scheda.utils.stats).
+``--at`` reads each run where the run itself reports (``kept``, the default: under the rule of
+training to convergence its best on validation, else its last evaluation), at its last
+evaluation, at its best on validation, or at ``epoch=N``: the protocol's two rules for its
+further seeds (the selection seed's epoch, each seed's own best), for any sweep. ``--metric
+NAME`` adds a scalar each run logged to its metrics.csv (``logger=[tensorboard,csv]``). The end
+of every ``-m`` sweep writes ``summary.csv`` and ``summary.md`` with the same code
+(scheda.runs.sweep_summary).
 
     scheda-results outputs/multirun/2026-11-26/10-00-00
     scheda-results runs/ --group-by all-but-seed --format md
