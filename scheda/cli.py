@@ -22,6 +22,7 @@ from scheda.config import (COMPONENT_MODULES, CONFIGS, list_groups_from_one_copy
                            register_configs, unknown_choice)
 from scheda.utils.devices import claim_gpu
 from scheda.utils.errors import ConfigError, SchedaError
+from scheda.utils.interrupt import quiet_on_a_closed_pipe
 from scheda.runs.reentry import resume_argv
 from scheda.runs.rundir import kept
 
@@ -118,6 +119,7 @@ def _remove_failed_run_dir(output_dir: Path) -> None:
             output_dir.parent.rmdir()
 
 
+@quiet_on_a_closed_pipe
 def main() -> None:
     wrong = unknown_choice(sys.argv, [*COMPONENT_MODULES, "experiment"])
     if wrong:  # one line naming the options (Hydra's own: 15 lines with its search path)

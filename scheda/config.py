@@ -431,8 +431,9 @@ def groups_text() -> str:
 
 if __name__ == "__main__":  # run as a script, this file is not the module the components register in
     from scheda import config
+    from scheda.utils.interrupt import quiet_on_a_closed_pipe
 
-    print(config.groups_text())
+    quiet_on_a_closed_pipe(lambda: print(config.groups_text()))()
 
 
 LISTS_GROUPS = {"--help", "-h", "--hydra-help", "--shell-completion", "-sc"}

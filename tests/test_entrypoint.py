@@ -335,3 +335,43 @@ def test_the_python_api_names_the_protocols_groups_too(tmp_path):
 
     with pytest.raises(ConfigError, match=r"^scale=cpu is an option of scheda-reproduce"):
         scheda.train(["scale=cpu"], output_dir=tmp_path / "run")
+
+
+@pytest.mark.parametrize("command", [["scheda-train", "--help"], ["scheda-reproduce", "--help"],
+                                     ["scheda-results", "RUNS"], ["-m", "scheda.config"]],
+                         ids=["train", "reproduce", "results", "config"])
+def test_a_reader_that_goes_away_ends_the_command_as_it_would_cat(tmp_path, command):
+    """``scheda-train --help | head``: the installed commands (real processes) write into a pipe
+    whose reader has closed it, and end with the shell's status for SIGPIPE (141), with nothing on
+    stderr, where they printed a BrokenPipeError traceback."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text(json.dumps({
+        "config": {"seed": 1}, "status": "completed", "epochs": 1,
+        "evaluations": [{"epoch": 1, "val_error": 0.5, "test_error": 0.5}]}))
+    argv = [sys.executable, *command] if command[0] == "-m" else \
+        [str(Path(sys.executable).parent / command[0]), *command[1:]]
+    argv = [str(tmp_path) if a == "RUNS" else a for a in argv]
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes a line
+    try:
+        proc = subprocess.run(argv, stdout=write, stderr=subprocess.PIPE, text=True, timeout=120, cwd=tmp_path)
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (141, "")
+
+
+def test_a_broken_pipe_that_is_not_stdouts_is_reported():
+    """A broken pipe of anything else (a socket to an MLflow server) while stdout's reader is
+    there is an error like any other, not a quiet 141."""
+    from scheda.utils.interrupt import quiet_on_a_closed_pipe
+
+    @quiet_on_a_closed_pipe
+    def command():
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(BrokenPipeError):
+        command()

@@ -31,7 +31,7 @@ from scheda.data import load_dataset
 from scheda.utils.errors import SchedaError
 from scheda.evaluation.evaluate import encode_splits, evaluate_features, labels_of
 from scheda.utils.io import atomic_write_json
-from scheda.utils.interrupt import Interrupted, one_line_on_ctrl_c
+from scheda.utils.interrupt import Interrupted, one_line_on_ctrl_c, quiet_on_a_closed_pipe
 from scheda.training.checkpoint import load_run_model
 
 
@@ -80,6 +80,7 @@ def finished_pairs(path: Path, settings: dict) -> dict[tuple, dict]:
     return {(pair["a"], pair["b"]): pair for pair in saved["pairs"]}
 
 
+@quiet_on_a_closed_pipe
 @one_line_on_ctrl_c
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

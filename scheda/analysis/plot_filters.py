@@ -24,9 +24,10 @@ from scheda.data import dataset_spec
 from scheda.utils.errors import SchedaError
 from scheda.utils.io import atomic_write
 from scheda.training.checkpoint import load_run_model
-from scheda.utils.interrupt import one_line_on_ctrl_c
+from scheda.utils.interrupt import one_line_on_ctrl_c, quiet_on_a_closed_pipe
 
 
+@quiet_on_a_closed_pipe
 @one_line_on_ctrl_c
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -31,7 +31,7 @@ from scheda.data import load_dataset
 from scheda.utils.errors import ConfigError, SchedaError
 from scheda.evaluation.evaluate import encode_splits, labels_of
 from scheda.utils.io import atomic_write
-from scheda.utils.interrupt import one_line_on_ctrl_c
+from scheda.utils.interrupt import one_line_on_ctrl_c, quiet_on_a_closed_pipe
 
 SPLITS = ("train", "val", "test")
 
@@ -76,6 +76,7 @@ def export_features(path: Path, model, data, device: torch.device, chunk_size: i
     return [atomic_write(path, lambda f: np.savez(f, **arrays))]
 
 
+@quiet_on_a_closed_pipe
 @one_line_on_ctrl_c
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scheda-export", description=__doc__,

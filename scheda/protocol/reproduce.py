@@ -28,7 +28,7 @@ from scheda.config import (CONFIGS, list_groups_from_one_copy, one_line_composit
                            unknown_choice)
 from scheda.utils.errors import SchedaError
 from scheda.utils.environment import invoked_as
-from scheda.utils.interrupt import Interrupted, terminate_as_interrupt
+from scheda.utils.interrupt import Interrupted, quiet_on_a_closed_pipe, terminate_as_interrupt
 from scheda.utils.io import atomic_write_json, shown_path
 from scheda.utils.lock import hold
 from scheda.protocol import estimate, launch, phases
@@ -208,6 +208,7 @@ def _main(cfg: DictConfig) -> None:
         sys.exit(exc.exit_code if isinstance(exc, Interrupted) else 130)
 
 
+@quiet_on_a_closed_pipe
 def main() -> None:
     if any(a.lstrip("+~").partition("=")[0] == "table_scale" for a in sys.argv[1:]):
         sys.exit("error: table_scale follows from table= and scale= (configs/table_scale/<table>_<scale>.yaml): give "

@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 from scheda.utils import stats
 from scheda.utils.errors import ConfigError
+from scheda.utils.interrupt import quiet_on_a_closed_pipe
 from scheda.utils.io import shown_path
 from scheda.runs.rundir import CAP, PATIENCE, flatten, kept, params_of, params_text, pick, read_metrics
 
@@ -214,6 +215,7 @@ def gather(folders: Sequence[str | Path], group_by: Sequence[str] = (), fmt: str
     return render(*(grouped(rows, group_by) if group_by else table(rows, env, metrics)), fmt)
 
 
+@quiet_on_a_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scheda-results", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

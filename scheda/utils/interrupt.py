@@ -144,6 +144,47 @@ def one_line_on_ctrl_c(main):
     return command
 
 
+CLOSED_PIPE_EXIT = 128 + 13  # as a shell reports a command that SIGPIPE ended
+
+
+def quiet_on_a_closed_pipe(main):
+    """A console command whose reader went away (``scheda-train --help | head``, ``scheda-results
+    DIR | head -3``) ends as ``cat`` would, with status 141 and nothing on stderr, not a
+    BrokenPipeError traceback. Only stdout's own closed pipe is taken so (a socket's broken pipe,
+    MLflow's say, is an error to report); stdout then goes to os.devnull, so that the
+    interpreter's last flush does not raise again (Python's documented recipe). SIGPIPE itself
+    stays ignored, as Python sets it: a default action would kill a run mid-write."""
+    import functools
+    import sys
+
+    @functools.wraps(main)
+    def command(*args, **kwargs):
+        try:
+            try:
+                return main(*args, **kwargs)
+            finally:
+                sys.stdout.flush()
+        except BrokenPipeError:
+            if not _reader_gone(sys.stdout):
+                raise
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(CLOSED_PIPE_EXIT)
+
+    return command
+
+
+def _reader_gone(stream) -> bool:
+    """Whether ``stream`` writes into a pipe whose reading end is closed (poll says POLLERR)."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(stream.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, ValueError, AttributeError):  # no file descriptor, or no poll on this platform
+        return False
+
+
 QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
 SWEEP_PID = "SCHEDA_SWEEP_PID"  # set by a sweep's process (hydra_plugins.scheda_sweeper) for the jobs it starts
 
