@@ -210,10 +210,19 @@ def test_help_lists_every_groups_options_from_one_copy_of_the_repository(monkeyp
 
 
 def test_help_prints_the_groups_and_the_config():
+    """--help opens with what the command does and how to start (not Hydra's 'train is powered by
+    Hydra'), then Hydra's list of groups and the composed config."""
     proc = subprocess.run([sys.executable, "-m", "scheda.cli", "--help"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("scheda-train (in a checkout also python train.py): train a denoising")
+    assert "  scheda-train +experiment=quick " in proc.stdout
     assert "table_scale: amazon_cpu, amazon_paper, amazon_smoke" in proc.stdout
     assert "two_pass: false" in proc.stdout and "Traceback" not in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("scheda-reproduce: the paper's protocol for one table at one scale")
+    assert "scale: cpu, gpu, paper, paper_h1000, smoke" in proc.stdout
 
 
 TORCH_AT_EXIT = ("import atexit, sys\n"
