@@ -18,8 +18,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from scheda.config import (COMPONENT_MODULES, CONFIGS, list_groups_from_one_copy, one_line_composition_errors,
-                           register_configs, unknown_choice)
+from scheda.config import (COMPONENT_MODULES, CONFIGS, conflicting_flags, list_groups_from_one_copy,
+                           one_line_composition_errors, register_configs, unknown_choice)
 from scheda.utils.devices import claim_gpu
 from scheda.utils.errors import ConfigError, SchedaError
 from scheda.utils.interrupt import quiet_on_a_closed_pipe
@@ -121,7 +121,7 @@ def _remove_failed_run_dir(output_dir: Path) -> None:
 
 @quiet_on_a_closed_pipe
 def main() -> None:
-    wrong = unknown_choice(sys.argv, [*COMPONENT_MODULES, "experiment"])
+    wrong = conflicting_flags(sys.argv) or unknown_choice(sys.argv, [*COMPONENT_MODULES, "experiment"])
     if wrong:  # one line naming the options (Hydra's own: 15 lines with its search path)
         sys.exit(f"error: {wrong}")
     sys.argv = resume_argv(sys.argv)  # resume=RUN: the run's own overrides, then these, into RUN

@@ -476,6 +476,26 @@ def group_choices(group: str, folders: list[Path] = ()) -> list[str]:
     return sorted(found)
 
 
+def conflicting_flags(argv: list[str]) -> str | None:
+    """The one-line error for Hydra flags that cannot go together (``-m ... --cfg job``: Hydra
+    raises a ValueError with its traceback), read with Hydra's own parser; None when they can.
+    ``--help`` goes before any of them, as in Hydra."""
+    from hydra._internal.utils import get_args_parser
+
+    args, _ = get_args_parser().parse_known_args(argv[1:])
+    if args.help or args.hydra_help:
+        return None
+    given = [flag for flag, on in (("--run", args.run), ("--multirun (-m)", args.multirun),
+                                   ("--cfg", args.cfg is not None), ("--info", args.info is not None),
+                                   ("--shell-completion", args.shell_completion)) if on]
+    if len(given) > 1:
+        hint = " (--cfg shows one job's config: drop -m and the sweep's commas)" if args.multirun and args.cfg else ""
+        return f"{' and '.join(given)} cannot go together: give one of them{hint}"
+    if args.resolve and args.cfg is None:
+        return "--resolve goes with --cfg (or --help): add --cfg job"
+    return None
+
+
 def unknown_choice(argv: list[str], groups: list[str]) -> str | None:
     """The one-line error for a command line that picks an option a group does not have
     (``dataset=nope``, ``table=nope``; a sweep's values and ``logger=[a,b]`` each checked), naming the

@@ -258,6 +258,23 @@ def test_a_command_line_hydra_cannot_compose_answers_in_one_line(tmp_path, args,
         assert full.returncode == 1 and "Traceback" in full.stderr
 
 
+@pytest.mark.parametrize("module, args, line", [
+    ("scheda.cli", ["-m", "schedule.nu0=0.5,0.7", "--cfg", "job"],
+     "error: --multirun (-m) and --cfg cannot go together: give one of them (--cfg shows one job's config: drop -m "
+     "and the sweep's commas)"),
+    ("scheda.cli", ["--resolve"], "error: --resolve goes with --cfg (or --help): add --cfg job"),
+    ("scheda.protocol.reproduce", ["-m", "--info"], "error: --multirun (-m) and --info cannot go together: give one "
+                                                     "of them"),
+])
+def test_hydra_flags_that_cannot_go_together_answer_in_one_line(tmp_path, module, args, line):
+    """Hydra raises these as a ValueError with its traceback, before any config is composed."""
+    from helpers import run_module
+
+    proc = run_module(module, args, cwd=tmp_path)
+    assert (proc.returncode, proc.stderr.strip()) == (1, line)
+    assert not (tmp_path / "outputs").exists()
+
+
 def test_a_users_own_preset_on_the_search_path_is_an_option(tmp_path):
     """A preset in the user's own config folder (``hydra.searchpath=[file://...]`` or
     ``--config-dir``) is picked like a shipped one, not refused as an unknown option; its bad value

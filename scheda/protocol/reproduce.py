@@ -24,8 +24,8 @@ from typing import Any, Callable
 import hydra
 from omegaconf import DictConfig
 
-from scheda.config import (CONFIGS, list_groups_from_one_copy, one_line_composition_errors, register_configs,
-                           unknown_choice)
+from scheda.config import (CONFIGS, conflicting_flags, list_groups_from_one_copy, one_line_composition_errors,
+                           register_configs, unknown_choice)
 from scheda.utils.errors import SchedaError
 from scheda.utils.environment import invoked_as
 from scheda.utils.interrupt import Interrupted, quiet_on_a_closed_pipe, terminate_as_interrupt
@@ -213,7 +213,7 @@ def main() -> None:
     if any(a.lstrip("+~").partition("=")[0] == "table_scale" for a in sys.argv[1:]):
         sys.exit("error: table_scale follows from table= and scale= (configs/table_scale/<table>_<scale>.yaml): give "
                  "those, e.g. table=amazon scale=cpu")
-    wrong = unknown_choice(sys.argv, ["table", "scale"])
+    wrong = conflicting_flags(sys.argv) or unknown_choice(sys.argv, ["table", "scale"])
     if wrong:  # one line naming the options (Hydra's own: 15 lines with its search path)
         sys.exit(f"error: {wrong}")
     list_groups_from_one_copy(sys.argv)  # --help: one copy of Hydra's repository for every group
