@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from scheda.utils.errors import ConfigError
+from scheda.utils.errors import ConfigError, DataError
 
 DATA_NAMES = ("train_x", "train_y", "test_x", "test_y")
 
@@ -35,8 +35,11 @@ class Run:
         self.dir = Path(run_dir)
         try:
             self.results: dict[str, Any] = json.loads((self.dir / "results.json").read_text())
-        except (OSError, ValueError):
+        except FileNotFoundError:
             self.results = {}
+        except (OSError, ValueError):
+            raise DataError(f"{self.dir / 'results.json'} cannot be read as JSON (cut short or damaged): its "
+                            f"checkpoints are in {self.dir / 'checkpoints'}") from None
         # what the run is, as its plan recorded it (a run from before the record: its models/ folder)
         if (self.results.get("plan") or {}).get("sweep", (self.dir / "models").is_dir()):
             raise ConfigError(f"{self.dir} is a fused sweep: load one of its models, {self.dir}/models/<k>")

@@ -75,6 +75,29 @@ def test_bad_calls_are_refused_in_one_line(tmp_path):
         run_config(compose_cfg(SMALL), tmp_path / "cifar", data={"train_x": x})
 
 
+@pytest.mark.parametrize("damage", [b'{"status": "compl', b"\xa9\x00 not even text"], ids=["cut", "binary"])
+def test_a_damaged_results_json_is_named_in_one_line_where_a_run_is_read(tmp_path, damage):
+    """A results.json cut short, or not UTF-8 at all, is an error naming the file where the run
+    itself is asked for, and a run without results where only its label or checkpoints are
+    wanted (plot-filters, export): no JSONDecodeError or UnicodeDecodeError traceback."""
+    from scheda.analysis.core import run_label, sweep_models
+    from scheda.training.checkpoint import find_model
+    from scheda.utils.errors import CheckpointError
+
+    run = scheda.train(SMALL, data=(RNG.random((30, 5)),), output_dir=tmp_path / "run")
+    (run.dir / "results.json").write_bytes(damage)
+    with pytest.raises(DataError, match=r"run/results.json cannot be read as JSON \(cut short or damaged\): its "
+                                        r"checkpoints are in .*run/checkpoints$"):
+        scheda.load(run.dir)
+    assert run_label(run.dir) == "run" and find_model(run.dir).name == "epoch_00002.pt"
+    with pytest.raises(DataError, match="run has no readable results.json"):
+        sweep_models(run.dir)
+    from scheda.training.checkpoint import load_run_model
+
+    with pytest.raises(CheckpointError, match="has neither .hydra/config.yaml nor a results.json with the run's"):
+        load_run_model(run.dir, "cpu")
+
+
 def test_a_runs_logged_scalars_read_back_as_its_curves(tmp_path):
     x, y = RNG.random((90, 7)).astype(np.float32), RNG.integers(0, 3, 90)
     overrides = [o for o in SMALL if not o.startswith("logger=")]

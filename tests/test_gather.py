@@ -196,3 +196,24 @@ def test_errors_in_percent_carry_no_float_noise(sweep, tmp_path):
     assert (row["val_error %"], row["test_error %"]) == ("60.14", "0.07")
     (read,) = json.loads(gather([run], fmt="json"))
     assert (read["val_error %"], read["test_error %"]) == (60.14, 0.07)
+
+
+def test_a_damaged_results_json_is_left_out_with_a_note(sweep, tmp_path):
+    """One results.json cut short and one not even UTF-8 text, beside a good run: the table shows
+    the good one and a note names the two (not a UnicodeDecodeError traceback, nor a silent
+    gap); with only damaged ones the error says so rather than 'no results.json'."""
+    import shutil
+
+    for name, damage in (("good", None), ("cut", b'{"status": "compl'), ("binary", b"\xa9\x00")):
+        shutil.copytree(sweep / "0", tmp_path / "runs" / name)
+        if damage is not None:
+            (tmp_path / "runs" / name / "results.json").write_bytes(damage)
+    proc = run_module("scheda.runs.gather", [tmp_path / "runs"])
+    assert proc.returncode == 0 and [line.split(" | ")[0] for line in proc.stdout.splitlines()[2:]] == \
+        [f"| {tmp_path}/runs/good"]
+    assert proc.stderr.strip() == (f"note: left out 2 results.json that are not JSON (cut short or damaged): "
+                                   f"{tmp_path}/runs/binary/results.json, {tmp_path}/runs/cut/results.json")
+    shutil.rmtree(tmp_path / "runs" / "good")
+    proc = run_module("scheda.runs.gather", [tmp_path / "runs"])
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == \
+        f"error: none of the 2 results.json under {tmp_path / 'runs'} is a run's that can be read"

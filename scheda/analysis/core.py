@@ -9,12 +9,13 @@ products over the data points (H_ref x H_other at a time), never a Python loop o
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 
+from scheda.runs.rundir import read_results
+from scheda.utils.errors import DataError
 from scheda.utils.lazy import lazy, no_grad
 
 torch = lazy("torch", globals())
@@ -22,10 +23,9 @@ torch = lazy("torch", globals())
 
 def run_label(run_dir: str | Path) -> str:
     """DA(nu) for a single noise level, ScheDA(nu0 -> ... -> nuT) for a schedule."""
-    results = Path(run_dir) / "results.json"
-    if not results.exists():
+    data = read_results(Path(run_dir))
+    if data is None:  # none, or unreadable (said in a warning): the folder's name
         return Path(run_dir).name
-    data = json.loads(results.read_text())
     levels = [s["nu"] for s in data.get("switches", [])]
     if not levels or levels[0] is None:
         return f"DA({data.get('schedule', '?')})"
@@ -64,7 +64,10 @@ def closest_counts(reference: torch.Tensor, candidates: Mapping[str, torch.Tenso
 def sweep_models(sweep_dir: str | Path) -> list[tuple[dict, Path]]:
     """(overrides, directory) of every model of a fused sweep (``trainer.parallel``)."""
     sweep_dir = Path(sweep_dir)
-    results = json.loads((sweep_dir / "results.json").read_text())
+    results = read_results(sweep_dir)
+    if results is None:
+        raise DataError(f"{sweep_dir} has no readable results.json (a fused sweep's lists its models): pass the "
+                        f"folder a trainer.parallel run printed")
     return [(m["overrides"], sweep_dir / m["dir"]) for m in results.get("models", [])]
 
 

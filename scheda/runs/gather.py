@@ -72,6 +72,15 @@ def _set_aside(path: Path, folder: Path) -> bool:
                for i, part in enumerate(parts[:-1]))
 
 
+def _parses(path: Path) -> bool:
+    """Whether ``path`` reads as JSON (a results.json that does not: cut short or damaged)."""
+    try:
+        json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def at_choice(text: str) -> str:
     """argparse's check of ``--at``."""
     if text in ("kept", "last", "best") or (text.startswith("epoch=") and text[6:].isdigit()):
@@ -94,7 +103,7 @@ def read_row(path: Path, at: str = "kept", base: Path | None = None,
     written there), else as the user would type it."""
     try:
         results = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8 text
         return None
     if "config" not in results:
         return None
@@ -202,7 +211,16 @@ def gather(folders: Sequence[str | Path], group_by: Sequence[str] = (), fmt: str
            base: Path | None = None, env: bool = False, metrics: Sequence[str] = ()) -> str:
     """The table of every run below ``folders`` (see :func:`main`); a ``group_by`` key no run has is
     a ConfigError naming the keys that tell the runs apart."""
-    rows = [r for r in (read_row(p, at, base, metrics) for p in find_results(folders)) if r is not None]
+    rows, damaged = [], []
+    for path in find_results(folders):
+        row = read_row(path, at, base, metrics)
+        if row is not None:
+            rows.append(row)
+        elif not _parses(path):
+            damaged.append(shown_path(path))
+    if damaged:  # left out with a word, not silently: a results.json is written atomically, so this one is damaged
+        print(f"note: left out {len(damaged)} results.json that {'is' if len(damaged) == 1 else 'are'} not JSON "
+              f"(cut short or damaged): {', '.join(damaged[:5])}{' ...' if len(damaged) > 5 else ''}", file=sys.stderr)
     if not rows:
         return ""
     unknown = [k for k in group_by if k != ALL_BUT_SEED and all(k not in r["config"] for r in rows)]
@@ -246,7 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if not text:
-        print(f"error: no results.json under {', '.join(args.folders)}", file=sys.stderr)
+        found = len(find_results(args.folders))
+        print(f"error: no results.json under {', '.join(args.folders)}" if not found else
+              f"error: none of the {found} results.json under {', '.join(args.folders)} is a run's that can be read",
+              file=sys.stderr)
         return 1
     sys.stdout.write(text)
     return 0

@@ -146,8 +146,8 @@ def read_results(run_dir: Path) -> dict[str, Any] | None:
         return None
     try:
         return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        log.warning("%s is not valid JSON: the job counts as not run", path)
+    except ValueError:  # not JSON, or not even UTF-8 text: cut short or damaged
+        log.warning("%s is not valid JSON (cut short or damaged): its run is read as one without results", path)
         return None
 
 

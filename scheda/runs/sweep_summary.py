@@ -30,7 +30,7 @@ def job_line(job_dir: Path, invocation: str | None = None) -> tuple[str, float |
         return f"{job_dir.name}: {overrides}: no results.json", None, None
     try:
         results: dict[str, Any] = json.loads(results_file.read_text())
-    except json.JSONDecodeError:
+    except ValueError:  # not JSON, or not UTF-8 text
         return f"{job_dir.name}: {overrides}: unreadable results.json", None, None
     read = kept(results)  # a fused sweep's run has none of its own: its best model's validation error
     val = results.get("best_val_error") if read is None else read["val_error"]
