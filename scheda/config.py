@@ -21,7 +21,7 @@ import pkgutil
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Dict, List, Optional
+from typing import Any, ClassVar, Dict, List, Mapping, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -152,6 +152,9 @@ def typed_many(group: str, node: Any) -> list[Any]:
         node = {node["name"]: node}
     out = []
     for key, sub in node.items():
+        load_components()
+        if key not in GROUPS[group] or (sub is not None and not isinstance(sub, Mapping)):  # +logger.foo=...
+            raise ConfigError(not_one_of_many(f"{group}.{key}", f"{group}.{key}"))
         sub = {"name": key, **(sub or {})}
         if sub["name"] == NONE:
             continue
@@ -270,6 +273,22 @@ def not_a_setting(path: str, schema: type) -> str:
     return f"{path} is not a setting of {parent or 'the run'} ({schema.__name__}): {hint}"
 
 
+def not_one_of_many(path: str, given: str) -> str:
+    """The line for ``logger.X`` (``path``; the key the command line ``given``) where X is none of
+    the chosen loggers: a logger not chosen (``logger.csv.file`` under ``logger=mlflow``), or a
+    setting without its logger's name (``logger.tracking_uri``)."""
+    load_components()
+    group, _, name = path.partition(".")
+    options = [option for option in GROUPS[group] if option != NONE]
+    if name in options:
+        return f"{given}: the {name} {group} is not chosen: add it to the others, e.g. {group}=[tensorboard,{name}]"
+    owners = [o for o in options if name in {f.name for f in dataclasses.fields(GROUPS[group][o])}]
+    if owners:
+        return f"{given}: each chosen {group} has its own settings: {' or '.join(f'{group}.{o}.{name}' for o in owners)}"
+    return (f"{given}: {name} is not a {group}: choose {group}s with {group}=[...] ({', '.join(options)}), and set "
+            f"one's settings as {group}.<name>.<key>")
+
+
 def other_commands_group(key: str, value: str | None, command: str, argv: list[str] = ()) -> str | None:
     """The line for a group of the other command (``scheda-train scale=cpu``, ``scheda-reproduce
     dataset=amazon``), naming the command or the override that takes it; None for the command's own.
@@ -318,6 +337,10 @@ def composition_error(exc: BaseException, command: str = "train", argv: list[str
         value = value.group(1) if value else "..."
         return other_commands_group(absent.group(1), value, command, argv) or \
             f"{absent.group(1)}={value} is not chosen by default: add it with +{absent.group(1)}={value}"
+    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and cause.full_key \
+            and cause.full_key.count(".") == 1 and cause.full_key.partition(".")[0] in MANY:
+        given = re.search(r"Could not override '([^']+)'", str(exc))
+        return not_one_of_many(cause.full_key, given.group(1) if given else cause.full_key)
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and dataclasses.is_dataclass(cause.object_type) \
             and cause.full_key:
         group = cause.full_key.partition(".")[0]

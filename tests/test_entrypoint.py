@@ -114,6 +114,8 @@ def test_resume_through_the_entry_point(cifar_arrays, tmp_path):
     (["+model.hiden=5"], "model.hiden is not a setting of model (DAConfig): did you mean model.hidden?"),
     (["+schedule.nu=0.3"], "schedule.nu is not a setting of schedule (LevelScheduleConfig): did you mean schedule.nu0?"),
     (["optim.lr=-1"], "optim.lr=-1.0 must be > 0"),
+    (["logger=csv", "+logger.foo=1"], "logger.foo: foo is not a logger: choose loggers with logger=[...] (csv, mlflow, "
+                                      "tensorboard), and set one's settings as logger.<name>.<key>"),
 ])
 def test_refused_configs_fail_with_one_line_and_leave_no_run_directory(cifar_arrays, tmp_path, args, message):
     out = tmp_path / "outputs" / "runs" / "day" / "time"
@@ -242,6 +244,11 @@ def test_a_mistyped_option_answers_in_one_line_with_the_options(tmp_path, args, 
     (["model.hidden=1.5"], "error: model.hidden: Value '1.5' of type 'float' could not be converted to Integer"),
     (["schedule=stages", "schedule.stages=[1"], "error: an override does not parse (no viable alternative at input "
                                                 "'[1'): quote a value"),
+    # a logger's setting without its logger's name, a logger not chosen
+    (["logger=mlflow", "logger.tracking_uri=x"], "error: logger.tracking_uri: each chosen logger has its own settings: "
+                                                 "logger.mlflow.tracking_uri"),
+    (["logger=mlflow", "logger.csv.file=x"], "error: logger.csv.file: the csv logger is not chosen: add it to the "
+                                             "others, e.g. logger=[tensorboard,csv]"),
     # a preset's key that the group's other choice has no field for: Hydra chains no cause to its error
     (["+experiment=quick", "schedule=constant"], "error: experiment/quick.yaml sets schedule.nu0, which is not a "
                                                  "setting of schedule (ConstantScheduleConfig): the preset is written "
