@@ -404,6 +404,32 @@ def one_line_composition_errors(command: str) -> None:
     utils.run_and_report = run_and_report
 
 
+def compose_train(overrides: list[str]) -> Any:
+    """train.yaml with ``overrides``, as ``scheda-train OVERRIDES`` composes it: inside a Hydra app
+    (scheda-reproduce) in its context, else in one of its own, left as it was found. A command line
+    Hydra cannot compose is a ConfigError with the command's one line."""
+    from hydra import compose, initialize_config_dir, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    from scheda.utils.errors import ConfigError
+
+    wrong = unknown_choice(["scheda-train", *overrides], [*COMPONENT_MODULES, "experiment"])
+    if wrong:
+        raise ConfigError(wrong)
+
+    def composed() -> Any:
+        try:
+            return compose("train", overrides)
+        except Exception as exc:  # noqa: BLE001 - composing raises nothing but a config the overrides do not make
+            raise ConfigError(composition_error(exc, "train", overrides) or str(exc).splitlines()[0]) from None
+
+    if GlobalHydra.instance().is_initialized():
+        return composed()
+    with (initialize_config_module(CONFIGS.removeprefix("pkg://"), version_base="1.3") if CONFIGS.startswith("pkg://")
+          else initialize_config_dir(CONFIGS, version_base="1.3")):
+        return composed()
+
+
 def check_composed(cfg: Any) -> None:
     """Refuse keys no schema knows (Hydra's ``+key=value`` adds them even to typed nodes, and
     the run would silently ignore them), naming the nearest known key; and values a preset

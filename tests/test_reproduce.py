@@ -20,7 +20,7 @@ from scheda.protocol.kinds import kind_of
 from scheda.protocol.kinds.levels import LevelKind
 from scheda.utils.errors import ConfigError
 from scheda.model.schedule import build_schedule
-from helpers import N_VAL, REPO, check_stops, compose_cfg, run_command, smoke_cfg, start_command
+from helpers import N_VAL, REPO, check_stops, compose_cfg, run_command, run_module, smoke_cfg, start_command
 
 SCRIPT = REPO / "scripts" / "reproduce.py"
 
@@ -632,3 +632,22 @@ def test_each_control_says_in_words_which_way_its_difference_goes(control_test, 
     clause = kind_of("jump").verdict(best, {**control, "nu": 0.2})
     assert f"the gradual schedule is {words} a single switch" in clause, clause
     assert kind_of("control").describe(control) == "nu=0.5 for 10 epochs from the DA(0.5)'s epoch 40, best at 1 epoch more"
+
+
+@pytest.mark.parametrize("args, line", [
+    (["overrides=['model.hiden=3']"], "error: model.hiden is not a setting of model (DAConfig): did you mean "
+                                      "model.hidden? (in overrides=[...], given to every job)"),
+    (["overrides=['dataset=nope']"], "error: dataset=nope is not an option of dataset: use amazon, arrays or cifar10 "
+                                     "(in overrides=[...], given to every job)"),
+    (["overrides=['optim.momentum=-1']"], "error: optim.momentum=-1.0 must be in [0, 1) (in overrides=[...], given "
+                                          "to every job)"),
+    (["scale.train=['model.hiden=1']"], "error: model.hiden is not a setting of model (DAConfig): did you mean "
+                                        "model.hidden? (in scale=smoke's train list, given to every job)"),
+])
+def test_what_every_job_is_given_is_checked_before_any_job_and_in_a_dry_run(tmp_path, args, line):
+    """A misspelt override was found only when the first job failed (on a cluster, after its wait
+    in the queue), and never by dry_run=true: now composed with a DA job's own values first."""
+    proc = run_module("scheda.protocol.reproduce", ["scale=smoke", "dry_run=true", f"out_dir={tmp_path / 'runs'}",
+                                                    *args], cwd=tmp_path)
+    assert (proc.returncode, proc.stderr.strip().splitlines()[-1]) == (1, line)
+    assert "plan for" not in proc.stdout + proc.stderr

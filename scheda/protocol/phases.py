@@ -46,11 +46,35 @@ def check(cfg: DictConfig) -> None:
                           f"one: drop it (trainer.keep_checkpoints is for scheda-train runs)")
     if cfg.scale.patience is not None and cfg.scale.patience < 1:
         raise ConfigError(f"scale.patience={cfg.scale.patience} must be >= 1 (evaluations without a new best) or null")
-    da_jobs(cfg.scale, cfg.table.raw)
+    check_job_overrides(cfg, da_jobs(cfg.scale, cfg.table.raw))
     launcher_overrides(cfg)
     kinds = [continuation(name, cfg.scale) for name in cfg.table.continuations]
     for kind in [*kinds, *(ScheduleKind(name) for name in cfg.scale.schedules)]:
         kind.check(cfg.scale)
+
+
+def check_job_overrides(cfg: DictConfig, jobs: list[JobSpec]) -> None:
+    """What every job is given (``scale.train``, ``overrides=[...]``) makes a training run's config
+    with a DA job's own values: a misspelt key, a value of the wrong type or out of its range is
+    refused here in one line, before any job is launched (a Slurm job waits in a queue first), and
+    by ``dry_run=true`` too. The device is not asked: the jobs may run on other machines."""
+    from scheda.config import check_composed, compose_train
+    from scheda.planning.run_config import typed_config
+
+    job = next((j for j in jobs if j.meta["kind"] != Raw.name), None)
+    if job is None:
+        return
+    own = [*(f"{g}={c}" for g, c in job.groups.items()), *(f"{k}={v}" for k, v in job.values.items())]
+    for given, where in ((list(cfg.scale.train), f"in scale={cfg.scale.name}'s train list"),
+                         ([*cfg.scale.train, *cfg.overrides], "in overrides=[...]")):
+        try:
+            train = compose_train([*own, *given])
+            check_composed(train)
+            typed_config(train)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} ({where}, given to every job)") from None
+        if not cfg.overrides:
+            return
 
 
 def check_seeds(scale: DictConfig) -> list[int]:
