@@ -118,10 +118,9 @@ def train(overrides: Sequence[str] | Mapping[str, Any] = (), data=None, output_d
     """Train (and evaluate) one run in this process, as ``scheda-train OVERRIDES`` would, into
     ``output_dir`` (default: ``outputs/runs/<date>/<time>``, as the command's); returns its
     :class:`Run`. A run that fails raises its one-line error, its results.json kept."""
-    from hydra import compose, initialize_config_dir, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
-    from scheda.config import CONFIGS, composition_error, register_configs
+    from scheda.config import compose_train, register_configs
     from scheda.data import arrays
     from scheda.run import run
 
@@ -139,15 +138,6 @@ def train(overrides: Sequence[str] | Mapping[str, Any] = (), data=None, output_d
     if GlobalHydra.instance().is_initialized():
         raise ConfigError("scheda.train runs inside Hydra's compose API, and Hydra is initialised already "
                           "(inside a Hydra app?): call it from plain Python")
-    where = initialize_config_module(CONFIGS.removeprefix("pkg://"), version_base="1.3") \
-        if CONFIGS.startswith("pkg://") else initialize_config_dir(CONFIGS, version_base="1.3")
-    with where:
-        try:
-            cfg = compose("train", extra)
-        except Exception as exc:  # noqa: BLE001 - only a composition error is reworded
-            line = composition_error(exc, "train", extra)  # the command line's one line (a misspelt key, a wrong type)
-            if line is None:
-                raise
-            raise ConfigError(line) from None
+    cfg = compose_train(extra)  # the command line's one line for a misspelt key, a wrong type, an unknown option
     run(cfg, output_dir, data=handed)
     return Run(output_dir)
