@@ -151,8 +151,8 @@ def typed_many(group: str, node: Any) -> list[Any]:
     if isinstance(node.get("name"), str):
         node = {node["name"]: node}
     out = []
+    load_components()
     for key, sub in node.items():
-        load_components()
         if key not in GROUPS[group] or (sub is not None and not isinstance(sub, Mapping)):  # +logger.foo=...
             raise ConfigError(not_one_of_many(f"{group}.{key}", f"{group}.{key}"))
         sub = {"name": key, **(sub or {})}
