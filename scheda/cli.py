@@ -23,7 +23,7 @@ from scheda.config import (COMPONENT_MODULES, CONFIGS, conflicting_flags, list_g
 from scheda.utils.devices import claim_gpu
 from scheda.utils.errors import ConfigError, SchedaError
 from scheda.utils.interrupt import quiet_on_a_closed_pipe
-from scheda.runs.reentry import resume_argv
+from scheda.runs.reentry import not_one_run, resume_argv
 from scheda.runs.rundir import kept
 
 try:
@@ -121,7 +121,8 @@ def _remove_failed_run_dir(output_dir: Path) -> None:
 
 @quiet_on_a_closed_pipe
 def main() -> None:
-    wrong = conflicting_flags(sys.argv) or unknown_choice(sys.argv, [*COMPONENT_MODULES, "experiment"])
+    wrong = conflicting_flags(sys.argv) or not_one_run(sys.argv) or \
+        unknown_choice(sys.argv, [*COMPONENT_MODULES, "experiment"])
     if wrong:  # one line naming the options (Hydra's own: 15 lines with its search path)
         sys.exit(f"error: {wrong}")
     sys.argv = resume_argv(sys.argv)  # resume=RUN: the run's own overrides, then these, into RUN

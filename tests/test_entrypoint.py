@@ -58,6 +58,11 @@ def test_multirun_writes_one_directory_per_job(cifar_arrays, tmp_path):
         seen.add((cfg["schedule"]["nu0"], cfg["optim"]["lr"]))
         assert (job / "checkpoints" / "epoch_00002.pt").exists()
     assert seen == {(0.7, 0.01), (0.7, 0.05), (0.5, 0.01), (0.5, 0.05)}
+    # resume= names one run: the sweep's folder is continued by its own command
+    proc = run_train([f"resume={sweep}"], cwd=tmp_path)
+    assert (proc.returncode, proc.stderr.strip()) == (
+        1, f"error: resume={sweep} is a -m sweep's folder: run the sweep's command again to continue all its jobs "
+           f"(finished ones are skipped), or resume one of them: resume={sweep}/<job>")
 
 
 @pytest.mark.parametrize("override, expected", [

@@ -49,6 +49,17 @@ def copy_of(smoke, tmp_path: Path) -> Path:
     return tmp_path
 
 
+def test_resume_of_the_protocols_folder_names_the_command_that_continues_it(smoke):
+    """``scheda-train resume=<out_dir>`` read the protocol's own overrides as a run's (``scale=smoke``
+    is not a training run's option): one line naming scheda-reproduce instead."""
+    from helpers import run_train
+
+    proc = run_train([f"resume={smoke[0] / 'runs'}"], cwd=smoke[0])
+    assert (proc.returncode, proc.stderr.strip()) == (
+        1, f"error: resume={smoke[0] / 'runs'} is a scheda-reproduce folder: run the same scheda-reproduce command "
+           f"again to continue it (finished jobs are kept)")
+
+
 def test_da_phase_selects_a_checkpoint_per_nu(smoke):
     runs = smoke[0] / "runs"
     selection = load(runs / "selection.json")

@@ -66,6 +66,26 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
+PROTOCOL_MARKS = ("scale.yaml", "invocations.json", "protocol_id")  # what scheda-reproduce writes in its out_dir
+
+
+def not_one_run(argv: list[str]) -> str | None:
+    """The one-line error for ``resume=`` naming a folder of many runs: a ``-m`` sweep's (its
+    ``multirun.yaml``) or a scheda-reproduce out_dir, each continued by its own command; None
+    for anything else."""
+    values = [a.split("=", 1)[1] for a in argv[1:] if _key(a) == "resume" and "=" in a]
+    if not values or values[-1] in ("", "null"):
+        return None
+    path = Path(values[-1]).expanduser()
+    if (path / "multirun.yaml").is_file():
+        return (f"resume={values[-1]} is a -m sweep's folder: run the sweep's command again to continue all its "
+                f"jobs (finished ones are skipped), or resume one of them: resume={path / '<job>'}")
+    if any((path / mark).is_file() for mark in PROTOCOL_MARKS):
+        return (f"resume={values[-1]} is a scheda-reproduce folder: run the same scheda-reproduce command again to "
+                f"continue it (finished jobs are kept)")
+    return None
+
+
 def resume_argv(argv: list[str]) -> list[str]:
     """``argv`` for a single run with ``resume=RUN``: RUN's own overrides, then these (which win),
     then RUN as the output directory. Anything else (a sweep, no resume, a checkpoint outside a
