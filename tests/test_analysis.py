@@ -1,4 +1,5 @@
 
+import pytest
 import torch
 
 from scheda.analysis.core import closest_counts, max_cosine_similarity, run_label
@@ -197,3 +198,13 @@ def test_one_run_is_no_concatenation():
     """It evaluated the one run as a 'concatenation' and then again alone."""
     proc = run_module("scheda.analysis.concat_eval", ["some_run"])
     assert proc.returncode == 2 and "give either two or more runs, or --sweep" in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--n", "0"], "--n 0: give how many filters to draw, at least 1"),
+    (["--image-shape", "0", "32", "32"], "--image-shape 0 32 32: each of C H W must be at least 1"),
+])
+def test_no_filters_to_draw_is_refused_before_any_run_is_read(args, message):
+    """``--n 0`` divided by zero while laying the panels out (a ZeroDivisionError traceback)."""
+    proc = run_module("scheda.analysis.plot_filters", ["some_run", *args])
+    assert proc.returncode == 2 and proc.stderr.strip().endswith(f": error: {message}"), proc.stderr

@@ -39,6 +39,10 @@ def main(argv=None) -> int:
     parser.add_argument("--image-shape", type=int, nargs=3, metavar=("C", "H", "W"), default=None,
                         help="draw the filters in this shape (default: the run's dataset.image_shape)")
     args = parser.parse_args(argv)
+    if args.n < 1:
+        parser.error(f"--n {args.n}: give how many filters to draw, at least 1")
+    if args.image_shape is not None and min(args.image_shape) < 1:
+        parser.error(f"--image-shape {' '.join(map(str, args.image_shape))}: each of C H W must be at least 1")
     plt = pyplot()
     try:
         panels, texts = [], []
