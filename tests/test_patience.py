@@ -140,9 +140,12 @@ def test_a_run_resumed_with_the_rule_on_stops_by_it(cifar_arrays, tmp_path):
 
 def test_a_finished_run_resumed_to_train_on_keeps_its_record_when_the_resume_fails(cifar_arrays, tmp_path):
     """A run stopped by patience, resumed with more patience: its finished results.json is copied
-    to attempts/1/ first, so a resume that fails before it trains (here its data are missing) does
-    not take the record with it; scheda-results reads the run, not the copy, as a run."""
+    to attempts/1/ first (a resume killed outright leaves it there), and a resume that fails before
+    it trains (here its data are missing) gives the record back, its attempt saying how it ended:
+    the run stays completed, so a sweep run again skips it instead of rerunning a failed job from
+    the start; scheda-results reads the run, not the copy, as a run."""
     from scheda.runs.gather import find_results
+    from scheda.runs.reentry import reentry
     from scheda.utils.errors import DataError
 
     base = [*TINY, FROZEN, "schedule=constant", "schedule.epochs=9", "evaluate.every=1", "logger=none",
@@ -152,9 +155,14 @@ def test_a_finished_run_resumed_to_train_on_keeps_its_record_when_the_resume_fai
     again = [*base, f"resume={tmp_path / 'run'}", "trainer.patience=3"]
     with pytest.raises(DataError):
         run(compose_cfg([f"dataset.root={tmp_path / 'nowhere'}", "dataset.download=false", *again]), tmp_path / "run")
-    failed = json.loads((tmp_path / "run" / "results.json").read_text())
+    after = json.loads((tmp_path / "run" / "results.json").read_text())
     kept = json.loads((tmp_path / "run" / "attempts" / "1" / "results.json").read_text())
-    assert failed["status"] == "failed" and kept == first
+    assert kept == first and {k: v for k, v in after.items() if k != "attempts"} == \
+        {k: v for k, v in first.items() if k != "attempts"}
+    assert after["attempts"][:-1] == first["attempts"]
+    assert after["attempts"][-1]["action"] == "resumed" and after["attempts"][-1]["status"] == "failed"
+    assert after["attempts"][-1]["error"].startswith("DataError: CIFAR-10 not found in ")
+    assert reentry(after["status"], True)[0] == "skipped"  # a sweep run again: kept, not rerun from the start
     assert find_results([tmp_path]) == [tmp_path / "run" / "results.json"]
     resumed = run(compose_cfg([f"dataset.root={cifar_arrays}", *again]), tmp_path / "run")
     assert resumed["status"] == "completed" and resumed["epochs"] > first["epochs"]

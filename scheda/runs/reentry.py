@@ -282,10 +282,12 @@ def enter(cfg: Any, output_dir: Path) -> tuple[RunResults, bool]:
         results.data = {**before, "attempts": attempts}
         results.save()
         return results, True
+    kept = None
     if action == "resumed":
         if (before or {}).get("status") in FINAL_STATUSES:  # resumed to train on: its finished record stays
             log.info("%s was %s: its results are kept under %s", shown_path(output_dir), before["status"],
                      shown_path(keep_record(output_dir)))
+            kept = before
         cfg.resume = str(output_dir)
         if not keeps_init_from(cfg.finetune):
             cfg.init_from = None
@@ -295,7 +297,7 @@ def enter(cfg: Any, output_dir: Path) -> tuple[RunResults, bool]:
         changed = check_resume_config(cfg, cfg.resume)
         if changed:
             log.warning("resuming with changed settings: %s", ", ".join(changed))
-    results = RunResults(output_dir / "results.json", config=OmegaConf.to_container(cfg, resolve=True),
+    results = RunResults(output_dir / "results.json", kept=kept, config=OmegaConf.to_container(cfg, resolve=True),
                          attempts=attempts, seconds=earlier_seconds(before if action == "resumed" else None))
     results.save()
     return results, False

@@ -84,8 +84,11 @@ def read_metrics(path: str | Path) -> dict[str, dict[int, float]]:
 
 
 class RunResults:
-    def __init__(self, path: str | Path, **fields: Any):
+    def __init__(self, path: str | Path, kept: dict[str, Any] | None = None, **fields: Any):
+        """``kept``: the finished record (completed, diverged) a resume to train on started from,
+        which a failure before this attempt has anything more gives back (:meth:`record_failure`)."""
         self.path = Path(path)
+        self.kept = kept
         self.data: dict[str, Any] = {"status": "running", **fields, "evaluations": []}
 
     @property
@@ -102,8 +105,19 @@ class RunResults:
 
     def record_failure(self, exc: BaseException) -> None:
         """Mark the run failed (or diverged / interrupted) with its error; never raises, so
-        the original error (a full disk, say) is the one the user sees."""
-        self.data.update(status=status_of(exc), error=f"{type(exc).__name__}: {exc}")
+        the original error (a full disk, say) is the one the user sees. A finished run resumed to
+        train on whose resume fails before it holds as many evaluations as before (its data
+        missing, say) keeps its finished record, this attempt's end in its ``attempts``: a sweep
+        run again then skips it rather than rerunning a failed job from the start."""
+        status, error = status_of(exc), f"{type(exc).__name__}: {exc}"
+        kept = self.kept
+        if kept is not None and len(self.data.get("evaluations") or []) < len(kept.get("evaluations") or []):
+            attempts = list(self.data.get("attempts") or [])
+            if attempts:
+                attempts[-1] = {**attempts[-1], "status": status, "error": error}
+            self.data = {**kept, "attempts": attempts}
+        else:
+            self.data.update(status=status, error=error)
         try:
             self.save()
         except Exception as write_error:  # noqa: BLE001 - the first error matters more
