@@ -136,3 +136,23 @@ def test_a_fused_sweep_types_its_config_once_and_records_each_models_as_composed
         saved = OmegaConf.to_container(OmegaConf.load(tmp_path / "fused" / "models" / str(k) / "config.yaml"))
         assert saved == alone
         assert (tmp_path / "fused" / "models" / str(k) / "metrics.csv").exists()
+
+
+def test_a_finished_fused_sweep_whose_resume_fails_on_its_data_keeps_every_models_record(cifar_arrays, tmp_path):
+    """Resumed to train on (more epochs) from a shell whose data root is wrong: the sweep's record
+    and each model's come back as they were, the failed resume noted in the sweep's attempts
+    (each model's results.json had been rewritten empty, 'running', before the data failed)."""
+    from scheda.utils.errors import DataError
+
+    args = [*BASE, "schedule=constant", "schedule.epochs=2", "trainer.parallel.nu=[0.1,0.3]"]
+    run(compose_cfg([f"dataset.root={cifar_arrays}", *args]), tmp_path / "sweep")
+    before = {p: json.loads(p.read_text()) for p in sorted((tmp_path / "sweep").glob("**/results.json"))}
+    with pytest.raises(DataError):
+        run(compose_cfg([f"dataset.root={tmp_path / 'nowhere'}", "dataset.download=false", *args,
+                         f"resume={tmp_path / 'sweep'}", "trainer.max_epochs=3"]), tmp_path / "sweep")
+    for path, record in before.items():
+        after = json.loads(path.read_text())
+        assert after["status"] == "completed" and after["evaluations"] == record["evaluations"], path
+    attempts = json.loads((tmp_path / "sweep" / "results.json").read_text())["attempts"]
+    assert [(a["action"], a.get("status")) for a in attempts] == [("ran", None), ("resumed", "failed")]
+    assert attempts[-1]["error"].startswith("DataError: CIFAR-10 not found in ")

@@ -285,9 +285,9 @@ def enter(cfg: Any, output_dir: Path) -> tuple[RunResults, bool]:
     kept = None
     if action == "resumed":
         if (before or {}).get("status") in FINAL_STATUSES:  # resumed to train on: its finished record stays
+            kept = keep_record(output_dir)
             log.info("%s was %s: its results are kept under %s", shown_path(output_dir), before["status"],
-                     shown_path(keep_record(output_dir)))
-            kept = before
+                     shown_path(kept))
         cfg.resume = str(output_dir)
         if not keeps_init_from(cfg.finetune):
             cfg.init_from = None

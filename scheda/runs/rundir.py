@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from scheda.utils.io import atomic_write_json, shown_path
+from scheda.utils.io import atomic_write, atomic_write_json, shown_path
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +84,11 @@ def read_metrics(path: str | Path) -> dict[str, dict[int, float]]:
 
 
 class RunResults:
-    def __init__(self, path: str | Path, kept: dict[str, Any] | None = None, **fields: Any):
-        """``kept``: the finished record (completed, diverged) a resume to train on started from,
-        which a failure before this attempt has anything more gives back (:meth:`record_failure`)."""
+    def __init__(self, path: str | Path, kept: Path | None = None, **fields: Any):
+        """``kept``: where a resume to train on copied the finished record (completed, diverged) it
+        started from (``attempts/<n>/``, scheda.runs.reentry.keep_record), which a failure before
+        the attempt has built its models and data gives back (:meth:`record_failure`); the run
+        sets it to None once they are built."""
         self.path = Path(path)
         self.kept = kept
         self.data: dict[str, Any] = {"status": "running", **fields, "evaluations": []}
@@ -106,22 +108,31 @@ class RunResults:
     def record_failure(self, exc: BaseException) -> None:
         """Mark the run failed (or diverged / interrupted) with its error; never raises, so
         the original error (a full disk, say) is the one the user sees. A finished run resumed to
-        train on whose resume fails before it holds as many evaluations as before (its data
-        missing, say) keeps its finished record, this attempt's end in its ``attempts``: a sweep
-        run again then skips it rather than rerunning a failed job from the start."""
+        train on whose resume fails before it has built its models and data (its data missing,
+        say) gets its finished record back, its fused models' too, this attempt's end noted in
+        its ``attempts``: a sweep run again then skips it rather than rerunning a failed job from
+        the start."""
         status, error = status_of(exc), f"{type(exc).__name__}: {exc}"
-        kept = self.kept
-        if kept is not None and len(self.data.get("evaluations") or []) < len(kept.get("evaluations") or []):
-            attempts = list(self.data.get("attempts") or [])
-            if attempts:
-                attempts[-1] = {**attempts[-1], "status": status, "error": error}
-            self.data = {**kept, "attempts": attempts}
-        else:
-            self.data.update(status=status, error=error)
         try:
+            if self.kept is not None:
+                self._give_back(status, error)
+                return
+            self.data.update(status=status, error=error)
             self.save()
         except Exception as write_error:  # noqa: BLE001 - the first error matters more
             log.warning("could not record the failure in %s: %s", self.path, write_error)
+
+    def _give_back(self, status: str, error: str) -> None:
+        """The finished record copied to ``self.kept`` back in place, the attempt's end noted."""
+        attempts = list(self.data.get("attempts") or [])
+        if attempts:
+            attempts[-1] = {**attempts[-1], "status": status, "error": error}
+        run_dir = self.path.parent
+        for copy in sorted(self.kept.glob("models/*/results.json")):
+            data = copy.read_bytes()
+            atomic_write(run_dir / copy.relative_to(self.kept), lambda f, data=data: f.write(data))
+        self.data = {**json.loads((self.kept / "results.json").read_text()), "attempts": attempts}
+        self.save()
 
     def save(self) -> None:
         atomic_write_json(self.path, self.data)
