@@ -156,12 +156,15 @@ def test_a_stopped_concatenation_grid_keeps_its_pairs_and_evaluates_only_the_oth
 def test_ctrl_c_in_a_tool_is_one_line(cifar_arrays, tmp_path, monkeypatch, capsys):
     from scheda.analysis import feature_similarity, plot_filters
     from scheda.evaluation import export
+    from scheda.runs import gather
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     for module, argv in [(plot_filters, ["run"]), (feature_similarity, ["--reference", "run", "--da", "0.1=run"]),
-                         (export, ["run", "--features", str(tmp_path / "f.npz")])]:
+                         (export, ["run", "--features", str(tmp_path / "f.npz")]),
+                         (gather, [str(tmp_path)])]:  # scheda-results, reading a large folder
+        monkeypatch.setattr(module, "find_results", interrupted, raising=False)
         monkeypatch.setattr(module, "load_run_model", interrupted, raising=False)
         monkeypatch.setattr(module, "find_checkpoint", interrupted, raising=False)
         monkeypatch.setattr(module, "load_checkpoint", interrupted, raising=False)

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from scheda.utils import stats
 from scheda.utils.errors import ConfigError
-from scheda.utils.interrupt import quiet_on_a_closed_pipe
+from scheda.utils.interrupt import one_line_on_ctrl_c, quiet_on_a_closed_pipe
 from scheda.utils.io import shown_path
 from scheda.runs.rundir import CAP, PATIENCE, flatten, kept, params_of, params_text, pick, read_metrics
 
@@ -234,6 +234,7 @@ def gather(folders: Sequence[str | Path], group_by: Sequence[str] = (), fmt: str
 
 
 @quiet_on_a_closed_pipe
+@one_line_on_ctrl_c
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scheda-results", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
