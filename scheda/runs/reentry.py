@@ -73,17 +73,23 @@ def not_one_run(argv: list[str]) -> str | None:
     """The one-line error for ``resume=`` naming a folder of many runs: a ``-m`` sweep's (its
     ``multirun.yaml``) or a scheda-reproduce out_dir, each continued by its own command; None
     for anything else."""
-    values = [a.split("=", 1)[1] for a in argv[1:] if _key(a) == "resume" and "=" in a]
-    if not values or values[-1] in ("", "null"):
+    value = _resume_value(argv[1:])
+    if value is None:
         return None
-    path = Path(values[-1]).expanduser()
+    path = Path(value).expanduser()
     if (path / "multirun.yaml").is_file():
-        return (f"resume={values[-1]} is a -m sweep's folder: run the sweep's command again to continue all its "
+        return (f"resume={value} is a -m sweep's folder: run the sweep's command again to continue all its "
                 f"jobs (finished ones are skipped), or resume one of them: resume={path / '<job>'}")
     if any((path / mark).is_file() for mark in PROTOCOL_MARKS):
-        return (f"resume={values[-1]} is a scheda-reproduce folder: run the same scheda-reproduce command again to "
+        return (f"resume={value} is a scheda-reproduce folder: run the same scheda-reproduce command again to "
                 f"continue it (finished jobs are kept)")
     return None
+
+
+def _resume_value(args: list[str]) -> str | None:
+    """The last ``resume=`` value of a command line's overrides; None where there is none (or null)."""
+    values = [a.split("=", 1)[1] for a in args if _key(a) == "resume" and "=" in a]
+    return None if not values or values[-1] in ("", "null") else values[-1]
 
 
 def resume_argv(argv: list[str]) -> list[str]:
@@ -93,10 +99,10 @@ def resume_argv(argv: list[str]) -> list[str]:
     args = argv[1:]
     if any(a in ("-m", "--multirun") or a.startswith("-") for a in args):
         return argv
-    values = [a.split("=", 1)[1] for a in args if _key(a) == "resume" and "=" in a]
-    if not values or values[-1] in ("", "null"):
+    value = _resume_value(args)
+    if value is None:
         return argv
-    run_dir = run_dir_of(values[-1])
+    run_dir = run_dir_of(value)
     if run_dir is None:
         return argv
     given = {_key(a) for a in args}
