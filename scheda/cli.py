@@ -8,8 +8,8 @@ which Hydra copies the whole config store once per group (120 copies, 4 s here):
 :func:`scheda.config.list_groups_from_one_copy` makes one copy serve them all.
 """
 
-import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -42,22 +42,27 @@ def task(cfg: DictConfig) -> float | None:
     if hydra_cfg.mode == RunMode.MULTIRUN and "joblib" in str(hydra_cfg.launcher.get("_target_", "")).lower():
         claim_gpu()  # before anything starts CUDA: one GPU per local parallel job
 
-    from scheda.utils.interrupt import Interrupted, in_sweep_worker
+    from scheda.utils.interrupt import Interrupted, in_sweep_worker, unanswered_stop, wait_for_the_sweep
     from scheda.run import run
+    from scheda.utils.io import shown_path
 
     output_dir = Path(hydra_cfg.runtime.output_dir)
     if cfg.get("logger"):
         _name_records(cfg, output_dir, hydra_cfg)
     try:
         summary = run(cfg, output_dir)
+        late = unanswered_stop()
+        if late is not None and hydra_cfg.mode == RunMode.MULTIRUN:  # the job completed: the sweep stops here
+            raise Interrupted(late, f"interrupted by {signal.Signals(late).name} as {shown_path(output_dir)} ended: "
+                                    f"it completed; the same command goes on with the sweep's other jobs")
     except Interrupted as exc:
         print(exc.message, file=sys.stderr)
-        if in_sweep_worker():  # a worker that lived on would take the sweep's next job
+        if in_sweep_worker():  # a worker that lived on would take the sweep's next job: it waits for the sweep's end
             import logging
 
             logging.shutdown()
             sys.stderr.flush()
-            os._exit(exc.exit_code)
+            wait_for_the_sweep(exc.signum, exc.exit_code)
         sys.exit(exc.exit_code)
     except SchedaError as exc:
         if hydra_cfg.mode == RunMode.MULTIRUN:

@@ -160,6 +160,13 @@ def start_train(args: list[str], cwd: Path, new_session: bool = False) -> Starte
     return start_command("scheda.cli", REPO / "train.py", args, cwd, new_session)
 
 
+def faulty_workers(**faults) -> dict[str, str]:
+    """The environment that injects faulty_train's faults into a sweep's joblib workers too
+    (tests/reliability/workers/sitecustomize.py), for start_command's ``env_extra``."""
+    path = os.pathsep.join(filter(None, [str(REPO / "tests" / "reliability" / "workers"), os.environ.get("PYTHONPATH")]))
+    return {"PYTHONPATH": path, **{f"SCHEDA_FAULT_{name.upper()}": str(value) for name, value in faults.items()}}
+
+
 def start_faulty_train(args: list[str], cwd: Path, **faults) -> Started:
     """``python train.py ...`` with faults injected (tests/reliability/faulty_train.py:
     ``epoch_sleep``, ``hang_write``, ``usr2_handler``), started in the background."""

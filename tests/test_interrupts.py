@@ -291,3 +291,22 @@ def test_a_ctrl_c_and_its_protocols_sigterm_together_stop_raw_evaluation_as_a_ct
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # handed back
     assert "ignored due to race condition" not in capsys.readouterr().err
     assert not signal.pthread_sigmask(signal.SIG_BLOCK, set()) & {signal.SIGINT, signal.SIGTERM}
+
+
+def test_a_signal_in_a_jobs_last_evaluation_stops_the_sweep_after_that_job(cifar_arrays, tmp_path):
+    """A sweep's job that completes although a signal came during its last evaluation (nothing
+    after it answers a stop): the sweep stops there in one line instead of going on to its next
+    job as if no signal had come; the job stays completed."""
+    proc = start_faulty_train(["-m", f"dataset.root={cifar_arrays}", *TINY, "trainer.max_epochs=1", "seed=1,2",
+                               "evaluate.at_stage_ends=false", "hydra.sweep.dir=sweep"], tmp_path, eval_sleep=2)
+    deadline = time.time() + 120
+    while not (tmp_path / "evaluating").exists():  # the first job's last evaluation, under way
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert stderr.strip().splitlines() == ["interrupted by SIGTERM as sweep/0 ended: it completed; the same command "
+                                           "goes on with the sweep's other jobs"]
+    assert json.loads((tmp_path / "sweep" / "0" / "results.json").read_text())["status"] == "completed"
+    assert not (tmp_path / "sweep" / "1").exists()

@@ -20,7 +20,8 @@ from scheda.protocol.kinds import kind_of
 from scheda.protocol.kinds.levels import LevelKind
 from scheda.utils.errors import ConfigError
 from scheda.model.schedule import build_schedule
-from helpers import N_VAL, REPO, check_stops, compose_cfg, run_command, run_module, smoke_cfg, start_command
+from helpers import (N_VAL, REPO, check_stops, compose_cfg, faulty_workers, run_command, run_module, smoke_cfg,
+                     start_command)
 
 SCRIPT = REPO / "scripts" / "reproduce.py"
 
@@ -44,10 +45,11 @@ def reproduce(tmp_path: Path, data_root: Path, *args: str, timeout: float = 300)
                        timeout=timeout)
 
 
-def start_reproduce(tmp_path: Path, data_root: Path, *args: str, new_session: bool = False):
+def start_reproduce(tmp_path: Path, data_root: Path, *args: str, new_session: bool = False,
+                    env_extra: dict | None = None):
     """``reproduce`` started in the background (helpers.start_command)."""
     return start_command("scheda.protocol.reproduce", SCRIPT, reproduce_args(tmp_path, data_root, *args), tmp_path,
-                         new_session)
+                         new_session, env_extra)
 
 
 # A DA phase that trains until it is stopped (its first DA, da_h16_nu0.5_lr0.1, runs first).
@@ -360,7 +362,8 @@ def test_bad_protocol_values_fail_with_one_line(tmp_path, cifar_arrays):
 
 
 @pytest.mark.parametrize("whom, signame, launcher", [("group", "SIGINT", "basic"), ("protocol", "SIGINT", "basic"),
-                                                     ("protocol", "SIGTERM", "basic"), ("protocol", "SIGTERM", "joblib")])
+                                                     ("protocol", "SIGTERM", "basic"), ("protocol", "SIGTERM", "joblib"),
+                                                     ("group", "SIGTERM", "joblib")])
 def test_ctrl_c_stops_the_phase_with_a_checkpoint_and_says_so_in_one_line(tmp_path, cifar_arrays, whom, signame,
                                                                            launcher):
     """Ctrl-C at a terminal reaches the protocol and its phase (the process group); a SIGINT to
@@ -368,15 +371,19 @@ def test_ctrl_c_stops_the_phase_with_a_checkpoint_and_says_so_in_one_line(tmp_pa
     ``kill``, a scheduler's stop), which once ended the protocol and left its phase training.
     Each way the running job checkpoints where it stands, nothing is left running, the
     invocation's time is recorded for the report's wall time, and the command says how to go on
-    in one line. With joblib's workers (two DAs at once) the phase hands the signal on to them and
-    waits for their checkpoints: it once stopped at once with a traceback, its workers killed
-    mid-epoch and their results.json left 'running'."""
+    in one line. With joblib's workers (two DAs at once, a third worker idle) the phase hands the
+    signal on to them and waits for their checkpoints: it once stopped at once with a traceback,
+    its workers killed mid-epoch and their results.json left 'running'. The DAs evaluate after
+    every epoch, slowly: a worker that ended while another still evaluated (or an idle one that a
+    kill of the group ended) once made joblib kill the others before their checkpoints."""
     import signal
     import time
 
     signum = getattr(signal, signame)
-    parallel = ("launcher=joblib", "n_jobs=2") if launcher == "joblib" else ()
-    proc = start_reproduce(tmp_path, cifar_arrays, *ENDLESS_DAS, *parallel, new_session=True)
+    parallel = ("launcher=joblib", "n_jobs=3") if launcher == "joblib" else ()
+    endless = [*ENDLESS_DAS[:-1], "scale.da.eval_every=1", "scale.patience=100000"] if parallel else ENDLESS_DAS
+    proc = start_reproduce(tmp_path, cifar_arrays, *endless, *parallel, new_session=True,
+                           env_extra=faulty_workers(eval_sleep=1.5) if parallel else None)
     try:
         deadline = time.time() + 120
         running = ["da_h16_nu0.5_lr0.1"] + (["da_h16_nu0.3_lr0.1"] if parallel else [])  # under joblib both at once
@@ -400,7 +407,8 @@ def test_ctrl_c_stops_the_phase_with_a_checkpoint_and_says_so_in_one_line(tmp_pa
         assert "Traceback" not in stderr and "leaked semaphore" not in stderr, stderr[-3000:]
         for name in running:
             results = json.loads((tmp_path / "runs" / "da" / name / "results.json").read_text())
-            assert results["status"] == "interrupted"
+            assert results["status"] == "interrupted", stderr[-3000:]
+            assert any(line.startswith("interrupted by") and line.endswith(name) for line in stderr.splitlines())
             assert list((tmp_path / "runs" / "da" / name / "checkpoints").glob("epoch_*_batch_*.pt"))
         if not parallel:  # the sweep stopped (the smoke grid's two DAs both run at once under joblib)
             assert not (tmp_path / "runs" / "da" / "da_h16_nu0.3_lr0.1").exists()

@@ -99,6 +99,7 @@ class ComposeOnceSweeper(Sweeper):
         self.max_batch_size, self.params = max_batch_size, params
         self.basic: Optional[Sweeper] = None
         self.in_process = True
+        self.joblib = False
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # as Hydra's last scan left it
@@ -109,6 +110,7 @@ class ComposeOnceSweeper(Sweeper):
                          task_function=task_function, config=config)
         launcher = type(self.basic.launcher)
         composed.keep = self.in_process = f"{launcher.__module__}.{launcher.__qualname__}" == IN_PROCESS_LAUNCHER
+        self.joblib = "joblib" in launcher.__module__
 
     def sweep(self, arguments: List[str]) -> Any:
         """The basic sweep, one at a time in its folder (the same command run again while the first
@@ -127,7 +129,7 @@ class ComposeOnceSweeper(Sweeper):
         assert self.basic is not None, "setup() first"
         folder = Path(self.basic.config.hydra.sweep.dir)
         folder.mkdir(parents=True, exist_ok=True)  # as Hydra would: one that cannot be made is Hydra's one line
-        with hold(folder, "sweep"), nullcontext() if self.in_process else jobs_stop_first():
+        with hold(folder, "sweep"), nullcontext() if self.in_process else jobs_stop_first(joblib=self.joblib):
             try:
                 return self.basic.sweep(arguments)
             except Exception:  # a job failed: Hydra raises it once every job ran, before its callbacks

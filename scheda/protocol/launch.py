@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from scheda.utils.errors import ConfigError
 from scheda.utils.fork import ForkedCommand
+from scheda.utils.interrupt import JOBS_STOP_BOUND
 from scheda.utils.io import atomic_write, atomic_write_json
 from scheda.protocol.jobs import JobSpec
 from scheda.protocol.slurm import (
@@ -97,14 +98,16 @@ def phase_args(cfg: DictConfig, jobs_dir: Path, phase_dir: Path, names: list[str
 def stop_phase(phase: ForkedCommand, grace: float = 0) -> None:
     """End a phase: a Ctrl-C that reached only this process (a Ctrl-C at the terminal reaches the
     phase too: ``grace`` lets it stop by itself), or a launcher that waits on jobs Slurm no longer
-    has. SIGTERM: a running job checkpoints where it stands and the sweep stops."""
+    has. SIGTERM: a running job checkpoints where it stands and the sweep stops; a sweep waits for
+    its workers' checkpoints up to JOBS_STOP_BOUND (a job in an evaluation finishes it first), and
+    this waits for the sweep a little longer before it kills it."""
     try:
         phase.wait(timeout=grace)
         return
     except subprocess.TimeoutExpired:
         phase.terminate()
     try:
-        phase.wait(timeout=30)
+        phase.wait(timeout=JOBS_STOP_BOUND + 30)
     except subprocess.TimeoutExpired:
         phase.kill()
         phase.wait()

@@ -11,7 +11,7 @@ second Ctrl-C while the checkpoint is written stops at once.
 A process that only waits on others (the protocol waits on its phases) takes SIGTERM as it
 takes Ctrl-C: :func:`terminate_as_interrupt`. A sweep whose jobs run in processes of its own
 (joblib's workers) hands the signal to them and waits for their checkpoints before it ends:
-:func:`jobs_stop_first`.
+:func:`jobs_stop_first`; each worker, stopped, waits for the sweep to end (:func:`wait_for_the_sweep`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import os
 import signal
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Iterator
 
 SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGUSR1", None)) if s is not None)
@@ -90,11 +90,25 @@ def stop_on_signals() -> Iterator[StopRequest]:
     taken = tuple(s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN) + tuple(
         s for s in FORWARDED if callable(signal.getsignal(s)))
     stop.previous = {s: signal.signal(s, handler) for s in taken}
+    _unanswered.clear()
     try:
         yield stop
+        if stop.requested:  # the run ended before it reached a point that answers a stop
+            _unanswered.append(stop.signum)
     finally:
         for s, h in stop.previous.items():
             signal.signal(s, h)
+
+
+_unanswered: list[int] = []
+
+
+def unanswered_stop() -> int | None:
+    """The signal a run took but did not act on because it ended first (it came during the last
+    evaluation, say), once: a sweep stops there instead of going on to its next job."""
+    signum = _unanswered[-1] if _unanswered else None
+    _unanswered.clear()
+    return signum
 
 
 @contextmanager
@@ -189,6 +203,10 @@ QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
 SWEEP_PID = "SCHEDA_SWEEP_PID"  # set by a sweep's process (hydra_plugins.scheda_sweeper) for the jobs it starts
 
 
+STOPPED = "scheda-stopped"  # a sweep's worker that stopped names itself so (Linux's /proc/<pid>/comm)
+JOBS_STOP_BOUND = 300.0  # seconds a sweep waits for its workers' checkpoints (an evaluation may have to end first)
+
+
 def in_sweep_worker() -> bool:
     """This job runs in a process a sweep started for its jobs (joblib's worker), not in the sweep's
     own: such a worker ends after an interrupted job, or it would take the sweep's next one."""
@@ -217,22 +235,91 @@ def job_processes() -> list[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
+def _running(pid: int) -> bool:
+    """The job process has neither ended nor stopped to wait for its sweep's end."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":  # a zombie has ended
+                return False
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip() != STOPPED
     except OSError:
         return False
 
 
+def wait_for_the_sweep(signum: int, code: int | None = None) -> None:
+    """In a sweep's worker whose job stopped on a signal (checkpointed, its line printed), or that
+    held no job: say so (the process's name), have the sweep stop too, and wait for it to end, as
+    its launcher then ends its workers. A worker that ended by itself instead made joblib's
+    executor take the pool for broken and kill the other workers, one of them perhaps in an
+    evaluation before its checkpoint (its results.json was left ``running``, its line never
+    printed). Ends the process with ``code`` once the sweep has gone (None: 128 + signum)."""
+    global _worker_stopped
+    _worker_stopped = True
+    try:
+        with open("/proc/self/comm", "w") as f:
+            f.write(STOPPED)
+    except OSError:
+        pass
+    sweep = int(os.environ.get(SWEEP_PID, "0"))
+    if sweep and os.getppid() == sweep:
+        try:  # the sweep's own handler hands the stop on to its other workers (a later signal is a no-op there)
+            os.kill(sweep, signum if signum in (signal.SIGINT, signal.SIGTERM) else signal.SIGTERM)
+        except OSError:
+            pass
+        while os.getppid() == sweep:
+            time.sleep(0.1)
+    os._exit(128 + signum if code is None else code)
+
+
+_worker_stopped = False
+
+
+def _worker_handler(signum, frame):
+    """A sweep's worker between runs (a run installs its own handlers, and puts this one back)."""
+    if not _worker_stopped:  # once stopped, a later signal (the sweep handing on the stop) is not news
+        wait_for_the_sweep(signum)
+
+
+def worker_signals() -> None:
+    """Joblib's worker initializer: a signal to a worker that holds no run (between two jobs, or
+    before its first: a ``kill`` of the process group, Slurm's stop or time-limit warning to the job's
+    processes) stops
+    it without ending it (:func:`wait_for_the_sweep`). An ignored signal stays ignored."""
+    for s in SIGNALS:
+        if signal.getsignal(s) is not signal.SIG_IGN:
+            signal.signal(s, _worker_handler)
+
+
 @contextmanager
-def jobs_stop_first(bound: float = 300.0) -> Iterator[None]:
+def workers_wait_for_the_sweep() -> Iterator[None]:
+    """Joblib's process pool (loky, the backend Hydra's joblib launcher names) starts its workers
+    with :func:`worker_signals`, through joblib's public registry of backends, for the duration."""
+    from joblib import parallel
+    from joblib._parallel_backends import LokyBackend
+
+    class StoppingLoky(LokyBackend):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs, initializer=worker_signals)
+
+    previous = parallel.BACKENDS["loky"]
+    parallel.register_parallel_backend("loky", StoppingLoky)
+    try:
+        yield
+    finally:
+        parallel.register_parallel_backend("loky", previous)
+
+
+@contextmanager
+def jobs_stop_first(bound: float = JOBS_STOP_BOUND, joblib: bool = False) -> Iterator[None]:
     """While a sweep runs: SIGINT or SIGTERM to its process reaches its job processes as SIGTERM
     (a Ctrl-C at a terminal reached them already; a second SIGINT would stop them before their
-    checkpoint), the process waits up to ``bound`` seconds for them to checkpoint and end, then
+    checkpoint), the process waits up to ``bound`` seconds for them to checkpoint and stop, then
     raises :class:`Interrupted`. Without this the sweep's launcher (joblib) stopped at once, killed
     its workers mid-checkpoint and printed a traceback. Jobs in this process (Hydra's basic
-    launcher) answer the signal themselves: their run installs its own handlers."""
+    launcher) answer the signal themselves: their run installs its own handlers. ``joblib``: the
+    jobs run in joblib's workers, which wait for the sweep's end once stopped
+    (:func:`workers_wait_for_the_sweep`)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -247,7 +334,7 @@ def jobs_stop_first(bound: float = 300.0) -> Iterator[None]:
             except OSError:
                 pass
         deadline = time.monotonic() + bound
-        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
             time.sleep(0.1)
         raise Interrupted(signum, f"sweep interrupted by {signal.Signals(signum).name}: its finished jobs are kept, "
                                   f"each stopped job checkpointed (continue it with scheda-train resume=<its directory>)")
@@ -260,7 +347,8 @@ def jobs_stop_first(bound: float = 300.0) -> Iterator[None]:
     # ended on a signal, and says so at its end in two lines of warning: not news after the line above.
     os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [saved["PYTHONWARNINGS"], QUIET_TRACKER]))
     try:
-        yield
+        with workers_wait_for_the_sweep() if joblib else nullcontext():
+            yield
     finally:
         for name, value in saved.items():
             if value is None:
