@@ -143,6 +143,12 @@ def test_resume_reuses_the_runs_config_and_refuses_changes(cifar_arrays, tmp_pat
     assert back.returncode == 1 and "(schedule.nu: 0.5 -> 0.3)" in back.stderr, back.stderr
     on = run_train([f"resume={tmp_path / 'a'}", "schedule.nu=0.5"], cwd=tmp_path)
     assert on.returncode == 0, on.stderr
+    # Fewer epochs than it trained: said, not done silently (the run stands where it is).
+    shorter = run_train([f"resume={tmp_path / 'a'}", "schedule.nu=0.5", "trainer.max_epochs=2"], cwd=tmp_path)
+    assert shorter.returncode == 0, shorter.stderr
+    assert "the checkpoint has trained 3 epochs, more than the 2 configured now: nothing is trained, and the run " \
+           "stands at epoch 3" in (tmp_path / "a" / "train.log").read_text()
+    assert json.loads((tmp_path / "a" / "results.json").read_text())["epochs"] == 3
 
 
 def test_a_schedulers_usr2_gets_the_signal_after_the_checkpoint_and_a_requeued_job_resumes(golden, tmp_path):

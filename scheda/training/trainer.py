@@ -393,6 +393,9 @@ class ModelState:
         if not stages or not self.schedule.agrees_with(stages):
             log.warning("the schedule differs from the checkpoint's; continuing with the configured one")
         log.info("resumed from %s at epoch %d", saved["path"], self.epoch)
+        if self.epoch > self.schedule.total_epochs:  # a shorter trainer.max_epochs cannot untrain it
+            log.warning("the checkpoint has trained %d epochs, more than the %d configured now: nothing is trained, "
+                        "and the run stands at epoch %d", self.epoch, self.schedule.total_epochs, self.epoch)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue exactly where a checkpoint left off (weights, optimizer, RNG, schedule)."""
