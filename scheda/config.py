@@ -354,6 +354,9 @@ def composition_error(exc: BaseException, command: str = "train", argv: list[str
         return not_a_setting(cause.full_key, cause.object_type)
     if isinstance(cause, ValidationError) and cause.full_key:
         return f"{cause.full_key}: {str(cause).splitlines()[0]}" + (f" (set by {source.group(1)}.yaml)" if source else "")
+    append = re.search(r"Could not override '([^']+)'\.\nTo append to your config use (\+\S+)", str(exc))
+    if append:  # a new key of a free-form mapping (hydra.job.env_set.FOO=1)
+        return f"{append.group(1)} is not in the config yet: add it with {append.group(2)}"
     return None
 
 

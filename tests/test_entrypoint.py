@@ -121,6 +121,8 @@ def test_resume_through_the_entry_point(cifar_arrays, tmp_path):
     (["optim.lr=-1"], "optim.lr=-1.0 must be > 0"),
     (["logger=csv", "+logger.foo=1"], "logger.foo: foo is not a logger: choose loggers with logger=[...] (csv, mlflow, "
                                       "tensorboard), and set one's settings as logger.<name>.<key>"),
+    (["hydra.job.env_set.FOO=1"], "hydra.job.env_set.FOO is not in the config yet: add it with "
+                                  "+hydra.job.env_set.FOO=1"),
 ])
 def test_refused_configs_fail_with_one_line_and_leave_no_run_directory(cifar_arrays, tmp_path, args, message):
     out = tmp_path / "outputs" / "runs" / "day" / "time"
