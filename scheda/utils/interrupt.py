@@ -209,7 +209,8 @@ JOBS_STOP_BOUND = 300.0  # seconds a sweep waits for its workers' checkpoints (a
 
 def in_sweep_worker() -> bool:
     """This job runs in a process a sweep started for its jobs (joblib's worker), not in the sweep's
-    own: such a worker ends after an interrupted job, or it would take the sweep's next one."""
+    own: such a worker stops after an interrupted job (:func:`wait_for_the_sweep`), or it would take
+    the sweep's next one."""
     pid = os.environ.get(SWEEP_PID)
     return pid is not None and pid != str(os.getpid())
 
@@ -283,9 +284,9 @@ def _worker_handler(signum, frame):
 
 def worker_signals() -> None:
     """Joblib's worker initializer: a signal to a worker that holds no run (between two jobs, or
-    before its first: a ``kill`` of the process group, Slurm's stop or time-limit warning to the job's
-    processes) stops
-    it without ending it (:func:`wait_for_the_sweep`). An ignored signal stays ignored."""
+    before its first: a ``kill`` of the process group, Slurm's stop or time-limit warning to all
+    of a job's processes) stops it without ending it (:func:`wait_for_the_sweep`). An ignored
+    signal stays ignored."""
     for s in SIGNALS:
         if signal.getsignal(s) is not signal.SIG_IGN:
             signal.signal(s, _worker_handler)
@@ -296,13 +297,13 @@ def workers_wait_for_the_sweep() -> Iterator[None]:
     """Joblib's process pool (loky, the backend Hydra's joblib launcher names) starts its workers
     with :func:`worker_signals`, through joblib's public registry of backends, for the duration."""
     from joblib import parallel
-    from joblib._parallel_backends import LokyBackend
 
-    class StoppingLoky(LokyBackend):
+    previous = parallel.BACKENDS["loky"]
+
+    class StoppingLoky(previous):
         def __init__(self, **kwargs):
             super().__init__(**kwargs, initializer=worker_signals)
 
-    previous = parallel.BACKENDS["loky"]
     parallel.register_parallel_backend("loky", StoppingLoky)
     try:
         yield
