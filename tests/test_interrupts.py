@@ -316,3 +316,21 @@ def test_a_signal_in_a_jobs_last_evaluation_stops_the_sweep_after_that_job(cifar
                                            "goes on with the sweep's other jobs"]
     assert json.loads((tmp_path / "sweep" / "0" / "results.json").read_text())["status"] == "completed"
     assert not (tmp_path / "sweep" / "1").exists()
+
+
+def test_slurms_time_limit_warning_stops_a_protocol_and_a_sweep_as_sigterm_does():
+    """``sbatch --signal=USR1@60`` sends SIGUSR1 to every process of the job: the protocol and a
+    sweep whose jobs run in workers took it with its default action (the process ended at once,
+    leaving its workers); they stop as on SIGTERM now. In a process of its own: the sweep's
+    handler signals this process's children."""
+    script = ("import os, signal\n"
+              "from scheda.utils.interrupt import Interrupted, jobs_stop_first, terminate_as_interrupt\n"
+              "for stopping in (terminate_as_interrupt, jobs_stop_first):\n"
+              "    try:\n"
+              "        with stopping():\n"
+              "            os.kill(os.getpid(), signal.SIGUSR1)\n"
+              "            for _ in range(100): pass\n"
+              "    except Interrupted as exc:\n"
+              "        print(stopping.__name__, exc.exit_code, flush=True)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.splitlines() == ["terminate_as_interrupt 138", "jobs_stop_first 138"], proc.stderr

@@ -113,7 +113,8 @@ def unanswered_stop() -> int | None:
 
 @contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises :class:`Interrupted` where the main thread stands, as Ctrl-C does (as
+    """SIGTERM (and SIGUSR1, Slurm's warning before a time limit, which would end the process too)
+    raises :class:`Interrupted` where the main thread stands, as Ctrl-C does (as
     Interrupted too): a ``kill`` or a scheduler's stop then runs the same clean-up (stop the
     children, record what ran) instead of ending the process with its children left running.
     The first signal names the stop; one that follows during the clean-up is not news (a job
@@ -129,7 +130,7 @@ def terminate_as_interrupt() -> Iterator[None]:
             first.append(signum)
             raise Interrupted(signum, signal.Signals(signum).name)
 
-    taken = [signal.SIGTERM] + [signal.SIGINT] * (signal.getsignal(signal.SIGINT) is not signal.SIG_IGN)
+    taken = [s for s in SIGNALS if s == signal.SIGTERM or signal.getsignal(s) is not signal.SIG_IGN]
     previous = {s: signal.signal(s, handler) for s in taken}
     try:
         yield
@@ -313,7 +314,7 @@ def workers_wait_for_the_sweep() -> Iterator[None]:
 
 @contextmanager
 def jobs_stop_first(bound: float = JOBS_STOP_BOUND, joblib: bool = False) -> Iterator[None]:
-    """While a sweep runs: SIGINT or SIGTERM to its process reaches its job processes as SIGTERM
+    """While a sweep runs: SIGINT, SIGTERM or SIGUSR1 to its process reaches its job processes as SIGTERM
     (a Ctrl-C at a terminal reached them already; a second SIGINT would stop them before their
     checkpoint), the process waits up to ``bound`` seconds for them to checkpoint and stop, then
     raises :class:`Interrupted`. Without this the sweep's launcher (joblib) stopped at once, killed
@@ -326,7 +327,7 @@ def jobs_stop_first(bound: float = JOBS_STOP_BOUND, joblib: bool = False) -> Ite
         return
 
     def handler(signum, frame):
-        for s in (signal.SIGINT, signal.SIGTERM):
+        for s in previous:
             signal.signal(s, signal.SIG_IGN)  # the wait is not cut short
         workers = job_processes()
         for pid in workers:
@@ -340,7 +341,7 @@ def jobs_stop_first(bound: float = JOBS_STOP_BOUND, joblib: bool = False) -> Ite
         raise Interrupted(signum, f"sweep interrupted by {signal.Signals(signum).name}: its finished jobs are kept, "
                                   f"each stopped job checkpointed (continue it with scheda-train resume=<its directory>)")
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, handler) for s in SIGNALS
                 if signal.getsignal(s) is not signal.SIG_IGN}  # an ignored one stays so, as in stop_on_signals
     saved = {name: os.environ.get(name) for name in (SWEEP_PID, "PYTHONWARNINGS")}
     os.environ[SWEEP_PID] = str(os.getpid())
