@@ -14,7 +14,7 @@ import torch
 
 from scheda.training.checkpoint import load_checkpoint
 
-from helpers import REPO, TINY, run_train, start_faulty_train, start_train
+from helpers import REPO, TINY, faulty_workers, run_train, start_faulty_train, start_train
 
 # 80 training images one at a time: 80 minibatches an epoch, long enough to be interrupted; the
 # signal comes after epoch 3, and 57 epochs (two noise switches) are left for the resumed run.
@@ -334,3 +334,32 @@ def test_slurms_time_limit_warning_stops_a_protocol_and_a_sweep_as_sigterm_does(
               "        print(stopping.__name__, exc.exit_code, flush=True)\n")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.stdout.splitlines() == ["terminate_as_interrupt 138", "jobs_stop_first 138"], proc.stderr
+
+
+def test_slurms_warning_to_every_process_of_a_joblib_sweep_checkpoints_its_jobs_in_one_line_each(cifar_arrays,
+                                                                                                 tmp_path):
+    """SIGUSR1 to the whole process group, as ``sbatch --signal=USR1@60`` sends it: each job
+    checkpoints and says so, the sweep says so, and nothing else is printed (joblib's resource
+    trackers, which the signal ended, once printed tracebacks from their relaunched copies). The
+    jobs evaluate after every epoch, slowly, and a third worker has no job: a worker that ended
+    (the idle one at once, or the first job's after its checkpoint) once made joblib kill the
+    others, a job in its evaluation before its checkpoint and its line."""
+    # A process of its own (not a fork of the test's server, whose resource trackers run outside the group).
+    proc = subprocess.Popen([sys.executable, str(REPO / "train.py"), "-m", f"dataset.root={cifar_arrays}", *TINY,
+                             "trainer.max_epochs=50", "seed=1,2", "evaluate.every=1", "hydra/launcher=joblib",
+                             "hydra.launcher.n_jobs=3", "hydra.sweep.dir=sweep"], cwd=tmp_path, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                            env={**os.environ, **faulty_workers(eval_sleep=0.5)})
+    deadline = time.time() + 120
+    logs = [tmp_path / "sweep" / str(k) / "train.log" for k in (0, 1)]
+    while not all(log.exists() and "epoch 2 " in log.read_text() for log in logs):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1]
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGUSR1)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGUSR1, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 3 and lines[-1].startswith("sweep interrupted by SIGUSR1"), stderr
+    assert sorted(line.rsplit("=", 1)[1] for line in lines[:2]) == ["sweep/0", "sweep/1"], stderr
+    for k in (0, 1):
+        assert json.loads((tmp_path / "sweep" / str(k) / "results.json").read_text())["status"] == "interrupted"

@@ -362,8 +362,7 @@ def test_bad_protocol_values_fail_with_one_line(tmp_path, cifar_arrays):
 
 
 @pytest.mark.parametrize("whom, signame, launcher", [("group", "SIGINT", "basic"), ("protocol", "SIGINT", "basic"),
-                                                     ("protocol", "SIGTERM", "basic"), ("protocol", "SIGTERM", "joblib"),
-                                                     ("group", "SIGTERM", "joblib")])
+                                                     ("protocol", "SIGTERM", "basic"), ("protocol", "SIGTERM", "joblib")])
 def test_ctrl_c_stops_the_phase_with_a_checkpoint_and_says_so_in_one_line(tmp_path, cifar_arrays, whom, signame,
                                                                            launcher):
     """Ctrl-C at a terminal reaches the protocol and its phase (the process group); a SIGINT to
@@ -375,7 +374,8 @@ def test_ctrl_c_stops_the_phase_with_a_checkpoint_and_says_so_in_one_line(tmp_pa
     signal on to them and waits for their checkpoints: it once stopped at once with a traceback,
     its workers killed mid-epoch and their results.json left 'running'. The DAs evaluate after
     every epoch, slowly: a worker that ended while another still evaluated (or an idle one that a
-    kill of the group ended) once made joblib kill the others before their checkpoints."""
+    kill of the group ended) once made joblib kill the others before their checkpoints (a signal to
+    every process of a sweep: tests/test_interrupts.py)."""
     import signal
     import time
 

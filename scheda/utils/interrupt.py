@@ -204,6 +204,7 @@ QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
 SWEEP_PID = "SCHEDA_SWEEP_PID"  # set by a sweep's process (hydra_plugins.scheda_sweeper) for the jobs it starts
 
 
+WARNING = {s for s in (getattr(signal, "SIGUSR1", None),) if s is not None}  # Slurm's, before a time limit
 STOPPED = "scheda-stopped"  # a sweep's worker that stopped names itself so (Linux's /proc/<pid>/comm)
 JOBS_STOP_BOUND = 300.0  # seconds a sweep waits for its workers' checkpoints (an evaluation may have to end first)
 
@@ -296,9 +297,22 @@ def worker_signals() -> None:
 @contextmanager
 def workers_wait_for_the_sweep() -> Iterator[None]:
     """Joblib's process pool (loky, the backend Hydra's joblib launcher names) starts its workers
-    with :func:`worker_signals`, through joblib's public registry of backends, for the duration."""
-    from joblib import parallel
+    with :func:`worker_signals`, through joblib's public registry of backends, for the duration.
+    The resource trackers that joblib starts beside its workers are started first, with SIGUSR1
+    blocked (they inherit the mask, and unblock only SIGINT and SIGTERM, which they ignore):
+    Slurm's warning to all of a job's processes ended them, and their relaunched copies printed
+    tracebacks as the workers stopped."""
+    import multiprocessing.resource_tracker
 
+    from joblib import parallel
+    from joblib.externals.loky.backend import resource_tracker
+
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, WARNING)
+    try:
+        for tracker in (multiprocessing.resource_tracker, resource_tracker):
+            tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     previous = parallel.BACKENDS["loky"]
 
     class StoppingLoky(previous):
@@ -326,9 +340,12 @@ def jobs_stop_first(bound: float = JOBS_STOP_BOUND, joblib: bool = False) -> Ite
         yield
         return
 
+    stopping: list[int] = []
+
     def handler(signum, frame):
-        for s in previous:
-            signal.signal(s, signal.SIG_IGN)  # the wait is not cut short
+        if stopping:  # the wait is not cut short; a signal already on its way is not news (SIG_IGN set here
+            return    # made Python report the one it had taken: "Signal 15 ignored due to race condition")
+        stopping.append(signum)
         workers = job_processes()
         for pid in workers:
             try:
