@@ -294,6 +294,25 @@ def worker_signals() -> None:
             signal.signal(s, _worker_handler)
 
 
+def _start_trackers_deaf_to(signals: set[int]) -> None:
+    """Start multiprocessing's and joblib's resource trackers (if not running) with ``signals``
+    blocked, which they inherit. Where the platform or joblib lacks what this needs, they start
+    later as joblib starts them (only their noise on such a signal comes back)."""
+    if not signals or not hasattr(signal, "pthread_sigmask"):
+        return
+    try:
+        import multiprocessing.resource_tracker as standard
+        from joblib.externals.loky.backend import resource_tracker as loky
+    except ImportError:
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        for tracker in (standard, loky):
+            getattr(tracker, "ensure_running", lambda: None)()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 @contextmanager
 def workers_wait_for_the_sweep() -> Iterator[None]:
     """Joblib's process pool (loky, the backend Hydra's joblib launcher names) starts its workers
@@ -302,17 +321,9 @@ def workers_wait_for_the_sweep() -> Iterator[None]:
     blocked (they inherit the mask, and unblock only SIGINT and SIGTERM, which they ignore):
     Slurm's warning to all of a job's processes ended them, and their relaunched copies printed
     tracebacks as the workers stopped."""
-    import multiprocessing.resource_tracker
-
     from joblib import parallel
-    from joblib.externals.loky.backend import resource_tracker
 
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, WARNING)
-    try:
-        for tracker in (multiprocessing.resource_tracker, resource_tracker):
-            tracker.ensure_running()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    _start_trackers_deaf_to(WARNING)
     previous = parallel.BACKENDS["loky"]
 
     class StoppingLoky(previous):
