@@ -267,6 +267,17 @@ def test_a_continuation_of_another_checkpoint_is_refused(tmp_path):
              **config)
     with pytest.raises(ConfigError, match="continued /x/da/b/epoch_00001.pt, the selection now says"):
         launch.job_action(other / "continue" / job.name, job)
+    # Stopped and resumed: its record keeps the start it continued (the resume drops init_from), and is held to it.
+    resumed = tmp_path / "resumed"
+    fake_run(resumed / "continue" / job.name, [ev(1, 0.3)], status="interrupted", checkpoints=(1,),
+             init_from="/x/da/b/epoch_00001.pt", resume=str(resumed / "continue" / job.name), **config)
+    with pytest.raises(ConfigError, match="continued /x/da/b/epoch_00001.pt, the selection now says"):
+        launch.job_action(resumed / "continue" / job.name, job)
+    # One resumed by a scheda whose record lost it: taken as it is.
+    lost = tmp_path / "lost"
+    fake_run(lost / "continue" / job.name, [ev(1, 0.3)], status="interrupted", checkpoints=(1,), init_from=None,
+             resume=str(lost / "continue" / job.name), **config)
+    assert launch.job_action(lost / "continue" / job.name, job) == "resume"
 
 
 def test_launchers(monkeypatch):

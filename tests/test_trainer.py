@@ -171,6 +171,12 @@ def test_init_from_starts_a_new_run_from_weights(cifar_arrays, tmp_path):
                                    "schedule.K=1"]), tmp_path / "scheda")
     assert cont["epochs"] == 2 and [s["nu"] for s in cont["switches"]] == [0.4, 0.3]
     assert cont["history"][0]["loss"] < json.loads((tmp_path / "da" / "results.json").read_text())["history"][0]["loss"]
+    # Resumed (as `resume=` does, without init_from: the run continues its own checkpoint), its record still says
+    # where it started: a resumed continuation once read as a run from scratch (scheda-results, the protocol's check).
+    resumed = run(compose_cfg(base + [f"resume={tmp_path / 'scheda'}", "schedule=decreasing", "schedule.nu0=0.5",
+                                      "schedule.initial_epochs=0", "schedule.T=2", "schedule.K=1",
+                                      "trainer.max_epochs=4"]), tmp_path / "scheda")
+    assert resumed["epochs"] == 4 and resumed["config"]["init_from"] == str(tmp_path / "da")
 
 
 @pytest.mark.parametrize("override, key", [

@@ -48,8 +48,8 @@ def job_action(run_dir: Path, job: JobSpec) -> str:
         config = OmegaConf.create(results["config"])
         for key, value in job.values.items():
             found = OmegaConf.select(config, key)
-            if key == "init_from":
-                if not _same_start(found, value, run_dir.parent.parent) and not config.get("resume"):
+            if key == "init_from":  # a run resumed before its record kept its start says none (older scheda)
+                if not _same_start(found, value, run_dir.parent.parent) and not (found is None and config.get("resume")):
                     raise ConfigError(f"{run_dir} continued {found}, the selection now says {value}: "
                                       f"delete that run (or choose another out_dir)")
                 continue

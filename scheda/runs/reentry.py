@@ -268,7 +268,8 @@ def enter(cfg: Any, output_dir: Path) -> tuple[RunResults, bool]:
     directory), and whether the run is already done (skipped: its earlier results, with this
     attempt added). A run to resume gets ``cfg.resume`` set to its own directory (its checkpoint
     holds where it stands: where it started no longer counts); a rerun's earlier files go under
-    ``attempts/``; a resume with changed settings says which."""
+    ``attempts/``; a resume with changed settings says which. A resumed run's record keeps the
+    ``init_from`` it started from (the resume itself continues its own checkpoint)."""
     if not cfg.resume:
         action, why, before = previous_attempt(cfg, output_dir)
     elif Path(cfg.resume).resolve() == output_dir.resolve():  # resume=RUN_DIR continues into RUN_DIR
@@ -303,7 +304,10 @@ def enter(cfg: Any, output_dir: Path) -> tuple[RunResults, bool]:
         changed = check_resume_config(cfg, cfg.resume)
         if changed:
             log.warning("resuming with changed settings: %s", ", ".join(changed))
-    results = RunResults(output_dir / "results.json", kept=kept, config=OmegaConf.to_container(cfg, resolve=True),
+    config = OmegaConf.to_container(cfg, resolve=True)
+    if action == "resumed" and config.get("init_from") is None:  # where the run started stays on record
+        config["init_from"] = ((before or {}).get("config") or {}).get("init_from")
+    results = RunResults(output_dir / "results.json", kept=kept, config=config,
                          attempts=attempts, seconds=earlier_seconds(before if action == "resumed" else None))
     results.save()
     return results, False
