@@ -336,17 +336,21 @@ def test_slurms_time_limit_warning_stops_a_protocol_and_a_sweep_as_sigterm_does(
     assert proc.stdout.splitlines() == ["terminate_as_interrupt 138", "jobs_stop_first 138"], proc.stderr
 
 
+@pytest.mark.parametrize("search", [["seed=1,2"], ["hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
+                                                   "hydra.sweeper.n_jobs=2", "optim.lr=interval(0.005,0.02)"]],
+                         ids=["grid", "optuna"])
 def test_slurms_warning_to_every_process_of_a_joblib_sweep_checkpoints_its_jobs_in_one_line_each(cifar_arrays,
-                                                                                                 tmp_path):
+                                                                                                 tmp_path, search):
     """SIGUSR1 to the whole process group, as ``sbatch --signal=USR1@60`` sends it: each job
     checkpoints and says so, the sweep says so, and nothing else is printed (joblib's resource
     trackers, which the signal ended, once printed tracebacks from their relaunched copies). The
     jobs evaluate after every epoch, slowly, and a third worker has no job: a worker that ended
     (the idle one at once, or the first job's after its checkpoint) once made joblib kill the
-    others, a job in its evaluation before its checkpoint and its line."""
+    others, a job in its evaluation before its checkpoint and its line. An Optuna search's jobs
+    were killed with neither (its sweeper did not hand the signal on)."""
     # A process of its own (not a fork of the test's server, whose resource trackers run outside the group).
     proc = subprocess.Popen([sys.executable, str(REPO / "train.py"), "-m", f"dataset.root={cifar_arrays}", *TINY,
-                             "trainer.max_epochs=50", "seed=1,2", "evaluate.every=1", "hydra/launcher=joblib",
+                             "trainer.max_epochs=50", *search, "evaluate.every=1", "hydra/launcher=joblib",
                              "hydra.launcher.n_jobs=3", "hydra.sweep.dir=sweep"], cwd=tmp_path, text=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
                             env={**os.environ, **faulty_workers(eval_sleep=0.5)})

@@ -35,6 +35,20 @@ from omegaconf import DictConfig
 IN_PROCESS_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 
+def stopping_jobs(launcher: Any) -> Any:
+    """While a sweep's jobs run: where they run in processes of their own (joblib, Slurm), a signal
+    stops them with their checkpoints first (scheda.utils.interrupt.jobs_stop_first); jobs in this
+    process (Hydra's basic launcher) answer it themselves."""
+    from contextlib import nullcontext
+
+    from scheda.utils.interrupt import jobs_stop_first
+
+    kind = type(launcher)
+    if f"{kind.__module__}.{kind.__qualname__}" == IN_PROCESS_LAUNCHER:
+        return nullcontext()
+    return jobs_stop_first(joblib="joblib" in kind.__module__)
+
+
 @dataclass
 class ComposeOnceSweeperConf:
     """``hydra/sweeper=compose_once``: the basic sweeper's settings (``hydra.sweeper.params``)."""
@@ -98,8 +112,6 @@ class ComposeOnceSweeper(Sweeper):
     def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None) -> None:
         self.max_batch_size, self.params = max_batch_size, params
         self.basic: Optional[Sweeper] = None
-        self.in_process = True
-        self.joblib = False
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # as Hydra's last scan left it
@@ -109,8 +121,7 @@ class ComposeOnceSweeper(Sweeper):
         self.basic.setup(hydra_context=HydraContext(config_loader=composed, callbacks=hydra_context.callbacks),
                          task_function=task_function, config=config)
         launcher = type(self.basic.launcher)
-        composed.keep = self.in_process = f"{launcher.__module__}.{launcher.__qualname__}" == IN_PROCESS_LAUNCHER
-        self.joblib = "joblib" in launcher.__module__
+        composed.keep = f"{launcher.__module__}.{launcher.__qualname__}" == IN_PROCESS_LAUNCHER
 
     def sweep(self, arguments: List[str]) -> Any:
         """The basic sweep, one at a time in its folder (the same command run again while the first
@@ -119,17 +130,15 @@ class ComposeOnceSweeper(Sweeper):
         Slurm), a signal stops them with their checkpoints first (jobs in this process answer it
         themselves)."""
         import os
-        from contextlib import nullcontext
 
         from scheda.runs.reentry import INVOCATION
         from scheda.runs.sweep_summary import summarise
-        from scheda.utils.interrupt import jobs_stop_first
         from scheda.utils.lock import hold
 
         assert self.basic is not None, "setup() first"
         folder = Path(self.basic.config.hydra.sweep.dir)
         folder.mkdir(parents=True, exist_ok=True)  # as Hydra would: one that cannot be made is Hydra's one line
-        with hold(folder, "sweep"), nullcontext() if self.in_process else jobs_stop_first(joblib=self.joblib):
+        with hold(folder, "sweep"), stopping_jobs(self.basic.launcher):
             try:
                 return self.basic.sweep(arguments)
             except Exception:  # a job failed: Hydra raises it once every job ran, before its callbacks

@@ -35,6 +35,8 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
+from hydra_plugins.scheda_sweeper import stopping_jobs
+
 log = logging.getLogger(__name__)
 
 
@@ -125,18 +127,19 @@ class OptunaSweeper(Sweeper):
         left = max(0, self.n_trials - done)
         log.info("optuna study %s in %s: %d trials completed, %d to run", self.study_name, storage, done, left)
         returns = []
-        while left > 0:
-            trials = [study.ask() for _ in range(min(self.n_jobs, left))]
-            batch = [fixed + [f"{k}={_suggest(t, k, s)}" for k, s in space.items()] for t in trials]
-            results = self.launcher.launch(batch, initial_job_idx=trials[0].number)  # job folder = trial number
-            for trial, result in zip(trials, results):
-                value = result.return_value if result.status == JobStatus.COMPLETED else None
-                if value is None:
-                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                else:
-                    study.tell(trial, float(value))
-            returns.append(results)
-            left -= len(trials)
+        with stopping_jobs(self.launcher):  # a signal: the running trials' jobs checkpoint first
+            while left > 0:
+                trials = [study.ask() for _ in range(min(self.n_jobs, left))]
+                batch = [fixed + [f"{k}={_suggest(t, k, s)}" for k, s in space.items()] for t in trials]
+                results = self.launcher.launch(batch, initial_job_idx=trials[0].number)  # job folder = trial number
+                for trial, result in zip(trials, results):
+                    value = result.return_value if result.status == JobStatus.COMPLETED else None
+                    if value is None:
+                        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                    else:
+                        study.tell(trial, float(value))
+                returns.append(results)
+                left -= len(trials)
         complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         if not complete:  # nothing to report: say so and exit 1, as a grid sweep with a failed job does
             import os
