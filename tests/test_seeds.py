@@ -84,7 +84,7 @@ def test_each_comparison_names_its_models_as_the_tables_do():
     names = [name for name, *_ in comparisons(rows)]
     assert seed_label("increasing.control") == "Control: same start, constant nu (of Increasing schedule)"
     assert names == [
-        "Increasing schedule − best DA",
+        "Increasing schedule − best DA", "Increasing schedule − ScheDA",
         "Increasing schedule − control: same start, constant nu (of Increasing schedule)",
         "Increasing schedule − control: same start, one jump to the final nu (of Increasing schedule)",
         "ScheDA − best DA", "ScheDA − control: same start, constant nu",

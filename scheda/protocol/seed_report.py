@@ -42,13 +42,15 @@ def seed_cell(seeded: dict[str, Any], hidden: str, key: str) -> str:
 
 def in_sentence(label: str) -> str:
     """A model's label after a minus sign: its first letter lowered, the names inside it (ScheDA,
-    "of Increasing schedule") kept as they are."""
-    return label[:1].lower() + label[1:]
+    "of Increasing schedule") kept as they are, and a label that is a name itself (ScheDA, DA)."""
+    first = label.split(" ", 1)[0]
+    return label if any(c.isupper() for c in first[1:]) else label[:1].lower() + label[1:]
 
 
 def comparisons(rows: dict[str, dict]) -> list[tuple[str, str, str, str]]:
     """The (name, a, b, question) the report tests, a - b in test error: every continuation against
-    the best DA, a controlled schedule against each of its controls, and each fine-tuned row
+    the best DA (and against the continuation its kind is ``compared_with``: the increasing schedule
+    against ScheDA), a controlled schedule against each of its controls, and each fine-tuned row
     against the one its kind is ``compared_with`` (fine-tuned ScheDA against fine-tuned DA); the
     question is what the comparison asks (a control's or a fine-tuned kind's own)."""
     out = []
@@ -56,10 +58,15 @@ def comparisons(rows: dict[str, dict]) -> list[tuple[str, str, str, str]]:
         name, _, control = key.partition(".")
         if control:
             out.append((f"{seed_label(name)} − {in_sentence(seed_label(key))}", name, key, kind_of(control).question))
-        elif kind_of(name).role == CONTINUATION and DA.name in rows:
-            out.append((f"{seed_label(name)} − best DA", name, DA.name,
-                        f"does {seed_label(name)} beat the best DA of the grid (the lowest validation error over "
-                        f"noise level, learning rate and epochs)"))
+        elif kind_of(name).role == CONTINUATION:
+            if DA.name in rows:
+                out.append((f"{seed_label(name)} − best DA", name, DA.name,
+                            f"does {seed_label(name)} beat the best DA of the grid (the lowest validation error over "
+                            f"noise level, learning rate and epochs)"))
+            other = kind_of(name).compared_with
+            if other is not None and other in rows:
+                out.append((f"{seed_label(name)} − {in_sentence(seed_label(other))}", name, other,
+                            kind_of(name).question_against))
     for kind in of_role(FINETUNE):
         other = kind.compared_with
         if other is not None and kind.name in rows and other in rows:

@@ -137,6 +137,8 @@ class ContinuationKind(JobKind):
     hidden size's runs reported against the best DA."""
 
     role = CONTINUATION
+    compared_with: ClassVar[str | None] = None  # another continuation kind the seeds' report tests it against
+    question_against: ClassVar[str] = ""  # what that comparison asks
 
     @abstractmethod
     def plan(self, scale: DictConfig, hidden: int, by_nu: dict[str, Any]) -> list[JobSpec]:

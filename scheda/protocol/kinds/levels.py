@@ -108,3 +108,6 @@ class ScheDA(LevelKind):
 class Increasing(LevelKind):
     name, label, title, short = "increasing", "Increasing schedule", "Increasing", "increasing"
     direction, schedule = 1, "increasing"
+    compared_with = "scheda"  # Section 4.1.1's question: the direction of the schedule
+    question_against = ("does raising nu differ from lowering it (each schedule the best of its own grid on "
+                        "validation, each from its own selected DA of the same seed)")
