@@ -35,6 +35,12 @@ from omegaconf import DictConfig
 IN_PROCESS_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 
+def runs_in_process(launcher: Any) -> bool:
+    """Whether ``launcher`` runs the jobs in this process (Hydra's basic launcher)."""
+    kind = type(launcher)
+    return f"{kind.__module__}.{kind.__qualname__}" == IN_PROCESS_LAUNCHER
+
+
 def stopping_jobs(launcher: Any) -> Any:
     """While a sweep's jobs run: where they run in processes of their own (joblib, Slurm), a signal
     stops them with their checkpoints first (scheda.utils.interrupt.jobs_stop_first); jobs in this
@@ -43,10 +49,9 @@ def stopping_jobs(launcher: Any) -> Any:
 
     from scheda.utils.interrupt import jobs_stop_first
 
-    kind = type(launcher)
-    if f"{kind.__module__}.{kind.__qualname__}" == IN_PROCESS_LAUNCHER:
+    if runs_in_process(launcher):
         return nullcontext()
-    return jobs_stop_first(joblib="joblib" in kind.__module__)
+    return jobs_stop_first(joblib="joblib" in type(launcher).__module__)
 
 
 @dataclass
@@ -120,8 +125,7 @@ class ComposeOnceSweeper(Sweeper):
         self.basic = BasicSweeper(max_batch_size=self.max_batch_size, params=self.params)
         self.basic.setup(hydra_context=HydraContext(config_loader=composed, callbacks=hydra_context.callbacks),
                          task_function=task_function, config=config)
-        launcher = type(self.basic.launcher)
-        composed.keep = f"{launcher.__module__}.{launcher.__qualname__}" == IN_PROCESS_LAUNCHER
+        composed.keep = runs_in_process(self.basic.launcher)
 
     def sweep(self, arguments: List[str]) -> Any:
         """The basic sweep, one at a time in its folder (the same command run again while the first

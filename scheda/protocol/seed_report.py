@@ -58,15 +58,14 @@ def comparisons(rows: dict[str, dict]) -> list[tuple[str, str, str, str]]:
         name, _, control = key.partition(".")
         if control:
             out.append((f"{seed_label(name)} − {in_sentence(seed_label(key))}", name, key, kind_of(control).question))
-        elif kind_of(name).role == CONTINUATION:
+        elif (kind := kind_of(name)).role == CONTINUATION:
             if DA.name in rows:
                 out.append((f"{seed_label(name)} − best DA", name, DA.name,
                             f"does {seed_label(name)} beat the best DA of the grid (the lowest validation error over "
                             f"noise level, learning rate and epochs)"))
-            other = kind_of(name).compared_with
-            if other is not None and other in rows:
-                out.append((f"{seed_label(name)} − {in_sentence(seed_label(other))}", name, other,
-                            kind_of(name).question_against))
+            if kind.compared_with is not None and kind.compared_with in rows:
+                out.append((f"{seed_label(name)} − {in_sentence(seed_label(kind.compared_with))}", name,
+                            kind.compared_with, kind.question_against))
     for kind in of_role(FINETUNE):
         other = kind.compared_with
         if other is not None and kind.name in rows and other in rows:
