@@ -189,12 +189,16 @@ def job_statuses(jobs: list[JobSpec], out_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def record_invocation(out_dir: Path, started: float, cfg: DictConfig, ran_jobs: bool) -> list[dict[str, Any]]:
+def record_invocation(out_dir: Path, started: float, cfg: DictConfig, ran_jobs: bool,
+                      keep: bool = True) -> list[dict[str, Any]]:
     """Append this invocation to ``<out_dir>/invocations.json`` (the protocol's wall time is
     the sum over the invocations that ran jobs, however often it was resumed; the report names
-    their launchers, not the one of the invocation that writes it)."""
+    their launchers, not the one of the invocation that writes it). ``keep=False``: the history
+    as it stands, nothing appended (an interim report; the invocation running the table records itself)."""
     path = out_dir / "invocations.json"
     history = json.loads(path.read_text()) if path.exists() else []
+    if not keep:
+        return history
     history.append({"started": datetime.fromtimestamp(started).isoformat(timespec="seconds"),
                     "seconds": time.time() - started, "table": cfg.table.name, "ran_jobs": ran_jobs,
                     "launcher": cfg.launcher, "n_jobs": cfg.n_jobs})

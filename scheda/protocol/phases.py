@@ -86,11 +86,12 @@ def check_seeds(scale: DictConfig) -> list[int]:
     return seeds
 
 
-def check_scale_unchanged(scale: DictConfig, out_dir: Path) -> None:
+def check_scale_unchanged(scale: DictConfig, out_dir: Path, keep: bool = True) -> None:
     """An out_dir belongs to one scale: its values are kept in ``scale.yaml`` at the first
     invocation, and a later one that differs (``scale.hidden=[32]``, say) is refused before it
     could mix runs or overwrite the report. The description is text, not a setting; seeds may
-    be added or removed, but the first (the selection seed) is fixed with the runs it chose."""
+    be added or removed, but the first (the selection seed) is fixed with the runs it chose.
+    ``keep=False``: checked, not written (an interim report, which writes nothing in out_dir)."""
     path = out_dir / "scale.yaml"
     now = {k: v for k, v in OmegaConf.to_container(scale, resolve=True).items() if k != "description"}
     if path.exists():
@@ -109,7 +110,8 @@ def check_scale_unchanged(scale: DictConfig, out_dir: Path) -> None:
                 raise ConfigError(f"{out_dir} holds the runs of scale.{key}={flat_saved.get(key)}; this invocation "
                                   f"says scale.{key}={flat_now.get(key)}: give another out_dir=... (or delete that "
                                   f"directory)")
-    atomic_write(path, lambda f: f.write(OmegaConf.to_yaml(OmegaConf.create(now)).encode()))
+    if keep:
+        atomic_write(path, lambda f: f.write(OmegaConf.to_yaml(OmegaConf.create(now)).encode()))
 
 
 def da_jobs(scale: DictConfig, raw: bool) -> list[JobSpec]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
 from scheda.protocol.kinds.da import DA, Raw
 from scheda.protocol.seed_report import seed_cell, seeds_section
 from scheda.protocol.sensitivity import section as sensitivity_section
-from scheda.runs.rundir import params_of, params_text
+from scheda.runs.rundir import FINAL_STATUSES, params_of, params_text
 
 
 def chosen(entry: dict[str, Any]) -> str:
@@ -83,6 +84,7 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
              f"- Wall time: {_wall_time(info['invocations'])}; training and evaluation time summed over all "
              f"jobs: {info['job_seconds'] / 60:.1f} min",
              f"- Runs: `{info['out_dir']}`; written {info['date']}; commit {info['commit']}",
+             *_unfinished(statuses, info.get("running")),
              f"- Scale: {scale.description.strip()}", "",
              "## Results", "",
              f"| Model | Hidden units | Selected hyper-parameters | Val error % | Test error % |{seeds_head} "
@@ -163,6 +165,24 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
               OWNER.format(info["protocol_id"]), ""]
     atomic_write(path, lambda f: f.write("\n".join(lines).encode()))
     return path
+
+
+def _unfinished(statuses: list[dict], running: str | None) -> list[str]:
+    """The report's line on the jobs that have not finished, if any: every number in it reads the
+    finished ones. ``running``: the invocation that holds the out_dir and runs jobs there (an interim report)."""
+    left = Counter(row["status"] for row in statuses if row["status"] not in FINAL_STATUSES)
+    if not left:
+        return []
+    n = sum(left.values())
+    counts = ", ".join(f"{status} {count}" for status, count in sorted(left.items()))
+    said = f"{n} of {len(statuses)} jobs not finished ({counts}): every number below is from the " \
+           f"{len(statuses) - n} finished"
+    if running:  # the holder may run this table or another of the same scale (they share the DA grid)
+        return [f"- **Interim report**, written while another invocation ({running}) runs jobs in this folder: "
+                f"{said}, and the wall time counts the invocations that have ended; the same command gives a newer "
+                f"one, and the table's own invocation writes the report again when it ends."]
+    return [f"- **Not finished**: {said}; the section Jobs lists them, and the table's command with every phase "
+            f"(no phases=) runs them."]
 
 
 def _launchers(invocations: list[dict]) -> str:

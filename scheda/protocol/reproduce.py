@@ -6,11 +6,14 @@ report beside the paper's numbers.
         "launcher_overrides=['hydra.launcher.partition=gpu','hydra.launcher.gpus_per_node=1']"
 
 Rerunning the same command resumes: finished jobs are read, killed ones continue from their
-checkpoints. ``phases=[report]`` rewrites the report from the runs on disk.
+checkpoints. ``phases=[report]`` rewrites the report from the runs on disk; while another
+invocation still runs the table, it writes an interim report from the jobs finished so far and
+nothing in the out_dir (the running invocation owns it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shlex
 import subprocess
@@ -26,7 +29,7 @@ from omegaconf import DictConfig
 
 from scheda.config import (CONFIGS, conflicting_flags, list_groups_from_one_copy, one_line_composition_errors,
                            register_configs, unknown_choice)
-from scheda.utils.errors import SchedaError
+from scheda.utils.errors import BusyError, SchedaError
 from scheda.utils.environment import invoked_as
 from scheda.utils.interrupt import Interrupted, quiet_on_a_closed_pipe, terminate_as_interrupt
 from scheda.utils.io import atomic_write_json, shown_path
@@ -63,7 +66,15 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
     log.info("%s", estimate.describe(cfg, estimate.estimate(cfg, bench, batch), cfg.bench))
     if cfg.dry_run:
         return None
-    with terminate_as_interrupt(), hold(out_dir, "scheda-reproduce"):
+    with terminate_as_interrupt(), contextlib.ExitStack() as held:
+        try:
+            held.enter_context(hold(out_dir, "scheda-reproduce"))
+        except BusyError as busy:
+            if set(cfg.phases) != {"report"}:
+                raise
+            log.info("%s runs jobs in %s: an interim report of the jobs finished so far, writing nothing there",
+                     busy.holder, shown_path(out_dir))
+            return _run_phases(cfg, out_dir, started, running=busy.holder)
         return _run_phases(cfg, out_dir, started)
 
 
@@ -81,6 +92,7 @@ class Progress:
     seed_plan: Replicas | None = None
     counts: list[dict[str, int]] = field(default_factory=list)
     launching: bool = False
+    owner: bool = True  # holds the out_dir: writes what it collects (an interim report reads only)
 
     def all_jobs(self) -> list[JobSpec]:
         return [job for jobs in self.jobs.values() for job in jobs]
@@ -105,7 +117,8 @@ class Phase:
 def _collect_da(p: Progress) -> None:
     p.selection = select.select_das(p.jobs["da"], p.out_dir)
     select.require_selection(p.selection, p.jobs["da"], p.out_dir)
-    select.save_selection(p.out_dir, p.selection)
+    if p.owner:
+        select.save_selection(p.out_dir, p.selection)
 
 
 def _collect_controls(p: Progress) -> None:
@@ -116,7 +129,8 @@ def _collect_controls(p: Progress) -> None:
 def _collect_finetune(p: Progress) -> None:
     for h, found in select.select_continuations(p.jobs["finetune"], p.out_dir).items():
         p.continued.setdefault(h, {}).update(found)
-    atomic_write_json(p.out_dir / f"continuations_{p.cfg.table.name}.json", p.continued)
+    if p.owner:
+        atomic_write_json(p.out_dir / f"continuations_{p.cfg.table.name}.json", p.continued)
 
 
 def _plan_seeds(p: Progress) -> dict[str, list[JobSpec]]:
@@ -126,7 +140,8 @@ def _plan_seeds(p: Progress) -> dict[str, list[JobSpec]]:
 
 def _collect_seeds(p: Progress) -> None:
     p.seeded = p.seed_plan.collect()
-    atomic_write_json(p.out_dir / f"seeds_{p.cfg.table.name}.json", p.seeded)
+    if p.owner:
+        atomic_write_json(p.out_dir / f"seeds_{p.cfg.table.name}.json", p.seeded)
 
 
 PHASES = (
@@ -142,9 +157,13 @@ PHASES = (
 )
 
 
-def _run_phases(cfg: DictConfig, out_dir: Path, started: float) -> Path | None:
-    phases.check_scale_unchanged(cfg.scale, out_dir)
-    progress = Progress(cfg, out_dir)
+def _run_phases(cfg: DictConfig, out_dir: Path, started: float, running: str | None = None) -> Path | None:
+    """Every phase planned, the chosen ones launched, every one collected; the report.
+    ``running``: another invocation, which holds ``out_dir`` and runs the table; this one only
+    reads it, for an interim report."""
+    owner = running is None
+    phases.check_scale_unchanged(cfg.scale, out_dir, keep=owner)
+    progress = Progress(cfg, out_dir, owner=owner)
     try:
         for phase in PHASES:
             planned = phase.plan(progress)
@@ -156,16 +175,16 @@ def _run_phases(cfg: DictConfig, out_dir: Path, started: float) -> Path | None:
             progress.jobs.update(planned)
             phase.collect(progress)
     finally:  # a stopped or failed invocation's time counts in the protocol's wall time too
-        invocations = launch.record_invocation(out_dir, started, cfg, ran_jobs=progress.ran_jobs)
+        invocations = launch.record_invocation(out_dir, started, cfg, ran_jobs=progress.ran_jobs, keep=owner)
     statuses = launch.job_statuses(progress.all_jobs(), out_dir)
     info = {"device": describe_device(statuses), "invocations": invocations,
             "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": shown_path(out_dir),
-            "protocol_id": folder_id(out_dir),
+            "protocol_id": folder_id(out_dir), "running": running,
             "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
     path = report_path(cfg, out_dir)
     if "report" in cfg.phases:
         write_report(cfg, progress.selection, progress.continued, progress.seeded, statuses, info, path)
-        log.info("report: %s", path)
+        log.info("%s: %s", "report" if owner else "interim report", path)
     launched = set(cfg.phases) | (set(SUBPHASES) if "seeds" in cfg.phases else set())
     unfinished = [s for s in statuses if s["phase"] in launched and s["status"] not in FINAL_STATUSES]
     if unfinished:
@@ -216,9 +235,17 @@ def main() -> None:
     wrong = conflicting_flags(sys.argv) or unknown_choice(sys.argv, ["table", "scale"])
     if wrong:  # one line naming the options (Hydra's own: 15 lines with its search path)
         sys.exit(f"error: {wrong}")
+    if _report_only(sys.argv[1:]):  # .hydra/ records the invocations that run jobs (one may be running now)
+        sys.argv.append("hydra.output_subdir=null")
     list_groups_from_one_copy(sys.argv)  # --help: one copy of Hydra's repository for every group
     one_line_composition_errors("reproduce")
     _main()
+
+
+def _report_only(args: list[str]) -> bool:
+    """Whether the command line asks for the report alone (``phases=[report]``)."""
+    values = [a.partition("=")[2] for a in args if a.partition("=")[0] in ("phases", "stages")]
+    return bool(values) and values[-1].strip("[]").replace("'", "").replace('"', "").strip() == "report"
 
 
 if __name__ == "__main__":

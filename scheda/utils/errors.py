@@ -28,4 +28,9 @@ class DivergenceError(SchedaError):
 
 
 class BusyError(SchedaError):
-    """Another live process writes into the same run or protocol directory."""
+    """Another live process writes into the same run or protocol directory (``holder``: its pid,
+    host and start, as its lock file says)."""
+
+    def __init__(self, message: str, holder: str = "another process"):
+        super().__init__(message)
+        self.holder = holder

@@ -37,7 +37,8 @@ def hold(directory: str | os.PathLike, what: str = "run") -> Iterator[Path]:
         except BlockingIOError:
             holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process"
             raise BusyError(f"{shown_path(directory)} is in use by {holder}: one {what} writes there at a time; "
-                            f"wait for it to end or stop it (a dead holder's lock is released by itself)") from None
+                            f"wait for it to end or stop it (a dead holder's lock is released by itself)",
+                            holder) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
                       f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)

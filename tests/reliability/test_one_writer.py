@@ -64,6 +64,45 @@ def test_a_second_protocol_on_a_live_out_dir_is_refused(cifar_arrays, tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
 
 
+def _files(folder: Path, but: tuple[str, ...] = ()) -> dict[str, tuple[int, bytes]]:
+    """Every file below ``folder`` but the lock (which the test's holder rewrites), the protocol's
+    log (to which every invocation appends its lines) and those below ``but``."""
+    return {str(f.relative_to(folder)): (f.stat().st_mtime_ns, f.read_bytes()) for f in folder.rglob("*")
+            if f.is_file() and f.name not in (".lock", "reproduce.log") and f.relative_to(folder).parts[0] not in but}
+
+
+def test_a_report_while_the_table_runs_is_interim_and_writes_nothing_in_its_folder(cifar_arrays, tmp_path):
+    """``phases=[report]`` while another invocation holds the out_dir: a report of the jobs
+    finished so far, saying it is one and by whom the table runs, and not a byte changed in the
+    out_dir but its lines appended to the protocol's log (the selection, the records, .hydra/ and
+    the invocations belong to the running invocation)."""
+    first = reproduce(tmp_path, cifar_arrays, "phases=[da,select]")  # the DA grid finished, nothing after it
+    assert first.returncode == 0, first.stderr[-2000:]
+    runs, report = tmp_path / "runs", tmp_path / "reports" / "table1_smoke.md"
+    before, log = _files(runs), (runs / "reproduce.log").read_text()
+    with hold(runs, "scheda-reproduce"):
+        proc = reproduce(tmp_path, cifar_arrays, "phases=[report]")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"pid {os.getpid()} on {socket.gethostname()}" in proc.stdout and "interim report: " in proc.stdout
+    text = report.read_text()
+    interim = [line for line in text.splitlines() if line.startswith("- **Interim report**")]
+    assert len(interim) == 1 and f"written while another invocation (pid {os.getpid()} on " in interim[0], text[:3000]
+    assert " jobs not finished (not run " in interim[0] and "every number below is from the " in interim[0]
+    assert "| DA | 16 |" in text  # the finished grid's best DA is reported
+    assert _files(runs) == before and (runs / "reproduce.log").read_text().startswith(log)
+    # A phase that trains is still refused while the table runs.
+    with hold(runs, "scheda-reproduce"):
+        refused = reproduce(tmp_path, cifar_arrays, "phases=[continue,report]")
+    assert refused.returncode == 1 and "is in use by pid " in refused.stderr.strip().splitlines()[-1]
+    hydra_record = (".hydra",)  # Hydra writes its record of an invocation before the lock can refuse it
+    assert _files(runs, but=hydra_record) == {k: v for k, v in before.items() if not k.startswith(".hydra/")}
+    # The owner's own report of the unfinished table says what is missing, not "interim".
+    owned = reproduce(tmp_path, cifar_arrays, "phases=[report]")
+    assert owned.returncode == 0, owned.stderr[-2000:]
+    text = report.read_text()
+    assert "- **Interim report**" not in text and "- **Not finished**: " in text, text[:3000]
+
+
 def test_the_same_sweep_run_again_while_it_still_runs_is_refused(cifar_arrays, tmp_path):
     """A sweep folder has one sweep at a time: the same command run again (in another terminal)
     went on to the jobs the first had not reached, each sweep ending with half a summary."""
