@@ -43,7 +43,7 @@ def test_a_search_continues_its_study_and_never_runs_a_completed_trial_again(cif
     params = [tuple(sorted(t.params.items())) for t in _study(folder).trials]
     assert params[3] not in params[:3]
     again = run_train([*common, "hydra.sweeper.n_trials=4"], cwd=tmp_path)
-    assert again.returncode == 0 and "4 trials completed, 0 to run" in again.stderr + again.stdout
+    assert again.returncode == 0 and "4 trials completed, 0 stopped before to go on, 0 new to run" in again.stderr + again.stdout
     assert len(_study(folder).trials) == 4
 
 
@@ -64,3 +64,39 @@ def test_a_search_whose_every_trial_failed_ends_with_its_summary_and_exit_1(cifa
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
         "error: no trial of the search completed (2 failed): the job lines above say why"), proc.stderr[-2000:]
     assert proc.stdout.count(": failed (ran): ConfigError: optim.lr=-") == 2 and (folder / "summary.md").is_file()
+
+
+def test_a_stopped_search_goes_on_with_its_stopped_trial_from_its_checkpoint(cifar_arrays, tmp_path):
+    """Ctrl-C during a trial, then the same command: that trial goes on first, with its own values
+    in its own folder, from its checkpoint (it was marked failed and its epochs asked anew); then
+    the trials n_trials still asks for."""
+    import json
+    import signal
+    import time
+
+    from helpers import start_faulty_train
+
+    folder = tmp_path / "search"
+    common = ["-m", f"dataset.root={cifar_arrays}", *TINY, *SEARCH, "schedule.epochs=5", "trainer.checkpoint_every=1",
+              "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={folder}"]
+    proc = start_faulty_train(common, tmp_path, epoch_sleep=0.5)
+    log, deadline = folder / "0" / "train.log", time.time() + 120
+    while not (log.exists() and "epoch 2 " in log.read_text()):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    stopped = json.loads((folder / "0" / "results.json").read_text())
+    assert stopped["status"] == "interrupted" and not (folder / "1").exists()
+    values = _study(folder).trials[0].params
+    again = run_train(common, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    study = _study(folder)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"] and study.trials[0].params == values
+    results = json.loads((folder / "0" / "results.json").read_text())
+    assert results["status"] == "completed" and results["epochs"] == 5
+    assert "resuming from its newest checkpoint" in (folder / "0" / "train.log").read_text()
+    assert study.trials[0].value == pytest.approx(results["evaluations"][-1]["val_error"])
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["0", "1"]
+    assert "0 trials completed, 1 stopped before to go on, 1 new to run" in again.stdout + again.stderr

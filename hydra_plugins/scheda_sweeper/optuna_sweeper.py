@@ -8,8 +8,9 @@ study's sampler (TPE, seeded by ``hydra.sweeper.seed``) asked for; its objective
 final validation error, which ``scheda-train`` returns (a trial whose run fails, or evaluates
 nothing, is a failed trial). The study is SQLite in ``<sweep dir>/optuna.db``: the same command
 run again continues it, running only the trials that ``n_trials`` still asks for (completed ones
-are not run again; trials a killed sweep left running are marked failed and asked anew; the
-sampler's seed moves on by the trials already asked, so a continuation asks new values).
+are not run again; a trial that a stopped or killed sweep left running goes on first, with its
+own values in its own folder, so its run resumes from its checkpoint; the sampler's seed moves on
+by the trials already asked, so a continuation asks new values).
 
 Search spaces use Hydra's sweep syntax: ``interval(a,b)`` (floats; ints when both are ints),
 ``tag(log,interval(a,b))`` (log scale), ``choice(a,b,...)`` and ``range(a,b[,step])``. Given on
@@ -86,6 +87,18 @@ def _suggest(trial, key: str, sweep: Any) -> Any:
     raise ValueError(f"{key}: use interval(a,b), tag(log,interval(a,b)), choice(...) or range(...) to search it")
 
 
+def _consecutive(trials: list, size: int) -> list[list]:
+    """``trials`` in launches of at most ``size`` with consecutive numbers (a launch numbers its
+    jobs' folders from its first)."""
+    launches: list[list] = []
+    for trial in sorted(trials, key=lambda t: t.number):
+        if launches and len(launches[-1]) < size and launches[-1][-1].number + 1 == trial.number:
+            launches[-1].append(trial)
+        else:
+            launches.append([trial])
+    return launches
+
+
 class OptunaSweeper(Sweeper):
     def __init__(self, n_trials: int = 20, n_jobs: int = 1, direction: str = "minimize", seed: Optional[int] = 0,
                  study_name: str = "scheda", storage: Optional[str] = None, params: Optional[Dict[str, str]] = None):
@@ -121,24 +134,35 @@ class OptunaSweeper(Sweeper):
         # first invocation was would draw the first trial's values again (its startup trials are random).
         asked = len(study.get_trials(deepcopy=False))
         study.sampler = optuna.samplers.TPESampler(seed=None if self.seed is None else self.seed + asked)
+        stopped = []  # a stopped (or killed) sweep's trials: they go on, in their own folders
         for stale in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-            study.tell(stale.number, state=optuna.trial.TrialState.FAIL)  # a killed sweep's: asked anew
+            if set(stale.params) == set(space):
+                stopped.append(stale)
+            else:  # another search now: its values no longer make a job of this one
+                study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
         done = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
-        left = max(0, self.n_trials - done)
-        log.info("optuna study %s in %s: %d trials completed, %d to run", self.study_name, storage, done, left)
+        left = max(0, self.n_trials - done - len(stopped))
+        log.info("optuna study %s in %s: %d trials completed, %d stopped before to go on, %d new to run",
+                 self.study_name, storage, done, len(stopped), left)
         returns = []
+
+        def launch(numbers: list[int], values: list[dict[str, Any]]) -> None:
+            batch = [fixed + [f"{k}={v[k]}" for k in space] for v in values]
+            results = self.launcher.launch(batch, initial_job_idx=numbers[0])  # job folder = trial number
+            for trial, result in zip(numbers, results):
+                value = result.return_value if result.status == JobStatus.COMPLETED else None
+                if value is None:
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                else:
+                    study.tell(trial, float(value))
+            returns.append(results)
+
         with stopping_jobs(self.launcher):  # a signal: the running trials' jobs checkpoint first
+            for trials in _consecutive(stopped, self.n_jobs):
+                launch([t.number for t in trials], [t.params for t in trials])
             while left > 0:
                 trials = [study.ask() for _ in range(min(self.n_jobs, left))]
-                batch = [fixed + [f"{k}={_suggest(t, k, s)}" for k, s in space.items()] for t in trials]
-                results = self.launcher.launch(batch, initial_job_idx=trials[0].number)  # job folder = trial number
-                for trial, result in zip(trials, results):
-                    value = result.return_value if result.status == JobStatus.COMPLETED else None
-                    if value is None:
-                        study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                    else:
-                        study.tell(trial, float(value))
-                returns.append(results)
+                launch([t.number for t in trials], [{k: _suggest(t, k, s) for k, s in space.items()} for t in trials])
                 left -= len(trials)
         complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         if not complete:  # nothing to report: say so and exit 1, as a grid sweep with a failed job does
