@@ -100,3 +100,20 @@ def test_a_stopped_search_goes_on_with_its_stopped_trial_from_its_checkpoint(cif
     assert study.trials[0].value == pytest.approx(results["evaluations"][-1]["val_error"])
     assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["0", "1"]
     assert "0 trials completed, 1 stopped before to go on, 1 new to run" in again.stdout + again.stderr
+
+
+def test_a_search_sharing_its_study_leaves_the_other_sweeps_running_trials_alone(cifar_arrays, tmp_path):
+    """``hydra.sweeper.storage``: several sweeps (folders) share one study. A trial another of them
+    is running is not this sweep's to go on with or to fail."""
+    storage = f"sqlite:///{tmp_path / 'shared.db'}"
+    other = optuna.create_study(study_name="scheda", storage=storage)
+    running = other.ask()
+    running.suggest_float("schedule.nu", 0.1, 0.7)
+    running.suggest_categorical("optim.lr", [0.05, 0.1])
+    folder = tmp_path / "search"
+    proc = run_train(["-m", f"dataset.root={cifar_arrays}", *TINY, *SEARCH, "hydra.sweeper.n_trials=1",
+                      f"hydra.sweeper.storage={storage}", f"hydra.sweep.dir={folder}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    study = optuna.load_study(study_name="scheda", storage=storage)
+    assert [t.state.name for t in study.trials] == ["RUNNING", "COMPLETE"]
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["1"]

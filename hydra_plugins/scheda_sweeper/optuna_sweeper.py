@@ -136,6 +136,8 @@ class OptunaSweeper(Sweeper):
         study.sampler = optuna.samplers.TPESampler(seed=None if self.seed is None else self.seed + asked)
         stopped = []  # a stopped (or killed) sweep's trials: they go on, in their own folders
         for stale in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            if self.storage is not None and not (folder / str(stale.number)).is_dir():
+                continue  # another sweep's, maybe running now: it shares the study through hydra.sweeper.storage
             if set(stale.params) == set(space):
                 stopped.append(stale)
             else:  # another search now: its values no longer make a job of this one
