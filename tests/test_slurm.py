@@ -316,3 +316,46 @@ def test_a_killed_slurm_sweep_run_again_resumes_its_jobs(cifar_arrays, tmp_path)
         golden = run_train([*config, f"schedule.nu={nu}", f"hydra.run.dir={tmp_path / f'golden{k}'}"], cwd=tmp_path)
         assert golden.returncode == 0, golden.stderr[-2000:]
         assert torch.equal(load_checkpoint(sweep / str(k))["model"]["W"], load_checkpoint(tmp_path / f"golden{k}")["model"]["W"])
+
+
+def test_a_slurm_sweep_stopped_by_a_signal_cancels_its_jobs_which_checkpoint_and_resume(cifar_arrays, tmp_path):
+    """SIGTERM (or a Ctrl-C) to a sweep whose jobs run in Slurm's queue: its jobs are cancelled,
+    each checkpointing where it stands, before the sweep ends in one line; they were left running
+    with nobody to collect them, while the line said they had checkpointed, and the same command
+    run again then collided with them. Run again, each job resumes to its end."""
+    import signal
+
+    config = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=600", "logger=none",
+              "evaluate.enabled=false", "trainer.checkpoint_every=100"]
+    sweep = tmp_path / "sweep"
+    args = ["-m", *LAUNCHER, *config, "schedule.nu=0.3,0.5", f"hydra.sweep.dir={sweep}"]
+    first = start_train(args, tmp_path, new_session=True)
+    deadline = time.time() + 300
+    try:
+        while not all((sweep / str(k) / "checkpoints").is_dir() and list((sweep / str(k) / "checkpoints").iterdir())
+                      for k in (0, 1)):
+            assert first.poll() is None, first.stderr.read()[-2000:]
+            assert time.time() < deadline, "no job checkpointed"
+            time.sleep(0.2)
+        first.send_signal(signal.SIGTERM)
+        _, stderr = first.communicate(timeout=360)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+        left = _left_in_queue(sweep)
+        _cancel_own_jobs(sweep)
+    assert first.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    arrays = _submitted_ids(sweep)
+    assert stderr.strip().splitlines()[-1] == (
+        f"sweep interrupted by SIGTERM: its finished jobs are kept, its Slurm jobs cancelled ({arrays[0]}), each "
+        f"running one checkpointed; run the same command again to continue"), stderr[-2000:]
+    assert left == ""  # none left running when the sweep ended
+    assert [json.loads((sweep / str(k) / "results.json").read_text())["status"] for k in (0, 1)] == ["interrupted"] * 2
+
+    again = run_train(args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    for k in (0, 1):
+        results = json.loads((sweep / str(k) / "results.json").read_text())
+        assert results["status"] == "completed" and results["epochs"] == 600
+        assert [a["action"] for a in results["attempts"]] == ["ran", "resumed"]

@@ -42,16 +42,27 @@ def runs_in_process(launcher: Any) -> bool:
 
 
 def stopping_jobs(launcher: Any) -> Any:
-    """While a sweep's jobs run: where they run in processes of their own (joblib, Slurm), a signal
-    stops them with their checkpoints first (scheda.utils.interrupt.jobs_stop_first); jobs in this
-    process (Hydra's basic launcher) answer it themselves."""
+    """While a sweep's jobs run: where they run in processes of their own (joblib, submitit_local),
+    a signal stops them with their checkpoints first (scheda.utils.interrupt.jobs_stop_first);
+    a Slurm sweep's jobs, in Slurm's queue, are cancelled (each running one checkpoints first)
+    rather than left running with nobody to collect them; jobs in this process (Hydra's basic
+    launcher) answer it themselves."""
+    import time
     from contextlib import nullcontext
+    from functools import partial
 
     from scheda.utils.interrupt import jobs_stop_first
+    from scheda.utils.slurm import cancel_submitted
 
     if runs_in_process(launcher):
         return nullcontext()
-    return jobs_stop_first(joblib="joblib" in type(launcher).__module__)
+    kind = type(launcher)
+    if kind.__module__.startswith("hydra_plugins.hydra_submitit_launcher") and kind.__name__ == "SlurmLauncher":
+        folder = Path(str(launcher.params["submitit_folder"]))  # <sweep dir>/.submitit/%j: a job's folder
+        while "%" in folder.name:
+            folder = folder.parent
+        return jobs_stop_first(cancel=partial(cancel_submitted, folder, time.time()))
+    return jobs_stop_first(joblib="joblib" in kind.__module__)
 
 
 @dataclass

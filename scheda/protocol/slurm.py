@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from scheda.utils.io import atomic_write_json
+from scheda.utils.slurm import queued, quiet, submitted_arrays
 from scheda.runs.rundir import FINAL_STATUSES, read_results
 
 log = logging.getLogger(__name__)
@@ -34,33 +35,18 @@ class NodeWatch:
         self.stuck_since: float | None = None
         self.empty_since: float | None = None
 
-    def _arrays(self) -> list[str]:
-        folder = self.phase_dir / ".submitit"
-        return sorted({p.name.split("_")[0] for p in folder.glob("*_*")
-                       if p.is_dir() and p.stat().st_mtime >= self.since - 1}) if folder.is_dir() else []
-
     def _queue(self, *states: str) -> list[tuple[str, str]] | None:
         """This submission's jobs in Slurm's queue as (job id, partition); None when there is no
         submission yet or squeue did not answer (nothing is concluded from silence)."""
-        arrays = self._arrays()
-        if not arrays:
-            return None
-        command = ["squeue", "-h", "-r", "-j", ",".join(arrays), "-o", "%i|%P",
-                   *(["-t", ",".join(states)] if states else [])]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        if done.returncode != 0:
-            return None
-        return [tuple(line.split("|", 1)) for line in done.stdout.splitlines() if "|" in line]
+        arrays = submitted_arrays(self.phase_dir / ".submitit", self.since)
+        return queued(arrays, *states) if arrays else None
 
     def gave_up(self) -> bool:
         pending = self._queue("PENDING") or []
         partitions = {p.rstrip("*") for _, p in pending}
         no_node = bool(pending) and all(
             all(state.rstrip("*~#$@+").lower().startswith(NODE_GONE)
-                for state in _quiet(["sinfo", "-h", "-p", p, "-o", "%T"]).split()) for p in partitions)
+                for state in quiet(["sinfo", "-h", "-p", p, "-o", "%T"]).split()) for p in partitions)
         if not no_node:
             self.stuck_since = None
             return False
@@ -76,7 +62,7 @@ class NodeWatch:
             if index.isdigit() and int(index) < len(self.names):
                 states[self.names[int(index)]] = (f"Slurm job {job_id}: no node of partition {partition} could run it "
                                                   f"for {minutes:.1f} min (down or drained): cancelled")
-            _quiet(["scancel", job_id])
+            quiet(["scancel", job_id])
         atomic_write_json(self.phase_dir / "scheduler.json", states)
         return True
 
@@ -102,13 +88,6 @@ def forget_scheduler_states(phase_dir: Path, names: list[str]) -> None:
     states = scheduler_states(phase_dir)
     if states:
         atomic_write_json(phase_dir / "scheduler.json", {k: v for k, v in states.items() if k not in names})
-
-
-def _quiet(command: list[str]) -> str:
-    try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
 
 
 def record_scheduler_states(phase_dir: Path, names: list[str], since: float) -> None:
@@ -140,6 +119,6 @@ def record_scheduler_states(phase_dir: Path, names: list[str], since: float) -> 
             if state.split()[0] in ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"):
                 # The launcher stopped waiting for it (a node failed under it, say): nobody would
                 # collect it, and a retry must not run beside it.
-                _quiet(["scancel", task.name])
+                quiet(["scancel", task.name])
                 states[name] += ": cancelled, the launcher had stopped waiting for it"
     atomic_write_json(phase_dir / "scheduler.json", states)

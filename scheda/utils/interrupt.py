@@ -21,7 +21,7 @@ import signal
 import threading
 import time
 from contextlib import contextmanager, nullcontext
-from typing import Iterator
+from typing import Callable, Iterator
 
 SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGUSR1", None)) if s is not None)
 # Taken only where a handler is already installed, and handed on to it after the checkpoint:
@@ -338,7 +338,8 @@ def workers_wait_for_the_sweep() -> Iterator[None]:
 
 
 @contextmanager
-def jobs_stop_first(bound: float = JOBS_STOP_BOUND, joblib: bool = False) -> Iterator[None]:
+def jobs_stop_first(bound: float = JOBS_STOP_BOUND, joblib: bool = False,
+                    cancel: Callable[[float], list[str]] | None = None) -> Iterator[None]:
     """While a sweep runs: SIGINT, SIGTERM or SIGUSR1 to its process reaches its job processes as SIGTERM
     (a Ctrl-C at a terminal reached them already; a second SIGINT would stop them before their
     checkpoint), the process waits up to ``bound`` seconds for them to checkpoint and stop, then
@@ -346,7 +347,9 @@ def jobs_stop_first(bound: float = JOBS_STOP_BOUND, joblib: bool = False) -> Ite
     its workers mid-checkpoint and printed a traceback. Jobs in this process (Hydra's basic
     launcher) answer the signal themselves: their run installs its own handlers. ``joblib``: the
     jobs run in joblib's workers, which wait for the sweep's end once stopped
-    (:func:`workers_wait_for_the_sweep`)."""
+    (:func:`workers_wait_for_the_sweep`). ``cancel``: the jobs run in a scheduler's queue (Slurm),
+    not here: it cancels them, waits up to the seconds it is given for them to end (each
+    checkpoints on the scheduler's SIGTERM) and returns the ids it cancelled."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -357,6 +360,11 @@ def jobs_stop_first(bound: float = JOBS_STOP_BOUND, joblib: bool = False) -> Ite
         if stopping:  # the wait is not cut short; a signal already on its way is not news (SIG_IGN set here
             return    # made Python report the one it had taken: "Signal 15 ignored due to race condition")
         stopping.append(signum)
+        if cancel is not None:
+            cancelled = cancel(bound)
+            raise Interrupted(signum, f"sweep interrupted by {signal.Signals(signum).name}: its finished jobs are kept, "
+                                      f"its Slurm jobs cancelled ({', '.join(cancelled) or 'none was submitted'}), "
+                                      f"each running one checkpointed; run the same command again to continue")
         workers = job_processes()
         for pid in workers:
             try:
