@@ -72,7 +72,7 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
         except BusyError as busy:
             if set(cfg.phases) != {"report"}:
                 raise
-            log.info("%s runs jobs in %s: an interim report of the jobs finished so far, writing nothing there",
+            log.info("%s runs jobs in %s: a report of the jobs finished so far, writing nothing there",
                      busy.holder, shown_path(out_dir))
             return _run_phases(cfg, out_dir, started, running=busy.holder)
         return _run_phases(cfg, out_dir, started)
@@ -184,7 +184,8 @@ def _run_phases(cfg: DictConfig, out_dir: Path, started: float, running: str | N
     path = report_path(cfg, out_dir)
     if "report" in cfg.phases:
         write_report(cfg, progress.selection, progress.continued, progress.seeded, statuses, info, path)
-        log.info("%s: %s", "report" if owner else "interim report", path)
+        interim = not owner and any(s["status"] not in FINAL_STATUSES for s in statuses)
+        log.info("%s: %s", "interim report" if interim else "report", path)
     launched = set(cfg.phases) | (set(SUBPHASES) if "seeds" in cfg.phases else set())
     unfinished = [s for s in statuses if s["phase"] in launched and s["status"] not in FINAL_STATUSES]
     if unfinished:
