@@ -47,6 +47,7 @@ def task(cfg: DictConfig) -> float | None:
     from scheda.utils.io import shown_path
 
     output_dir = Path(hydra_cfg.runtime.output_dir)
+    earlier = (output_dir / "results.json").exists()  # an earlier run's record: never removed with a refusal
     if cfg.get("logger"):
         _name_records(cfg, output_dir, hydra_cfg)
     try:
@@ -67,7 +68,7 @@ def task(cfg: DictConfig) -> float | None:
     except SchedaError as exc:
         if hydra_cfg.mode == RunMode.MULTIRUN:
             raise
-        if isinstance(exc, ConfigError) and not cfg.resume:
+        if isinstance(exc, ConfigError) and not cfg.resume and not earlier:
             _remove_failed_run_dir(output_dir)
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -145,6 +145,24 @@ def test_a_run_into_a_directory_that_holds_another_config_names_the_fix(cifar_ar
         run(compose_cfg([*base, "optim.lr=0.02"]), tmp_path / "out")
 
 
+def test_a_run_refused_in_the_folder_of_a_failed_one_keeps_that_ones_files(cifar_arrays, tmp_path):
+    """A run that failed (an init_from whose shape does not match), then the same folder with
+    another config: refused in one line, and the failed run's record stays (it was removed with
+    the refusal, as if the refused run had written it, and the folder the line named was gone)."""
+    trained = run_train([f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=1", "logger=none",
+                         "hydra.run.dir=da"], cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    common = [f"dataset.root={cifar_arrays}", *TINY, "finetune=standalone", "init_from=da", "logger=none",
+              "hydra.run.dir=ft"]
+    failed = run_train([*common, "model.hidden=9"], cwd=tmp_path)
+    assert failed.returncode == 1 and "has W of shape" in failed.stderr.strip().splitlines()[-1], failed.stderr[-2000:]
+    record = (tmp_path / "ft" / "results.json").read_text()
+    assert json.loads(record)["status"] == "failed"
+    refused = run_train([*common, "model.hidden=8"], cwd=tmp_path)
+    assert refused.returncode == 1 and "ft holds a run of another config (model.hidden: 9 -> 8)" in refused.stderr
+    assert (tmp_path / "ft" / "results.json").read_text() == record
+
+
 def test_a_killed_fused_sweep_run_again_resumes_every_model(cifar_arrays, tmp_path):
     """A fused sweep (trainer.parallel) is one job: killed, the same command resumes all its
     models from their checkpoints, and each ends with the weights of an uninterrupted run."""
