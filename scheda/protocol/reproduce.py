@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from scheda.config import (CONFIGS, conflicting_flags, list_groups_from_one_copy, one_line_composition_errors,
                            register_configs, unknown_choice)
 from scheda.utils.errors import BusyError, SchedaError
 from scheda.utils.environment import invoked_as
 from scheda.utils.interrupt import Interrupted, quiet_on_a_closed_pipe, terminate_as_interrupt
-from scheda.utils.io import atomic_write_json, shown_path
+from scheda.utils.io import atomic_write, atomic_write_json, shown_path
 from scheda.utils.lock import hold
 from scheda.protocol import estimate, launch, phases
 from scheda.protocol import selection as select
@@ -69,6 +69,7 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
     with terminate_as_interrupt(), contextlib.ExitStack() as held:
         try:
             held.enter_context(hold(out_dir, "scheda-reproduce"))
+            _record_invocation_config(cfg, out_dir)
         except BusyError as busy:
             if set(cfg.phases) != {"report"}:
                 raise
@@ -76,6 +77,17 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
                      busy.holder, shown_path(out_dir))
             return _run_phases(cfg, out_dir, started, running=busy.holder)
         return _run_phases(cfg, out_dir, started)
+
+
+def _record_invocation_config(cfg: DictConfig, out_dir: Path) -> None:
+    """``<out_dir>/.hydra/``: this invocation's config, Hydra's and its overrides, as Hydra writes
+    them for a run (configs/reproduce.yaml leaves it to the invocation that holds out_dir)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    for name, node in (("config.yaml", cfg), ("hydra.yaml", OmegaConf.create({"hydra": hydra_cfg})),
+                       ("overrides.yaml", hydra_cfg.overrides.task)):
+        atomic_write(out_dir / ".hydra" / name, lambda f, node=node: f.write(OmegaConf.to_yaml(node).encode()))
 
 
 @dataclass
@@ -236,17 +248,9 @@ def main() -> None:
     wrong = conflicting_flags(sys.argv) or unknown_choice(sys.argv, ["table", "scale"])
     if wrong:  # one line naming the options (Hydra's own: 15 lines with its search path)
         sys.exit(f"error: {wrong}")
-    if _report_only(sys.argv[1:]):  # .hydra/ records the invocations that run jobs (one may be running now)
-        sys.argv.append("hydra.output_subdir=null")
     list_groups_from_one_copy(sys.argv)  # --help: one copy of Hydra's repository for every group
     one_line_composition_errors("reproduce")
     _main()
-
-
-def _report_only(args: list[str]) -> bool:
-    """Whether the command line asks for the report alone (``phases=[report]``)."""
-    values = [a.partition("=")[2] for a in args if a.partition("=")[0] in ("phases", "stages")]
-    return bool(values) and values[-1].strip("[]").replace("'", "").replace('"', "").strip() == "report"
 
 
 if __name__ == "__main__":

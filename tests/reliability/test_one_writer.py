@@ -64,11 +64,11 @@ def test_a_second_protocol_on_a_live_out_dir_is_refused(cifar_arrays, tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
 
 
-def _files(folder: Path, but: tuple[str, ...] = ()) -> dict[str, tuple[int, bytes]]:
-    """Every file below ``folder`` but the lock (which the test's holder rewrites), the protocol's
-    log (to which every invocation appends its lines) and those below ``but``."""
+def _files(folder: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file below ``folder`` but the lock (which the test's holder rewrites) and the
+    protocol's log (to which every invocation appends its lines)."""
     return {str(f.relative_to(folder)): (f.stat().st_mtime_ns, f.read_bytes()) for f in folder.rglob("*")
-            if f.is_file() and f.name not in (".lock", "reproduce.log") and f.relative_to(folder).parts[0] not in but}
+            if f.is_file() and f.name not in (".lock", "reproduce.log")}
 
 
 def test_a_report_while_the_table_runs_is_interim_and_writes_nothing_in_its_folder(cifar_arrays, tmp_path):
@@ -79,6 +79,7 @@ def test_a_report_while_the_table_runs_is_interim_and_writes_nothing_in_its_fold
     first = reproduce(tmp_path, cifar_arrays, "phases=[da,select]")  # the DA grid finished, nothing after it
     assert first.returncode == 0, first.stderr[-2000:]
     runs, report = tmp_path / "runs", tmp_path / "reports" / "table1_smoke.md"
+    assert "- phases=[da,select]" in (runs / ".hydra" / "overrides.yaml").read_text()  # the holder's record
     before, log = _files(runs), (runs / "reproduce.log").read_text()
     with hold(runs, "scheda-reproduce"):
         proc = reproduce(tmp_path, cifar_arrays, "phases=[report]")
@@ -94,13 +95,13 @@ def test_a_report_while_the_table_runs_is_interim_and_writes_nothing_in_its_fold
     with hold(runs, "scheda-reproduce"):
         refused = reproduce(tmp_path, cifar_arrays, "phases=[continue,report]")
     assert refused.returncode == 1 and "is in use by pid " in refused.stderr.strip().splitlines()[-1]
-    hydra_record = (".hydra",)  # Hydra writes its record of an invocation before the lock can refuse it
-    assert _files(runs, but=hydra_record) == {k: v for k, v in before.items() if not k.startswith(".hydra/")}
+    assert _files(runs) == before  # .hydra/ too: the record of the invocation that holds the folder
     # The owner's own report of the unfinished table says what is missing, not "interim".
     owned = reproduce(tmp_path, cifar_arrays, "phases=[report]")
     assert owned.returncode == 0, owned.stderr[-2000:]
     text = report.read_text()
     assert "- **Interim report**" not in text and "- **Not finished**: " in text, text[:3000]
+    assert "- phases=[report]" in (runs / ".hydra" / "overrides.yaml").read_text()
 
 
 def test_the_same_sweep_run_again_while_it_still_runs_is_refused(cifar_arrays, tmp_path):
