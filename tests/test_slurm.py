@@ -270,6 +270,15 @@ def _cancel_own_jobs(sweep: Path, timeout: float = 120) -> None:
         time.sleep(1)
 
 
+def _long_sweep(cifar_arrays: Path, tmp_path: Path) -> tuple[list[str], Path, list[str]]:
+    """A sweep of two jobs of 600 epochs through Slurm, checkpointed every 100: the config of one
+    job (without the swept nu), the sweep's folder and its command line."""
+    config = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=600", "logger=none",
+              "evaluate.enabled=false", "trainer.checkpoint_every=100"]
+    sweep = tmp_path / "sweep"
+    return config, sweep, ["-m", *LAUNCHER, *config, "schedule.nu=0.3,0.5", f"hydra.sweep.dir={sweep}"]
+
+
 def test_a_killed_slurm_sweep_run_again_resumes_its_jobs(cifar_arrays, tmp_path):
     """A sweep is one Slurm job array (a task per job, Slurm's logs in each task's folder). The
     launcher and its array killed (SIGKILL, scancel) once a job has checkpointed: the same
@@ -281,10 +290,7 @@ def test_a_killed_slurm_sweep_run_again_resumes_its_jobs(cifar_arrays, tmp_path)
 
     from scheda.training.checkpoint import load_checkpoint
 
-    config = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=600", "logger=none",
-              "evaluate.enabled=false", "trainer.checkpoint_every=100"]
-    sweep = tmp_path / "sweep"
-    args = ["-m", *LAUNCHER, *config, "schedule.nu=0.3,0.5", f"hydra.sweep.dir={sweep}"]
+    config, sweep, args = _long_sweep(cifar_arrays, tmp_path)
     first = start_train(args, tmp_path, new_session=True)
     deadline = time.time() + 300
     try:
@@ -325,10 +331,7 @@ def test_a_slurm_sweep_stopped_by_a_signal_cancels_its_jobs_which_checkpoint_and
     run again then collided with them. Run again, each job resumes to its end."""
     import signal
 
-    config = [f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.epochs=600", "logger=none",
-              "evaluate.enabled=false", "trainer.checkpoint_every=100"]
-    sweep = tmp_path / "sweep"
-    args = ["-m", *LAUNCHER, *config, "schedule.nu=0.3,0.5", f"hydra.sweep.dir={sweep}"]
+    _, sweep, args = _long_sweep(cifar_arrays, tmp_path)
     first = start_train(args, tmp_path, new_session=True)
     deadline = time.time() + 300
     try:
