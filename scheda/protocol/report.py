@@ -44,7 +44,7 @@ OWNER = "<!-- scheda-reproduce protocol folder: {} -->"  # the report's last lin
 
 
 def folder_id(out_dir: Path) -> str:
-    """The protocol folder's own id (``<out_dir>/protocol_id``, made at its first report): moved
+    """The protocol folder's own id (``<out_dir>/protocol_id``, made by its first invocation): moved
     or reached by another path, a folder is the same one; the report names no absolute path."""
     path = out_dir / "protocol_id"
     if not path.exists():

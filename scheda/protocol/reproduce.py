@@ -70,6 +70,7 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
         try:
             held.enter_context(hold(out_dir, "scheda-reproduce"))
             _record_invocation_config(cfg, out_dir)
+            folder_id(out_dir)  # made now, not by an interim report read meanwhile
         except BusyError as busy:
             if set(cfg.phases) != {"report"}:
                 raise
