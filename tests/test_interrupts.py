@@ -364,6 +364,7 @@ def test_slurms_warning_to_every_process_of_a_joblib_sweep_checkpoints_its_jobs_
     assert proc.returncode == 128 + signal.SIGUSR1, stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 3 and lines[-1].startswith("sweep interrupted by SIGUSR1"), stderr
-    assert sorted(line.rsplit("=", 1)[1] for line in lines[:2]) == ["sweep/0", "sweep/1"], stderr
+    assert all(line.startswith("interrupted by SIGUSR1 in epoch ") for line in lines[:2]), stderr
+    assert sorted(line.rsplit("=", 1)[-1] for line in lines[:2]) == ["sweep/0", "sweep/1"], stderr
     for k in (0, 1):
         assert json.loads((tmp_path / "sweep" / str(k) / "results.json").read_text())["status"] == "interrupted"
