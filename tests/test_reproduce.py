@@ -360,6 +360,10 @@ def test_every_table_and_scale_plans_its_jobs(table, scale):
 
 
 def test_bad_protocol_values_fail_with_one_line(tmp_path, cifar_arrays):
+    proc = reproduce(tmp_path, cifar_arrays, "phases=[report]")  # before the table has run
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+        "error: no DA of phase 1 has run in runs: nothing to report yet; run the table (the same command without "
+        "phases=, or with phases=[da,...])"), proc.stderr[-2000:]
     proc = reproduce(tmp_path, cifar_arrays, "scale.da.eval_every=0")
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == ["error: scale.da.epochs=3 and scale.da.eval_every=0 must be >= 1"]

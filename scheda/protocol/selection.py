@@ -11,7 +11,7 @@ from typing import Any, Iterable
 from omegaconf import DictConfig
 
 from scheda.utils.errors import SchedaError
-from scheda.utils.io import atomic_write_json
+from scheda.utils.io import atomic_write_json, shown_path
 from scheda.protocol.jobs import JobSpec
 from scheda.protocol.kinds import CONTROL, kind_of, of_role
 from scheda.protocol.launch import job_statuses
@@ -79,7 +79,13 @@ def require_selection(selection: dict[str, Any], jobs: list[JobSpec], out_dir: P
     """Stop with the first DA job's own error when phase 1 left nothing to select from."""
     if selection["hidden"]:
         return
-    errors = [row for row in job_statuses(jobs, out_dir) if row["error"]]
-    cause = f"{errors[0]['name']} failed with {errors[0]['error']}" if errors else "no DA job has run"
-    raise SchedaError(f"no DA of phase 1 completed with an evaluation ({cause}); "
-                      f"the jobs' logs are in {out_dir / 'da'}")
+    statuses = job_statuses(jobs, out_dir)
+    errors = [row for row in statuses if row["error"]]
+    if errors:
+        raise SchedaError(f"no DA of phase 1 completed with an evaluation ({errors[0]['name']} failed with "
+                          f"{errors[0]['error']}); the jobs' logs are in {shown_path(out_dir / 'da')}")
+    if all(row["status"] == "not run" for row in statuses):  # phases=[report] before the table ran
+        raise SchedaError(f"no DA of phase 1 has run in {shown_path(out_dir)}: nothing to report yet; run the table "
+                          f"(the same command without phases=, or with phases=[da,...])")
+    raise SchedaError(f"no DA of phase 1 completed with an evaluation yet; the jobs' logs are in "
+                      f"{shown_path(out_dir / 'da')}")
