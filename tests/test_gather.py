@@ -12,6 +12,7 @@ import pytest
 
 from scheda.utils import stats
 from scheda.runs.gather import gather
+from scheda.utils.lock import hold
 from helpers import STAGES, TINY, run_module, run_train
 
 
@@ -178,7 +179,12 @@ def test_a_run_still_running_shows_no_minutes_yet(cifar_arrays, tmp_path):
     assert _rows(tmp_path / "run")[0]["minutes"] != ""
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     (tmp_path / "run" / "results.json").write_text(json.dumps({**results, "status": "running", "seconds": 0.0}))
+    # nobody holds it: its lock names the process that ran it, which has ended (a SIGKILL:
+    # tests/reliability/test_kill_resume.py)
     row = _rows(tmp_path / "run")[0]
+    assert row["status"] == "killed" and row["minutes"] == ""
+    with hold(tmp_path / "run"):  # a live process holds the run, as the run itself does
+        row = _rows(tmp_path / "run")[0]
     assert row["status"] == "running" and row["minutes"] == ""
 
 

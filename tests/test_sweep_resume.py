@@ -4,6 +4,8 @@ without the kill, a failed one runs again with its old files kept, a job whose c
 refused with one line, and rerun=true runs everything again. Real ``train.py -m`` processes,
 killed with SIGKILL, with the basic and the joblib launchers."""
 
+import csv
+import io
 import json
 import os
 import signal
@@ -14,7 +16,7 @@ import torch
 
 from scheda.training.checkpoint import load_checkpoint
 
-from helpers import TINY, run_train, start_train
+from helpers import TINY, run_module, run_train, start_train
 
 EPOCHS = 250  # job 1 is killed at its epoch-50 checkpoint: 200 epochs to spare
 SWEEP = ["-m", "schedule=constant", "schedule.nu=0.3,0.5,0.7", f"schedule.epochs={EPOCHS}",
@@ -180,6 +182,12 @@ def test_a_killed_fused_sweep_run_again_resumes_every_model(cifar_arrays, tmp_pa
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    # every model of the killed job reads "killed" (its results.json says running: nobody will say otherwise)
+    table = run_module("scheda.runs.gather", [sweep_dir, "--format", "csv"], timeout=120)
+    assert table.returncode == 0, table.stderr
+    statuses = {row["run"].split("sweep/")[-1]: row["status"] for row in csv.DictReader(io.StringIO(table.stdout))}
+    assert statuses == {"0/models/0": "completed", "0/models/1": "completed", "1/models/0": "killed",
+                        "1/models/1": "killed"}, table.stdout
     again = run_train(args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "jobs: 0 ran, 1 skipped, 1 resumed, 0 reran" in again.stdout

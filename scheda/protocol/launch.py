@@ -31,7 +31,7 @@ from scheda.protocol.slurm import (
     scheduler_states,
 )
 from scheda.runs.reentry import has_checkpoint, keeps_init_from, reentry
-from scheda.runs.rundir import FINAL_STATUSES, read_results
+from scheda.runs.rundir import FINAL_STATUSES, KILLED, read_results, run_status
 
 log = logging.getLogger(__name__)
 
@@ -177,11 +177,13 @@ def job_statuses(jobs: list[JobSpec], out_dir: Path) -> list[dict[str, Any]]:
     rows = []
     scheduler = {phase: scheduler_states(out_dir / phase) for phase in {job.phase for job in jobs}}
     for job in jobs:
-        results = read_results(out_dir / job.phase / job.name) or {}
-        status, error = results.get("status", "not run"), results.get("error")
+        results = read_results(out_dir / job.phase / job.name)
+        status = run_status(results, out_dir / job.phase / job.name) if results else "not run"
+        results = results or {}
+        error = results.get("error")
         said = scheduler[job.phase].get(job.name) if status not in FINAL_STATUSES else None
         if said:  # the scheduler's word on a job that did not finish
-            status = "failed" if status in ("not run", "running") else status
+            status = "failed" if status in ("not run", "running", KILLED) else status
             error = f"{said}; {error}" if error else said
         rows.append({"name": job.name, "phase": job.phase, "status": status, "error": error,
                      "seconds": results.get("seconds"), "device": results.get("device"),

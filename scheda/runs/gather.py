@@ -33,7 +33,8 @@ from scheda.utils import stats
 from scheda.utils.errors import ConfigError
 from scheda.utils.interrupt import one_line_on_ctrl_c, quiet_on_a_closed_pipe
 from scheda.utils.io import shown_path
-from scheda.runs.rundir import CAP, PATIENCE, flatten, kept, params_of, params_text, pick, read_metrics
+from scheda.runs.rundir import (CAP, KILLED, PATIENCE, flatten, kept, params_of, params_text, pick, read_metrics,
+                                run_status)
 
 COLUMNS = ("status", "epochs", "read at", "classifier", "val_error %", "test_error %", "minutes")
 # "read at": the epoch of the evaluation the errors are from (--at picks it), which under the rule of
@@ -112,15 +113,16 @@ def read_row(path: Path, at: str = "kept", base: Path | None = None,
     name = str(path.parent.relative_to(base)) if base is not None and path.parent.is_relative_to(base) \
         else shown_path(path.parent)
     config = flatten(results["config"])
+    status = run_status(results, path.parent)
     logged = read_metrics(path.parent / str(config.get("logger.csv.file") or "metrics.csv")) if metrics else {}
     return {"run": name, "config": config,
-            "status": results.get("status", "?"), "epochs": results.get("epochs"),
+            "status": status, "epochs": results.get("epochs"),
             "stopped": results.get("stopped_by"),
             "read at": chosen["epoch"] if chosen else None,
             "classifier": params_text(params_of(chosen)) if chosen else None,
             "val_error %": percent(chosen["val_error"]) if chosen else None,
             "test_error %": percent(chosen["test_error"]) if chosen else None,
-            "minutes": seconds / 60 if seconds is not None and results.get("status") != "running" else None,
+            "minutes": seconds / 60 if seconds is not None and status not in ("running", KILLED) else None,
             **{f"env.{k}": (results.get("environment") or {}).get(k) for k in ENV_COLUMNS},
             **{m: metric_value(logged.get(m, {}), chosen["epoch"] if chosen else None) for m in metrics}}
 

@@ -314,10 +314,11 @@ def enter(cfg: Any, output_dir: Path) -> tuple[RunResults, bool]:
 
 
 def enter_model(model_dir: Path, overrides: dict[str, Any], composed: dict[str, Any], resumed: bool) -> RunResults:
-    """A fused sweep's model's results.json (its values in the sweep, its config, the time its
-    earlier attempts spent when the sweep resumes) and the config.yaml that composing it alone
-    would give, written before it trains."""
+    """A fused sweep's model's results.json (status running, its values in the sweep, its config,
+    the time its earlier attempts spent when the sweep resumes) and the config.yaml that composing
+    it alone would give, both written before it trains (as a run's own: a killed model reads as one)."""
     results = RunResults(model_dir / "results.json", overrides=overrides, config=composed,
                          seconds=earlier_seconds(read_results(model_dir) if resumed else None))
     atomic_write(model_dir / "config.yaml", lambda f: f.write(OmegaConf.to_yaml(composed).encode()))
+    results.save()
     return results

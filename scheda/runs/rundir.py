@@ -9,7 +9,8 @@ command line read runs without it). What a run writes there and how a later proc
 * ``metrics.csv`` of ``logger=csv`` (:func:`read_metrics`);
 * what a job does with a directory that already holds a run: scheda.runs.reentry;
 * what a finished run tells its user (:func:`summary_lines`);
-* ``.lock``: one writer at a time (scheda.utils.lock, which the protocol's folder uses too).
+* ``.lock``: one writer at a time (scheda.utils.lock, which the protocol's folder uses too); a run
+  whose results.json says running while its lock's holder is gone was killed (:func:`run_status`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from scheda.utils.io import atomic_write, atomic_write_json, shown_path
+from scheda.utils.lock import holder_gone
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +218,16 @@ ACTIONS = ("ran", "skipped", "resumed", "reran")
 # A run that ended with one of these is a result: run again with the same config and seed it
 # would end the same way (a diverged run diverges again), so it is kept, not rerun.
 FINAL_STATUSES = ("completed", "diverged")
+KILLED = "killed"  # read, never written: a run recorded as running whose process is gone
+
+
+def run_status(results: Mapping[str, Any], run_dir: Path) -> str:
+    """A run's status as its results.json says, but "killed" for one that says "running" while the
+    process that held the run (its directory's lock; a fused sweep's model: its run's) has ended on
+    this host without recording why (SIGKILL, the OOM killer). Its command resumes it as any stopped run."""
+    status = results.get("status", "?")
+    holder = run_dir.parent.parent if run_dir.parent.name == "models" else run_dir
+    return KILLED if status == "running" and holder_gone(holder) else status
 
 
 def summarise_sweep(results: RunResults, summaries: list[dict[str, Any]], seconds: float) -> dict[str, Any]:

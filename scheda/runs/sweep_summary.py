@@ -15,7 +15,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from scheda.runs.reentry import INVOCATION
-from scheda.runs.rundir import kept, read_at_text
+from scheda.runs.rundir import kept, read_at_text, run_status
 from scheda.utils.io import atomic_write, shown_path
 
 
@@ -46,7 +46,7 @@ def job_line(job_dir: Path, invocation: str | None = None) -> tuple[str, float |
     done = f" ({action})" if action else ""
     if results.get("status") != "completed" and results.get("error"):  # what stopped it, as its results.json says
         errors += f": {results['error']}"
-    return f"{job_dir.name}: {overrides}: {results.get('status', '?')}{done}{errors}", val, action
+    return f"{job_dir.name}: {overrides}: {run_status(results, job_dir)}{done}{errors}", val, action
 
 
 def swept_label(sweep_dir: Path, job_overrides: list[str]) -> str:

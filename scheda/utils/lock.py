@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -47,6 +48,28 @@ def hold(directory: str | os.PathLike, what: str = "run") -> Iterator[Path]:
     finally:
         _held.discard(fd)
         os.close(fd)  # closing releases the lock
+
+
+def holder_gone(directory: str | os.PathLike) -> bool:
+    """Whether the process that last took ``directory``'s lock ran on this host and has ended
+    without a trace of its own (SIGKILL, the OOM killer): then a results.json that says "running"
+    will never say anything else. False where that cannot be told: no lock file, another host,
+    a live pid (which may be a reused one: the run then reads as running, as it always did).
+    Reads the lock file only: a probe that took the lock could refuse a run starting that instant."""
+    try:
+        text = (Path(directory) / LOCK).read_text(errors="replace")
+    except OSError:
+        return False
+    found = re.match(r"pid (\d+) on (\S+) since", text)
+    if found is None or found.group(2) != socket.gethostname():
+        return False
+    try:
+        os.kill(int(found.group(1)), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):  # another user's live process; a pid no process can have
+        return False
+    return False
 
 
 def release_inherited_locks() -> None:

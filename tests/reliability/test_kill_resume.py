@@ -1,5 +1,7 @@
 """SIGKILL a training run at random points, resume it, and get the uninterrupted run's weights."""
 
+import csv
+import io
 import json
 import random
 import signal
@@ -11,7 +13,7 @@ import torch
 
 from scheda.training.checkpoint import load_checkpoint
 
-from helpers import TINY, run_train, start_faulty_train
+from helpers import TINY, run_module, run_train, start_faulty_train
 
 EPOCHS = 8
 SCHEDULE = ["schedule=decreasing", "schedule.nu0=0.6", "schedule.delta_nu=0.1", "schedule.K=2",
@@ -29,6 +31,12 @@ def _wait_for(path: Path, proc, timeout=120):
         assert proc.poll() is None, f"run ended before {path.name} appeared: {proc.stderr.read()}"
         assert time.time() < deadline, f"{path} never appeared"
         time.sleep(0.01)
+
+
+def _status(run_dir: Path) -> str:
+    proc = run_module("scheda.runs.gather", [run_dir, "--format", "csv"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return next(csv.DictReader(io.StringIO(proc.stdout)))["status"]
 
 
 def _kill(proc):
@@ -83,7 +91,11 @@ def test_kill_during_a_checkpoint_write_then_resume(golden, tmp_path):
     target = killed / "checkpoints" / "epoch_00004.pt"
     proc = start_faulty_train(_args(data, killed), tmp_path, hang_write=target.name)
     _wait_for(Path(str(target) + ".hanging"), proc)
+    assert _status(killed) == "running"
     _kill(proc)
+    # results.json still says running, and nothing will change that: scheda-results reads its lock's dead holder
+    assert json.loads((killed / "results.json").read_text())["status"] == "running"
+    assert _status(killed) == "killed"
     assert not target.exists()  # the half-written file never took the checkpoint's name
     assert list(target.parent.glob(".epoch_00004.pt.*.tmp"))
     assert load_checkpoint(killed)["epoch"] == 3  # the previous checkpoint is intact and chosen
