@@ -376,6 +376,30 @@ def test_bad_protocol_values_fail_with_one_line(tmp_path, cifar_arrays):
     assert proc.returncode == 1 and "table.continuations has 'sheda'" in proc.stderr.strip().splitlines()[-1]
 
 
+def test_a_table_killed_outright_reads_killed_and_says_how_to_go_on(tmp_path, cifar_arrays):
+    """SIGKILL to the whole table (the OOM killer, a lost machine) while its first DA trains: the
+    DA's results.json still says running, and the report asked for next says the DA was killed
+    (its lock's holder is gone), how the jobs stand and how to go on, in one line."""
+    import signal
+    import time
+
+    proc = start_reproduce(tmp_path, cifar_arrays, *ENDLESS_DAS, new_session=True)
+    job = tmp_path / "runs" / "da" / "da_h16_nu0.5_lr0.1"
+    try:
+        deadline = time.time() + 120
+        while not (job / "train.log").exists() or "epoch" not in (job / "train.log").read_text():
+            assert proc.poll() is None and time.time() < deadline, "the DA did not start training"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert json.loads((job / "results.json").read_text())["status"] == "running"
+    report = reproduce(tmp_path, cifar_arrays, *ENDLESS_DAS, "phases=[report]")
+    assert report.returncode == 1 and report.stderr.strip().splitlines()[-1] == (
+        "error: no DA of phase 1 completed with an evaluation yet (killed 1, not run 1): the same command without "
+        "phases= goes on with them; their logs are in runs/da"), report.stderr[-2000:]
+
+
 @pytest.mark.parametrize("whom, signame, launcher", [("group", "SIGINT", "basic"), ("protocol", "SIGINT", "basic"),
                                                      ("protocol", "SIGTERM", "basic"), ("protocol", "SIGTERM", "joblib")])
 def test_ctrl_c_stops_the_phase_with_a_checkpoint_and_says_so_in_one_line(tmp_path, cifar_arrays, whom, signame,

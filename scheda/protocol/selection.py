@@ -5,6 +5,7 @@ each run's entry holds and where it is filed is its kind's (scheda.protocol.kind
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -87,5 +88,6 @@ def require_selection(selection: dict[str, Any], jobs: list[JobSpec], out_dir: P
     if all(row["status"] == "not run" for row in statuses):  # phases=[report] before the table ran
         raise SchedaError(f"no DA of phase 1 has run in {shown_path(out_dir)}: nothing to report yet; run the table "
                           f"(the same command without phases=, or with phases=[da,...])")
-    raise SchedaError(f"no DA of phase 1 completed with an evaluation yet; the jobs' logs are in "
-                      f"{shown_path(out_dir / 'da')}")
+    counts = ", ".join(f"{status} {n}" for status, n in sorted(Counter(row["status"] for row in statuses).items()))
+    raise SchedaError(f"no DA of phase 1 completed with an evaluation yet ({counts}): the same command without "
+                      f"phases= goes on with them; their logs are in {shown_path(out_dir / 'da')}")

@@ -63,13 +63,17 @@ def holder_gone(directory: str | os.PathLike) -> bool:
     found = re.match(r"pid (\d+) on (\S+) since", text)
     if found is None or found.group(2) != socket.gethostname():
         return False
+    pid = int(found.group(1))
     try:
-        os.kill(int(found.group(1)), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except (PermissionError, OverflowError):  # another user's live process; a pid no process can have
         return False
-    return False
+    try:  # killed, not yet reaped by its parent: a zombie holds no lock and runs nothing
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except (OSError, IndexError):  # no /proc (macOS): a live pid
+        return False
 
 
 def release_inherited_locks() -> None:

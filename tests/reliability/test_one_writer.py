@@ -148,3 +148,32 @@ def test_the_lock_file_names_its_holder_and_is_reusable(tmp_path):
     with hold(tmp_path / "d"):  # released at the block's end, taken again
         pass
     assert Path(tmp_path / "d" / ".lock").exists()
+
+
+def test_a_holder_killed_outright_is_gone_once_dead_even_unreaped(tmp_path):
+    """What reads a run as killed (scheda.runs.rundir.run_status): the lock file's holder, a live
+    process, is not gone; SIGKILLed it is, before its parent has reaped it (a zombie) and after;
+    a holder on another host cannot be told and is not."""
+    import subprocess
+
+    from scheda.utils.lock import holder_gone
+
+    assert not holder_gone(tmp_path)  # no lock file
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        (tmp_path / ".lock").write_text(f"pid {child.pid} on {socket.gethostname()} since 2026-11-29 10:00:00\n")
+        assert not holder_gone(tmp_path)
+        child.send_signal(signal.SIGKILL)
+        deadline = time.time() + 10
+        while Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+            assert time.time() < deadline
+            time.sleep(0.01)
+        assert holder_gone(tmp_path)  # a zombie: dead, not yet reaped
+    finally:
+        child.kill()
+        child.wait()
+    assert holder_gone(tmp_path)
+    (tmp_path / ".lock").write_text(f"pid {child.pid} on another-host-{socket.gethostname()} since 2026-11-29\n")
+    assert not holder_gone(tmp_path)
+    with hold(tmp_path):  # this live process
+        assert not holder_gone(tmp_path)
