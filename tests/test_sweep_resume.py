@@ -82,6 +82,36 @@ def test_a_killed_sweep_run_again_ends_with_every_job_completed_once(cifar_array
     assert third.returncode == 0 and "jobs: 0 ran, 3 skipped, 0 resumed, 0 reran" in third.stdout
 
 
+def test_a_joblib_worker_killed_outright_ends_the_sweep_in_one_line_and_every_job_resumes(cifar_arrays, tmp_path):
+    """The OOM killer takes one joblib worker: joblib kills the other one too and raised loky's
+    TerminatedWorkerError, a page of traceback. The sweep ends in one line saying what happened and
+    how to go on, its job lines say both jobs were killed, and the same command resumes both."""
+    sweep_dir = tmp_path / "sweep"
+    args = _sweep(cifar_arrays, sweep_dir, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
+    proc = start_train(args, tmp_path, new_session=True)
+    try:
+        deadline = time.time() + 240
+        while not all((sweep_dir / k / "checkpoints" / "epoch_00050.pt").exists() for k in "01"):
+            assert proc.poll() is None, proc.stderr.read()[-2000:]
+            assert time.time() < deadline, "the jobs never checkpointed"
+            time.sleep(0.05)
+        os.kill(int((sweep_dir / "0" / ".lock").read_text().split()[1]), signal.SIGKILL)  # job 0's worker
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == 1 and "Traceback" not in stderr, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1].startswith("error: a joblib worker was killed (exit SIGKILL(-9): the OOM "
+                                                      "killer, or kill -9) and joblib stopped the sweep's other jobs")
+    assert [_results(sweep_dir / k)["status"] for k in "01"] == ["running", "running"]  # neither could say so
+    again = run_train(args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _actions(sweep_dir) == [["ran", "resumed"], ["ran", "resumed"], ["ran"]]
+    assert "jobs: 1 ran, 0 skipped, 2 resumed, 0 reran" in again.stdout
+
+
 def test_failed_jobs_run_again_keeping_their_files_and_rerun_true_runs_everything(cifar_arrays, tmp_path):
     sweep_dir = tmp_path / "sweep"
     short = ["schedule.epochs=2", "trainer.checkpoint_every=1"]

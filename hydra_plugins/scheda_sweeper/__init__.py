@@ -22,6 +22,7 @@ default import hook) hides it from Hydra's scan of the namespace (facebookresear
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -31,6 +32,8 @@ from hydra.core.config_store import ConfigStore
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
+
+from scheda.utils.errors import SchedaError
 
 IN_PROCESS_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
@@ -156,6 +159,21 @@ class ComposeOnceSweeper(Sweeper):
         with hold(folder, "sweep"), stopping_jobs(self.basic.launcher):
             try:
                 return self.basic.sweep(arguments)
-            except Exception:  # a job failed: Hydra raises it once every job ran, before its callbacks
+            except Exception as exc:  # a job failed: Hydra raises it once every job ran, before its callbacks
                 summarise(folder, os.environ.get(INVOCATION))  # so the summary of the jobs comes here
+                line = killed_worker(exc)
+                if line is not None:
+                    raise SchedaError(line) from None
                 raise
+
+
+def killed_worker(exc: BaseException) -> str | None:
+    """One line for a joblib worker killed outright (SIGKILL: the OOM killer, ``kill -9``), after
+    which joblib kills the sweep's other workers too (their jobs stop where their last checkpoint
+    stands) and raises loky's TerminatedWorkerError, a page of traceback; None for anything else."""
+    if type(exc).__name__ != "TerminatedWorkerError":
+        return None
+    codes = re.search(r"exit codes of the workers are \{([^}]*)\}", str(exc))
+    return (f"a joblib worker was killed (exit {codes.group(1) if codes else 'code not given'}: the OOM killer, or "
+            f"kill -9) and joblib stopped the sweep's other jobs with it: the same command resumes each from its "
+            f"newest checkpoint (if memory ran out, fewer jobs at once: hydra.launcher.n_jobs, or scheda-reproduce's n_jobs)")

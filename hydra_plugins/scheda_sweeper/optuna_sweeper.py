@@ -36,7 +36,8 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-from hydra_plugins.scheda_sweeper import stopping_jobs
+from hydra_plugins.scheda_sweeper import killed_worker, stopping_jobs
+from scheda.utils.errors import SchedaError
 
 log = logging.getLogger(__name__)
 
@@ -159,24 +160,38 @@ class OptunaSweeper(Sweeper):
                     study.tell(trial, float(value))
             returns.append(results)
 
-        with stopping_jobs(self.launcher):  # a signal: the running trials' jobs checkpoint first
-            for trials in _consecutive(stopped, self.n_jobs):
-                launch([t.number for t in trials], [t.params for t in trials])
-            while left > 0:
-                trials = [study.ask() for _ in range(min(self.n_jobs, left))]
-                launch([t.number for t in trials], [{k: _suggest(t, k, s) for k, s in space.items()} for t in trials])
-                left -= len(trials)
+        try:
+            with stopping_jobs(self.launcher):  # a signal: the running trials' jobs checkpoint first
+                for trials in _consecutive(stopped, self.n_jobs):
+                    launch([t.number for t in trials], [t.params for t in trials])
+                while left > 0:
+                    trials = [study.ask() for _ in range(min(self.n_jobs, left))]
+                    launch([t.number for t in trials],
+                           [{k: _suggest(t, k, s) for k, s in space.items()} for t in trials])
+                    left -= len(trials)
+        except Exception as exc:  # noqa: BLE001 - only a killed worker is reworded
+            line = killed_worker(exc)
+            if line is None:
+                raise
+            _summarise(folder)  # its trials stay running in the study: the same command resumes them first
+            raise SchedaError(line) from None
         complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         if not complete:  # nothing to report: say so and exit 1, as a grid sweep with a failed job does
-            import os
-
-            from scheda.runs.reentry import INVOCATION
-            from scheda.runs.sweep_summary import summarise
-
-            summarise(folder, os.environ.get(INVOCATION))  # Hydra's end-of-sweep callbacks do not run after this
+            _summarise(folder)
             raise SystemExit(f"error: no trial of the search completed ({len(study.trials)} failed): the job lines "
                              f"above say why")
         best = study.best_trial
         log.info("optuna best: trial %d, value %.6g, %s", best.number, best.value,
                  " ".join(f"{k}={v}" for k, v in best.params.items()))
         return returns
+
+
+def _summarise(folder: Path) -> None:
+    """The sweep's job lines and summary.md, where the sweep ends by an error (Hydra's end-of-sweep
+    callbacks, which write them, do not run after one)."""
+    import os
+
+    from scheda.runs.reentry import INVOCATION
+    from scheda.runs.sweep_summary import summarise
+
+    summarise(folder, os.environ.get(INVOCATION))
