@@ -364,6 +364,11 @@ def test_bad_protocol_values_fail_with_one_line(tmp_path, cifar_arrays):
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
         "error: no DA of phase 1 has run in runs: nothing to report yet; run the table (the same command without "
         "phases=, or with phases=[da,...])"), proc.stderr[-2000:]
+    (tmp_path / "a_file").write_text("")  # the report comes after the jobs: a report_dir it cannot go to is said first
+    proc = reproduce(tmp_path, cifar_arrays, f"report_dir={tmp_path / 'a_file' / 'reports'}")
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+        f"error: report_dir={tmp_path / 'a_file' / 'reports'} cannot be made (Not a directory): give a folder you can "
+        f"write to") and not (tmp_path / "runs" / "da").exists(), proc.stderr[-2000:]
     proc = reproduce(tmp_path, cifar_arrays, "scale.da.eval_every=0")
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == ["error: scale.da.epochs=3 and scale.da.eval_every=0 must be >= 1"]

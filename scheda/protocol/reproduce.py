@@ -14,6 +14,7 @@ nothing in the out_dir (the running invocation owns it).
 from __future__ import annotations
 
 import contextlib
+import os
 import logging
 import shlex
 import subprocess
@@ -29,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from scheda.config import (CONFIGS, conflicting_flags, list_groups_from_one_copy, one_line_composition_errors,
                            register_configs, unknown_choice)
-from scheda.utils.errors import BusyError, SchedaError
+from scheda.utils.errors import BusyError, ConfigError, SchedaError
 from scheda.utils.environment import invoked_as
 from scheda.utils.interrupt import Interrupted, quiet_on_a_closed_pipe, terminate_as_interrupt
 from scheda.utils.io import atomic_write, atomic_write_json, shown_path
@@ -66,6 +67,7 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
     log.info("%s", estimate.describe(cfg, estimate.estimate(cfg, bench, batch), cfg.bench))
     if cfg.dry_run:
         return None
+    _report_dir_writable(cfg.report_dir)  # the report comes at the end: a folder it cannot go to is said now
     with terminate_as_interrupt(), contextlib.ExitStack() as held:
         try:
             held.enter_context(hold(out_dir, "scheda-reproduce"))
@@ -218,6 +220,19 @@ def describe_device(statuses: list[dict]) -> str:
     used = sorted({s["device"] for s in statuses if s.get("device")}) or ["no job has run"]
     here = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU, {torch.get_num_threads()} threads"
     return f"jobs ran on {', '.join(used)} (this machine: {here})"
+
+
+def _report_dir_writable(report_dir: str) -> None:
+    """``report_dir``, made now (the report is written into it after the jobs, hours later), or a
+    ConfigError naming why it cannot be."""
+    folder = Path(report_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"report_dir={report_dir} cannot be made ({exc.strerror}): give a folder you can write "
+                          f"to") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"report_dir={report_dir} cannot be written to: give a folder you can write to")
 
 
 def git_commit() -> str:

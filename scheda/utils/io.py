@@ -54,6 +54,11 @@ class _Watched:
         return getattr(self._f, name)
 
 
+# Where a file cannot be written at all (a folder that cannot be made, no permission, a read-only
+# file system): the user's to fix, as a full disk is.
+_UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EEXIST)
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
     """Call ``write(f)`` on a temporary file beside ``path`` and rename it into place."""
     path = Path(path)
@@ -81,6 +86,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
                 f"disk full while writing {path}: free space there or point hydra.run.dir "
                 f"elsewhere; the previous file (if any) is intact"
             ) from exc
+        if isinstance(exc, OSError) and exc.errno in _UNWRITABLE:
+            why = "a file stands where its folder would go" if exc.errno in (errno.EEXIST, errno.ENOTDIR) \
+                else exc.strerror
+            raise CheckpointError(f"cannot write {path}: {why} ({exc.filename}): choose a folder you can write to; "
+                                  f"the previous file (if any) is intact") from exc
         raise
     _fsync_dir(path.parent)
     return path

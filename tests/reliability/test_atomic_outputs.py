@@ -81,3 +81,14 @@ def test_written_files_get_the_usual_permissions(tmp_path):
 
     path = atomic_write_json(tmp_path / "results.json", {"a": 1})
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~scheda.utils.io._UMASK
+
+
+def test_a_place_that_cannot_be_written_names_the_file_and_the_fix(tmp_path):
+    """A folder that cannot be made (a file stands where it would go): the user's to fix, in one
+    line, as a full disk is (it was an OSError's traceback)."""
+    (tmp_path / "reports").write_text("a file, not a folder")
+    with pytest.raises(CheckpointError, match=r"cannot write .*reports/table1_cpu.md: a file stands where its "
+                                              r"folder would go \(.*reports\): choose a folder you can write to"):
+        atomic_write_json(tmp_path / "reports" / "table1_cpu.md", {})
+    with pytest.raises(OSError):  # anything else stays itself (a writer's own error, a bug)
+        atomic_write(tmp_path / "x.json", lambda f: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
