@@ -367,8 +367,8 @@ def test_bad_protocol_values_fail_with_one_line(tmp_path, cifar_arrays):
     (tmp_path / "a_file").write_text("")  # the report comes after the jobs: a report_dir it cannot go to is said first
     proc = reproduce(tmp_path, cifar_arrays, f"report_dir={tmp_path / 'a_file' / 'reports'}")
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
-        f"error: report_dir={tmp_path / 'a_file' / 'reports'} cannot be made (Not a directory): give a folder you can "
-        f"write to") and not (tmp_path / "runs" / "da").exists(), proc.stderr[-2000:]
+        f"error: report_dir={tmp_path / 'a_file' / 'reports'} cannot be made (a_file is a file): give a "
+        f"folder you can write to") and not (tmp_path / "runs" / "da").exists(), proc.stderr[-2000:]
     proc = reproduce(tmp_path, cifar_arrays, "scale.da.eval_every=0")
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == ["error: scale.da.epochs=3 and scale.da.eval_every=0 must be >= 1"]

@@ -223,16 +223,16 @@ def describe_device(statuses: list[dict]) -> str:
 
 
 def _report_dir_writable(report_dir: str) -> None:
-    """``report_dir``, made now (the report is written into it after the jobs, hours later), or a
-    ConfigError naming why it cannot be."""
-    folder = Path(report_dir)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"report_dir={report_dir} cannot be made ({exc.strerror}): give a folder you can write "
-                          f"to") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError(f"report_dir={report_dir} cannot be written to: give a folder you can write to")
+    """A ConfigError if ``report_dir`` could not be made or written to: the report is written after
+    the jobs, hours later. Nothing is made here (a refused run leaves no folder behind)."""
+    folder = Path(report_dir).absolute()
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"report_dir={report_dir} cannot be made ({shown_path(existing)} is a file): give a folder "
+                          f"you can write to")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"report_dir={report_dir} cannot be written to ({shown_path(existing)}: no permission, or a "
+                          f"read-only file system): give a folder you can write to")
 
 
 def git_commit() -> str:
