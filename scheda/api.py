@@ -97,8 +97,16 @@ class Run:
         name = ((self.results.get("config") or {}).get("logger") or {}).get("csv", {}).get("file", "metrics.csv")
         return read_metrics(self.dir / name)
 
+    @property
+    def status(self) -> str:
+        """results.json's status, read as ``scheda-results`` reads it: "killed" for a run it says is
+        running whose process has ended (scheda.runs.rundir.run_status)."""
+        from scheda.runs.rundir import run_status
+
+        return run_status(self.results, self.dir)
+
     def __repr__(self) -> str:
-        return f"Run({str(self.dir)!r}, status={self.results.get('status')!r})"
+        return f"Run({str(self.dir)!r}, status={self.status!r})"
 
 
 def load(run_dir: str | Path) -> Run:

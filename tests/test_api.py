@@ -4,6 +4,8 @@ in one line."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -35,6 +37,26 @@ def test_train_encode_load_and_train_again_in_one_process(tmp_path):
                           data=torch.from_numpy(x), output_dir=tmp_path / "b")
     assert second.results["status"] == "completed" and not second.results.get("evaluations")
     assert second.encode(x).shape == (120, 4)
+    assert run.status == "completed"
+
+
+def test_a_run_killed_outright_reads_killed(tmp_path):
+    """results.json says running, and the process named in its lock has ended: the Run says killed,
+    as scheda-results does (scheda.runs.rundir.run_status); while that process lives, running."""
+    import socket
+    import subprocess
+
+    rng = np.random.default_rng(5)  # its own: the module's RNG feeds the other tests their values
+    x, y = rng.random((60, 9)).astype(np.float32), rng.integers(0, 3, 60)
+    run = scheda.train(SMALL, data=(x, y), output_dir=tmp_path / "a")
+    results = json.loads((run.dir / "results.json").read_text())
+    (run.dir / "results.json").write_text(json.dumps({**results, "status": "running"}))
+    assert scheda.load(run.dir).status == "running"  # its lock names this process, alive
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    (run.dir / ".lock").write_text(f"pid {ended.pid} on {socket.gethostname()} since 2026-11-29 10:00:00\n")
+    again = scheda.load(run.dir)
+    assert again.status == "killed" and repr(again) == f"Run({str(run.dir)!r}, status='killed')"
 
 
 def test_bad_calls_are_refused_in_one_line(tmp_path):
