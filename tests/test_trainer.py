@@ -297,3 +297,34 @@ def test_the_console_shows_the_training_loggers_warnings_and_not_their_epochs(ci
                       cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "the schedule differs from the checkpoint's" in again.stdout + again.stderr
+
+
+def test_each_console_line_is_one_write_flushed_at_once():
+    """A parallel sweep's jobs share the console: a line written in pieces (text, then newline) or
+    left in a block buffer (a pipe, a file) came out cut into another job's line."""
+    import io
+    import logging
+
+    from scheda.training.callbacks import TqdmLoggingHandler
+
+    class Console(io.StringIO):
+        def __init__(self):
+            super().__init__()
+            self.writes, self.flushed = [], []
+
+        def write(self, text):
+            if text:
+                self.writes.append(text)
+            return super().write(text)
+
+        def flush(self):
+            self.flushed.append(self.getvalue())
+
+    console = Console()
+    handler = TqdmLoggingHandler(console)
+    handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+    record = logging.LogRecord("scheda.run", logging.INFO, __file__, 1, "eval epoch %d: val %.4f", (4, 0.615), None)
+    handler.emit(record)
+    handler.emit(record)
+    assert console.writes == ["[scheda.run] eval epoch 4: val 0.6150\n"] * 2
+    assert console.flushed[-1] == console.getvalue() and len(console.flushed) >= 2  # out before the next record

@@ -89,11 +89,15 @@ class Patience(Callback):
 
 class TqdmLoggingHandler(logging.StreamHandler):
     """A console log handler that prints above the progress bar instead of through it
-    (configs/hydra/default.yaml installs it as Hydra's console handler)."""
+    (configs/hydra/default.yaml installs it as Hydra's console handler). Each line is one write,
+    flushed at once: the jobs of a parallel sweep share the console, and a line written in two
+    pieces (tqdm writes the text, then the newline), or left in a block buffer when the console is
+    a pipe or a file, came out cut into another job's line."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            tqdm.write(self.format(record), file=self.stream)
+            tqdm.write(self.format(record) + self.terminator, file=self.stream, end="")
+            self.flush()
         except Exception:  # noqa: BLE001 - logging must never raise
             self.handleError(record)
 
