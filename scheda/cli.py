@@ -41,6 +41,9 @@ def task(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and "joblib" in str(hydra_cfg.launcher.get("_target_", "")).lower():
         claim_gpu()  # before anything starts CUDA: one GPU per local parallel job
+        from scheda.training.callbacks import label_console
+
+        label_console(f"[#{hydra_cfg.job.num}]")  # the jobs share the console: whose line (Hydra's "#1 : ...")
 
     from scheda.utils.interrupt import Interrupted, in_sweep_worker, unanswered_stop, wait_for_the_sweep
     from scheda.run import run

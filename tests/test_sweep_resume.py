@@ -76,6 +76,10 @@ def test_a_killed_sweep_run_again_ends_with_every_job_completed_once(cifar_array
     assert "completed before with the same config: skipped" in log and "resuming from its newest checkpoint" in log
     assert "changed settings" not in log, [l for l in log.splitlines() if "changed" in l]  # its loggers named by its swept value, as when it began
     assert "jobs: 1 ran, 1 skipped, 1 resumed, 0 reran" in again.stdout
+    if launcher:  # joblib's jobs share the console: each line says whose it is (Hydra's "#2 : ..." names it)
+        ours = [line for line in again.stdout.splitlines() if "][scheda." in line]
+        assert ours and all(line.startswith(("[#0][", "[#1][", "[#2][")) for line in ours), ours[:5]
+        assert any(line.startswith("[#2][") and line.endswith("run directory: sweep/2") for line in ours), ours
 
     # A third time: nothing left to do.
     third = run_train(args, cwd=tmp_path)

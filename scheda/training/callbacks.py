@@ -94,12 +94,23 @@ class TqdmLoggingHandler(logging.StreamHandler):
     pieces (tqdm writes the text, then the newline), or left in a block buffer when the console is
     a pipe or a file, came out cut into another job's line."""
 
+    label = ""  # a parallel sweep's job: "[#1]" before each of its lines (label_console)
+
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            tqdm.write(self.format(record) + self.terminator, file=self.stream, end="")
+            tqdm.write(self.label + self.format(record) + self.terminator, file=self.stream, end="")
             self.flush()
         except Exception:  # noqa: BLE001 - logging must never raise
             self.handleError(record)
+
+
+def label_console(label: str) -> None:
+    """Put ``label`` before every console line of this process (its TqdmLoggingHandlers): the jobs
+    of a joblib sweep share one console, where an evaluation's line did not say whose it was."""
+    loggers = [logging.getLogger(), *(logging.getLogger(name) for name in list(logging.root.manager.loggerDict))]
+    for handler in {h for logger in loggers for h in getattr(logger, "handlers", [])}:
+        if isinstance(handler, TqdmLoggingHandler):
+            handler.label = label
 
 
 class ProgressBar(Callback):
