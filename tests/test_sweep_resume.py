@@ -73,7 +73,8 @@ def test_a_killed_sweep_run_again_ends_with_every_job_completed_once(cifar_array
     assert golden.returncode == 0, golden.stderr[-2000:]
     assert torch.equal(load_checkpoint(sweep_dir / "1")["model"]["W"], load_checkpoint(tmp_path / "golden")["model"]["W"])
     log = again.stdout + again.stderr
-    assert "completed before with the same config: skipped" in log and "resuming from its newest checkpoint" in log
+    assert "completed before with the same config: skipped" in log and "killed before: resuming from its newest " \
+                                                                         "checkpoint" in log
     assert "changed settings" not in log, [l for l in log.splitlines() if "changed" in l]  # its loggers named by its swept value, as when it began
     assert "jobs: 1 ran, 1 skipped, 1 resumed, 0 reran" in again.stdout
     if launcher:  # joblib's jobs share the console: each line says whose it is (Hydra's "#2 : ..." names it)

@@ -25,8 +25,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from scheda.runs.rundir import (CHECKPOINT_RE, FINAL_STATUSES, FINETUNE_INIT, FINETUNE_LAST, RunResults, flatten,
-                                read_results)
+from scheda.runs.rundir import (CHECKPOINT_RE, FINAL_STATUSES, FINETUNE_INIT, FINETUNE_LAST, KILLED, RunResults,
+                                flatten, read_results)
 from scheda.utils.errors import ConfigError
 from scheda.utils.io import atomic_write, shown_path
 
@@ -194,6 +194,8 @@ def reentry(status: str | None, checkpointed: bool, error: str | None = None) ->
         return "ran", ""
     if status in FINAL_STATUSES:
         return "skipped", f"{status} before with the same config: skipped (rerun=true runs it again)"
+    if status == "running":  # asked by the one process that may run it now: the last one was killed
+        status = KILLED
     if status == "failed":
         return "reran", f"failed before ({error or 'no error recorded'}): running it again (its files under attempts/)"
     if checkpointed:
