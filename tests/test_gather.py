@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +62,26 @@ def test_at_reads_every_run_at_its_best_on_validation_or_at_an_epoch(sweep):
     assert proc.returncode == 2 and "use kept, last, best or epoch=N" in proc.stderr
     proc = run_module("scheda.runs.gather", [sweep, "--at", "epoch=7"], timeout=120)  # evaluated at 1 and 2 only
     assert proc.returncode == 0 and proc.stderr.strip() == "note: no run has an evaluation at epoch=7: its errors show as —"
+
+
+def test_groups_average_finished_runs_only_and_count_the_others(sweep, tmp_path):
+    """A seed still training, or killed half way, is not averaged in with finished ones (it would
+    pull the mean toward a half-trained model): the group says how many are not finished."""
+    import shutil
+
+    copy = tmp_path / "sweep"
+    shutil.copytree(sweep, copy)
+    rows = _rows(copy)
+    job = next(r for r in rows if r["seed"] == "2" and r["schedule.nu"] == rows[0]["schedule.nu"])
+    path = Path(job["run"]) / "results.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "status": "running"}))  # what a SIGKILL leaves
+    groups = json.loads(gather([copy], ["all-but-seed"], "json"))
+    hit = next(g for g in groups if g["schedule.nu"] == float(job["schedule.nu"]))
+    other = next(r for r in rows if r["seed"] == "1" and r["schedule.nu"] == job["schedule.nu"])
+    assert hit["n"] == 1 and hit["not finished"] == "killed 1" and hit["test_error %"]["sd"] is None
+    assert hit["test_error %"]["mean"] == pytest.approx(float(other["test_error %"]))
+    assert all(g["n"] == 2 and g["not finished"] is None for g in groups if g is not hit)
+    assert "| n | val_error % | test_error % | not finished |" in gather([copy], ["all-but-seed"], "md")
 
 
 def test_a_group_by_key_no_run_has_is_one_line_naming_the_keys_that_differ(sweep):

@@ -26,6 +26,7 @@ import io
 import json
 import math
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -33,8 +34,8 @@ from scheda.utils import stats
 from scheda.utils.errors import ConfigError
 from scheda.utils.interrupt import one_line_on_ctrl_c, quiet_on_a_closed_pipe
 from scheda.utils.io import shown_path
-from scheda.runs.rundir import (CAP, KILLED, PATIENCE, flatten, kept, params_of, params_text, pick, read_metrics,
-                                run_status)
+from scheda.runs.rundir import (CAP, FINAL_STATUSES, KILLED, PATIENCE, flatten, kept, params_of, params_text, pick,
+                                read_metrics, run_status)
 
 COLUMNS = ("status", "epochs", "read at", "classifier", "val_error %", "test_error %", "minutes")
 # "read at": the epoch of the evaluation the errors are from (--at picks it), which under the rule of
@@ -155,7 +156,9 @@ def table(rows: list[dict[str, Any]], env: bool = False,
 
 
 def grouped(rows: list[dict[str, Any]], by: Sequence[str]) -> tuple[list[str], list[list[Any]]]:
-    """One line per group of ``by``'s values: n, and mean ± sd of validation and test error."""
+    """One line per group of ``by``'s values: n, and mean ± sd of validation and test error over its
+    finished runs (completed, diverged: a result); runs still going, stopped or failed are counted
+    in a column of their own, never averaged in (a half-trained seed would pull the mean)."""
     if list(by) == [ALL_BUT_SEED]:
         by = [k for k in differing_keys(rows) if k != "seed"]
     groups: dict[tuple, list[dict[str, Any]]] = {}
@@ -163,13 +166,18 @@ def grouped(rows: list[dict[str, Any]], by: Sequence[str]) -> tuple[list[str], l
         groups.setdefault(tuple(json.dumps(r["config"].get(k)) for k in by), []).append(r)
     body = []
     for key, members in groups.items():
-        line = [json.loads(v) for v in key] + [len(members)]
+        finished = [m for m in members if m["status"] in FINAL_STATUSES]
+        line = [json.loads(v) for v in key] + [len(finished)]
         for column in ("val_error %", "test_error %"):
-            values = [m[column] for m in members if m[column] is not None]
+            values = [m[column] for m in finished if m[column] is not None]
             line.append(stats.summarize(values) if values else None)
-        body.append(line)
-    body.sort(key=lambda line: (line[-2] is None, line[-2].mean if line[-2] else 0.0))
-    return [*by, "n", "val_error %", "test_error %"], body
+        left = Counter(m["status"] for m in members if m["status"] not in FINAL_STATUSES)
+        body.append(line + [", ".join(f"{status} {n}" for status, n in sorted(left.items())) or None])
+    body.sort(key=lambda line: (line[-3] is None, line[-3].mean if line[-3] else 0.0))
+    header = [*by, "n", "val_error %", "test_error %", "not finished"]
+    if all(line[-1] is None for line in body):  # every run finished: no column for it
+        header, body = header[:-1], [line[:-1] for line in body]
+    return header, body
 
 
 def cell(value: Any, digits: int | None = None) -> str:
