@@ -187,3 +187,6 @@ def test_a_sweep_and_its_search_read_each_job_at_the_model_the_rule_kept(tmp_pat
     line, val, _ = job_line(job)
     assert val == 0.40 and line.endswith("completed, best on validation at epoch 2, val 40.00 %, test 41.00 %"), line
     assert kept(results)["epoch"] == 2 and kept({**results, "stopped_by": "schedule"})["epoch"] == 4  # no rule: last
+    (job / "results.json").write_text(json.dumps({**results, "status": "interrupted"}))
+    line, val, _ = job_line(job)  # stopped half way: its line says where it stood, the sweep's best is a finished job
+    assert val is None and "interrupted, best on validation at epoch 2, val 40.00 %" in line, line

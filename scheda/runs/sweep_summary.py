@@ -15,13 +15,13 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from scheda.runs.reentry import INVOCATION
-from scheda.runs.rundir import kept, read_at_text, run_status
+from scheda.runs.rundir import FINAL_STATUSES, kept, read_at_text, run_status
 from scheda.utils.io import atomic_write, shown_path
 
 
 def job_line(job_dir: Path, invocation: str | None = None) -> tuple[str, float | None, str | None]:
-    """One job's summary line, its validation error (None without an evaluation) and what this
-    invocation did with it (scheda.runs.rundir.ACTIONS; None when it did not get to it: its last
+    """One job's summary line, its validation error (None without an evaluation, and for a job that
+    has not finished: the sweep's best is a finished one) and what this invocation did with it (scheda.runs.rundir.ACTIONS; None when it did not get to it: its last
     attempt names another ``invocation``, the id this one gave its jobs)."""
     overrides_file = job_dir / ".hydra" / "overrides.yaml"
     overrides = " ".join(str(o) for o in OmegaConf.load(overrides_file)) if overrides_file.exists() else ""
@@ -46,7 +46,8 @@ def job_line(job_dir: Path, invocation: str | None = None) -> tuple[str, float |
     done = f" ({action})" if action else ""
     if results.get("status") != "completed" and results.get("error"):  # what stopped it, as its results.json says
         errors += f": {results['error']}"
-    return f"{job_dir.name}: {overrides}: {run_status(results, job_dir)}{done}{errors}", val, action
+    status = run_status(results, job_dir)
+    return f"{job_dir.name}: {overrides}: {status}{done}{errors}", val if status in FINAL_STATUSES else None, action
 
 
 def swept_label(sweep_dir: Path, job_overrides: list[str]) -> str:
