@@ -176,4 +176,5 @@ def killed_worker(exc: BaseException) -> str | None:
     codes = re.search(r"exit codes of the workers are \{([^}]*)\}", str(exc))
     return (f"a joblib worker was killed (exit {codes.group(1) if codes else 'code not given'}: the OOM killer, or "
             f"kill -9) and joblib stopped the sweep's other jobs with it: the same command resumes each from its "
-            f"newest checkpoint (if memory ran out, fewer jobs at once: hydra.launcher.n_jobs, or scheda-reproduce's n_jobs)")
+            f"newest checkpoint (if memory ran out, fewer jobs at once: hydra.launcher.n_jobs, or "
+            f"scheda-reproduce's n_jobs)")

@@ -14,8 +14,8 @@ nothing in the out_dir (the running invocation owns it).
 from __future__ import annotations
 
 import contextlib
-import os
 import logging
+import os
 import shlex
 import subprocess
 import sys

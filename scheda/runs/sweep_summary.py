@@ -21,8 +21,9 @@ from scheda.utils.io import atomic_write, shown_path
 
 def job_line(job_dir: Path, invocation: str | None = None) -> tuple[str, float | None, str | None]:
     """One job's summary line, its validation error (None without an evaluation, and for a job that
-    has not finished: the sweep's best is a finished one) and what this invocation did with it (scheda.runs.rundir.ACTIONS; None when it did not get to it: its last
-    attempt names another ``invocation``, the id this one gave its jobs)."""
+    has not finished: the sweep's best is a finished one) and what this invocation did with it
+    (scheda.runs.rundir.ACTIONS; None when it did not get to it: its last attempt names another
+    ``invocation``, the id this one gave its jobs)."""
     overrides_file = job_dir / ".hydra" / "overrides.yaml"
     overrides = " ".join(str(o) for o in OmegaConf.load(overrides_file)) if overrides_file.exists() else ""
     results_file = job_dir / "results.json"
