@@ -16,7 +16,7 @@ import torch
 
 from scheda.training.checkpoint import load_checkpoint
 
-from helpers import TINY, run_module, run_train, start_train
+from helpers import REPO, TINY, faulty_workers, run_module, run_train, start_command, start_train
 
 EPOCHS = 250  # job 1 is killed at its epoch-50 checkpoint: 200 epochs to spare
 SWEEP = ["-m", "schedule=constant", "schedule.nu=0.3,0.5,0.7", f"schedule.epochs={EPOCHS}",
@@ -93,13 +93,17 @@ def test_a_joblib_worker_killed_outright_ends_the_sweep_in_one_line_and_every_jo
     how to go on, its job lines say both jobs were killed, and the same command resumes both."""
     sweep_dir = tmp_path / "sweep"
     args = _sweep(cifar_arrays, sweep_dir, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
-    proc = start_train(args, tmp_path, new_session=True)
+    # slow epochs (the workers only: the run again is not): neither job ends before the other has
+    # started, however late its worker comes up
+    proc = start_command("scheda.cli", REPO / "train.py", args, tmp_path, new_session=True,
+                         env_extra=faulty_workers(epoch_sleep=0.02))
     try:
         deadline = time.time() + 240
         while not all((sweep_dir / k / "checkpoints" / "epoch_00050.pt").exists() for k in "01"):
             assert proc.poll() is None, proc.stderr.read()[-2000:]
             assert time.time() < deadline, "the jobs never checkpointed"
             time.sleep(0.05)
+        assert [_results(sweep_dir / k)["status"] for k in "01"] == ["running", "running"]
         os.kill(int((sweep_dir / "0" / ".lock").read_text().split()[1]), signal.SIGKILL)  # job 0's worker
         _, stderr = proc.communicate(timeout=120)
     finally:
