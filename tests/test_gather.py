@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,29 @@ def test_a_damaged_results_json_is_left_out_with_a_note(sweep, tmp_path):
     proc = run_module("scheda.runs.gather", [tmp_path / "runs"])
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == \
         f"error: none of the 2 results.json under {tmp_path / 'runs'} is a run's that can be read"
+
+
+def test_reading_the_checkout_takes_no_git_lock(tmp_path, monkeypatch):
+    """A run records its checkout's commit and whether it is dirty (git status). git status takes
+    the index's lock to refresh it, and a run killed meanwhile left .git/index.lock behind: the
+    user's next git commit failed. Read without git's optional locks, the index is not rewritten."""
+    import os
+    import time
+
+    from scheda.utils import environment
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a")
+    time.sleep(0.05)
+    os.utime(tmp_path / "a.py")  # the same content, a newer stat: git status would refresh the index
+    index = tmp_path / ".git" / "index"
+    before = index.stat().st_mtime_ns
+    monkeypatch.setattr(environment, "SOURCE", tmp_path)
+    commit, dirty = environment.source_revision()
+    assert commit and dirty is False
+    assert index.stat().st_mtime_ns == before and not (tmp_path / ".git" / "index.lock").exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import platform
 import socket
 import subprocess
@@ -23,8 +24,13 @@ SOURCE = Path(scheda.__file__).resolve().parents[1]  # a checkout's root, when s
 
 
 def _git(*args: str) -> str | None:
+    """``git -C <checkout> ARGS``'s output, None where it fails. Without git's optional locks:
+    ``git status`` otherwise takes the checkout's index.lock to refresh the index, and a run killed
+    meanwhile (a sweep's process group, SIGKILL) left it behind, so that the user's next ``git
+    commit`` failed with "Unable to create index.lock"."""
     try:
-        proc = subprocess.run(["git", "-C", str(SOURCE), *args], capture_output=True, text=True, timeout=10)
+        proc = subprocess.run(["git", "-C", str(SOURCE), *args], capture_output=True, text=True, timeout=10,
+                              env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout.strip() if proc.returncode == 0 else None
