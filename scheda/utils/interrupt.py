@@ -200,7 +200,9 @@ def _reader_gone(stream) -> bool:
         return False
 
 
-QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
+# Python's resource tracker, and loky's own (joblib's workers: "leaked semlock objects to clean up")
+QUIET_TRACKER = ("ignore::UserWarning:multiprocessing.resource_tracker,"
+                 "ignore::UserWarning:joblib.externals.loky.backend.resource_tracker")
 SWEEP_PID = "SCHEDA_SWEEP_PID"  # set by a sweep's process (hydra_plugins.scheda_sweeper) for the jobs it starts
 
 
