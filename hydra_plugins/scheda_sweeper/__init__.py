@@ -147,10 +147,6 @@ class ComposeOnceSweeper(Sweeper):
         each ended with half a summary); where its jobs run in processes of their own (joblib,
         Slurm), a signal stops them with their checkpoints first (jobs in this process answer it
         themselves)."""
-        import os
-
-        from scheda.runs.reentry import INVOCATION
-        from scheda.runs.sweep_summary import summarise
         from scheda.utils.lock import hold
 
         assert self.basic is not None, "setup() first"
@@ -160,11 +156,22 @@ class ComposeOnceSweeper(Sweeper):
             try:
                 return self.basic.sweep(arguments)
             except Exception as exc:  # a job failed: Hydra raises it once every job ran, before its callbacks
-                summarise(folder, os.environ.get(INVOCATION))  # so the summary of the jobs comes here
+                summarise_ended(folder)  # so the summary of the jobs comes here
                 line = killed_worker(exc)
                 if line is not None:
                     raise SchedaError(line) from None
                 raise
+
+
+def summarise_ended(folder: Path) -> None:
+    """The sweep's job lines and summary.md, where the sweep ends by an error (Hydra's end-of-sweep
+    callbacks, which write them, do not run after one)."""
+    import os
+
+    from scheda.runs.reentry import INVOCATION
+    from scheda.runs.sweep_summary import summarise
+
+    summarise(folder, os.environ.get(INVOCATION))
 
 
 def killed_worker(exc: BaseException) -> str | None:

@@ -36,7 +36,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-from hydra_plugins.scheda_sweeper import killed_worker, stopping_jobs
+from hydra_plugins.scheda_sweeper import killed_worker, stopping_jobs, summarise_ended
 from scheda.utils.errors import SchedaError
 
 log = logging.getLogger(__name__)
@@ -173,11 +173,11 @@ class OptunaSweeper(Sweeper):
             line = killed_worker(exc)
             if line is None:
                 raise
-            _summarise(folder)  # its trials stay running in the study: the same command resumes them first
+            summarise_ended(folder)  # its trials stay running in the study: the same command resumes them first
             raise SchedaError(line) from None
         complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         if not complete:  # nothing to report: say so and exit 1, as a grid sweep with a failed job does
-            _summarise(folder)
+            summarise_ended(folder)
             raise SystemExit(f"error: no trial of the search completed ({len(study.trials)} failed): the job lines "
                              f"above say why")
         best = study.best_trial
@@ -185,13 +185,3 @@ class OptunaSweeper(Sweeper):
                  " ".join(f"{k}={v}" for k, v in best.params.items()))
         return returns
 
-
-def _summarise(folder: Path) -> None:
-    """The sweep's job lines and summary.md, where the sweep ends by an error (Hydra's end-of-sweep
-    callbacks, which write them, do not run after one)."""
-    import os
-
-    from scheda.runs.reentry import INVOCATION
-    from scheda.runs.sweep_summary import summarise
-
-    summarise(folder, os.environ.get(INVOCATION))

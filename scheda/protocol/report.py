@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
 from scheda.protocol.kinds.da import DA, Raw
 from scheda.protocol.seed_report import seed_cell, seeds_section
 from scheda.protocol.sensitivity import section as sensitivity_section
-from scheda.runs.rundir import FINAL_STATUSES, params_of, params_text
+from scheda.runs.rundir import FINAL_STATUSES, params_of, params_text, status_counts
 
 
 def chosen(entry: dict[str, Any]) -> str:
@@ -170,11 +169,10 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
 def _unfinished(statuses: list[dict], running: str | None) -> list[str]:
     """The report's line on the jobs that have not finished, if any: every number in it reads the
     finished ones. ``running``: the invocation that holds the out_dir and runs jobs there (an interim report)."""
-    left = Counter(row["status"] for row in statuses if row["status"] not in FINAL_STATUSES)
+    left = [row["status"] for row in statuses if row["status"] not in FINAL_STATUSES]
     if not left:
         return []
-    n = sum(left.values())
-    counts = ", ".join(f"{status} {count}" for status, count in sorted(left.items()))
+    n, counts = len(left), status_counts(left)
     said = f"{n} of {len(statuses)} jobs not finished ({counts}): every number below is from the " \
            f"{len(statuses) - n} finished"
     if running:  # the holder may run this table or another of the same scale (they share the DA grid)

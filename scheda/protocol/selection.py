@@ -5,7 +5,6 @@ each run's entry holds and where it is filed is its kind's (scheda.protocol.kind
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -16,7 +15,7 @@ from scheda.utils.io import atomic_write_json, shown_path
 from scheda.protocol.jobs import JobSpec
 from scheda.protocol.kinds import CONTROL, kind_of, of_role
 from scheda.protocol.launch import job_statuses
-from scheda.runs.rundir import FINAL_STATUSES, read_results
+from scheda.runs.rundir import FINAL_STATUSES, read_results, status_counts
 
 
 def select_das(jobs: list[JobSpec], out_dir: Path) -> dict[str, Any]:
@@ -88,6 +87,6 @@ def require_selection(selection: dict[str, Any], jobs: list[JobSpec], out_dir: P
     if all(row["status"] == "not run" for row in statuses):  # phases=[report] before the table ran
         raise SchedaError(f"no DA of phase 1 has run in {shown_path(out_dir)}: nothing to report yet; run the table "
                           f"(the same command without phases=, or with phases=[da,...])")
-    counts = ", ".join(f"{status} {n}" for status, n in sorted(Counter(row["status"] for row in statuses).items()))
+    counts = status_counts(row["status"] for row in statuses)
     raise SchedaError(f"no DA of phase 1 completed with an evaluation yet ({counts}): the same command without "
                       f"phases= goes on with them; their logs are in {shown_path(out_dir / 'da')}")

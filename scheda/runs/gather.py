@@ -26,7 +26,6 @@ import io
 import json
 import math
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -35,7 +34,7 @@ from scheda.utils.errors import ConfigError
 from scheda.utils.interrupt import one_line_on_ctrl_c, quiet_on_a_closed_pipe
 from scheda.utils.io import shown_path
 from scheda.runs.rundir import (CAP, FINAL_STATUSES, KILLED, PATIENCE, flatten, kept, params_of, params_text, pick,
-                                read_metrics, run_status)
+                                read_metrics, run_status, status_counts)
 
 COLUMNS = ("status", "epochs", "read at", "classifier", "val_error %", "test_error %", "minutes")
 # "read at": the epoch of the evaluation the errors are from (--at picks it), which under the rule of
@@ -171,8 +170,7 @@ def grouped(rows: list[dict[str, Any]], by: Sequence[str]) -> tuple[list[str], l
         for column in ("val_error %", "test_error %"):
             values = [m[column] for m in finished if m[column] is not None]
             line.append(stats.summarize(values) if values else None)
-        left = Counter(m["status"] for m in members if m["status"] not in FINAL_STATUSES)
-        body.append(line + [", ".join(f"{status} {n}" for status, n in sorted(left.items())) or None])
+        body.append(line + [status_counts(m["status"] for m in members if m["status"] not in FINAL_STATUSES) or None])
     body.sort(key=lambda line: (line[-3] is None, line[-3].mean if line[-3] else 0.0))
     header = [*by, "n", "val_error %", "test_error %", "not finished"]
     if all(line[-1] is None for line in body):  # every run finished: no column for it

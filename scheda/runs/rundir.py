@@ -19,6 +19,7 @@ import base64
 import json
 import logging
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -219,6 +220,12 @@ ACTIONS = ("ran", "skipped", "resumed", "reran")
 # would end the same way (a diverged run diverges again), so it is kept, not rerun.
 FINAL_STATUSES = ("completed", "diverged")
 KILLED = "killed"  # read, never written: a run recorded as running whose process is gone
+
+
+def status_counts(statuses: Iterable[str]) -> str:
+    """How many runs stand at each status, as the reports and tables say it ("killed 2, not run 1");
+    "" for none."""
+    return ", ".join(f"{status} {n}" for status, n in sorted(Counter(statuses).items()))
 
 
 def run_status(results: Mapping[str, Any], run_dir: Path) -> str:
