@@ -9,8 +9,6 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
-# The protocol's phases in the order they run; ``phases=[...]`` picks some (the one list of them).
-PHASES = ("da", "select", "continue", "control", "finetune", "seeds", "report")
 
 
 @dataclass
@@ -89,6 +87,27 @@ class ScaleConfig:
 
 
 @dataclass
+class FeaturesConfig:
+    """table=features (the paper's Sections 4.1.2-5): the models whose features are compared,
+    every one trained to convergence under the scale's rule, each seed a new initialisation of
+    every model. Consecutive seeds pair up (the first with the second, ...): each one's DAs are the
+    other's DA* (Table 2) and the two are an initialisation pair of Figure 6."""
+
+    nu: List[float] = field(default_factory=lambda: [0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1])  # a DA at each
+    # ScheDA from DA(max nu) down by delta_nu to min nu, K = scale.scheda.K's first, at scale.scheda's lr and
+    # cap; from the same checkpoint the one jump to min nu and the same start trained on at max nu
+    delta_nu: float = 0.1
+    seeds: List[int] = field(default_factory=lambda: [0, 1, 2, 3])  # an even count: pairs
+    hidden: Optional[int] = None  # null: scale.hidden's first
+    lr: Optional[float] = None  # the DAs' (and the composite's); null: scale.da.lr's first
+    composite_nus: List[float] = field(default_factory=lambda: [0.2, 0.4])  # Section 5: one group per nu, equal sizes
+    composite_updates: List[str] = field(default_factory=lambda: ["joint", "alternating"])
+    double: bool = True  # DA(max nu) and its ScheDA with twice the units: Figure 6's fair comparison
+    # The summary fixed before any run: the share of a model's units whose closest DA has nu >= this
+    summary_nu: float = 0.4
+
+
+@dataclass
 class TableConfig:
     name: str = MISSING
     title: str = MISSING
@@ -98,9 +117,12 @@ class TableConfig:
     # The scales the table runs at (empty: any). A table on other data than CIFAR-10 specialises
     # each of them (configs/table_scale/<table>_<scale>.yaml) and refuses the others.
     scales: List[str] = field(default_factory=list)
+    # The phases it runs, in order (scheda.protocol.tables: each one class in a table's module).
+    phases: List[str] = field(default_factory=lambda: ["da", "continue", "control", "finetune", "seeds"])
     inputs: int = 3072  # the raw baseline's features (the estimate's C search on them)
     train_examples: int = 45000  # an epoch's examples (the estimate), unless the runs set dataset.train_limit
     paper: Any = field(default_factory=dict)
+    features: Optional[FeaturesConfig] = None  # table=features' models (its phases read it)
 
 
 @dataclass
@@ -116,7 +138,9 @@ class ReproduceConfig:
     scheduler_wait_min: float = 30.0
     bench: Optional[str] = None  # scripts/bench_train.py --json output: device-hours in the plan it prints
     dry_run: bool = False  # print the plan (jobs, model-epochs, device-hours) and stop
-    phases: List[str] = field(default_factory=lambda: list(PHASES))
+    # Which of the table's phases launch (table.phases; each phase collects and reports either way)
+    # and "report"; null: all of them (scheda.protocol.tables).
+    phases: Optional[List[str]] = None
     stages: Optional[List[str]] = None  # 0.2's name of ``phases``: read as it until 0.4
 
 

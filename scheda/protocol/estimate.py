@@ -21,78 +21,20 @@ from typing import Any
 from omegaconf import DictConfig
 
 from scheda.utils.errors import ConfigError
-from scheda.protocol.jobs import fmt
-from scheda.protocol.kinds import BASELINE, CONTROL, FINETUNE, kind_of, of_role
-from scheda.protocol.phases import continuation_jobs, da_jobs
 
 TRAIN_EXAMPLES = 45000  # CIFAR-10's training split: an epoch of the benchmark (its "n") and of Table 1's runs
 INPUTS = 3072  # CIFAR-10's pixels: the benchmark's input size (scripts/bench_train.py) and Table 1's raw features
 
 
 def items(cfg: DictConfig) -> dict[str, Any]:
-    """Per phase: jobs, model-epochs and evaluations, with hidden size per item."""
-    scale = cfg.scale
-    da = da_jobs(scale, cfg.table.raw)
-    # every DA selected at its last epoch (with the entry's fields a kind may plan from)
-    selection = {"hidden": {str(h): {"by_nu": {fmt(nu): {"checkpoint": "c", "epoch": scale.da.epochs, "nu": nu,
-                                                         "lr": scale.da.lr[0], "run": "r"}
-                                               for nu in scale.da.nu}} for h in scale.hidden}}
-    cont = continuation_jobs(scale, cfg.table.continuations, selection)
-    items: list[dict[str, Any]] = []  # one per model of a job: phase, hidden, epochs, evaluations, fused
-    for job in da:
-        if kind_of(job.meta["kind"]).role == BASELINE:
-            items.append({"phase": "da", "hidden": 0, "epochs": 0, "evals": 1, "models": 1})
-            continue
-        models = len(job.meta.get("nus", [None]))
-        items.append({"phase": "da", "hidden": job.meta["hidden"], "epochs": scale.da.epochs, "models": models,
-                      "evals": models * (scale.da.epochs // scale.da.eval_every)})
-    longest: dict[tuple[int, str], tuple[int, int]] = {}  # (hidden, kind) -> (epochs, K) of its longest run
-    for job in cont:
-        kind, hidden = kind_of(job.meta["kind"]), job.meta["hidden"]
-        epochs = job.meta.get("epochs", scale.random_nu.epochs)
-        # a schedule evaluates after each level (under the rule every K epochs, its cap's worth); a
-        # random-nu run every evaluate.every epochs
-        evals = job.meta["levels"] if "levels" in job.meta and "trainer.patience" not in job.values \
-            else epochs // job.values["evaluate.every"]
-        items.append({"phase": "continue", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1,
-                      "eager": kind.eager})
-        if kind.controlled:
-            longest[(hidden, kind.name)] = max(longest.get((hidden, kind.name), (0, 1)), (epochs, job.meta["K"]))
-    if scale.control:  # each control is evaluated every K epochs (scheda.protocol.kinds.control)
-        for (hidden, _), (epochs, K) in longest.items():
-            items += [{"phase": "control", "hidden": hidden, "epochs": epochs, "evals": epochs // K,
-                       "models": 1}] * len(of_role(CONTROL))
-    items += _seed_items(scale, cont)
-    finetune_jobs = len(of_role(FINETUNE)) * len(scale.hidden) * len(scale.seeds) if scale.finetune is not None else 0
-    return {"items": items, "finetune_jobs": finetune_jobs}
+    """Per phase of the table (each phase's own estimate: scheda.protocol.tables): one item per
+    model of a job, with its phase, hidden size, epochs and evaluations; fine-tuning jobs counted
+    apart (their cost is their preset's)."""
+    from scheda.protocol.tables import phases_of
 
-
-def _seed_items(scale: DictConfig, cont: list) -> list[dict[str, Any]]:
-    """Each further seed's replicas, at most: the best DA and the DA(nu0) of every kind that
-    continues one (fused over the seeds when the grid is), and the longest run of each
-    continuation kind with its controls."""
-    further = len(scale.seeds) - 1
-    if further < 1:
-        return []
-    items: list[dict[str, Any]] = []
-    for hidden in scale.hidden:
-        runs = [job for job in cont if job.meta["hidden"] == hidden]
-        kinds = {job.meta["kind"] for job in runs}
-        starts = {job.meta["kind"] for job in runs if "init_from" in job.values}
-        das = min(len(scale.da.nu), 1 + len(starts))
-        da = {"phase": "seeds", "hidden": hidden, "epochs": scale.da.epochs,
-              "evals": scale.da.epochs // scale.da.eval_every}
-        items += [{**da, "models": further, "evals": further * da["evals"]}] * das if scale.da.fused \
-            else [{**da, "models": 1}] * (das * further)
-        for kind in sorted(kinds):
-            longest = max((job for job in runs if job.meta["kind"] == kind), key=lambda j: j.meta.get("epochs", 0))
-            epochs = longest.meta.get("epochs", scale.random_nu.epochs)
-            evals = longest.meta.get("levels", epochs) if "trainer.patience" not in longest.values \
-                else epochs // longest.values["evaluate.every"]
-            copies = 1 + len(of_role(CONTROL)) if scale.control and kind_of(kind).controlled else 1
-            items += [{"phase": "seeds", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1}] \
-                * (copies * further)
-    return items
+    planned = [item for phase in phases_of(cfg) for item in phase.estimate(cfg)]
+    return {"items": [i for i in planned if not i.get("finetune")],
+            "finetune_jobs": sum(1 for i in planned if i.get("finetune"))}
 
 
 def load_bench(path: str | Path) -> dict[str, Any]:
@@ -220,16 +162,19 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
     seconds_train = seconds_eval = 0.0
     for item in p["items"]:
         phase = item["phase"]
-        out["jobs"][phase] = out["jobs"].get(phase, 0) + 1
-        out["model_epochs"][phase] = out["model_epochs"].get(phase, 0) + item["epochs"] * item["models"]
+        if item.get("job", True):  # an analysis' work is no job of its own
+            out["jobs"][phase] = out["jobs"].get(phase, 0) + 1
+        if item["epochs"]:
+            out["model_epochs"][phase] = out["model_epochs"].get(phase, 0) + item["epochs"] * item["models"]
         out["evaluations"] += item["evals"]
-        out["checkpoint_bytes"] += item["evals"] * checkpoint_bytes(item["hidden"], inputs)
+        if item.get("checkpoints", True):  # an analysis' evaluations keep no checkpoint
+            out["checkpoint_bytes"] += item["evals"] * checkpoint_bytes(item["hidden"], inputs)
         if bench is not None:
             train, evals = item_seconds(item, bench, batch_size, fast, examples, search_share(cfg), inputs)
             seconds_train, seconds_eval = seconds_train + train, seconds_eval + evals
     if bench is None:
         return out
-    jobs = len(p["items"]) + p["finetune_jobs"]
+    jobs = sum(1 for item in p["items"] if item.get("job", True)) + p["finetune_jobs"]
     phases = len({item["phase"] for item in p["items"]}) + bool(p["finetune_jobs"])
     seconds_jobs = jobs * job_seconds(bench, examples) + start_seconds(bench, jobs, phases, cfg.launcher)
     seconds_finetune, finetune_measured = 0.0, True

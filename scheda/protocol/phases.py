@@ -20,7 +20,6 @@ from omegaconf import DictConfig, OmegaConf
 from scheda.utils.errors import ConfigError
 from scheda.runs.rundir import flatten
 from scheda.utils.io import atomic_write
-from scheda.protocol.config import PHASES
 from scheda.protocol.jobs import JobSpec, fmt, rule_values
 from scheda.protocol.kinds import FINETUNE, continuation, kind_of, of_role
 from scheda.protocol.kinds.da import DA, DAFused, Raw
@@ -32,9 +31,6 @@ log = logging.getLogger(__name__)
 
 def check(cfg: DictConfig) -> None:
     """Every protocol value that can be checked before any training."""
-    unknown = set(cfg.phases) - set(PHASES)
-    if unknown:
-        raise ConfigError(f"phases has {sorted(unknown)}: use any of {', '.join(PHASES)}")
     if cfg.table.scales and cfg.scale.name not in cfg.table.scales:
         raise ConfigError(f"table={cfg.table.name} has no scale={cfg.scale.name}: use scale="
                           f"{' | '.join(cfg.table.scales)} (configs/table_scale/{cfg.table.name}_<scale>.yaml)")

@@ -71,21 +71,38 @@ def report_path(cfg: DictConfig, out_dir: Path) -> Path:
     raise SchedaError(f"{cfg.report_dir} holds 1000 reports of {stem} for other out_dirs: give report_dir=...")
 
 
-def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str, Any], seeded: dict[str, Any],
-                 statuses: list[dict], info: dict[str, Any], path: Path) -> Path:
-    """``path`` (markdown) and its figures beside it; returns the report's path. ``seeded``:
-    each reported model's errors per seed (scheda.protocol.seeds)."""
-    table, scale, paper = cfg.table, cfg.scale, cfg.table.paper
-    over_seeds = len(seeded["seeds"]) > 1
-    seeds_head = " Further seeds: test % mean ± sd (n) |" if over_seeds else ""
+def write_report(cfg: DictConfig, sections: list[str], statuses: list[dict], info: dict[str, Any], path: Path) -> Path:
+    """``path`` (markdown): the table's title and what ran, then its phases' ``sections``
+    (scheda.protocol.tables: each phase writes its own, figures beside ``path``), every job's
+    status and the scale's configuration; returns the report's path."""
+    table, scale = cfg.table, cfg.scale
     lines = [f"# {table.title} — scale={scale.name}", "",
              f"- Device: {info['device']}; launcher: {_launchers(info['invocations'])}",
              f"- Wall time: {_wall_time(info['invocations'])}; training and evaluation time summed over all "
              f"jobs: {info['job_seconds'] / 60:.1f} min",
              f"- Runs: `{info['out_dir']}`; written {info['date']}; commit {info['commit']}",
              *_unfinished(statuses, info.get("running")),
-             f"- Scale: {scale.description.strip()}", "",
-             "## Results", "",
+             f"- Scale: {scale.description.strip()}", "", *sections]
+    lines += ["", "## Jobs", "", "| Job | Phase | Status | Minutes | Step | Error |", "|---|---|---|---|---|---|"]
+    for row in statuses:
+        minutes = f"{row['seconds'] / 60:.1f}" if row["seconds"] else "—"
+        lines.append(f"| {row['name']} | {row['phase']} | {row['status']} | {minutes} | {row.get('step', '')} | "
+                     f"{row['error'] or ''} |")
+    lines += ["", "## Configuration", "", "```yaml", OmegaConf.to_yaml(cfg.scale).strip(), "```", "",
+              OWNER.format(info["protocol_id"]), ""]
+    atomic_write(path, lambda f: f.write("\n".join(lines).encode()))
+    return path
+
+
+def results_section(cfg: DictConfig, selection: dict[str, Any], continued: dict[str, Any], seeded: dict[str, Any],
+                    path: Path) -> list[str]:
+    """The grid tables' Results: our errors beside the paper's, the verdicts, the seeds' statistics,
+    the rule's and the classifier's diagnostics, the detail tables and Figures 2 and 5 (beside
+    ``path``). ``seeded``: each reported model's errors per seed (scheda.protocol.seeds)."""
+    table, scale, paper = cfg.table, cfg.scale, cfg.table.paper
+    over_seeds = len(seeded["seeds"]) > 1
+    seeds_head = " Further seeds: test % mean ± sd (n) |" if over_seeds else ""
+    lines = ["## Results", "",
              f"| Model | Hidden units | Selected hyper-parameters | Val error % | Test error % |{seeds_head} "
              f"Paper test error % |",
              "|---|---|---|---|---|---|" + ("---|" if over_seeds else "")]
@@ -155,15 +172,7 @@ def write_report(cfg: DictConfig, selection: dict[str, Any], continued: dict[str
             png = path.with_name(f"{path.stem}_{name}_h{hidden}.png")
             if draw(sel, continued.get(hidden, {}), seeded, png, int(hidden)):
                 lines += ["", f"![{name}, {hidden} hidden units]({png.name})"]
-    lines += ["", "## Jobs", "", "| Job | Phase | Status | Minutes | Step | Error |", "|---|---|---|---|---|---|"]
-    for row in statuses:
-        minutes = f"{row['seconds'] / 60:.1f}" if row["seconds"] else "—"
-        lines.append(f"| {row['name']} | {row['phase']} | {row['status']} | {minutes} | {row.get('step', '')} | "
-                     f"{row['error'] or ''} |")
-    lines += ["", "## Configuration", "", "```yaml", OmegaConf.to_yaml(cfg.scale).strip(), "```", "",
-              OWNER.format(info["protocol_id"]), ""]
-    atomic_write(path, lambda f: f.write("\n".join(lines).encode()))
-    return path
+    return lines
 
 
 def _unfinished(statuses: list[dict], running: str | None) -> list[str]:

@@ -20,10 +20,8 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -33,15 +31,13 @@ from scheda.config import (CONFIGS, conflicting_flags, list_groups_from_one_copy
 from scheda.utils.errors import BusyError, ConfigError, SchedaError
 from scheda.utils.environment import invoked_as
 from scheda.utils.interrupt import Interrupted, quiet_on_a_closed_pipe, terminate_as_interrupt
-from scheda.utils.io import atomic_write, atomic_write_json, shown_path
+from scheda.utils.io import atomic_write, shown_path
 from scheda.utils.lock import hold
 from scheda.protocol import estimate, launch, phases
-from scheda.protocol import selection as select
 from scheda.protocol.config import register_protocol_configs
-from scheda.protocol.jobs import JobSpec
 from scheda.runs.rundir import FINAL_STATUSES
 from scheda.protocol.report import folder_id, report_path, write_report
-from scheda.protocol.seeds import SUBPHASES, Replicas
+from scheda.protocol.tables import REPORT, Progress, chosen_phases, phases_of
 from scheda.utils.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -60,6 +56,7 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
     if cfg.stages is not None:  # 0.2's name (CHANGELOG)
         log.warning("stages= is called phases= now: read as phases=%s", list(cfg.stages))
         cfg.phases = cfg.stages
+    cfg.phases = chosen_phases(cfg)  # null: every phase of the table, and its report
     phases.check(cfg)
     batch = next((int(o.split("=", 1)[1]) for o in [*cfg.scale.train, *cfg.overrides]
                   if o.startswith("trainer.batch_size=")), 20)
@@ -74,7 +71,7 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
             _record_invocation_config(cfg, out_dir)
             folder_id(out_dir)  # made now, not by an interim report read meanwhile
         except BusyError as busy:
-            if set(cfg.phases) != {"report"}:
+            if set(cfg.phases) != {REPORT}:
                 raise
             log.info("%s runs jobs in %s: a report of the jobs finished so far, writing nothing there",
                      busy.holder, shown_path(out_dir))
@@ -93,85 +90,6 @@ def _record_invocation_config(cfg: DictConfig, out_dir: Path) -> None:
         atomic_write(out_dir / ".hydra" / name, lambda f, node=node: f.write(OmegaConf.to_yaml(node).encode()))
 
 
-@dataclass
-class Progress:
-    """What the phases know so far: each phase's jobs, the selection, the continuations (and
-    their controls and fine-tunings), the seeds' results, and how many jobs each launch ran."""
-
-    cfg: DictConfig
-    out_dir: Path
-    jobs: dict[str, list[JobSpec]] = field(default_factory=dict)
-    selection: dict[str, Any] = field(default_factory=dict)
-    continued: dict[str, Any] = field(default_factory=dict)
-    seeded: dict[str, Any] = field(default_factory=dict)
-    seed_plan: Replicas | None = None
-    counts: list[dict[str, int]] = field(default_factory=list)
-    launching: bool = False
-    owner: bool = True  # holds the out_dir: writes what it collects (an interim report reads only)
-
-    def all_jobs(self) -> list[JobSpec]:
-        return [job for jobs in self.jobs.values() for job in jobs]
-
-    @property
-    def ran_jobs(self) -> bool:
-        """Whether this invocation trained anything (a launch it was stopped in counts)."""
-        return self.launching or any(c["run"] for c in self.counts)
-
-
-@dataclass(frozen=True)
-class Phase:
-    """One phase of the protocol: ``plan`` gives its jobs by launch (the seeds' phase has three:
-    scheda.protocol.seeds.SUBPHASES) from what the phases before it found, and ``collect`` reads
-    what they gave. ``phases=[...]`` chooses which phases launch; every phase collects."""
-
-    name: str
-    plan: Callable[[Progress], dict[str, list[JobSpec]]]
-    collect: Callable[[Progress], None]
-
-
-def _collect_da(p: Progress) -> None:
-    p.selection = select.select_das(p.jobs["da"], p.out_dir)
-    select.require_selection(p.selection, p.jobs["da"], p.out_dir)
-    if p.owner:
-        select.save_selection(p.out_dir, p.selection)
-
-
-def _collect_controls(p: Progress) -> None:
-    select.attach_controls(p.cfg.scale, p.cfg.table.continuations, p.continued,
-                           select.select_continuations(p.jobs["control"], p.out_dir))
-
-
-def _collect_finetune(p: Progress) -> None:
-    for h, found in select.select_continuations(p.jobs["finetune"], p.out_dir).items():
-        p.continued.setdefault(h, {}).update(found)
-    if p.owner:
-        atomic_write_json(p.out_dir / f"continuations_{p.cfg.table.name}.json", p.continued)
-
-
-def _plan_seeds(p: Progress) -> dict[str, list[JobSpec]]:
-    p.seed_plan = Replicas(p.cfg.scale, p.out_dir, p.selection, p.continued, p.all_jobs())
-    return p.seed_plan.jobs
-
-
-def _collect_seeds(p: Progress) -> None:
-    p.seeded = p.seed_plan.collect()
-    if p.owner:
-        atomic_write_json(p.out_dir / f"seeds_{p.cfg.table.name}.json", p.seeded)
-
-
-PHASES = (
-    Phase("da", lambda p: {"da": phases.da_jobs(p.cfg.scale, p.cfg.table.raw)}, _collect_da),
-    Phase("continue", lambda p: {"continue": phases.continuation_jobs(p.cfg.scale, p.cfg.table.continuations,
-                                                                     p.selection)},
-          lambda p: setattr(p, "continued", select.select_continuations(p.jobs["continue"], p.out_dir))),
-    Phase("control", lambda p: {"control": phases.control_jobs(p.cfg.scale, p.cfg.table.continuations, p.continued)},
-          _collect_controls),
-    Phase("finetune", lambda p: {"finetune": phases.finetune_jobs(p.cfg.scale.finetune, p.selection, p.continued)
-                                 if p.cfg.scale.finetune is not None else []}, _collect_finetune),
-    Phase("seeds", _plan_seeds, _collect_seeds),
-)
-
-
 def _run_phases(cfg: DictConfig, out_dir: Path, started: float, running: str | None = None) -> Path | None:
     """Every phase planned, the chosen ones launched, every one collected; the report.
     ``running``: another invocation, which holds ``out_dir`` and runs the table; this one only
@@ -179,15 +97,19 @@ def _run_phases(cfg: DictConfig, out_dir: Path, started: float, running: str | N
     owner = running is None
     phases.check_scale_unchanged(cfg.scale, out_dir, keep=owner)
     progress = Progress(cfg, out_dir, owner=owner)
+    table = phases_of(cfg)
+    launched: set[str] = set()  # the launches of the phases this invocation was asked to run
     try:
-        for phase in PHASES:
+        for phase in table:
             planned = phase.plan(progress)
             for launch_name, jobs in planned.items():
-                if phase.name in cfg.phases and jobs:
-                    progress.launching = True
-                    progress.counts.append(launch.run_phase(cfg, out_dir, launch_name, jobs))
-                    progress.launching = False
-            progress.jobs.update(planned)
+                if phase.name in cfg.phases:
+                    launched.add(launch_name)
+                    if jobs:
+                        progress.launching = True
+                        progress.counts.append(launch.run_phase(cfg, out_dir, launch_name, jobs))
+                        progress.launching = False
+                progress.jobs.setdefault(launch_name, []).extend(jobs)
             phase.collect(progress)
     finally:  # a stopped or failed invocation's time counts in the protocol's wall time too
         invocations = launch.record_invocation(out_dir, started, cfg, ran_jobs=progress.ran_jobs, keep=owner)
@@ -197,11 +119,10 @@ def _run_phases(cfg: DictConfig, out_dir: Path, started: float, running: str | N
             "protocol_id": folder_id(out_dir), "running": running,
             "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
     path = report_path(cfg, out_dir)
-    if "report" in cfg.phases:
-        write_report(cfg, progress.selection, progress.continued, progress.seeded, statuses, info, path)
+    if REPORT in cfg.phases:
+        write_report(cfg, [line for phase in table for line in phase.report(progress, path)], statuses, info, path)
         interim = not owner and any(s["status"] not in FINAL_STATUSES for s in statuses)
         log.info("%s: %s", "interim report" if interim else "report", path)
-    launched = set(cfg.phases) | (set(SUBPHASES) if "seeds" in cfg.phases else set())
     unfinished = [s for s in statuses if s["phase"] in launched and s["status"] not in FINAL_STATUSES]
     if unfinished:
         listed = "; ".join(f"{s['name']} ({s['status']}{': ' + s['error'] if s['error'] else ''})"

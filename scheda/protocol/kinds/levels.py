@@ -62,18 +62,25 @@ class LevelKind(ContinuationKind):
                     log.info("%s from nu0=%g with delta_nu=%g has no level up to nu_final=%g: not planned",
                              self.name, nu0, delta_nu, grid.nu_final)
                     continue
-                for K in grid.K:
-                    values = continuation_values(scale.patience, grid.max_epochs, K)  # the rule: every K
-                    jobs.append(JobSpec(
-                        f"{self.name}_h{hidden}_nu{fmt(nu0)}_dnu{fmt(delta_nu)}_K{K}", "continue",
-                        groups={"schedule": self.schedule},
-                        values={"model.hidden": hidden, "schedule.nu0": nu0, "schedule.delta_nu": delta_nu,
-                                "schedule.K": K, "schedule.initial_epochs": 0, "schedule.nu_final": grid.nu_final,
-                                "optim.lr": grid.lr, "init_from": start["checkpoint"], **values},
-                        meta={"kind": self.name, "hidden": hidden, "nu0": nu0, "delta_nu": delta_nu, "K": K,
-                              "levels": levels, "epochs": values.get("trainer.max_epochs", levels * K),
-                              "start_epoch": start["epoch"], "start_checkpoint": start["checkpoint"]}))
+                jobs += [self.job(scale, hidden, start, nu0, delta_nu, K, grid.nu_final) for K in grid.K]
         return jobs
+
+    def job(self, scale: DictConfig, hidden: int, start: dict[str, Any], nu0: float, delta_nu: float, K: int,
+            nu_final: float) -> JobSpec:
+        """One continuation of ``start`` (a selected DA(nu0)'s entry: its checkpoint and epoch) at
+        its kind's lr and cap, under the scale's rule: every K epochs."""
+        grid = scale[self.name]
+        levels = level_count(self.direction, nu0, delta_nu, nu_final)
+        values = continuation_values(scale.patience, grid.max_epochs, K)  # the rule: every K
+        return JobSpec(
+            f"{self.name}_h{hidden}_nu{fmt(nu0)}_dnu{fmt(delta_nu)}_K{K}", "continue",
+            groups={"schedule": self.schedule},
+            values={"model.hidden": hidden, "schedule.nu0": nu0, "schedule.delta_nu": delta_nu,
+                    "schedule.K": K, "schedule.initial_epochs": 0, "schedule.nu_final": nu_final,
+                    "optim.lr": grid.lr, "init_from": start["checkpoint"], **values},
+            meta={"kind": self.name, "hidden": hidden, "nu0": nu0, "delta_nu": delta_nu, "K": K,
+                  "levels": levels, "epochs": values.get("trainer.max_epochs", levels * K),
+                  "start_epoch": start["epoch"], "start_checkpoint": start["checkpoint"]})
 
     def controls(self, scale: DictConfig, hidden: int, best: dict[str, Any]) -> list[JobSpec]:
         return [control.job(scale[self.name], hidden, best, scale.patience) for control in of_role(CONTROL)]

@@ -1,0 +1,113 @@
+"""What a phase of the protocol is: one class that declares the jobs it plans (by launch: a
+phase may run its jobs in more than one folder), what it reads of them once they ran, its share
+of the estimate printed before any job, and its section of the report. The protocol runs a
+table's phases (``table.phases``) in order and asks each; nothing else lists them.
+
+Adding a phase is one class in a table's module of this package, decorated with
+``@register_phase`` (docs/extending.md).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from omegaconf import DictConfig
+
+from scheda.protocol.jobs import JobSpec
+from scheda.protocol.seeds import Replicas
+from scheda.utils.errors import ConfigError
+
+REPORT = "report"  # not a phase: phases=[...] names it to write the report
+
+
+@dataclass
+class Progress:
+    """What the phases know so far: each launch's jobs and what each phase read of them (the grid
+    tables' selection, continuations and seeds; ``found[phase]`` for any other phase), and how
+    many jobs each launch ran."""
+
+    cfg: DictConfig
+    out_dir: Path
+    jobs: dict[str, list[JobSpec]] = field(default_factory=dict)
+    selection: dict[str, Any] = field(default_factory=dict)
+    continued: dict[str, Any] = field(default_factory=dict)
+    seeded: dict[str, Any] = field(default_factory=dict)
+    seed_plan: Replicas | None = None
+    found: dict[str, Any] = field(default_factory=dict)
+    counts: list[dict[str, int]] = field(default_factory=list)
+    launching: bool = False
+    owner: bool = True  # holds the out_dir: writes what it collects (an interim report reads only)
+
+    def all_jobs(self) -> list[JobSpec]:
+        return [job for jobs in self.jobs.values() for job in jobs]
+
+    @property
+    def ran_jobs(self) -> bool:
+        """Whether this invocation trained anything (a launch it was stopped in counts)."""
+        return self.launching or any(c["run"] for c in self.counts)
+
+
+class Phase(ABC):
+    """One phase: ``plan`` gives its jobs by launch (the folder they run in: ``<out_dir>/<launch>/``)
+    from what the phases before it found, ``collect`` reads what they gave (every phase collects,
+    whether ``phases=[...]`` launched it or not), ``estimate`` says what it costs at most before
+    any job ran, ``report`` writes its section."""
+
+    name: ClassVar[str]  # what phases=[...] and table.phases call it
+    aliases: ClassVar[tuple[str, ...]] = ()  # older names phases=[...] still takes (they launch nothing)
+
+    @abstractmethod
+    def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
+        """The jobs to launch, by launch name."""
+
+    def collect(self, p: Progress) -> None:
+        """Read what the jobs gave into ``p`` (written to out_dir only when ``p.owner``)."""
+
+    @abstractmethod
+    def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
+        """Its jobs before any ran, each model at its cap: one item per model of a job, with its
+        ``phase`` (the plan's word for it), ``hidden``, ``epochs``, ``evals`` and ``models``
+        (``eager``: nu per minibatch; ``finetune: True`` for a fine-tuning job, costed by its preset)."""
+
+    def report(self, p: Progress, path: Path) -> list[str]:
+        """Its section of the report at ``path`` (figures go beside it)."""
+        return []
+
+    def check(self, cfg: DictConfig) -> None:
+        """Whatever of the table and scale it plans from, checked before any training."""
+
+
+REGISTRY: dict[str, Phase] = {}
+
+
+def register_phase(cls: type[Phase]) -> type[Phase]:
+    """Class decorator: ``table.phases`` can name the phase from here on."""
+    if cls.name in REGISTRY or cls.name == REPORT:
+        raise ValueError(f"phase {cls.name!r} is registered twice (or is the word {REPORT!r})")
+    REGISTRY[cls.name] = cls()
+    return cls
+
+
+def phases_of(cfg: DictConfig) -> list[Phase]:
+    """The table's phases in order (``table.phases``), each a registered one."""
+    unknown = [name for name in cfg.table.phases if name not in REGISTRY]
+    if unknown:
+        raise ConfigError(f"table.phases has {unknown}: a phase is one of {', '.join(REGISTRY)}")
+    return [REGISTRY[name] for name in cfg.table.phases]
+
+
+def chosen_phases(cfg: DictConfig) -> list[str]:
+    """What ``phases=[...]`` asks of this table: every phase and the report when it is null; a
+    name that is none of the table's phases (nor an older name of one) is refused in one line."""
+    table = phases_of(cfg)
+    if cfg.phases is None:
+        return [phase.name for phase in table] + [REPORT]
+    known = {phase.name for phase in table} | {a for phase in table for a in phase.aliases} | {REPORT}
+    unknown = [name for name in cfg.phases if name not in known]
+    if unknown:
+        raise ConfigError(f"phases has {sorted(unknown)}: table={cfg.table.name} has the phases "
+                          f"{', '.join(phase.name for phase in table)} (and {REPORT}: the report)")
+    return list(cfg.phases)
