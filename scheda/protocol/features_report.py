@@ -1,0 +1,506 @@
+"""The features table's report (scheda.protocol.tables.features): every model's errors, Table 2
+under three measures beside the paper's counts, Figure 6, the composite DA, reconstruction, the
+filters, and each of the paper's claims beside our verdict. Every comparison is paired by seed
+(or by initialisation pair) with its 95 % interval; "not resolved" where the interval holds 0."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from omegaconf import DictConfig
+
+from scheda.protocol.jobs import count, fmt, pct
+from scheda.runs.rundir import checkpoint_name
+from scheda.utils import stats
+
+MODEL_ROWS = (("scheda", "ScheDA"), ("jump", "One jump to min nu"), ("same_start", "Same start, trained on"),
+              ("da2", "DA(max nu), twice the units"), ("scheda2", "ScheDA, twice the units"))
+REF_LABELS = {"scheda": "ScheDA", "jump": "jump", "same_start": "same start", "da_star_low": "DA*(min nu)",
+              "da_star_high": "DA*(max nu)"}
+PAPER_COLUMN = {"scheda": "scheda", "da_star_low": "da_star_low", "da_star_high": "da_star_high"}
+
+
+def _named(s, label: str) -> str:
+    """A label with the table's own extreme levels: "DA*(min nu)" -> "DA*(0.1)"."""
+    return label.replace("min nu", fmt(s.nu_final)).replace("max nu", fmt(s.nu0))
+
+
+def mean_sd(values: Sequence[float], digits: int = 2, scale: float = 1.0) -> str:
+    values = [scale * v for v in values if v is not None and np.isfinite(v)]
+    if not values:
+        return "—"
+    s = stats.summarize(values)
+    return f"{s.mean:.{digits}f}" if s.n == 1 else f"{s.mean:.{digits}f} ± {s.sd:.{digits}f}"
+
+
+def paired_text(a: Sequence[float], b: Sequence[float], unit: str = "points") -> tuple[str, str, int]:
+    """(difference with interval, verdict, n) of ``a - b`` paired by seed."""
+    if not a:
+        return "—", "not run yet", 0
+    d = stats.paired(a, b)
+    s = d.summary
+    interval = f" [{s.low:+.2f}, {s.high:+.2f}]" if s.has_interval else ""
+    if not s.has_interval:
+        verdict = "not resolved: one pair gives no interval"
+    elif d.resolved:
+        verdict = f"resolved ({'lower' if s.mean < 0 else 'higher'})"
+    else:
+        verdict = "not resolved"
+    return f"{s.mean:+.2f}{interval} {unit}", verdict, s.n
+
+
+def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
+    models, continued, analysis = found["feature_models"], found["feature_continue"], found["feature_analysis"]
+    seeds = [str(seed) for seed in s.seeds]
+    lines = ["## What was trained", "",
+             f"{s.hidden} hidden units (and {2 * s.hidden} where said), DA lr {fmt(s.lr)}; ScheDA "
+             f"{' -> '.join(fmt(nu) for nu in s.nus)} (delta nu {fmt(s.delta_nu)}, K {s.K}) from each seed's "
+             f"DA({fmt(s.nu0)}) at its best validation epoch, at the scale's ScheDA lr "
+             f"{fmt(cfg.scale.scheda.lr)}; from the same checkpoint one jump to nu {fmt(s.nu_final)} and the same start "
+             f"trained on at {fmt(s.nu0)}; the composite DA with groups at nu "
+             f"{' and '.join(fmt(nu) for nu in s.composite_nus)} ({s.hidden // len(s.composite_nus)} units each), "
+             f"updated {' or '.join(s.updates)}. Every model trained to convergence under the scale's rule "
+             f"(patience {cfg.scale.patience}) and read at its best validation epoch. Seeds "
+             f"{', '.join(seeds)}, each a new initialisation of every model; initialisation pairs "
+             f"{', '.join(f'({a}, {b})' for a, b in s.pairs)}: each one's DAs are the other's DA*.", ""]
+    claims: list[tuple[str, str, str, str]] = []  # (the paper's claim, its number, ours, the verdict)
+    lines += _models_table(s, models, continued, seeds)
+    lines += _table2(cfg, s, analysis, seeds, claims)
+    lines += _figure6(cfg, s, models, continued, analysis, path, claims)
+    lines += _composite(s, models, continued, seeds, path, claims)
+    lines += _reconstruction(s, models, continued, analysis, seeds, path, claims)
+    lines += _filters(s, models, continued, seeds, path)
+    lines += ["## The paper's claims and our verdicts", "",
+              "Each difference is paired by seed (Figure 6's by initialisation pair), with its 95 % t-interval; "
+              "\"resolved\" where the interval excludes 0. A claim of parity is only as strong as its interval "
+              "is narrow.", "", "| Claim | Paper | Ours | n | Verdict |", "|---|---|---|---|---|"]
+    lines += [f"| {claim} | {paper} | {ours} | {verdict} |" for claim, paper, ours, verdict in claims]
+    return lines + [""]
+
+
+# --- models -------------------------------------------------------------------------------------
+
+def _row_entries(s, models, continued, seeds):
+    rows = [(f"DA({fmt(nu)})", [models.get(seed, {}).get("da", {}).get(fmt(nu)) for seed in seeds]) for nu in s.nus]
+    for key, label in MODEL_ROWS:
+        src = models if key == "da2" else continued
+        if key in ("da2", "scheda2") and not s.double:
+            continue
+        rows.append((_named(s, label),
+                     [src.get(seed, {}).get(key) for seed in seeds]))
+    rows += [(f"Composite DA, {u}", [models.get(seed, {}).get("composite", {}).get(u) for seed in seeds])
+             for u in s.updates]
+    return rows
+
+
+def _stopped(e: dict[str, Any]) -> str:
+    return {"patience": "", "cap": " cap", "schedule": " end"}.get(e.get("stopped_by") or "", "")
+
+
+def _models_table(s, models, continued, seeds) -> list[str]:
+    lines = ["## Every model", "", "Test error % at each model's best validation epoch (that epoch; \"cap\": not "
+             "stopped by the rule at its cap, not converged), per seed, and the mean ± sd over seeds.", "",
+             "| Model | " + " | ".join(f"seed {seed}" for seed in seeds) + " | mean ± sd (n) |",
+             "|---|" + "---|" * (len(seeds) + 1)]
+    for label, entries in _row_entries(s, models, continued, seeds):
+        cells = [f"{pct(e['test_error'])} ({e['epoch']}{_stopped(e)})" if e else "not finished" for e in entries]
+        done = [e["test_error"] for e in entries if e]
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {mean_sd(done, scale=100)} ({len(done)}) |")
+    return lines + [""]
+
+
+# --- Table 2 ------------------------------------------------------------------------------------
+
+def _refs(analysis, split, seeds):
+    return {seed: analysis["similarity"][split][seed]["refs"] for seed in seeds if seed in analysis["similarity"][split]}
+
+
+def _table2(cfg, s, analysis, seeds, claims) -> list[str]:
+    paper = (cfg.table.paper or {}).get("table2") or {}
+    lines = ["## Table 2: which DA(nu) holds each unit's most similar unit (Section 4.1.3)", "",
+             "For every hidden unit of a reference model, the DA(nu) of the same seed holding its most similar unit: "
+             "by the **cosine** of raw activation vectors (the paper's measure; sigmoid activations are all positive, "
+             "so unrelated units can score near 1), and by their **correlation** (the same, centred). Counts are "
+             f"mean ± sd over seeds of {s.hidden} units; the paper's are of 2000. DA* is a DA of the seed's pair "
+             "partner (another initialisation). ScheDA, the jump and the same start continue this seed's own "
+             f"DA({fmt(s.nu0)}), which is among the candidates (as in the paper, whose DA(nu) share ScheDA's "
+             "initialisation and whose DA* do not); the tables after them give the counts with the partner's "
+             f"DA({fmt(s.nu0)}) in its place.", ""]
+    for split in ("train", "val"):
+        refs = _refs(analysis, split, seeds)
+        if not refs:
+            lines += [f"Not computed yet on the {split} split (its models have not all finished, or the "
+                      f"feature_analysis phase has not run).", ""]
+            continue
+        n = len(refs)
+        for measure in ("cosine", "correlation"):
+            for start in ("own", "other"):
+                names = [r for r in REF_LABELS if start == "own" or r in ("scheda", "jump", "same_start")]
+                head = [_named(s, REF_LABELS[r]) for r in names]
+                title = ("own starting DA among the candidates" if start == "own" else
+                         f"the partner's DA({fmt(s.nu0)}) in place of the own start")
+                lines += [f"### {measure}, {split} split ({count(n, 'seed')}; {title})", ""]
+                paper_cols = [r for r in names if r in PAPER_COLUMN and paper and start == "own" and measure == "cosine"
+                              and split == "train"]
+                lines += ["| nu | " + " | ".join(head) + "".join(f" | paper {_named(s, REF_LABELS[r])}" for r in paper_cols)
+                          + " |",
+                          "|---|" + "---|" * (len(names) + len(paper_cols))]
+                for i, nu in enumerate(s.nus[::-1]):  # 0.1 first, as the paper's table
+                    cells = [mean_sd([refs[seed][r][start][measure]["counts"][fmt(nu)] for seed in refs], 0)
+                             for r in names]
+                    paper_cells = [_paper_count(paper, r, nu) for r in paper_cols]
+                    lines.append(f"| {fmt(nu)} | " + " | ".join(cells) + "".join(f" | {c}" for c in paper_cells) + " |")
+                for label, field, digits in (("mean best similarity", "mean_best", 3),
+                                             ("median margin, winner over runner-up", "median_margin", 4),
+                                             (f"share with nu >= {fmt(s.summary_nu)}", "share_high", 3)):
+                    cells = [mean_sd([refs[seed][r][start][measure][field] for seed in refs], digits) for r in names]
+                    lines.append(f"| {label} | " + " | ".join(cells) + " |" + " |" * len(paper_cols))
+                lines.append("")
+        lines += _cka(s, refs, {seed: analysis["similarity"][split][seed]["ceiling"] for seed in refs}, split)
+        lines += _summary_tests(s, refs, split)
+        if split == "train":
+            for other, claim, paper_diff in (
+                    ("da_star_low", f"ScheDA keeps more units like a high-noise DA (nu >= {fmt(s.summary_nu)}) than a DA "
+                     f"trained at its final nu (Table 2, cosine, train)", _paper_share_diff(paper, s, "da_star_low")),
+                    ("jump", "(ours) if that mix is the mechanism, the jump (as good as ScheDA) holds the same mix: "
+                     "ScheDA − jump near 0 (cosine, train)", "—")):
+                a = [100 * refs[seed]["scheda"]["own"]["cosine"]["share_high"] for seed in refs]
+                b = [100 * refs[seed][other]["own"]["cosine"]["share_high"] for seed in refs]
+                diff, verdict, n = paired_text(a, b, "points of %")
+                claims.append((claim, paper_diff, f"{diff} | {n}", verdict))
+    return lines
+
+
+def _paper_count(paper, ref: str, nu: float) -> str:
+    values = paper.get(PAPER_COLUMN[ref])
+    if not values:
+        return "—"
+    value = values.get(fmt(nu)) if hasattr(values, "get") else None
+    return "—" if value is None else str(value)
+
+
+def _cka(s, refs, ceilings, split) -> list[str]:
+    names = list(REF_LABELS)
+    lines = [f"### Debiased linear CKA, {split} split ({count(len(refs), 'seed')})", "",
+             "Between whole representations (1: the same up to rotation and scale); the ceiling: DA(nu) against "
+             "DA*(nu), the same setting from another initialisation.", "",
+             "| nu | " + " | ".join(_named(s, REF_LABELS[r]) for r in names) + " | ceiling |", "|---|" + "---|" * (len(names) + 1)]
+    for nu in s.nus[::-1]:
+        cells = [mean_sd([refs[seed][r]["cka"][f"da{fmt(nu)}"] for seed in refs], 3) for r in names]
+        ceiling = mean_sd([c for c in (ceilings.get(seed, {}).get(fmt(nu)) for seed in refs) if c is not None], 3)
+        lines.append(f"| {fmt(nu)} | " + " | ".join(cells) + f" | {ceiling} |")
+    lines.append(f"| partner's DA({fmt(s.nu0)}) | " + " | ".join(
+        mean_sd([refs[seed][r]["cka_other_start"] for seed in refs], 3) if r in ("scheda", "jump", "same_start") else "—"
+        for r in names) + " | — |")
+    return lines + [""]
+
+
+def _summary_tests(s, refs, split) -> list[str]:
+    """The summary fixed before any run, paired by seed: ScheDA against the jump, DA*(min nu) and the same start."""
+    seeds = list(refs)
+    lines = [f"### The summary, paired by seed ({split} split): share of units whose closest DA has nu >= "
+             f"{fmt(s.summary_nu)}", "", "| Measure | Candidates | Comparison | Difference [95 % interval] | n | "
+             "Verdict |", "|---|---|---|---|---|---|"]
+    for measure in ("cosine", "correlation"):
+        for start in ("own", "other"):
+            for other in ("jump", "da_star_low", "same_start"):
+                if start == "other" and other == "da_star_low":
+                    continue  # DA*(min nu) starts from no candidate
+                a = [100 * refs[seed]["scheda"][start][measure]["share_high"] for seed in seeds]
+                b_start = start if other != "da_star_low" else "own"
+                b = [100 * refs[seed][other][b_start][measure]["share_high"] for seed in seeds]
+                diff, verdict, n = paired_text(a, b, "points of %")
+                label = _named(s, REF_LABELS[other])
+                lines.append(f"| {measure} | {'own start' if start == 'own' else 'partner start'} | ScheDA − {label} | "
+                             f"{diff} | {n} | {verdict} |")
+    return lines + [""]
+
+
+def _paper_share_diff(paper, s, other: str) -> str:
+    """The paper's ScheDA share with nu >= summary_nu minus ``other``'s, from its Table 2 counts."""
+    def share(ref):
+        values = paper.get(ref) if paper else None
+        if not values:
+            return None
+        total = sum(float(v) for v in values.values())
+        return 100 * sum(float(v) for k, v in values.items() if float(k) >= s.summary_nu - 1e-9) / total
+    a, b = share("scheda"), share(other)
+    return "—" if a is None or b is None else f"{a - b:+.1f} points of % ({a:.1f} against {b:.1f})"
+
+
+# --- Figure 6 -----------------------------------------------------------------------------------
+
+def _figure6(cfg, s, models, continued, analysis, path, claims) -> list[str]:
+    from scheda.analysis.core import heat_map
+
+    paper = (cfg.table.paper or {}).get("figure6") or {}
+    levels = sorted(s.nus)
+    cells_per_pair = len(levels) * (len(levels) + 1) // 2
+    lines = ["## Figure 6: DAs of two initialisations side by side (Section 4.1.2)", "",
+             f"For an initialisation pair (a, b): seed a's DA(nu_i) concatenated with seed b's DA(nu_j) ({2 * s.hidden} "
+             f"features), evaluated as any representation (the runs' classifier, C chosen on validation). Both orders "
+             f"of two levels are one pair: each unordered pair is evaluated once (the lower nu from seed a) and its "
+             f"mirror cell shows the same number. Test error %, mean over the pairs complete so far.", ""]
+    per_pair = {}
+    for a, b in s.pairs:
+        doc = analysis["concat"].get(f"{a}_{b}")
+        if doc and len(doc["cells"]) == cells_per_pair:
+            per_pair[(a, b)] = {(c["low"], c["high"]): c for c in doc["cells"]}
+    if not per_pair:
+        return lines + ["Not computed yet (an initialisation pair's DAs have not all finished, or the "
+                        "feature_analysis phase has not run).", ""]
+
+    def cell(pair, x, y, field="test_error"):
+        lo, hi = sorted((x, y))
+        return per_pair[pair][(fmt(lo), fmt(hi))][field]
+
+    matrix = [[100 * float(np.mean([cell(p, x, y) for p in per_pair])) for y in levels] for x in levels]
+    png = path.with_name(f"{path.stem}_figure6.png")
+    heat_map(matrix, levels, levels, f"test error (%) of two {s.hidden}-unit DAs concatenated", png,
+             "nu of the second seed's DA", "nu of the first seed's DA")
+    alone = {fmt(nu): [models[str(seed)]["da"][fmt(nu)]["test_error"] for pair in per_pair for seed in pair]
+             for nu in levels}
+    lines += [f"![figure 6]({png.name})", "",
+              "| nu | " + " | ".join(fmt(nu) for nu in levels) + f" | DA(nu) alone ({s.hidden} units) |",
+              "|---|" + "---|" * (len(levels) + 1)]
+    for i, x in enumerate(levels):
+        lines.append(f"| {fmt(x)} | " + " | ".join(f"{matrix[i][j]:.2f}" for j in range(len(levels)))
+                     + f" | {mean_sd(alone[fmt(x)], scale=100)} |")
+    off = [100 * float(np.mean([cell(p, x, y) for i, x in enumerate(levels) for y in levels[i + 1:]])) for p in per_pair]
+    diag = [100 * float(np.mean([cell(p, x, x) for x in levels])) for p in per_pair]
+    diff, verdict, n = paired_text(off, diag)
+    lines += ["", f"- Pairs of different nu against pairs of the same nu (mean test error of each, per initialisation "
+                  f"pair): {diff}, n {n} pairs: {verdict}."]
+    claims.append(("Pairs of different nu beat pairs of the same nu (Figure 6)", "off-diagonal lower", f"{diff} | {n}",
+                   verdict))
+    best, double = [], []
+    for pair in per_pair:
+        chosen = min(per_pair[pair].values(), key=lambda c: c["val_error"])
+        twice = [continued.get(str(seed), {}).get("scheda2") for seed in pair]
+        if s.double and all(twice):
+            best.append(100 * chosen["test_error"])
+            double.append(100 * float(np.mean([e["test_error"] for e in twice])))
+    if s.double:
+        diff, verdict, n = paired_text(double, best)
+        lines.append(f"- ScheDA of {2 * s.hidden} units (the mean of the pair's two seeds) against the pair's best "
+                     f"concatenation of two {s.hidden}-unit DAs (chosen on validation): {diff}, n {n} pairs: {verdict}.")
+        paper_text = (f"{paper['scheda']} against {paper['best_concat']} %" if paper.get("scheda") else "lower")
+        claims.append((f"ScheDA of twice the units beats the best concatenation of two DAs (the paper's fair comparison)",
+                       paper_text, f"{diff} | {n}", verdict))
+    return lines + [""]
+
+
+# --- the composite DA ---------------------------------------------------------------------------
+
+def _best_da(models, seed):
+    das = [e for e in models.get(seed, {}).get("da", {}).values() if e]
+    return min(das, key=lambda e: e["val_error"]) if das else None
+
+
+def _composite(s, models, continued, seeds, path, claims) -> list[str]:
+    from scheda.analysis.core import pyplot, save_png
+
+    lines = ["## The composite DA (Section 5)", "",
+             f"Hidden units in {len(s.composite_nus)} equal groups trained at nu {', '.join(fmt(nu) for nu in s.composite_nus)}"
+             f" ({s.hidden} units in all), every parameter each minibatch (joint) or one group per epoch in turn "
+             f"(alternating), against the best DA of the same seed (over nu, on validation) and its ScheDA, both of "
+             f"{s.hidden} units. Test error, points (negative: the first better).", "",
+             "| Comparison | Difference [95 % interval] | n | Verdict |", "|---|---|---|---|"]
+    for update in s.updates:
+        for other, label in (("da", "the best DA"), ("scheda", "ScheDA")):
+            a, b = [], []
+            for seed in seeds:
+                comp = models.get(seed, {}).get("composite", {}).get(update)
+                ref = _best_da(models, seed) if other == "da" else continued.get(seed, {}).get("scheda")
+                if comp and ref:
+                    a.append(100 * comp["test_error"])
+                    b.append(100 * ref["test_error"])
+            diff, verdict, n = paired_text(a, b)
+            lines.append(f"| composite ({update}) − {label} | {diff} | {n} | {verdict} |")
+            paper = {("alternating", "da"): "better", ("alternating", "scheda"): "on par",
+                     ("joint", "da"): "not better"}.get((update, other))
+            if paper:
+                claims.append((f"The composite DA ({update}) against {label} (Section 5)", paper, f"{diff} | {n}",
+                               verdict))
+    if set(s.updates) == {"joint", "alternating"}:
+        pairs = [(models[seed]["composite"]["alternating"], models[seed]["composite"]["joint"]) for seed in seeds
+                 if models.get(seed, {}).get("composite", {}).get("alternating")
+                 and models[seed]["composite"].get("joint")]
+        diff, verdict, n = paired_text([100 * a["test_error"] for a, _ in pairs], [100 * b["test_error"] for _, b in pairs])
+        lines.append(f"| alternating − joint | {diff} | {n} | {verdict} |")
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    drawn = False
+    for update, colour in zip(s.updates, ("tab:blue", "tab:orange")):
+        for k, seed in enumerate(seeds):
+            e = models.get(seed, {}).get("composite", {}).get(update)
+            results = _results(e)
+            if not results:
+                continue
+            points = [(v["epoch"], 100 * v["test_error"]) for v in results.get("evaluations", [])]
+            if points:
+                ax.plot(*zip(*points), color=colour, alpha=0.8, label=update if k == 0 else None)
+                drawn = True
+    if drawn:
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("test error (%)")
+        ax.set_title("composite DA: test error against epochs (alternating switches group every epoch)")
+        ax.legend()
+        png = path.with_name(f"{path.stem}_figure7.png")
+        fig.tight_layout()
+        save_png(fig, png)
+        lines += ["", f"![figure 7]({png.name})", "",
+                  "Figure 7: each seed's curve; an alternating run trains one group per epoch, so every epoch is a "
+                  "switch (the evaluations, every scale.da.eval_every epochs, fall on both groups' epochs)."]
+    else:
+        plt.close(fig)
+    return lines + [""]
+
+
+def _results(e: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not e:
+        return None
+    try:
+        return json.loads((Path(e["run"]) / "results.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# --- reconstruction -----------------------------------------------------------------------------
+
+def _training_loss(e) -> tuple[float, float] | None:
+    """(training reconstruction error, its nu) at a model's reported epoch, from its history."""
+    results = _results(e)
+    row = next((h for h in (results or {}).get("history", []) if h["epoch"] == e["epoch"]), None)
+    return (row["loss"], row["nu"]) if row else None
+
+
+def _reconstruction(s, models, continued, analysis, seeds, path, claims) -> list[str]:
+    from scheda.analysis.core import pyplot, save_png
+
+    lines = ["## Reconstruction (Section 4.1, Figure 2)", "",
+             "Per model at its reported epoch: the training loss of that epoch (its own nu's corruption, mean per "
+             "image, summed over the inputs), the reconstruction error of the clean training images (the same input "
+             "for every model), and the test error; mean ± sd over seeds.", "",
+             "| Model | Training loss at its epoch (nu) | Clean reconstruction error | Test error % |", "|---|---|---|---|"]
+    rows = [(f"DA({fmt(nu)})", "da", fmt(nu)) for nu in s.nus] + [(label, key, None) for key, label in MODEL_ROWS[:3]]
+    for label, key, nu in rows:
+        entries = {seed: (models.get(seed, {}).get("da", {}).get(nu) if nu else continued.get(seed, {}).get(key))
+                   for seed in seeds}
+        losses = [_training_loss(e) for e in entries.values() if e]
+        clean = [analysis["reconstruction"].get(f"{seed}:{'da' + nu if nu else key}") for seed, e in entries.items() if e]
+        nus = sorted({fmt(n) for _, n in filter(None, losses)})
+        lines.append(f"| {_named(s, label)} | "
+                     f"{mean_sd([l for l, _ in filter(None, losses)], 1)} ({', '.join(nus) or '—'}) | "
+                     f"{mean_sd([c for c in clean if c is not None], 1)} | "
+                     f"{mean_sd([e['test_error'] for e in entries.values() if e], scale=100)} |")
+    low, sched, low_clean, sched_clean, low_test, sched_test = [], [], [], [], [], []
+    for seed in seeds:
+        da, sc = models.get(seed, {}).get("da", {}).get(fmt(s.nu_final)), continued.get(seed, {}).get("scheda")
+        if not (da and sc):
+            continue
+        a, b = _training_loss(da), _training_loss(sc)
+        if a and b:
+            low.append(a[0])
+            sched.append(b[0])
+        ca, cb = (analysis["reconstruction"].get(f"{seed}:{k}") for k in (f"da{fmt(s.nu_final)}", "scheda"))
+        if ca is not None and cb is not None:
+            low_clean.append(ca)
+            sched_clean.append(cb)
+        low_test.append(100 * da["test_error"])
+        sched_test.append(100 * sc["test_error"])
+    name = f"DA({fmt(s.nu_final)}) − ScheDA"
+    for what, a, b, unit, claim, paper in (
+            ("training loss at nu " + fmt(s.nu_final), low, sched, "", "DA(min nu) reaches a lower reconstruction error "
+             "than ScheDA (training loss, both at the final nu)", "lower"),
+            ("clean reconstruction error", low_clean, sched_clean, "", None, None),
+            ("test error", low_test, sched_test, "points", "... yet a higher test error (\"not solely better "
+             "optimisation\")", "about +5 points")):
+        diff, verdict, n = paired_text(a, b, unit or "(summed over inputs)")
+        lines.append(f"- {name}, {what}: {diff}, n {n}: {verdict}.")
+        if claim:
+            claims.append((_named(s, claim), paper, f"{diff} | {n}", verdict))
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    first = seeds[0]
+    for nu in s.nus:
+        results = _results(models.get(first, {}).get("da", {}).get(fmt(nu)))
+        if results and results.get("history"):
+            ax.plot([h["epoch"] for h in results["history"]], [h["loss"] for h in results["history"]],
+                    color=str(0.85 - 0.75 * (nu - s.nus[-1]) / max(s.nus[0] - s.nus[-1], 1e-9)), label=f"DA({fmt(nu)})")
+    if ax.lines:
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("training reconstruction error (its own nu)")
+        ax.set_yscale("log")
+        ax.set_title(f"Figure 2 (right): DAs of seed {first} at lr {fmt(s.lr)}")
+        ax.legend(fontsize=8)
+        png = path.with_name(f"{path.stem}_figure2_reconstruction.png")
+        fig.tight_layout()
+        save_png(fig, png)
+        lines += ["", f"![reconstruction against epochs]({png.name})"]
+    else:
+        plt.close(fig)
+    return lines + [""]
+
+
+# --- filters ------------------------------------------------------------------------------------
+
+def _filters(s, models, continued, seeds, path) -> list[str]:
+    """Figures 3-4: the first units' filters of DA(min nu), DA(max nu), ScheDA and the jump (ScheDA and
+    the jump continue DA(max nu): their unit k is its unit k), and the same units across ScheDA's levels."""
+    from scheda.analysis.core import pyplot, save_png
+    from scheda.data import dataset_spec
+    from scheda.loggers.base import filter_grid, normalised_filters
+    from scheda.training.checkpoint import load_run_model
+
+    first = seeds[0]
+    own, cont = models.get(first, {}), continued.get(first, {})
+    panels = [(f"DA({fmt(s.nu_final)})", own.get("da", {}).get(fmt(s.nu_final))),
+              (f"DA({fmt(s.nu0)})", own.get("da", {}).get(fmt(s.nu0))), ("ScheDA", cont.get("scheda")),
+              (f"jump to {fmt(s.nu_final)}", cont.get("jump"))]
+    if not all(e and e.get("checkpoint") for _, e in panels):
+        return ["## Filters (Figures 3-4)", "", "Not drawn yet: the first seed's models have not all finished.", ""]
+    cfg, _, _ = load_run_model(panels[0][1]["checkpoint"])
+    shape = getattr(dataset_spec(cfg.dataset), "image_shape", None)
+    if shape is None:
+        return ["## Filters (Figures 3-4)", "", "Not drawn: the data set's inputs are not images.", ""]
+    shape = tuple(shape)
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4.4), squeeze=False)
+    for ax, (title, e) in zip(axes[0], panels):
+        _, model, _ = load_run_model(e["checkpoint"])
+        ax.imshow(filter_grid(model.W[:64], shape), interpolation="nearest")
+        ax.set_title(f"{title}, epoch {e['epoch']}", fontsize=10)
+        ax.axis("off")
+    fig.tight_layout()
+    png = path.with_name(f"{path.stem}_filters.png")
+    save_png(fig, png)
+    lines = ["## Filters (Figures 3-4)", "", f"![filters]({png.name})", "",
+             f"Seed {first}'s first 64 units, each filter scaled to its own range (its smallest weight black, its "
+             "largest white, per channel together), as scheda's loggers draw them."]
+    run = Path(cont["scheda"]["run"])
+    levels = [("start", own["da"][fmt(s.nu0)]["checkpoint"])]
+    for i in range(1, round((s.nu0 - s.nu_final) / s.delta_nu) + 1):  # level i: nu0 - i delta_nu, K epochs
+        ckpt = run / "checkpoints" / checkpoint_name(i * s.K)
+        if ckpt.exists():
+            levels.append((f"nu {fmt(round(s.nu0 - i * s.delta_nu, 6))}, epoch {i * s.K}", str(ckpt)))
+    rows = []
+    for label, ckpt in levels:
+        _, model, _ = load_run_model(ckpt)
+        rows.append((label, np.concatenate(list(normalised_filters(model.W[:16], shape)), axis=1)))
+    fig, axes = plt.subplots(len(rows), 1, figsize=(12, 0.9 * len(rows) + 0.5), squeeze=False)
+    for ax, (label, strip) in zip(axes[:, 0], rows):
+        ax.imshow(strip, interpolation="nearest")
+        ax.set_ylabel(label, rotation=0, ha="right", fontsize=8)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.tight_layout()
+    png = path.with_name(f"{path.stem}_filters_levels.png")
+    save_png(fig, png)
+    lines += ["", f"![the same units across ScheDA's levels]({png.name})", "",
+              f"The same 16 units of seed {first}'s ScheDA at its start (DA({fmt(s.nu0)})) and at the end of each "
+              f"level, each filter scaled to its own range."]
+    return lines + [""]
