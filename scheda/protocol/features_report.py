@@ -52,6 +52,30 @@ def paired_text(a: Sequence[float], b: Sequence[float], unit: str = "points") ->
     return f"{s.mean:+.2f}{interval} {unit}", verdict, s.n
 
 
+def claim_row(claim: str, paper: str, a: Sequence[float], b: Sequence[float], unit: str,
+              expect: str) -> tuple[str, str, str, int, str]:
+    """One row of the claims' table: ``a - b`` paired, against what the paper says of its sign
+    (``expect``: lower, higher, not lower, or parity)."""
+    diff, _, n = paired_text(a, b, unit)
+    if n == 0:
+        return claim, paper, diff, 0, "not run yet"
+    d = stats.paired(a, b)
+    mean = d.summary.mean
+    if not d.summary.has_interval:
+        verdict = "not resolved: one seed (or pair) gives no interval"
+    elif expect == "parity":
+        verdict = (f"resolved: not on par (the first {'lower' if mean < 0 else 'higher'})" if d.resolved
+                   else "not resolved: on par within its interval")
+    elif not d.resolved:
+        verdict = "not resolved"
+    elif expect == "not lower":
+        verdict = "resolved, against the paper (lower)" if mean < 0 else "resolved: higher, as the paper says"
+    else:
+        verdict = "resolved, as the paper says" if (mean < 0) == (expect == "lower") else \
+            f"resolved, the opposite of the paper ({'lower' if mean < 0 else 'higher'})"
+    return claim, paper, diff, n, verdict
+
+
 def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
     models, continued, analysis = found["feature_models"], found["feature_continue"], found["feature_analysis"]
     seeds = [str(seed) for seed in s.seeds]
@@ -77,7 +101,7 @@ def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
               "Each difference is paired by seed (Figure 6's by initialisation pair), with its 95 % t-interval; "
               "\"resolved\" where the interval excludes 0. A claim of parity is only as strong as its interval "
               "is narrow.", "", "| Claim | Paper | Ours | n | Verdict |", "|---|---|---|---|---|"]
-    lines += [f"| {claim} | {paper} | {ours} | {verdict} |" for claim, paper, ours, verdict in claims]
+    lines += [f"| {claim} | {paper} | {ours} | {n} | {verdict} |" for claim, paper, ours, n, verdict in claims]
     return lines + [""]
 
 
@@ -149,7 +173,7 @@ def _table2(cfg, s, analysis, seeds, claims) -> list[str]:
                           + " |",
                           "|---|" + "---|" * (len(names) + len(paper_cols))]
                 for i, nu in enumerate(s.nus[::-1]):  # 0.1 first, as the paper's table
-                    cells = [mean_sd([refs[seed][r][start][measure]["counts"][fmt(nu)] for seed in refs], 0)
+                    cells = [mean_sd([refs[seed][r][start][measure]["counts"][fmt(nu)] for seed in refs], 1)
                              for r in names]
                     paper_cells = [_paper_count(paper, r, nu) for r in paper_cols]
                     lines.append(f"| {fmt(nu)} | " + " | ".join(cells) + "".join(f" | {c}" for c in paper_cells) + " |")
@@ -169,8 +193,8 @@ def _table2(cfg, s, analysis, seeds, claims) -> list[str]:
                      "ScheDA − jump near 0 (cosine, train)", "—")):
                 a = [100 * refs[seed]["scheda"]["own"]["cosine"]["share_high"] for seed in refs]
                 b = [100 * refs[seed][other]["own"]["cosine"]["share_high"] for seed in refs]
-                diff, verdict, n = paired_text(a, b, "points of %")
-                claims.append((claim, paper_diff, f"{diff} | {n}", verdict))
+                claims.append(claim_row(claim, paper_diff, a, b, "points of %",
+                                        "higher" if other == "da_star_low" else "parity"))
     return lines
 
 
@@ -273,9 +297,9 @@ def _figure6(cfg, s, models, continued, analysis, path, claims) -> list[str]:
     diag = [100 * float(np.mean([cell(p, x, x) for x in levels])) for p in per_pair]
     diff, verdict, n = paired_text(off, diag)
     lines += ["", f"- Pairs of different nu against pairs of the same nu (mean test error of each, per initialisation "
-                  f"pair): {diff}, n {n} pairs: {verdict}."]
-    claims.append(("Pairs of different nu beat pairs of the same nu (Figure 6)", "off-diagonal lower", f"{diff} | {n}",
-                   verdict))
+                  f"pair): {diff}, {count(n, 'pair')}: {verdict}."]
+    claims.append(claim_row("Pairs of different nu beat pairs of the same nu (Figure 6; test error, different − same)",
+                            "lower", off, diag, "points", "lower"))
     best, double = [], []
     for pair in per_pair:
         chosen = min(per_pair[pair].values(), key=lambda c: c["val_error"])
@@ -286,10 +310,11 @@ def _figure6(cfg, s, models, continued, analysis, path, claims) -> list[str]:
     if s.double:
         diff, verdict, n = paired_text(double, best)
         lines.append(f"- ScheDA of {2 * s.hidden} units (the mean of the pair's two seeds) against the pair's best "
-                     f"concatenation of two {s.hidden}-unit DAs (chosen on validation): {diff}, n {n} pairs: {verdict}.")
+                     f"concatenation of two {s.hidden}-unit DAs (chosen on validation): {diff}, {count(n, 'pair')}: {verdict}.")
         paper_text = (f"{paper['scheda']} against {paper['best_concat']} %" if paper.get("scheda") else "lower")
-        claims.append((f"ScheDA of twice the units beats the best concatenation of two DAs (the paper's fair comparison)",
-                       paper_text, f"{diff} | {n}", verdict))
+        claims.append(claim_row("ScheDA of twice the units beats the best concatenation of two DAs (the paper's fair "
+                                "comparison; test error, ScheDA − concatenation)", paper_text, double, best, "points",
+                                "lower"))
     return lines + [""]
 
 
@@ -320,11 +345,12 @@ def _composite(s, models, continued, seeds, path, claims) -> list[str]:
                     b.append(100 * ref["test_error"])
             diff, verdict, n = paired_text(a, b)
             lines.append(f"| composite ({update}) − {label} | {diff} | {n} | {verdict} |")
-            paper = {("alternating", "da"): "better", ("alternating", "scheda"): "on par",
-                     ("joint", "da"): "not better"}.get((update, other))
-            if paper:
-                claims.append((f"The composite DA ({update}) against {label} (Section 5)", paper, f"{diff} | {n}",
-                               verdict))
+            expect = {("alternating", "da"): "lower", ("alternating", "scheda"): "parity",
+                      ("joint", "da"): "not lower"}.get((update, other))
+            if expect:
+                words = {"lower": "better", "parity": "on par", "not lower": "not better"}[expect]
+                claims.append(claim_row(f"The composite DA ({update}) against {label} (Section 5; test error, "
+                                        f"composite − {label})", words, a, b, "points", expect))
     if set(s.updates) == {"joint", "alternating"}:
         pairs = [(models[seed]["composite"]["alternating"], models[seed]["composite"]["joint"]) for seed in seeds
                  if models.get(seed, {}).get("composite", {}).get("alternating")
@@ -413,16 +439,16 @@ def _reconstruction(s, models, continued, analysis, seeds, path, claims) -> list
         low_test.append(100 * da["test_error"])
         sched_test.append(100 * sc["test_error"])
     name = f"DA({fmt(s.nu_final)}) − ScheDA"
-    for what, a, b, unit, claim, paper in (
+    for what, a, b, unit, claim, paper, expect in (
             ("training loss at nu " + fmt(s.nu_final), low, sched, "", "DA(min nu) reaches a lower reconstruction error "
-             "than ScheDA (training loss, both at the final nu)", "lower"),
-            ("clean reconstruction error", low_clean, sched_clean, "", None, None),
+             "than ScheDA (training loss, both at the final nu; DA − ScheDA)", "lower", "lower"),
+            ("clean reconstruction error", low_clean, sched_clean, "", None, None, None),
             ("test error", low_test, sched_test, "points", "... yet a higher test error (\"not solely better "
-             "optimisation\")", "about +5 points")):
+             "optimisation\"; DA − ScheDA)", "about +5 points", "higher")):
         diff, verdict, n = paired_text(a, b, unit or "(summed over inputs)")
         lines.append(f"- {name}, {what}: {diff}, n {n}: {verdict}.")
         if claim:
-            claims.append((_named(s, claim), paper, f"{diff} | {n}", verdict))
+            claims.append(claim_row(_named(s, claim), paper, a, b, unit or "(summed over inputs)", expect))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     first = seeds[0]

@@ -16,26 +16,21 @@ A job the grid tables of the scale would plan with the same values (seed 0's DAs
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from omegaconf import DictConfig
 
 from scheda.protocol import phases
-from scheda.protocol.jobs import JobSpec, count, fmt, pct, rule_values
+from scheda.protocol.jobs import JobSpec, fmt
 from scheda.protocol.kinds import kind_of
 from scheda.protocol.kinds.da import DA
 from scheda.protocol.tables.base import Phase, Progress, register_phase
 from scheda.protocol.kinds.base import errors, stopping
 from scheda.runs.rundir import FINAL_STATUSES, best_evaluation, checkpoint_name, read_results
-from scheda.utils import stats
 from scheda.utils.errors import ConfigError
-from scheda.utils.io import atomic_write_json
 
 log = logging.getLogger(__name__)
 

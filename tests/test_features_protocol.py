@@ -1,0 +1,145 @@
+"""table=features (Sections 4.1.2-5): README's smoke command end to end on tiny arrays the test
+writes, its report read for numbers (Table 2's counts add up to the units, the measures lie in
+their ranges, Figure 6's table is the analysis' own evaluations), a rerun that trains and
+computes nothing, an analysis that goes on from the cell it stood at, and its refusals."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from helpers import TINY_PROTOCOL, User, readme_commands
+
+HIDDEN = 16  # scale=smoke's
+pytestmark = pytest.mark.xdist_group("features_protocol")  # one worker: the fixture runs once
+
+
+def rows_of(section: str) -> dict[str, list[str]]:
+    """A markdown table's rows by their first cell."""
+    out = {}
+    for line in section.splitlines():
+        if line.startswith("| ") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            out[cells[0]] = cells[1:]
+    return out
+
+
+def mean_of(cell: str) -> float:
+    return float(cell.split(" ± ")[0])
+
+
+@pytest.fixture(scope="module")
+def features(tmp_path_factory):
+    root = tmp_path_factory.mktemp("features")
+    user = User(root)
+    [command] = readme_commands("scheda-reproduce", "table=features", "scale=smoke")
+    first = user.run(command, *TINY_PROTOCOL, "report_dir=reports")
+    return user, first
+
+
+def test_every_model_trains_and_the_grid_s_own_runs_are_shared(features):
+    user, first = features
+    runs = user.work / "outputs" / "reproduce" / "smoke"
+    # seed 0's DAs at the grid's nu keep the grid's folder (table1 smoke reads them); the others are the table's
+    assert sorted(p.name for p in (runs / "da").iterdir() if p.is_dir()) == ["da_h16_nu0.3_lr0.1", "da_h16_nu0.5_lr0.1"]
+    assert (runs / "feature_da" / "da_h16_nu0.4_lr0.1_seed0" / "results.json").exists()
+    assert (runs / "continue" / "scheda_h16_nu0.5_dnu0.1_K1" / "results.json").exists()
+    report = (user.work / "reports" / "features_smoke.md").read_text()
+    models = rows_of(report.split("## Every model")[1].split("\n## ")[0])
+    assert {"DA(0.5)", "DA(0.4)", "DA(0.3)", "ScheDA", "One jump to 0.3", "Same start, trained on",
+            "DA(0.5), twice the units", "ScheDA, twice the units", "Composite DA, joint",
+            "Composite DA, alternating"} <= set(models)
+    for name, cells in models.items():
+        if name == "Model":
+            continue
+        assert cells[-1].endswith("(2)"), (name, cells)  # both seeds finished
+        for cell in cells[:2]:
+            assert 0 < float(cell.split(" (")[0]) < 100, (name, cell)
+    assert re.search(r"plan for table=features scale=smoke: \d+ jobs \(feature_models 12, feature_continue 8\)",
+                     first.output), first.output[-3000:]
+
+
+def test_table2_counts_add_up_to_the_units_under_every_measure_and_split(features):
+    user, _ = features
+    runs = user.work / "outputs" / "reproduce" / "smoke" / "feature_analysis"
+    for split in ("train", "val"):
+        for seed in (0, 1):
+            doc = json.loads((runs / f"similarity_{split}_seed{seed}.json").read_text())
+            assert doc["partner"] == 1 - seed
+            for ref, found in doc["refs"].items():
+                for start in [k for k in ("own", "other") if k in found]:
+                    for measure in ("cosine", "correlation"):
+                        m = found[start][measure]
+                        assert sum(m["counts"].values()) == HIDDEN, (split, seed, ref, start, measure)
+                        assert -1 <= m["mean_best"] <= 1 and m["median_margin"] >= 0
+                        assert m["share_high"] == pytest.approx((m["counts"]["0.4"] + m["counts"]["0.5"]) / HIDDEN)
+                assert all(-1.5 < v <= 1 + 1e-9 for v in found["cka"].values())  # debiased CKA can dip below 0
+            assert set(doc["ceiling"]) == {"0.3", "0.4", "0.5"}
+    report = (user.work / "reports" / "features_smoke.md").read_text()
+    table = report.split("### cosine, train split (2 seeds; own starting DA among the candidates)")[1].split("\n### ")[0]
+    rows = rows_of(table)
+    head = rows["nu"]
+    assert head[:5] == ["ScheDA", "jump", "same start", "DA*(0.3)", "DA*(0.5)"] and "paper ScheDA" in head
+    for column in range(5):  # every reference's mean counts add up to its units
+        assert sum(mean_of(rows[nu][column]) for nu in ("0.3", "0.4", "0.5")) == pytest.approx(HIDDEN)
+    assert rows["0.3"][5:] == ["444", "167", "72"]  # the paper's counts beside ours, by nu
+    assert "### Debiased linear CKA, val split (2 seeds)" in report
+
+
+def test_figure6_and_the_claims_read_the_analysis_own_numbers(features):
+    user, _ = features
+    runs = user.work / "outputs" / "reproduce" / "smoke" / "feature_analysis"
+    concat = json.loads((runs / "concat_0_1.json").read_text())
+    assert len(concat["cells"]) == 6  # 3 levels: each unordered pair once
+    report = (user.work / "reports" / "features_smoke.md").read_text()
+    fig6 = rows_of(report.split("## Figure 6")[1].split("\n## ")[0])
+    cells = {(c["low"], c["high"]): 100 * c["test_error"] for c in concat["cells"]}
+    for lo, hi in cells:
+        assert float(fig6[lo][["0.3", "0.4", "0.5"].index(hi)]) == pytest.approx(cells[(lo, hi)], abs=0.006)
+        assert fig6[lo][["0.3", "0.4", "0.5"].index(hi)] == fig6[hi][["0.3", "0.4", "0.5"].index(lo)]  # the mirror
+    claims = rows_of(report.split("## The paper's claims and our verdicts")[1].split("\n## ")[0])
+    assert len(claims) == 1 + 9
+    for claim, cells in claims.items():
+        if claim != "Claim":
+            assert re.match(r"(not run yet|not resolved|resolved)", cells[-1]), (claim, cells)
+    for png in ("features_smoke_figure6.png", "features_smoke_figure7.png", "features_smoke_filters.png",
+                "features_smoke_filters_levels.png", "features_smoke_figure2_reconstruction.png"):
+        assert (user.work / "reports" / png).stat().st_size > 1000, png
+    recon = json.loads((runs / "reconstruction.json").read_text())["models"]
+    assert {"0:da0.5", "1:scheda", "0:composite_alternating", "1:da2"} <= set(recon)
+
+
+def test_a_rerun_trains_nothing_and_an_analysis_goes_on_from_where_it_stood(features):
+    user, _ = features
+    runs = user.work / "outputs" / "reproduce" / "smoke" / "feature_analysis"
+    path = runs / "concat_0_1.json"
+    concat = json.loads(path.read_text())
+    concat["cells"] = concat["cells"][:4]  # as if stopped after its fourth cell
+    path.write_text(json.dumps(concat))
+    [command] = readme_commands("scheda-reproduce", "table=features", "scale=smoke")
+    again = user.run(command, *TINY_PROTOCOL, "report_dir=reports")
+    launches = re.findall(r"phase (\w+): (\d+) jobs, (\d+) already done, (\d+) to run", again.output)
+    assert launches and all(todo == "0" for *_, todo in launches), launches
+    assert "similarities on" not in again.output  # read, not computed again
+    assert len(re.findall(r"feature analysis: DA\(\S+\) of seed 0 \+ DA\(\S+\) of seed 1", again.output)) == 2
+    assert len(json.loads(path.read_text())["cells"]) == 6
+
+
+@pytest.mark.parametrize("override, message", [
+    ("table.features.seeds=[0,1,2]", "table.features.seeds=[0, 1, 2]: give an even number"),
+    ("table.features.delta_nu=0.15", "must step from 0.5 down to 0.3 in whole steps"),
+    ("table.features.composite_nus=[0.1,0.2,0.3]", "the 16 hidden units split equally among them"),
+    ("phases=[da]", "phases has ['da']: table=features has the phases feature_models, feature_continue, "
+                    "feature_analysis (and report: the report)"),
+])
+def test_bad_features_settings_are_one_line_before_any_job(tmp_path, override, message):
+    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "table=features", "scale=smoke",
+                           override, "dry_run=true"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and message in last, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
