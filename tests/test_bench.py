@@ -127,3 +127,19 @@ def test_an_evaluation_is_timed_on_a_trained_runs_own_features(bench, cifar_arra
     hidden = json.loads((run_dir / "results.json").read_text())["config"]["model"]["hidden"]
     assert search["features"] == hidden and search["n"] > 0 and search["run"].endswith("epoch_00001.pt")
     assert 0 < search["encode_seconds"] < search["seconds"]
+
+
+def test_the_similarity_benchmark_times_the_tables_own_code_above_its_floor(tmp_path):
+    """scripts/bench_similarity.py, small: it runs compare_all as the features table does, and a
+    time under its float64 floor would fail it."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "similarity.json"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_similarity.py"), "--n", "2000", "--hidden",
+                           "48", "--references", "2", "--candidates", "3", "--json", str(out)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = json.loads(out.read_text())
+    assert row["pairs"] == 2 * 4 + 3 and row["over_floor"] >= 1 and row["seconds"] >= row["floor_s"] > 0
+    assert "x the floor" in proc.stdout

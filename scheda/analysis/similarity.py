@@ -118,6 +118,29 @@ def compare(x: "torch.Tensor", y: "torch.Tensor", mx: Moments | None = None, my:
                            "correlation": correlation.max(1).values.cpu().numpy()}, float(cka))
 
 
+def compare_all(references: Mapping[str, "torch.Tensor"], candidates: Mapping[str, "torch.Tensor"],
+                chunk_size: int = 8192, known: dict[int, Moments] | None = None,
+                only: set[tuple[str, str]] | None = None) -> dict[tuple[str, str], PairSimilarity]:
+    """Every reference against every candidate (``only``: just those pairs), over the same data
+    points, each model's moments computed once (``known``: those of earlier calls, by the tensor's
+    id, kept for the next): what Table 2 of one seed on one split takes."""
+    found: dict[int, Moments] = {} if known is None else known
+
+    def of(x):
+        if id(x) not in found:
+            found[id(x)] = moments(x, chunk_size)
+        return found[id(x)]
+
+    return {(r, c): compare(x, y, of(x), of(y), chunk_size) for r, x in references.items()
+            for c, y in candidates.items() if only is None or (r, c) in only}
+
+
+def flops(n: int, pairs: list[tuple[int, int]], models: list[int]) -> float:
+    """The multiply-adds (x2) :func:`compare_all` cannot do without over ``n`` data points: one
+    ``XᵀY`` per pair of (Hx, Hy) units and one ``XᵀX`` per distinct model of H units."""
+    return 2.0 * n * (sum(a * b for a, b in pairs) + sum(h * h for h in models))
+
+
 @dataclass(frozen=True)
 class Closest:
     """Table 2 for one reference and one measure: how many of its units have their most similar

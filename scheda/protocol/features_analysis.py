@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scheda.analysis.similarity import MEASURES, closest, compare, moments
+from scheda.analysis.similarity import MEASURES, closest, compare_all
 from scheda.protocol.jobs import fmt
 from scheda.utils.io import atomic_write_json
 from scheda.utils.lazy import lazy
@@ -25,6 +25,8 @@ torch = lazy("torch", globals())
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val")  # Table 2 over the training split (the paper's) and again over validation
+REFERENCES = ("scheda", "jump", "same_start", "da_star_low", "da_star_high")  # Table 2's rows
+CONTINUATIONS = ("scheda", "jump", "same_start")  # the rows that start from one of the candidates
 
 
 def checkpoint_of(e: dict[str, Any] | None) -> str | None:
@@ -134,14 +136,18 @@ class Analysis:
         acts = {name: by_path[path] for name, path in wanted.items()}
         for split in todo:
             x = {name: a[split] for name, a in acts.items()}
-            m = {name: moments(v) for name, v in x.items()}
             candidates = [f"da{fmt(nu)}" for nu in self.s.nus]
             swap = f"da_star{fmt(self.s.nu0)}"
+            ceiling_pairs = {f"da{fmt(nu)}": f"da_star{fmt(nu)}" for nu in self.s.nus}
+            known: dict = {}  # each model's moments, once
+            every = compare_all({r: x[r] for r in REFERENCES}, {c: x[c] for c in [*candidates, swap]}, known=known)
+            every.update(compare_all({a: x[a] for a in ceiling_pairs}, {b: x[b] for b in ceiling_pairs.values()},
+                                     known=known, only=set(ceiling_pairs.items())))
             refs: dict[str, Any] = {}
-            for ref in ("scheda", "jump", "same_start", "da_star_low", "da_star_high"):
-                pairs = {c: compare(x[ref], x[c], m[ref], m[c]) for c in [*candidates, swap]}
+            for ref in REFERENCES:
+                pairs = {c: every[(ref, c)] for c in [*candidates, swap]}
                 sets = {"own": candidates}
-                if ref in ("scheda", "jump", "same_start"):  # the start replaced by another seed's DA(max nu)
+                if ref in CONTINUATIONS:  # the start replaced by another seed's DA(max nu)
                     sets["other"] = [swap if c == f"da{fmt(self.s.nu0)}" else c for c in candidates]
                 out: dict[str, Any] = {"cka": {c: pairs[c].cka for c in candidates}}
                 out["cka_other_start"] = pairs[swap].cka
@@ -153,8 +159,7 @@ class Analysis:
                         out[name][measure] = {"counts": c.counts, "mean_best": c.mean_best,
                                               "median_margin": c.median_margin, "share_high": c.share(self.s.high)}
                 refs[ref] = out
-            ceiling = {fmt(nu): compare(x[f"da{fmt(nu)}"], x[f"da_star{fmt(nu)}"], m[f"da{fmt(nu)}"],
-                                        m[f"da_star{fmt(nu)}"]).cka for nu in self.s.nus}
+            ceiling = {fmt(nu): every[(f"da{fmt(nu)}", f"da_star{fmt(nu)}")].cka for nu in self.s.nus}
             atomic_write_json(self.folder / f"similarity_{split}_seed{seed}.json",
                               {"key": key, "seed": seed, "partner": self.s.partner(seed), "split": split,
                                "n": int(next(iter(x.values())).shape[0]), "refs": refs, "ceiling": ceiling,

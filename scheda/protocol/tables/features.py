@@ -34,9 +34,6 @@ from scheda.utils.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-FOLDER = "feature_analysis"  # <out_dir>/feature_analysis/: the analysis' results and figures' data
-REFERENCES = ("scheda", "jump", "same_start", "da_star_low", "da_star_high")  # Table 2's rows
-CONTINUATIONS = ("scheda", "jump", "same_start")  # the rows that start from a candidate DA
 
 
 @dataclass(frozen=True)
