@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from helpers import TINY_PROTOCOL, User, readme_commands
+from helpers import TINY_PROTOCOL, User, readme_commands, smoke_cfg
 
 HIDDEN = 16  # scale=smoke's
 pytestmark = pytest.mark.xdist_group("features_protocol")  # one worker: the fixture runs once
@@ -133,13 +133,23 @@ def test_a_rerun_trains_nothing_and_an_analysis_goes_on_from_where_it_stood(feat
     ("table.features.seeds=[0,1,2]", "table.features.seeds=[0, 1, 2]: give an even number"),
     ("table.features.delta_nu=0.15", "must step from 0.5 down to 0.3 in whole steps"),
     ("table.features.composite_nus=[0.1,0.2,0.3]", "the 16 hidden units split equally among them"),
-    ("phases=[da]", "phases has ['da']: table=features has the phases feature_models, feature_continue, "
-                    "feature_analysis (and report: the report)"),
 ])
-def test_bad_features_settings_are_one_line_before_any_job(tmp_path, override, message):
-    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "table=features", "scale=smoke",
-                           override, "dry_run=true"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: ") and message in last, proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr
+def test_bad_features_settings_are_refused_before_any_job(override, message):
+    from scheda.protocol.tables.features import settings
+    from scheda.utils.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        settings(smoke_cfg("table=features", override))
+
+
+def test_a_phase_of_another_table_or_a_report_of_nothing_is_one_line(tmp_path):
+    for args, message in ((["phases=[da]", "dry_run=true"],
+                           "error: phases has ['da']: table=features has the phases feature_models, feature_continue, "
+                           "feature_analysis (and report: the report)"),
+                          (["phases=[report]"], "error: no model of table=features has finished in outputs/reproduce/"
+                                                "smoke: nothing to report yet; run the table (the same command without "
+                                                "phases=)")):
+        proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "table=features", "scale=smoke",
+                               *args], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == message, proc.stderr[-2000:]
+        assert "Traceback" not in proc.stderr

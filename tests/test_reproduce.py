@@ -327,6 +327,8 @@ def table_scales() -> list[tuple[str, str]]:
 def test_every_table_and_scale_plans_its_jobs(table, scale):
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         cfg = compose(config_name="reproduce", overrides=[f"table={table}", f"scale={scale}"])
+    if "da" not in cfg.table.phases:  # a table of phases of its own
+        return features_plans_its_jobs(cfg)
     da = phases.da_jobs(cfg.scale, cfg.table.raw)
     selection = {"hidden": {str(h): {"by_nu": {fmt(nu): {"checkpoint": "c", "epoch": 1, "nu": nu}
                                                for nu in cfg.scale.da.nu},
@@ -357,6 +359,28 @@ def test_every_table_and_scale_plans_its_jobs(table, scale):
     if (table, scale) == ("table1", "paper"):
         assert len(da) == 1 + 3 * 3 and all(len(j.meta["nus"]) == 8 for j in da[1:])
         assert len([j for j in cont if j.meta["kind"] == "scheda"]) == 3 * (7 * 2 - 1) * 2
+
+
+def features_plans_its_jobs(cfg):
+    """table=features at a scale: every seed's models and continuations, each name once in its
+    folder, each schedule with its levels, and the estimate counting every one of them."""
+    from scheda.protocol import estimate
+    from scheda.protocol.tables.features import continuation_jobs, model_jobs, settings
+
+    s = settings(cfg)
+    models, cont = model_jobs(cfg), continuation_jobs(cfg, None)
+    assert len({(j.phase, j.name) for j in models + cont}) == len(models + cont)
+    per_seed = len(s.nus) + s.double + len(s.updates)
+    assert len(models) == per_seed * len(s.seeds) and len(cont) == (3 + s.double) * len(s.seeds)
+    for job in cont:
+        if job.groups["schedule"] == "decreasing":
+            values = {k.split(".", 1)[1]: v for k, v in job.values.items() if k.startswith("schedule.")}
+            base = OmegaConf.to_container(compose_cfg(["schedule=decreasing"]).schedule)
+            schedule = build_schedule({**base, "T": None, **values}, job.values.get("trainer.max_epochs"))
+            assert schedule.stages[0].nu == round(s.nu0 - s.delta_nu, 6) and schedule.stages[-1].nu == s.nu_final
+            assert schedule.total_epochs == job.meta["epochs"]
+    est = estimate.estimate(cfg, None, 20)
+    assert est["jobs"] == {"feature_models": len(models), "feature_continue": len(cont)}
 
 
 def test_bad_protocol_values_fail_with_one_line(tmp_path, cifar_arrays):

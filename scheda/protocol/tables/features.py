@@ -27,10 +27,11 @@ from scheda.protocol import phases
 from scheda.protocol.jobs import JobSpec, fmt
 from scheda.protocol.kinds import kind_of
 from scheda.protocol.kinds.da import DA
-from scheda.protocol.tables.base import Phase, Progress, register_phase
+from scheda.protocol.tables.base import REPORT, Phase, Progress, register_phase
 from scheda.protocol.kinds.base import errors, stopping
 from scheda.runs.rundir import FINAL_STATUSES, best_evaluation, checkpoint_name, read_results
-from scheda.utils.errors import ConfigError
+from scheda.utils.errors import ConfigError, SchedaError
+from scheda.utils.io import shown_path
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +198,10 @@ class FeatureModels(Phase):
             else:
                 place[model][key] = e
         p.found[self.name] = found
+        if list(p.cfg.phases) == [REPORT] and not any(e for place in found.values() for group in place.values()
+                                                      for e in (group.values() if isinstance(group, dict) else [group])):
+            raise SchedaError(f"no model of table={p.cfg.table.name} has finished in {shown_path(p.out_dir)}: nothing to "
+                              f"report yet; run the table (the same command without phases=)")
 
     def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
         da = cfg.scale.da
