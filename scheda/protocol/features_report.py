@@ -134,16 +134,17 @@ def _time(cfg: DictConfig, path: Path) -> list[str]:
 
 # --- models -------------------------------------------------------------------------------------
 
-def _row_entries(s, models, continued, seeds):
-    rows = [(f"DA({fmt(nu)})", [models.get(seed, {}).get("da", {}).get(fmt(nu)) for seed in seeds]) for nu in s.nus]
+def _every_model(s, models, continued, seeds) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, name in the analysis' files, entry per seed) of every model the table trains."""
+    rows = [(f"DA({fmt(nu)})", f"da{fmt(nu)}", {seed: models.get(seed, {}).get("da", {}).get(fmt(nu)) for seed in seeds})
+            for nu in s.nus]
     for key, label in MODEL_ROWS:
-        src = models if key == "da2" else continued
         if key in ("da2", "scheda2") and not s.double:
             continue
-        rows.append((_named(s, label),
-                     [src.get(seed, {}).get(key) for seed in seeds]))
-    rows += [(f"Composite DA, {u}", [models.get(seed, {}).get("composite", {}).get(u) for seed in seeds])
-             for u in s.updates]
+        src = models if key == "da2" else continued
+        rows.append((_named(s, label), key, {seed: src.get(seed, {}).get(key) for seed in seeds}))
+    rows += [(f"Composite DA, {u}", f"composite_{u}",
+              {seed: models.get(seed, {}).get("composite", {}).get(u) for seed in seeds}) for u in s.updates]
     return rows
 
 
@@ -156,7 +157,8 @@ def _models_table(s, models, continued, seeds) -> list[str]:
              "stopped by the rule at its cap, not converged), per seed, and the mean ± sd over seeds.", "",
              "| Model | " + " | ".join(f"seed {seed}" for seed in seeds) + " | mean ± sd (n) |",
              "|---|" + "---|" * (len(seeds) + 1)]
-    for label, entries in _row_entries(s, models, continued, seeds):
+    for label, _, by_seed in _every_model(s, models, continued, seeds):
+        entries = list(by_seed.values())
         cells = [f"{pct(e['test_error'])} ({e['epoch']}{_stopped(e)})" if e else "not finished" for e in entries]
         done = [e["test_error"] for e in entries if e]
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {mean_sd(done, scale=100)} ({len(done)}) |")
@@ -439,17 +441,16 @@ def _reconstruction(s, models, continued, analysis, seeds, path, claims) -> list
              "image, summed over the inputs), the reconstruction error of the clean training images (the same input "
              "for every model), and the test error; mean ± sd over seeds.", "",
              "| Model | Training loss at its epoch (nu) | Clean reconstruction error | Test error % |", "|---|---|---|---|"]
-    rows = [(f"DA({fmt(nu)})", "da", fmt(nu)) for nu in s.nus] + [(label, key, None) for key, label in MODEL_ROWS[:3]]
-    for label, key, nu in rows:
-        entries = {seed: (models.get(seed, {}).get("da", {}).get(nu) if nu else continued.get(seed, {}).get(key))
-                   for seed in seeds}
+    for label, key, entries in _every_model(s, models, continued, seeds):
         losses = [_training_loss(e) for e in entries.values() if e]
-        clean = [analysis["reconstruction"].get(f"{seed}:{'da' + nu if nu else key}") for seed, e in entries.items() if e]
+        clean = [analysis["reconstruction"].get(f"{seed}:{key}") for seed, e in entries.items() if e]
         nus = sorted({fmt(n) for _, n in filter(None, losses)})
-        lines.append(f"| {_named(s, label)} | "
-                     f"{mean_sd([l for l, _ in filter(None, losses)], 1)} ({', '.join(nus) or '—'}) | "
+        if key.startswith("composite_"):  # the schedule's nu is unused: each group has its own
+            nus = ["groups at " + " and ".join(fmt(nu) for nu in s.composite_nus)]
+        lines.append(f"| {label} | {mean_sd([l for l, _ in filter(None, losses)], 1)} ({', '.join(nus) or '—'}) | "
                      f"{mean_sd([c for c in clean if c is not None], 1)} | "
                      f"{mean_sd([e['test_error'] for e in entries.values() if e], scale=100)} |")
+    lines.append("")
     low, sched, low_clean, sched_clean, low_test, sched_test = [], [], [], [], [], []
     for seed in seeds:
         da, sc = models.get(seed, {}).get("da", {}).get(fmt(s.nu_final)), continued.get(seed, {}).get("scheda")
