@@ -219,3 +219,20 @@ def test_standalone_finetuning_run_again_resumes_where_it_stopped(cifar_arrays, 
     assert [[(h["train_loss"], h["val_error"]) for h in r["history"]] for r in resumed["per_lr"]] == \
         [[(h["train_loss"], h["val_error"]) for h in r["history"]] for r in golden["per_lr"]]
     assert resumed["chosen"] == golden["chosen"]
+
+
+def test_the_quick_preset_fine_tunes_in_its_own_budget_and_says_so_on_a_console_that_is_a_pipe(tmp_path):
+    """``scheda-train +experiment=quick finetune.enabled=true`` as a user runs it with the console
+    a pipe (Slurm, nohup): no progress bar shows there, so each rate's first epoch and end (and a
+    line a minute between) come out as lines; the preset's budget, not the paper's 2000 epochs."""
+    from helpers import TINY_DATA, User
+
+    user = User(tmp_path)
+    out = user.run(["scheda-train", "+experiment=quick", "finetune.enabled=true"], *TINY_DATA,
+                   "hydra.run.dir=outputs/quick_ft").output
+    results = json.loads((user.work / "outputs" / "quick_ft" / "results.json").read_text())
+    runs = results["finetune"]["per_lr"]
+    assert [r["lr"] for r in runs] == [0.1, 0.05] and all(r["epochs_run"] <= 5 for r in runs)
+    for r in runs:
+        assert f"finetune lr={r['lr']:g} epoch 1 " in out, out[-3000:]
+        assert f"finetune lr={r['lr']:g} epoch {r['epochs_run']} done: " in out, out[-3000:]

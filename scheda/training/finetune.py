@@ -41,6 +41,10 @@ torch = lazy("torch", globals())
 F = lazy("torch.nn.functional", globals(), "F")
 network = lazy("scheda.model.network", globals())
 log = logging.getLogger(__name__)
+# The console's lines while no progress bar shows (a console that is a file or a pipe: Slurm, nohup):
+# a logger outside scheda.training.finetune, whose per-epoch lines go to train.log only.
+console = logging.getLogger("scheda.finetune")
+CONSOLE_EVERY = 60.0  # seconds between those lines, besides each rate's first epoch and its end
 LAST = FINETUNE_LAST
 
 
@@ -373,6 +377,7 @@ class FineTuneLoop(Loop):
         self.ran = 0
         self.saved: dict[str, Any] | None = None  # the state after the last whole epoch
         self.written = False  # whether it is on disk
+        self.said = -math.inf  # when the console last had a line (without a bar)
 
     def run_epoch(self, active: list[Tuning]) -> None:
         self.tuner.epoch(active, self.step_for(active))
@@ -382,10 +387,25 @@ class FineTuneLoop(Loop):
         if self.written:
             self.tuner.save(**self.saved)
         self.ticks.update(1)
+        if self.ticks.disable:  # no bar on a console that is not a terminal: a line now and then instead
+            self.say(active)
         stop = self.tuner.stop
         if stop.requested and any(not t.finished for t in self.members):  # after the epoch's state, as DA training
             epoch = max(t.epoch for t in active)
             raise Interrupted(stop.signum, f"{stop.name} in fine-tuning epoch {epoch}", forward=stop.forward())
+
+    def say(self, active: list[Tuning]) -> None:
+        """The console's line on the rates of this epoch: at a rate's first epoch and its end, and
+        at most every CONSOLE_EVERY seconds between."""
+        now = time.monotonic()
+        ending = [t for t in active if t.finished]
+        if not (ending or any(t.epoch == 1 for t in active) or now - self.said >= CONSOLE_EVERY):
+            return
+        self.said = now
+        for t in active:
+            h, state = t.history[-1], "done" if t.finished else f"of at most {t.max_epochs}"
+            console.info("finetune lr=%g epoch %d %s: val %.4f test %.4f (best val %.4f at epoch %d)", t.lr,
+                         t.epoch, state, h["val_error"], h["test_error"], t.best["val_error"], t.best["epoch"])
 
     def on_fit_end(self) -> None:
         for t in self.members:  # finished before this call (a resumed rate at its last epoch)
