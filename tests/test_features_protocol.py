@@ -153,3 +153,20 @@ def test_a_phase_of_another_table_or_a_report_of_nothing_is_one_line(tmp_path):
                                *args], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
         assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == message, proc.stderr[-2000:]
         assert "Traceback" not in proc.stderr
+
+
+def test_scheda_results_on_the_protocol_folder_groups_its_runs_by_phase_and_model(features):
+    """One table of every key that differs anywhere was 35 columns wide: each phase's models get a
+    table of their own with the keys that vary inside it; csv stays one table for programs."""
+    user, _ = features
+    runs = user.work / "outputs" / "reproduce" / "smoke"
+    text = user.run(["scheda-results", "outputs/reproduce/smoke"]).stdout
+    heads = re.findall(r"^### (\S+): (.+) \((\d+) runs?\)$", text, flags=re.M)
+    assert ("feature_da", "composite, constant", "4") in heads and ("da", "da, constant", "2") in heads, heads
+    widths = [line.count("|") - 1 for line in text.splitlines() if line.startswith("| run |")]
+    assert widths and max(widths) <= 12, widths
+    listed = re.findall(r"^\| outputs/reproduce/smoke/(\S+) \|", text, flags=re.M)
+    on_disk = sorted(str(p.parent.relative_to(runs)) for p in runs.glob("*/*/results.json"))
+    assert sorted(listed) == on_disk
+    csv_text = user.run(["scheda-results", "outputs/reproduce/smoke", "--format", "csv"]).stdout
+    assert "###" not in csv_text and len(csv_text.strip().splitlines()) == 1 + len(on_disk)

@@ -115,7 +115,7 @@ def read_row(path: Path, at: str = "kept", base: Path | None = None,
     config = flatten(results["config"])
     status = run_status(results, path.parent)
     logged = read_metrics(path.parent / str(config.get("logger.csv.file") or "metrics.csv")) if metrics else {}
-    return {"run": name, "config": config,
+    return {"run": name, "path": str(path), "config": config,
             "status": status, "epochs": results.get("epochs"),
             "stopped": results.get("stopped_by"),
             "read at": chosen["epoch"] if chosen else None,
@@ -152,6 +152,24 @@ def table(rows: list[dict[str, Any]], env: bool = False,
     ordered = sorted(rows, key=lambda r: (r["val_error %"] is None, r["val_error %"] or 0.0, r["run"]))
     return (["run", *keys, *columns],
             [[r["run"], *(r["config"].get(k) for k in keys), *(r[c] for c in columns)] for r in ordered])
+
+
+def protocol_groups(rows: list[dict[str, Any]], folders: Sequence[str | Path]) -> dict[str, list[dict[str, Any]]] | None:
+    """The rows of a protocol folder (one ``scheda-reproduce`` made: it holds ``protocol_id``) by
+    phase, model and schedule (raw pixels apart from the DAs of their phase, composites apart
+    from DAs, a schedule apart from its controls at a constant nu), in the order they come; None
+    when no folder given is a protocol's."""
+    protocols = [Path(f).resolve() for f in folders if (Path(f) / "protocol_id").is_file()]
+    if not protocols:
+        return None
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        where = Path(r["path"]).resolve().parent
+        inside = next((where.relative_to(p) for p in protocols if where.is_relative_to(p)), None)
+        phase = inside.parts[0] if inside is not None and len(inside.parts) > 1 else "other runs"
+        model, schedule = r["config"].get("model.name", "?"), r["config"].get("schedule.name")
+        groups.setdefault(f"{phase}: {model}" + (f", {schedule}" if model != "raw" and schedule else ""), []).append(r)
+    return groups
 
 
 def grouped(rows: list[dict[str, Any]], by: Sequence[str]) -> tuple[list[str], list[list[Any]]]:
@@ -238,7 +256,15 @@ def gather(folders: Sequence[str | Path], group_by: Sequence[str] = (), fmt: str
                           + (f"; these differ between the runs: {', '.join(differ[:8])}" if differ else ""))
     if at.startswith("epoch=") and all(r["read at"] is None for r in rows):
         print(f"note: no run has an evaluation at {at}: its errors show as —", file=sys.stderr)
-    return render(*(grouped(rows, group_by) if group_by else table(rows, env, metrics)), fmt)
+    if group_by:
+        return render(*grouped(rows, group_by), fmt)
+    parts = protocol_groups(rows, folders) if fmt == "md" else None
+    if parts is None or len(parts) == 1:  # csv and json: one table, every column (for a program)
+        return render(*table(rows, env, metrics), fmt)
+    # a protocol's phases, each with the keys that vary inside it (one table of every key that differs
+    # anywhere is dozens of columns wide)
+    return "\n".join(f"### {name} ({len(members)} run{'s' if len(members) != 1 else ''})\n\n"
+                     + render(*table(members, env, metrics), fmt) for name, members in parts.items())
 
 
 @quiet_on_a_closed_pipe
