@@ -70,7 +70,11 @@ def test_a_scale_saved_before_the_classifier_owned_its_grid_is_the_same_scale(tm
     saved.train = [o.replace("classifier.c_log2_", "evaluate.c_log2_") for o in saved.train]
     del saved["seeds"]  # and from before seeds
     OmegaConf.save(saved, tmp_path / "scale.yaml")
-    phases.check_scale_unchanged(smoke_cfg("scale.seeds=[0,4]").scale, tmp_path)
+    phases.check_scale_unchanged(smoke_cfg("scale.seeds=[0,4]").scale, tmp_path)  # not refused: the same scale
+    kept = OmegaConf.load(tmp_path / "scale.yaml")  # and kept in today's words, with the seeds now asked for
+    assert list(kept.seeds) == [0, 4] and list(kept.train) == list(cfg.scale.train)
+    with pytest.raises(ConfigError, match="selected its hyper-parameters with seed 0"):
+        phases.check_scale_unchanged(smoke_cfg("scale.seeds=[1,0]").scale, tmp_path)
 
 
 def test_each_comparison_names_its_models_as_the_tables_do():
