@@ -53,20 +53,21 @@ def main(argv=None) -> int:
     parser.add_argument("--references", type=int, default=5, help="ScheDA, jump, same start, DA*(0.1), DA*(0.7)")
     parser.add_argument("--candidates", type=int, default=7, help="the DA(nu) of one seed (+1: the partner's start)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--burst-seconds", type=float, default=1.0, help="how long the float64 rate is measured")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     refs = {f"ref{i}": activations(args.n, args.hidden, i, args.device) for i in range(args.references)}
     cands = {f"da{i}": activations(args.n, args.hidden, 100 + i, args.device) for i in range(args.candidates + 1)}
     stars = {f"star{i}": activations(args.n, args.hidden, 200 + i, args.device) for i in range(args.candidates)}
-    rate_before = product_rate(args.n, args.hidden, args.device)
+    rate_before = product_rate(args.n, args.hidden, args.device, args.burst_seconds)
     t = time.perf_counter()
     known: dict = {}
     compare_all(refs, cands, known=known)
     ceilings = {(f"da{i}", f"star{i}") for i in range(args.candidates)}  # DA(nu) against DA*(nu)
     compare_all({a: cands[a] for a, _ in ceilings}, stars, known=known, only=ceilings)
     seconds = time.perf_counter() - t
-    rate = max(rate_before, product_rate(args.n, args.hidden, args.device))
+    rate = max(rate_before, product_rate(args.n, args.hidden, args.device, args.burst_seconds))
     h = args.hidden
     work = flops(args.n, [(h, h)] * (len(refs) * len(cands) + len(ceilings)), [h] * (len(refs) + len(cands) + len(stars)))
     floor = work / rate

@@ -137,7 +137,7 @@ def test_the_similarity_benchmark_times_the_tables_own_code_above_its_floor(tmp_
 
     out = tmp_path / "similarity.json"
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_similarity.py"), "--n", "2000", "--hidden",
-                           "48", "--references", "2", "--candidates", "3", "--json", str(out)],
+                           "48", "--references", "2", "--candidates", "3", "--burst-seconds", "0.2", "--json", str(out)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     row = json.loads(out.read_text())

@@ -221,18 +221,9 @@ def test_standalone_finetuning_run_again_resumes_where_it_stopped(cifar_arrays, 
     assert resumed["chosen"] == golden["chosen"]
 
 
-def test_the_quick_preset_fine_tunes_in_its_own_budget_and_says_so_on_a_console_that_is_a_pipe(tmp_path):
-    """``scheda-train +experiment=quick finetune.enabled=true`` as a user runs it with the console
-    a pipe (Slurm, nohup): no progress bar shows there, so each rate's first epoch and end (and a
-    line a minute between) come out as lines; the preset's budget, not the paper's 2000 epochs."""
-    from helpers import TINY_DATA, User
-
-    user = User(tmp_path)
-    out = user.run(["scheda-train", "+experiment=quick", "finetune.enabled=true"], *TINY_DATA,
-                   "hydra.run.dir=outputs/quick_ft").output
-    results = json.loads((user.work / "outputs" / "quick_ft" / "results.json").read_text())
-    runs = results["finetune"]["per_lr"]
-    assert [r["lr"] for r in runs] == [0.1, 0.05] and all(r["epochs_run"] <= 5 for r in runs)
-    for r in runs:
-        assert f"finetune lr={r['lr']:g} epoch 1 " in out, out[-3000:]
-        assert f"finetune lr={r['lr']:g} epoch {r['epochs_run']} done: " in out, out[-3000:]
+def test_the_quick_preset_fine_tunes_within_its_own_budget():
+    """``+experiment=quick finetune.enabled=true`` promised seconds and fine-tuned the paper's 5
+    rates for 2000 epochs without patience (about 50 minutes on 2 cores)."""
+    ft = compose_cfg(["+experiment=quick", "finetune.enabled=true"]).finetune
+    assert (list(ft.lrs), ft.max_epochs, ft.patience, ft.batch_size) == ([0.1, 0.05], 5, 2, 128)
+    assert compose_cfg(["+experiment=quick"]).finetune.enabled is False  # still off unless asked for

@@ -1,5 +1,7 @@
 import json
 
+import re
+
 import pytest
 import torch
 
@@ -292,7 +294,10 @@ def test_the_console_shows_the_training_loggers_warnings_and_not_their_epochs(ci
     log = (tmp_path / "run" / "train.log").read_text()
     assert "] - epoch 2 nu=0.3 loss=" in log and "finetune lr=" in log
     console = first.stdout + first.stderr
-    assert "] - epoch 2 nu=0.3 loss=" not in console and "finetune lr=" not in console and "eval epoch 2" in console
+    assert "] - epoch 2 nu=0.3 loss=" not in console and "eval epoch 2" in console
+    assert not re.search(r"finetune lr=\S+ epoch \d+: loss", console), console[-3000:]
+    # a console that is no terminal has no bar: each rate's first epoch and end say where it stands
+    assert "finetune lr=0.00125 epoch 1 of at most 2: val " in console and "finetune lr=0.00125 epoch 2 done: " in console
     again = run_train([f"resume={tmp_path / 'run'}", "schedule.nu=0.4", "schedule.epochs=3", "force_resume=true"],
                       cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
