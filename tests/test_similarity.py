@@ -78,3 +78,12 @@ def test_closest_counts_winners_and_the_margin_by_which_they_win():
     assert c.mean_best == pytest.approx((0.9 + 0.6 + 0.5 + 0.7) / 4)
     assert c.median_margin == pytest.approx(np.median([0.1, 0.4, 0.0, 0.6]))
     assert c.share(["0.7"]) == pytest.approx(0.25)
+
+
+@pytest.mark.cuda
+def test_the_measures_on_cuda_are_the_cpus(activations):
+    x, y = activations
+    here, there = compare(x, y), compare(x.cuda(), y.cuda())
+    for measure in ("cosine", "correlation"):
+        np.testing.assert_allclose(there.best[measure], here.best[measure], rtol=1e-9)
+    assert there.cka == pytest.approx(here.cka, rel=1e-9)
