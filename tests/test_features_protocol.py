@@ -170,3 +170,19 @@ def test_scheda_results_on_the_protocol_folder_groups_its_runs_by_phase_and_mode
     assert sorted(listed) == on_disk
     csv_text = user.run(["scheda-results", "outputs/reproduce/smoke", "--format", "csv"]).stdout
     assert "###" not in csv_text and len(csv_text.strip().splitlines()) == 1 + len(on_disk)
+
+
+def test_the_estimate_costs_the_composite_by_the_step_that_trains_it():
+    """The composite DA trains by autograd (no fused step of its own): its epochs are costed at the
+    benchmark's autograd timing, the DAs' at the device's default step."""
+    from scheda.protocol import estimate
+
+    cfg = smoke_cfg("table=features")
+
+    def train_hours(autograd_s):
+        bench = {"n": 1000, "rows": [{"hidden": 16, "batch_size": 50, "default_s": 1.0, "eager_s": 1.0,
+                                      "autograd_s": autograd_s}]}
+        return estimate.estimate(cfg, bench, 50)["train_hours"]
+
+    composites = 2 * 2  # 2 seeds x 2 update rules, each at most scale.da.epochs = 3 of 1000 images
+    assert (train_hours(3.0) - train_hours(1.0)) * 3600 == pytest.approx(composites * 3 * (3.0 - 1.0))

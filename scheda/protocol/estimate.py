@@ -139,7 +139,9 @@ def item_seconds(item: dict[str, Any], bench: dict[str, Any], batch_size: int, f
     per_feature = search_scale * search["seconds"] / search["features"] if search else 0.0
     if not item["hidden"]:
         return 0.0, item["evals"] * per_feature * inputs
-    one = epoch_seconds(bench, item["hidden"], batch_size, fast and not item.get("eager"), examples, inputs=inputs)
+    # an item's own step where it names the benchmark's timing of it (a composite DA trains by autograd)
+    one = epoch_seconds(bench, item["hidden"], batch_size, fast and not item.get("eager"), examples,
+                        key=item.get("timing"), inputs=inputs)
     # a fused sweep's cost per model from the row of its own size where measured there
     over_one = bench_row(bench, item["hidden"], batch_size).get("grid_over_one", grid and grid["grid_over_one"])
     fused = over_one / grid["models"] * item["models"] if grid and item["models"] > 1 else item["models"]

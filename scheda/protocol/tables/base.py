@@ -70,7 +70,9 @@ class Phase(ABC):
     def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
         """Its jobs before any ran, each model at its cap: one item per model of a job, with its
         ``phase`` (the plan's word for it), ``hidden``, ``epochs``, ``evals`` and ``models``
-        (``eager``: nu per minibatch; ``finetune: True`` for a fine-tuning job, costed by its preset)."""
+        (``eager``: nu per minibatch; ``timing``: the benchmark's key for its step where that is not
+        the device's default, e.g. ``autograd_s``; ``finetune: True`` for a fine-tuning job, costed by
+        its preset)."""
 
     def report(self, p: Progress, path: Path) -> list[str]:
         """Its section of the report at ``path`` (figures go beside it)."""

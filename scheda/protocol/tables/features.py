@@ -206,7 +206,9 @@ class FeatureModels(Phase):
     def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
         da = cfg.scale.da
         return [{"phase": self.name, "hidden": job.values["model.hidden"], "epochs": da.epochs, "models": 1,
-                 "evals": da.epochs // da.eval_every} for job in model_jobs(cfg)]
+                 "evals": da.epochs // da.eval_every,
+                 # the composite trains by autograd (no fused step of its own): about twice a DA's epoch on a CPU
+                 **({"timing": "autograd_s"} if job.meta["model"] == "composite" else {})} for job in model_jobs(cfg)]
 
 
 def continuation_jobs(cfg: DictConfig, models: dict[str, Any] | None) -> list[JobSpec]:
