@@ -195,3 +195,26 @@ def test_a_checkpoints_schedule_agrees_with_the_same_schedule_cut_short_or_run_o
     assert s.agrees_with([Stage(0.5, 4)]) and s.agrees_with([Stage(0.5, 3)])  # it was cut short
     assert s.agrees_with([Stage(0.5, 4), Stage(0.4, 5)])  # it ran on in its last stage
     assert not s.agrees_with([Stage(0.5, 2), Stage(0.4, 4)]) and not s.agrees_with([Stage(0.6, 4)])
+
+
+def test_a_schedule_that_draws_per_minibatch_says_so_once_by_the_class_it_builds(monkeypatch):
+    """``per_minibatch`` is the built schedule's; a schema reads it from ``builds`` (the rules ask
+    before building), and one that names the wrong class is refused in one line."""
+    from dataclasses import dataclass
+
+    from scheda.model.schedule import (RandomUniformSchedule, RandomUniformScheduleConfig,
+                                       ScheduleConfig, build_schedule)
+    from scheda.utils.errors import ConfigError
+
+    assert RandomUniformScheduleConfig().per_minibatch and RandomUniformSchedule.per_minibatch
+    assert not ScheduleConfig.builds.per_minibatch
+
+    @dataclass
+    class Forgot(RandomUniformScheduleConfig):
+        builds = ScheduleConfig.builds  # a per-minibatch schedule whose schema says a fixed nu per epoch
+
+    import scheda.model.schedule as schedule
+
+    monkeypatch.setattr(schedule, "typed", lambda group, config: Forgot())
+    with pytest.raises(ConfigError, match="builds a RandomUniformSchedule, which draws nu per minibatch"):
+        build_schedule({})

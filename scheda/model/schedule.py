@@ -250,12 +250,17 @@ def level_count(direction: int, nu0: float, delta_nu: float, nu_final: float | N
 @dataclass
 class ScheduleConfig(Component, abc.ABC):
     """Base of the schedules. ``nu_key``: the key that holds a run's noise level, which a fused
-    sweep's ``trainer.parallel.nu`` sets (None: the schedule has no single one);
-    ``per_minibatch``: whether the schedule it builds draws nu per minibatch (the steps that hold
-    one level an epoch refuse it: scheda.planning.rules), known without building it."""
+    sweep's ``trainer.parallel.nu`` sets (None: the schedule has no single one); ``builds``: the
+    NoiseSchedule class ``build()`` returns, whose ``per_minibatch`` says whether it draws nu per
+    minibatch (the steps that hold one level an epoch refuse it: scheda.planning.rules), known
+    without building it and said once, by that class."""
 
     nu_key: ClassVar[str | None] = None
-    per_minibatch: ClassVar[bool] = NoiseSchedule.per_minibatch
+    builds: ClassVar[type[NoiseSchedule]] = NoiseSchedule
+
+    @property
+    def per_minibatch(self) -> bool:
+        return self.builds.per_minibatch
 
     @abc.abstractmethod
     def build(self) -> NoiseSchedule:
@@ -352,7 +357,7 @@ class RandomUniformScheduleConfig(ScheduleConfig):
     low: float = 0.1
     high: float = 0.7
     epochs: int = 100
-    per_minibatch: ClassVar[bool] = RandomUniformSchedule.per_minibatch
+    builds: ClassVar[type[NoiseSchedule]] = RandomUniformSchedule
 
     def build(self) -> NoiseSchedule:
         low, high = check_nu("schedule.low", self.low), check_nu("schedule.high", self.high)
@@ -369,7 +374,7 @@ class RandomDiscreteScheduleConfig(ScheduleConfig):
     name: str = "random_discrete"
     values: List[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
     epochs: int = 100
-    per_minibatch: ClassVar[bool] = RandomDiscreteSchedule.per_minibatch
+    builds: ClassVar[type[NoiseSchedule]] = RandomDiscreteSchedule
 
     def build(self) -> NoiseSchedule:
         if not self.values:
@@ -422,4 +427,10 @@ def nu_key(config: Mapping) -> str | None:
 
 def build_schedule(config: Mapping, max_epochs: int | None = None) -> NoiseSchedule:
     """Make the schedule that ``config`` (the ``schedule`` config group) describes."""
-    return typed("schedule", config).build().with_max_epochs(max_epochs)
+    spec = typed("schedule", config)
+    built = spec.build()
+    if built.per_minibatch != spec.per_minibatch:  # the rules read it before the build: a schema must say it
+        raise ConfigError(f"schedule {spec.name!r} builds a {type(built).__name__}, which draws nu "
+                          f"{'per minibatch' if built.per_minibatch else 'per epoch'}, but its schema says "
+                          f"builds = {spec.builds.__name__}: set builds to the class build() returns")
+    return built.with_max_epochs(max_epochs)
