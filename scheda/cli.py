@@ -45,7 +45,8 @@ def task(cfg: DictConfig) -> float | None:
 
         label_console(f"[#{hydra_cfg.job.num}]")  # the jobs share the console: whose line (Hydra's "#1 : ...")
 
-    from scheda.utils.interrupt import Interrupted, in_sweep_worker, unanswered_stop, wait_for_the_sweep
+    from scheda.utils.interrupt import Interrupted, unanswered_stop
+    from scheda.utils.sweep_signals import in_sweep_worker, wait_for_the_sweep
     from scheda.run import run
     from scheda.utils.io import shown_path
 
@@ -141,7 +142,7 @@ def main() -> None:
 
     try:
         task()
-    except Interrupted as exc:  # a sweep stopped across its job processes (scheda.utils.interrupt.jobs_stop_first)
+    except Interrupted as exc:  # a sweep stopped across its job processes (scheda.utils.sweep_signals.jobs_stop_first)
         print(exc.message, file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:  # a Ctrl-C where no run's handler stands (composing, evaluating raw inputs)

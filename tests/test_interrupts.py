@@ -324,7 +324,8 @@ def test_slurms_time_limit_warning_stops_a_protocol_and_a_sweep_as_sigterm_does(
     leaving its workers); they stop as on SIGTERM now. In a process of its own: the sweep's
     handler signals this process's children."""
     script = ("import os, signal\n"
-              "from scheda.utils.interrupt import Interrupted, jobs_stop_first, terminate_as_interrupt\n"
+              "from scheda.utils.interrupt import Interrupted, terminate_as_interrupt\n"
+              "from scheda.utils.sweep_signals import jobs_stop_first\n"
               "for stopping in (terminate_as_interrupt, jobs_stop_first):\n"
               "    try:\n"
               "        with stopping():\n"
@@ -374,7 +375,7 @@ def test_the_resource_trackers_warnings_are_quiet_in_a_stopped_sweep():
     """A stopped joblib sweep's resource trackers (Python's, and loky's own, each a process started
     with the sweep's environment) clean up what the stopped workers left and warned about it in
     four lines after the sweep's one ("leaked semlock objects", seen in CI): both are quieted."""
-    from scheda.utils.interrupt import QUIET_TRACKER
+    from scheda.utils.sweep_signals import QUIET_TRACKER
 
     code = ("import sys, warnings\n"
             "for name in sys.argv[1:]:\n"

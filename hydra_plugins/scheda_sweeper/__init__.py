@@ -46,7 +46,7 @@ def runs_in_process(launcher: Any) -> bool:
 
 def stopping_jobs(launcher: Any) -> Any:
     """While a sweep's jobs run: where they run in processes of their own (joblib, submitit_local),
-    a signal stops them with their checkpoints first (scheda.utils.interrupt.jobs_stop_first);
+    a signal stops them with their checkpoints first (scheda.utils.sweep_signals.jobs_stop_first);
     a Slurm sweep's jobs, in Slurm's queue, are cancelled (each running one checkpoints first)
     rather than left running with nobody to collect them; jobs in this process (Hydra's basic
     launcher) answer it themselves."""
@@ -54,7 +54,7 @@ def stopping_jobs(launcher: Any) -> Any:
     from contextlib import nullcontext
     from functools import partial
 
-    from scheda.utils.interrupt import jobs_stop_first
+    from scheda.utils.sweep_signals import jobs_stop_first
     from scheda.utils.slurm import cancel_submitted
 
     if runs_in_process(launcher):

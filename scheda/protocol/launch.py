@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from scheda.utils.errors import ConfigError
 from scheda.utils.fork import ForkedCommand
-from scheda.utils.interrupt import JOBS_STOP_BOUND
+from scheda.utils.sweep_signals import JOBS_STOP_BOUND
 from scheda.utils.io import atomic_write, atomic_write_json
 from scheda.protocol.jobs import JobSpec
 from scheda.protocol.slurm import (
