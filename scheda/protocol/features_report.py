@@ -112,7 +112,7 @@ def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
 def _time(cfg: DictConfig, path: Path) -> list[str]:
     """This table's wall time (its own invocations that ran jobs) beside the plan's estimate, which
     counts every model at its cap: an upper bound, which models stopped by the rule stay under."""
-    from scheda.protocol import estimate
+    from scheda.protocol import estimate, phases
 
     out_dir = Path(cfg.out_dir)
     try:
@@ -124,9 +124,7 @@ def _time(cfg: DictConfig, path: Path) -> list[str]:
     if not cfg.bench:
         return lines + [f"- This table's invocations ran {hours:.2f} hours; give bench=<scripts/bench_train.py --json "
                         f"output> to set the plan's estimate beside it.", ""]
-    batch = next((int(o.split("=", 1)[1]) for o in [*cfg.scale.train, *cfg.overrides]
-                  if o.startswith("trainer.batch_size=")), 20)
-    est = estimate.estimate(cfg, estimate.load_bench(cfg.bench), batch)
+    est = estimate.estimate(cfg, estimate.load_bench(cfg.bench), int(phases.job_config(cfg).trainer.batch_size))
     return lines + [f"- This table's invocations ran {hours:.2f} hours; the plan's estimate, every model at its cap, "
                     f"{est['device_hours']:.2f} device-hours ({shown_path(cfg.bench)}): measured / estimate = "
                     f"{hours / est['device_hours']:.2f} (the rule stops models before their caps).", ""]

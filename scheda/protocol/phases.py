@@ -73,6 +73,17 @@ def check_job_overrides(cfg: DictConfig, jobs: list[JobSpec]) -> None:
             return
 
 
+def job_config(cfg: DictConfig) -> DictConfig:
+    """A DA job's training config as its run composes it (its own values, then ``scale.train`` and
+    ``overrides=[...]``, every job's): what the runs' settings are, read from composition rather
+    than from the override strings (the minibatch the estimate costs, say)."""
+    from scheda.config import compose_train
+
+    job = next(j for j in da_jobs(cfg.scale, False))
+    own = [*(f"{g}={c}" for g, c in job.groups.items()), *(f"{k}={v}" for k, v in job.values.items())]
+    return compose_train([*own, *cfg.scale.train, *cfg.overrides])
+
+
 def check_seeds(scale: DictConfig) -> list[int]:
     seeds = [int(s) for s in scale.seeds]
     if not seeds:

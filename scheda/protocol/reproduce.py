@@ -58,8 +58,7 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
         cfg.phases = cfg.stages
     cfg.phases = chosen_phases(cfg)  # null: every phase of the table, and its report
     phases.check(cfg)
-    batch = next((int(o.split("=", 1)[1]) for o in [*cfg.scale.train, *cfg.overrides]
-                  if o.startswith("trainer.batch_size=")), 20)
+    batch = int(phases.job_config(cfg).trainer.batch_size)  # as the runs compose it
     bench = estimate.load_bench(cfg.bench) if cfg.bench else None
     log.info("%s", estimate.describe(cfg, estimate.estimate(cfg, bench, batch), cfg.bench))
     if cfg.dry_run:
