@@ -646,6 +646,17 @@ def test_device_hours_use_the_fast_step_unless_the_runs_cannot_use_it(override):
         * 3600 == pytest.approx(6 * 4.0)  # measured without a graph: eager
 
 
+def test_device_hours_of_runs_trained_by_autograd_use_its_timing():
+    """``trainer.fused=false`` trains every model by autograd: costed at the benchmark's autograd
+    timing where it measured one (about twice the fused step on a CPU), not the fused step's."""
+    from scheda.protocol import estimate
+
+    bench = {"device_name": "CPU", "n": 1000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 4.0,
+                                                        "autograd_s": 9.0}]}
+    cfg = smoke_cfg(*FIXED, "scale.control=false", "scale.finetune=null", "overrides=['trainer.fused=false']")
+    assert estimate.estimate(cfg, bench, 20)["train_hours"] * 3600 == pytest.approx(6 * 9.0)
+
+
 def test_device_hours_of_random_nu_runs_use_eager_times():
     """A schedule that draws nu per minibatch runs eager even where graphs apply (scheda.planning.rules)."""
     from scheda.protocol import estimate

@@ -21,6 +21,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from scheda.utils.errors import ConfigError
+from scheda.protocol.phases import job_config
 
 TRAIN_EXAMPLES = 45000  # CIFAR-10's training split: an epoch of the benchmark (its "n") and of Table 1's runs
 INPUTS = 3072  # CIFAR-10's pixels: the benchmark's input size (scripts/bench_train.py) and Table 1's raw features
@@ -67,54 +68,27 @@ def epoch_seconds(bench: dict[str, Any], hidden: int, batch_size: int, fast: boo
             * inputs / bench.get("inputs", INPUTS))
 
 
-def _override(cfg: DictConfig, key: str, default: float) -> float:
-    values = [o.split("=", 1)[1] for o in [*cfg.scale.train, *cfg.overrides] if o.startswith(f"{key}=")]
-    return float(values[-1]) if values else default
-
-
 def search_share(cfg: DictConfig) -> float:
     """The runs' C grid over the benchmark's (torch_lr's default, 17 values): the C search's time
-    scales with the values it fits."""
+    scales with the settings it fits (the runs' classifier as they compose it)."""
+    from scheda.config import typed
     from scheda.evaluation.classifiers import TorchLRConfig
 
-    d = TorchLRConfig()
-    count = lambda lo, hi, step: int(math.floor((hi - lo) / step + 1e-9)) + 1  # noqa: E731
-    runs = count(_override(cfg, "classifier.c_log2_min", d.c_log2_min), _override(cfg, "classifier.c_log2_max", d.c_log2_max),
-                 _override(cfg, "classifier.c_log2_step", d.c_log2_step))
-    return runs / count(d.c_log2_min, d.c_log2_max, d.c_log2_step)
+    return len(typed("classifier", job_config(cfg).classifier).grid()) / len(TorchLRConfig().grid())
 
 
 def train_examples(cfg: DictConfig) -> int:
     """An epoch's examples: ``dataset.train_limit`` where the runs set it, else the table's data
     set's (``table.train_examples``: CIFAR-10's 45000)."""
-    limits = [int(o.split("=", 1)[1]) for o in [*cfg.scale.train, *cfg.overrides]
-              if o.startswith("dataset.train_limit=") and o.split("=", 1)[1] not in ("null", "None")]
-    return limits[-1] if limits else int(cfg.table.get("train_examples", TRAIN_EXAMPLES))
+    limit = job_config(cfg).dataset.get("train_limit")
+    return int(limit) if limit else int(cfg.table.get("train_examples", TRAIN_EXAMPLES))
 
 
-def finetune_budget(preset: str, overrides: list[str] = ()) -> tuple[int, int]:
-    """(learning rates, epochs each) of a fine-tuning preset: ``configs/finetune/<preset>.yaml``
-    over the schema's defaults (the paper's 5 rates for up to 2000 epochs), then the runs'
-    ``finetune.lrs=`` / ``finetune.max_epochs=`` overrides."""
-    import importlib.resources
-
-    import yaml
-    from omegaconf import OmegaConf
-
-    from scheda.config import CONFIGS
-    from scheda.training.finetune import FinetuneConfig
-
-    values: dict[str, Any] = {}
-    root = importlib.resources.files(CONFIGS.removeprefix("pkg://")) if CONFIGS.startswith("pkg://") else Path(CONFIGS)
-    path = root / "finetune" / f"{preset}.yaml"
-    if path.is_file():
-        values = OmegaConf.to_container(OmegaConf.create(path.read_text()))
-    for override in overrides:
-        key, _, value = override.partition("=")
-        if key in ("finetune.lrs", "finetune.max_epochs"):
-            values[key.split(".")[1]] = yaml.safe_load(value)
-    lrs = values.get("lrs", FinetuneConfig().lrs)
-    return len(lrs), int(values.get("max_epochs", FinetuneConfig().max_epochs))
+def finetune_budget(cfg: DictConfig) -> tuple[int, int, bool]:
+    """(learning rates, epochs each, fused) of the runs' fine-tuning: ``configs/finetune/<scale.finetune>.yaml``
+    under the runs' own overrides, as a fine-tuning job composes it."""
+    f = job_config(cfg, f"finetune={cfg.scale.finetune}").finetune
+    return len(f.lrs), int(f.max_epochs), bool(f.fused)
 
 
 def job_seconds(bench: dict[str, Any], examples: int = TRAIN_EXAMPLES) -> float:
@@ -150,9 +124,9 @@ def item_seconds(item: dict[str, Any], bench: dict[str, Any], batch_size: int, f
 
 def fast_step(cfg: DictConfig) -> bool:
     """Whether the runs get the device's default step (the Triton step graphed on CUDA), unless
-    they turn it off or cannot take it."""
-    return not {"trainer.cuda_graph=false", "trainer.triton=false", "trainer.fused=false",
-                "trainer.precision=bf16"} & {*cfg.scale.train, *cfg.overrides}
+    their composed trainer turns it off or cannot take it."""
+    t = job_config(cfg).trainer
+    return bool(t.fused) and t.cuda_graph is not False and t.triton is not False and t.precision != "bf16"
 
 
 def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> dict[str, Any]:
@@ -172,6 +146,8 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
         if item.get("checkpoints", True):  # an analysis' evaluations keep no checkpoint
             out["checkpoint_bytes"] += item["evals"] * checkpoint_bytes(item["hidden"], inputs)
         if bench is not None:
+            if not job_config(cfg).trainer.fused:  # trainer.fused=false: every model by autograd
+                item = {"timing": "autograd_s", **item}
             train, evals = item_seconds(item, bench, batch_size, fast, examples, search_share(cfg), inputs)
             seconds_train, seconds_eval = seconds_train + train, seconds_eval + evals
     if bench is None:
@@ -181,8 +157,7 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
     seconds_jobs = jobs * job_seconds(bench, examples) + start_seconds(bench, jobs, phases, cfg.launcher)
     seconds_finetune, finetune_measured = 0.0, True
     if p["finetune_jobs"]:
-        lrs, epochs = finetune_budget(cfg.scale.finetune, [*cfg.scale.train, *cfg.overrides])
-        fused = "finetune.fused=false" not in {*cfg.scale.train, *cfg.overrides}
+        lrs, epochs, fused = finetune_budget(cfg)
         for hidden in cfg.scale.hidden:  # the best DA and the best ScheDA of each size, per seed
             row = bench_row(bench, hidden, batch_size)
             finetune_measured &= "finetune_s" in row

@@ -73,15 +73,23 @@ def check_job_overrides(cfg: DictConfig, jobs: list[JobSpec]) -> None:
             return
 
 
-def job_config(cfg: DictConfig) -> DictConfig:
-    """A DA job's training config as its run composes it (its own values, then ``scale.train`` and
-    ``overrides=[...]``, every job's): what the runs' settings are, read from composition rather
-    than from the override strings (the minibatch the estimate costs, say)."""
+_COMPOSED: dict[str, DictConfig] = {}
+
+
+def job_config(cfg: DictConfig, *groups: str) -> DictConfig:
+    """A DA job's training config as its run composes it (its own values, ``groups`` such as
+    ``finetune=cpu``, then ``scale.train`` and ``overrides=[...]``, every job's): the runs'
+    settings read from composition rather than from the override strings (the minibatch, the C
+    grid, the step, the fine-tuning budget the estimate costs); composed once per setting."""
     from scheda.config import compose_train
 
     job = next(j for j in da_jobs(cfg.scale, False))
     own = [*(f"{g}={c}" for g, c in job.groups.items()), *(f"{k}={v}" for k, v in job.values.items())]
-    return compose_train([*own, *cfg.scale.train, *cfg.overrides])
+    line = [*own, *groups, *cfg.scale.train, *cfg.overrides]
+    key = "\n".join(map(str, line))
+    if key not in _COMPOSED:
+        _COMPOSED[key] = compose_train(line)
+    return _COMPOSED[key]
 
 
 def check_seeds(scale: DictConfig) -> list[int]:
