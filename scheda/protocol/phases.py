@@ -35,14 +35,14 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError(f"table={cfg.table.name} has no scale={cfg.scale.name}: use scale="
                           f"{' | '.join(cfg.table.scales)} (configs/table_scale/{cfg.table.name}_<scale>.yaml)")
     check_seeds(cfg.scale)
-    pruning = [o for o in [*cfg.scale.train, *cfg.overrides] if o.lstrip("+~").startswith("trainer.keep_checkpoints=")]
-    if pruning:  # continuations, controls, fine-tunings and seeds start from epochs chosen after the runs trained
-        raise ConfigError(f"{pruning[0]}: scheda-reproduce continues runs from checkpoints at epochs it chooses after "
-                          f"they trained (each further seed's at the selection seed's best epoch), so it keeps every "
-                          f"one: drop it (trainer.keep_checkpoints is for scheda-train runs)")
     if cfg.scale.patience is not None and cfg.scale.patience < 1:
         raise ConfigError(f"scale.patience={cfg.scale.patience} must be >= 1 (evaluations without a new best) or null")
     check_job_overrides(cfg, da_jobs(cfg.scale, cfg.table.raw))
+    pruning = job_config(cfg).trainer.keep_checkpoints
+    if pruning is not None:  # continuations, controls, fine-tunings and seeds start from epochs chosen after the runs trained
+        raise ConfigError(f"trainer.keep_checkpoints={pruning}: scheda-reproduce continues runs from checkpoints at "
+                          f"epochs it chooses after they trained (each further seed's at the selection seed's best "
+                          f"epoch), so it keeps every one: drop it (trainer.keep_checkpoints is for scheda-train runs)")
     launcher_overrides(cfg)
     kinds = [continuation(name, cfg.scale) for name in cfg.table.continuations]
     for kind in [*kinds, *(ScheduleKind(name) for name in cfg.scale.schedules)]:
