@@ -58,6 +58,8 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
         cfg.phases = cfg.stages
     cfg.phases = chosen_phases(cfg)  # null: every phase of the table, and its report
     phases.check(cfg)
+    for phase in phases_of(cfg):  # whatever each phase plans from, before any job
+        phase.check(cfg)
     batch = int(phases.job_config(cfg).trainer.batch_size)  # as the runs compose it
     bench = estimate.load_bench(cfg.bench) if cfg.bench else None
     log.info("%s", estimate.describe(cfg, estimate.estimate(cfg, bench, batch), cfg.bench))
