@@ -41,6 +41,7 @@ class Analysis:
         self.models, self.continued = models, continued
         self.folder = out_dir / "feature_analysis"
         self._data: dict[str, Any] = {}
+        self._inputs: dict[tuple[str, str], Any] = {}
         self._device = None
 
     # --- what each piece needs ---------------------------------------------------------------
@@ -91,11 +92,18 @@ class Analysis:
             self._data[key] = load_dataset(run_cfg.dataset)
         return self._data[key]
 
+    def inputs(self, run_cfg: DictConfig, split: str):
+        """One split's inputs on the device, made once for every model that reads them (a float
+        copy of CIFAR-10's training split is 550 MB)."""
+        key = (OmegaConf.to_yaml(run_cfg.dataset), split)
+        if key not in self._inputs:
+            self._inputs[key] = self.data(run_cfg).tensor(split, self.device())
+        return self._inputs[key]
+
     def encode(self, checkpoint: str, splits=SPLITS) -> dict[str, Any]:
         cfg, model = self.load_model(checkpoint)
-        data = self.data(cfg)
         with torch.no_grad():
-            return {split: model.encode_dataset(data.tensor(split, self.device())) for split in splits}
+            return {split: model.encode_dataset(self.inputs(cfg, split)) for split in splits}
 
     # --- the pieces ---------------------------------------------------------------------------
     def _read(self, path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
@@ -213,7 +221,7 @@ class Analysis:
         todo = [name for name in models if name not in kept]
         for name in todo:
             cfg, model = self.load_model(models[name])
-            x = self.data(cfg).tensor("train", self.device())
+            x = self.inputs(cfg, "train")
             with torch.no_grad():
                 total = sum(float(model.loss(x[i:i + 8192], x[i:i + 8192])) * x[i:i + 8192].shape[0]
                             for i in range(0, x.shape[0], 8192))
