@@ -52,10 +52,8 @@ def task(cfg: DictConfig) -> float | None:
 
     output_dir = Path(hydra_cfg.runtime.output_dir)
     earlier = (output_dir / "results.json").exists()  # an earlier run's record: never removed with a refusal
-    if cfg.get("logger"):
-        _name_records(cfg, output_dir, hydra_cfg)
     try:
-        summary = run(cfg, output_dir)
+        summary = run(cfg, output_dir, label=_label(output_dir, hydra_cfg) if cfg.get("logger") else "")
         late = unanswered_stop()
         if late is not None and hydra_cfg.mode == RunMode.MULTIRUN:  # the job completed: the sweep stops here
             raise Interrupted(late, f"interrupted by {signal.Signals(late).name} as {shown_path(output_dir)} ended: "
@@ -83,23 +81,14 @@ def task(cfg: DictConfig) -> float | None:
     return read["val_error"] if read else summary.get("final_train_loss")
 
 
-def _name_records(cfg: DictConfig, output_dir: Path, hydra_cfg) -> None:
-    """A sweep's job names its loggers' records by its swept values, not by its number; so does a
-    job resumed alone (``scheda-train resume=<its directory>``), whose records then stay one run."""
-    from scheda.loggers import name_runs
-    from scheda.runs.reentry import run_dir_of
+def _label(output_dir: Path, hydra_cfg) -> str:
+    """A sweep job's swept values, which its loggers name its records by (not by its number); a
+    job resumed alone (``scheda-train resume=<its directory>``, in its sweep's folder) gets the same,
+    so its records stay one run."""
     from scheda.runs.sweep_summary import swept_label
 
-    resumed = run_dir_of(cfg.resume) if cfg.get("resume") else None
-    if hydra_cfg.mode == RunMode.MULTIRUN:
-        sweep_dir = Path(hydra_cfg.sweep.dir)
-    elif resumed is not None and resumed.resolve() == output_dir.resolve():
-        sweep_dir = output_dir.parent  # the sweep's folder, where its multirun.yaml lies
-    else:
-        return
-    label = swept_label(sweep_dir, list(hydra_cfg.overrides.task))
-    if label:
-        name_runs(cfg.logger, label)
+    sweep_dir = Path(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else output_dir.parent
+    return swept_label(sweep_dir, list(hydra_cfg.overrides.task))
 
 
 def _fresh(output_dir: Path) -> bool:

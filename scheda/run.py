@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, flag_override
 
 from scheda.config import check_composed
 from scheda.data import dataset_spec
@@ -24,12 +24,12 @@ from scheda.loggers import Loggers, LoggingCallback, build_loggers, hparams
 from scheda.model.autoencoder import build_model
 from scheda.model.noise import build_noise
 from scheda.model.optim import build_optimizer
-from scheda.runs.reentry import enter, enter_model
-from scheda.runs.rundir import CAP, PATIENCE, SCHEDULE, RunResults, kept, summarise_sweep, summary_lines
+from scheda.runs.reentry import enter, enter_model, interrupted_line
+from scheda.runs.rundir import RunResults, kept, summarise_sweep, summary_lines
 from scheda.training.callbacks import CheckpointCallback, Patience, ProgressBar
 from scheda.training.checkpoint import find_checkpoint_dir, find_model, load_checkpoint, load_model_weights
-from scheda.planning import rules
 from scheda.planning.plan import Plan, PlannedModel, make_plan
+from scheda.training.step import step_record
 from scheda.training.trainer import ModelState, Trainer, setup_process
 from scheda.utils import environment
 from scheda.utils.interrupt import Interrupted, stop_on_signals, terminate_as_interrupt
@@ -40,38 +40,39 @@ from scheda.utils.seeding import derive_seed, train_seed
 log = logging.getLogger(__name__)
 
 
-def run(cfg: DictConfig, output_dir: str | Path, data: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def run(cfg: DictConfig, output_dir: str | Path, data: Mapping[str, Any] | None = None,
+        label: str = "") -> dict[str, Any]:
     """Train the configured DA/ScheDA (``model=raw``: evaluate the inputs); returns the run's
     results, also in results.json, which a failed run fills too (status failed / diverged /
     interrupted, the error: a sweep's selection skips it). ``data``: arrays instead of the data
-    set's files, read as ``dataset=arrays`` reads its files. One process at a time writes into
-    ``output_dir`` (scheda.utils.lock)."""
+    set's files, read as ``dataset=arrays`` reads its files; ``label``: a sweep job's swept values,
+    which its loggers name its records by. One process at a time writes into ``output_dir``
+    (scheda.utils.lock). ``cfg`` is read-only here: what the run decides is in its plan."""
     output_dir = Path(output_dir)
     log.info("run directory: %s", shown_path(output_dir))
-    with hold(output_dir):
+    with hold(output_dir), flag_override(cfg, "readonly", True):
         check_composed(cfg)
-        results, done = enter(cfg, output_dir)
-        if done:
+        entry = enter(cfg, output_dir)
+        results = entry.results
+        if entry.done:
             return results.data
         plan = None
         try:
-            plan = make_plan(cfg, data)  # before any data, logger or checkpoint
-            results.update(plan=plan.record())
+            plan = make_plan(cfg, data, entry, label)  # before any data, logger or checkpoint
+            results.update(plan=plan.record(), config=entry.record(plan.config.composed))
+            entry.say_changes(plan.config.composed)
             setup_process(plan.config.trainer, plan.device)  # threads and precision: a raw baseline's evaluation too
             if plan.config.model.trains:
                 log.info(plan.describe())
                 summary = train_plan(plan, output_dir, results)
             else:  # model=raw evaluates the inputs themselves: nothing to checkpoint, a SIGTERM stops it as Ctrl-C does
                 with terminate_as_interrupt():
-                    summary = evaluate_raw(load_data(plan), plan.config.classifier, plan.device, results)
+                    summary = evaluate_raw(plan.load_data(), plan.config.classifier, plan.device, results)
             for line in summary_lines(summary, output_dir, plan.config.logger):
                 log.info(line)
             return summary
         except Interrupted as exc:
-            written = "checkpoint and results.json" if plan is not None and plan.config.model.trains else "results.json"
-            exc.message = (f"interrupted by {exc.message}; {written} written: "
-                           f"continue with {environment.invoked_as('scheda-train', 'scheda.cli', 'train.py')} "
-                           f"resume={shown_path(output_dir)}")
+            exc.message = interrupted_line(exc.message, output_dir, plan is not None and plan.config.model.trains)
             results.record_failure(exc)
             if exc.forward is not None:  # submitit's handler: requeue the job (it exits)
                 exc.forward()
@@ -79,13 +80,6 @@ def run(cfg: DictConfig, output_dir: str | Path, data: Mapping[str, Any] | None 
         except BaseException as exc:
             results.record_failure(exc)
             raise
-
-
-def step_fields(step: dict[str, Any]) -> dict[str, Any]:
-    """results.json's record of a step (StepChoice.describe, with ``fallback`` once built): the step
-    and, as before it, whether it was graphed, a Triton step, the two-pass one."""
-    return {"step": step, "cuda_graph": step["cuda_graph"], "triton": step["kind"] in ("triton", "two_pass"),
-            "two_pass": step["kind"] == "two_pass"}
 
 
 class Member:
@@ -105,6 +99,7 @@ class Member:
         self.state: ModelState | None = None
         self.evaluation: EvaluationCallback | None = None
         self.loggers = Loggers()
+        self.patience = bool(config.trainer.patience)  # its cap then counts as one (rundir.CAP)
         torch.manual_seed(config.seed)
         init = torch.Generator().manual_seed(derive_seed(config.seed, "init"))
         self.model = build_model(config.model, dataset_spec(config.dataset).n_input, generator=init)
@@ -122,7 +117,7 @@ class Member:
         optimizer = build_optimizer(config.optim, model.parameters())
         start_epoch = int(self.init_state["epoch"]) if self.init_state is not None else 0
         generator = torch.Generator(device=device).manual_seed(train_seed(config.seed, start_epoch, config.train_seed))
-        self.results.data.update(schedule=schedule.describe(), device=str(device), **step_fields(step.describe()),
+        self.results.data.update(schedule=schedule.describe(), device=str(device), **step_record(step.describe()),
                                  cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
                                  environment=environment.describe(device))
         self.loggers = build_loggers(config.logger, self.output_dir,
@@ -146,24 +141,13 @@ class Member:
         if self.resume_state is not None:
             self.state.resume(self.resume_state)
 
-    def record_training(self) -> None:
-        s = self.state
-        stopped = {}
-        if s.finished:  # why it stopped: the patience rule, its cap, or (no rule) its schedule's end
-            stopped["stopped_by"] = PATIENCE if s.converged else CAP if self.config.trainer.patience else SCHEDULE
-        ran = step_fields(s.ran) if s.ran is not None else {}  # the step built, which a fallback may change
-        self.results.data.update(epochs=s.epoch, final_train_loss=s.history[-1]["loss"] if s.history else None,
-                                 switches=s.switches, seconds=time.time() - self.started, history=s.history,
-                                 **stopped, **ran)
-
     def finish(self, data, labelled, stop) -> dict[str, Any]:
         """Fine-tune (scheda.evaluation.finetune) if asked, then record the model completed; a
         signal (``stop``) during its evaluation or its epochs stops it as it stops training."""
         if self.config.finetune.enabled:
             self.results.update(finetune=finetune_encoder(
-                self.config.finetune, self.model, data, labelled, self.plan.device, self.output_dir,
-                seed=self.config.seed, evaluation=self.evaluation, resume_dir=self.resume_dir, loggers=self.loggers,
-                epoch=self.state.epoch, step=self.plan.finetune_step, stop=stop))
+                self.planned.finetune, self.model, data, labelled, self.output_dir, evaluation=self.evaluation,
+                resume_dir=self.resume_dir, loggers=self.loggers, epoch=self.state.epoch, stop=stop))
         read = kept(self.results.data)  # the evaluation the run reports: TensorBoard's HParams and MLflow's
         if read is not None:             # run tables show a scalar's last value, past the best under the rule
             self.loggers.log_dict({"reported/val_error": read["val_error"], "reported/test_error": read["test_error"]},
@@ -173,20 +157,11 @@ class Member:
         return self.results.data
 
 
-def load_data(plan: Plan):
-    """The plan's data set, loaded and checked against the run's rules that need it."""
-    data = dataset_spec(plan.config.dataset).load()
-    n_train = data.train_x.shape[0] + (0 if data.unlabeled_x is None else data.unlabeled_x.shape[0])
-    log.info("data %s: train %s, val %s, test %s", data.name, data.train_x.shape, data.val_x.shape, data.test_x.shape)
-    rules.check_data(plan.config, n_train, data.labelled)
-    return data
-
-
 def build(plan: Plan, output_dir: Path, results: RunResults) -> tuple[list[Member], Any, dict[str, torch.Tensor]]:
     """Every model of the plan built, in the one order that works: models and checkpoints (no
     data), the data on the device, then each model's state."""
     members = [Member(planned, plan, output_dir, results) for planned in plan.models]
-    data = load_data(plan)
+    data = plan.load_data()
     train_x, labelled = data.on_device(plan.device)
     try:
         for member in members:
@@ -216,8 +191,8 @@ def train_plan(plan: Plan, output_dir: Path, results: RunResults) -> dict[str, A
                     try:
                         Trainer([member.state for member in members]).fit()
                     finally:
-                        for member in members:
-                            member.record_training()
+                        for m in members:
+                            m.results.data.update(seconds=time.time() - m.started, **m.state.outcome(m.patience))
                 summaries = [member.finish(data, labelled, stop) for member in members]
             except BaseException as exc:
                 for member in members:  # the run's own is recorded by run(); a finished model stays so

@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 
-import scheda.run
-from scheda.config import GROUPS
+from omegaconf import OmegaConf
+
 from scheda.run import run
 from scheda.planning.plan import make_plan
 from scheda.training.step import StepChoice
@@ -21,46 +21,48 @@ BASE = [*TINY, "logger=none", "evaluate.enabled=false", "schedule=decreasing", "
         "schedule.delta_nu=0.1", "schedule.K=1", "schedule.nu_final=0.3", "schedule.initial_epochs=1"]
 
 
-@pytest.fixture
-def counted(monkeypatch):
-    """How often a plan is made, a schedule built (every schedule option's build counted) and the
-    noise group checked (typed once: what builds from it neither types nor checks it again)."""
-    from scheda.model.noise import Masking
-
-    counts = {"plans": 0, "schedules": 0, "noise checks": 0}
-    check = Masking.check
-
-    def check_counted(self):
-        counts["noise checks"] += 1
-        return check(self)
-
-    monkeypatch.setattr(Masking, "check", check_counted)
-    make_plan_ = scheda.run.make_plan
-
-    def make_plan_counted(*args, **kwargs):
-        counts["plans"] += 1
-        return make_plan_(*args, **kwargs)
-
-    monkeypatch.setattr(scheda.run, "make_plan", make_plan_counted)
-    for cls in GROUPS["schedule"].values():
-        def build(self, _build=cls.build):
-            counts["schedules"] += 1
-            return _build(self)
-        monkeypatch.setattr(cls, "build", build)
-    return counts
+def _trained(results) -> list[float]:
+    return [h["nu"] for h in results["history"]]
 
 
-def test_a_run_makes_its_plan_once_builds_its_schedule_once_and_types_each_group_once(cifar_arrays, tmp_path, counted):
-    results = run(compose_cfg([f"dataset.root={cifar_arrays}", *BASE]), tmp_path / "one")
-    assert results["status"] == "completed" and results["epochs"] == 3  # nu 0.5, 0.4, 0.3
-    assert counted == {"plans": 1, "schedules": 1, "noise checks": 1}
+def test_a_run_trains_what_its_plan_says_and_leaves_its_config_as_composed(cifar_arrays, tmp_path):
+    """The run's record is its plan's (the step, the schedule, every noise level trained); the
+    composed config is read-only to the run (what it decides lives in its plan and its record)."""
+    cfg = compose_cfg([f"dataset.root={cifar_arrays}", *BASE])
+    plan = make_plan(cfg)
+    results = run(cfg, tmp_path / "one")
+    assert results["status"] == "completed" and results["plan"] == plan.record()
+    assert results["schedule"] == plan.models[0].schedule.describe()
+    assert _trained(results) == plan.models[0].schedule.epoch_nus() == [0.5, 0.4, 0.3]
+    assert cfg.resume is None and cfg.init_from is None and OmegaConf.is_readonly(cfg) is not True
 
 
-def test_a_fused_sweep_makes_one_plan_and_one_schedule_a_model(cifar_arrays, tmp_path, counted):
-    results = run(compose_cfg([f"dataset.root={cifar_arrays}", *BASE, "trainer.parallel.nu=[0.5,0.4]",
-                               "trainer.parallel.seed=[1,2,3]"]), tmp_path / "sweep")
+def test_a_resumed_run_takes_its_checkpoint_from_the_plan_not_from_a_config_written_back(cifar_arrays, tmp_path):
+    """A killed run run again resumes from its own directory: the decision is the run's record
+    (``config.resume``), the composed config stays as composed (its resume unset)."""
+    cfg = compose_cfg([f"dataset.root={cifar_arrays}", *BASE, "trainer.max_epochs=2"])
+    first = run(cfg, tmp_path / "one")
+    assert first["epochs"] == 2 and first["config"]["resume"] is None
+    saved = tmp_path / "one" / "results.json"
+    saved.write_text(json.dumps({**json.loads(saved.read_text()), "status": "running"}))  # what a SIGKILL leaves
+    again_cfg = compose_cfg([f"dataset.root={cifar_arrays}", *BASE])
+    again = run(again_cfg, tmp_path / "one")
+    assert again["status"] == "completed" and again["epochs"] == 3 and _trained(again) == [0.5, 0.4, 0.3]
+    assert [a["action"] for a in again["attempts"]] == ["ran", "resumed"]
+    assert again["config"]["resume"] == str(tmp_path / "one") and again_cfg.resume is None
+
+
+def test_a_fused_sweep_trains_each_model_as_planned(cifar_arrays, tmp_path):
+    cfg = compose_cfg([f"dataset.root={cifar_arrays}", *BASE, "trainer.parallel.nu=[0.5,0.4]",
+                       "trainer.parallel.seed=[1,2,3]"])
+    plan = make_plan(cfg)
+    results = run(cfg, tmp_path / "sweep")
     assert [m["status"] for m in results["models"]] == ["completed"] * 6
-    assert counted == {"plans": 1, "schedules": 6, "noise checks": 1}
+    for planned in plan.models:
+        model = json.loads((tmp_path / "sweep" / planned.subdir / "results.json").read_text())
+        assert _trained(model) == planned.schedule.epoch_nus() and model["config"]["seed"] == planned.config.seed
+    assert [_trained(json.loads((tmp_path / "sweep" / p.subdir / "results.json").read_text()))[0]
+            for p in plan.models] == [0.5, 0.5, 0.5, 0.4, 0.4, 0.4]
 
 
 def test_the_plan_holds_the_device_the_step_and_each_models_values(cifar_arrays):

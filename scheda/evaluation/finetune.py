@@ -20,8 +20,7 @@ from scheda.loggers.base import MetricLogger
 from scheda.model.autoencoder import DenoisingAutoencoder
 from scheda.runs.rundir import FINETUNE_INIT, RunResults, params_of
 from scheda.training.checkpoint import load_checkpoint, save_checkpoint
-from scheda.training.finetune import FineTuner, FinetuneConfig
-from scheda.training.step import FineTuneChoice
+from scheda.training.finetune import FinetunePlan, FineTuner
 from scheda.utils.interrupt import NEVER, Interrupted, StopRequest
 
 log = logging.getLogger(__name__)
@@ -51,11 +50,10 @@ def _load_init(resume_dir: Path | None, results: RunResults) -> LinearModel | No
     return LinearModel(state["W"].numpy(), state["b"].numpy(), state["classes"].numpy())
 
 
-def finetune_encoder(config: FinetuneConfig, model: DenoisingAutoencoder, data: Splits, labelled: dict[str, torch.Tensor],
-                     device: torch.device, output_dir: Path, *, seed: int, evaluation=None,
-                     resume_dir: Path | None = None, loggers: MetricLogger | None = None, epoch: int = 0,
-                     step: FineTuneChoice | None = None, stop: StopRequest = NEVER) -> dict:
-    """Fine-tune ``model``'s encoder after its training (a run's last step): the frozen-feature
+def finetune_encoder(plan: FinetunePlan, model: DenoisingAutoencoder, data: Splits, labelled: dict[str, torch.Tensor],
+                     output_dir: Path, *, evaluation=None, resume_dir: Path | None = None,
+                     loggers: MetricLogger | None = None, epoch: int = 0, stop: StopRequest = NEVER) -> dict:
+    """Fine-tune ``model``'s encoder as its run's plan decided (``plan``), after its training (a run's last step): the frozen-feature
     evaluation (``evaluation``, scheda.evaluation.evaluate.EvaluationCallback; run now at ``epoch``
     if training did not end with one) gives the baseline and the output layer's starting weights;
     a run resumed from ``resume_dir`` picks up a fine-tuning cut short there."""
@@ -66,7 +64,7 @@ def finetune_encoder(config: FinetuneConfig, model: DenoisingAutoencoder, data: 
             init = saved
         else:
             if evaluation.last_model is None or not evaluation.results.evaluations:
-                evaluation.evaluate(model, device, epoch=epoch, nu=None, reason="before_finetune")
+                evaluation.evaluate(model, plan.device, epoch=epoch, nu=None, reason="before_finetune")
             init = evaluation.last_model
             _save_init(output_dir, init, evaluation.results.evaluations[-1])
         last = evaluation.results.evaluations[-1]
@@ -74,8 +72,7 @@ def finetune_encoder(config: FinetuneConfig, model: DenoisingAutoencoder, data: 
                   "test_error": last["test_error"]}
     if stop.requested:  # a signal during the evaluation: its result is kept, fine-tuning not begun
         raise Interrupted(stop.signum, f"{stop.name} before fine-tuning", forward=stop.forward())
-    tuner = FineTuner(config, model, data, labelled, device, output_dir, seed, init=init, loggers=loggers, step=step,
-                      stop=stop)
+    tuner = FineTuner(plan, model, data, labelled, output_dir, init=init, loggers=loggers, stop=stop)
     if resume_dir is not None:
         tuner.load(resume_dir)
     result = tuner.run()

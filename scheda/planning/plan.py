@@ -12,16 +12,24 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 from omegaconf import DictConfig
 
+from scheda.data import dataset_spec
 from scheda.model.schedule import NoiseSchedule, check_nu
 from scheda.planning import rules
+from scheda.runs.reentry import Entry
 from scheda.planning.run_config import RunConfig, typed_config  # noqa: F401 - typed_config: the plan's first step
+from scheda.training.finetune import FinetunePlan
 from scheda.training.step import FineTuneChoice, StepChoice
+from scheda.utils.errors import CheckpointError
+
+log = logging.getLogger(__name__)
 
 
 
@@ -35,6 +43,7 @@ class PlannedModel:
     config: RunConfig
     schedule: NoiseSchedule
     subdir: str  # "" for a run of one model, models/<index> in a fused sweep
+    finetune: FinetunePlan  # what its fine-tuning (finetune.enabled) is handed
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,15 @@ class Plan:
                 "standalone": self.standalone, "device": str(self.device), "step": self.step.describe(),
                 "finetune_step": self.finetune_step.describe()}
 
+    def load_data(self):
+        """The run's data set, loaded and checked against the rules that need it (rules.check_data)."""
+        data = dataset_spec(self.config.dataset).load()
+        n_train = data.train_x.shape[0] + (0 if data.unlabeled_x is None else data.unlabeled_x.shape[0])
+        log.info("data %s: train %s, val %s, test %s", data.name, data.train_x.shape, data.val_x.shape,
+                 data.test_x.shape)
+        rules.check_data(self.config, n_train, data.labelled)
+        return data
+
     def describe(self) -> str:
         """What the run trains, in one line for its log."""
         if self.sweep:
@@ -85,16 +103,38 @@ def parallel_variants(config: RunConfig) -> list[dict[str, Any]]:
     return [dict(combo) for combo in itertools.product(*axes)] if axes else []
 
 
+def model_dir(resume: str, k: int) -> Path:
+    """Model ``k`` of a fused sweep resumed from its run directory (``models/<k>``)."""
+    path = Path(resume) / "models" / str(k)
+    if not path.is_dir():
+        raise CheckpointError(f"{path} not found: resume a fused sweep with its run directory")
+    return path
+
+
+def labelled(config: RunConfig, composed: dict[str, Any], label: str) -> tuple[list, dict[str, Any]]:
+    """The loggers naming this run's records by ``label`` (a sweep job's or a fused model's values),
+    and the composed config (copied) that says so; the typed config is not written."""
+    loggers = [copy.copy(c) for c in config.logger]
+    composed = copy.deepcopy(composed)
+    if not label:
+        return loggers, composed
+    for logger in loggers:
+        type(logger).label(logger, label)
+    for key, logger in zip(composed.get("logger") or {}, loggers):
+        composed["logger"][key] = {**composed["logger"][key], **dataclasses.asdict(logger)}
+    return loggers, composed
+
+
 def model_of(config: RunConfig, overrides: dict[str, Any], index: int) -> RunConfig:
     """Model ``index`` of a fused sweep: the typed config with that model's values (``schedule.<nu key>``,
     ``optim.lr``, ``seed``) set on copies of the groups they belong to, its loggers naming its
     records by those values, its record of the config to match, and, for a sweep resumed, its
     own checkpoints to resume. Nothing is composed or typed again."""
-    resume = str(rules.sweep_model_to_resume(config.resume, index)) if config.resume else None
+    resume = str(model_dir(config.resume, index)) if config.resume else None
     groups: dict[str, Any] = {"trainer": dataclasses.replace(
         config.trainer, parallel=dataclasses.replace(config.trainer.parallel, nu=[], lr=[], seed=[]))}
     seed = config.seed
-    composed = copy.deepcopy(config.composed)
+    loggers, composed = labelled(config, config.composed, ",".join(f"{key}={v}" for key, v in overrides.items()))
     composed["trainer"]["parallel"].update(nu=[], lr=[], seed=[])
     for key, value in overrides.items():
         group, _, name = key.partition(".")
@@ -105,25 +145,30 @@ def model_of(config: RunConfig, overrides: dict[str, Any], index: int) -> RunCon
             groups[group] = dataclasses.replace(groups.get(group, getattr(config, group)), **{name: value})
             groups[group].check()  # that group's own ranges, for this value
             composed[group][name] = value
-    label = ",".join(f"{key}={v}" for key, v in overrides.items())
-    loggers = [copy.copy(c) for c in config.logger]
-    for logger in loggers:  # each model's curves by its values
-        type(logger).label(logger, label)
-    for key, logger in zip(composed.get("logger") or {}, loggers):
-        composed["logger"][key] = {**composed["logger"][key], **dataclasses.asdict(logger)}
     return dataclasses.replace(config, **groups, logger=loggers, seed=seed, resume=resume, composed=composed)
 
 
-def _planned(index: int, overrides: dict, config: RunConfig, subdir: str) -> PlannedModel:
+def _planned(index: int, overrides: dict, config: RunConfig, subdir: str, device: torch.device,
+             finetune_step: FineTuneChoice) -> PlannedModel:
     schedule = config.schedule.build().with_max_epochs(config.trainer.max_epochs)
-    return PlannedModel(index, overrides, config, schedule, subdir)
+    return PlannedModel(index, overrides, config, schedule, subdir,
+                        FinetunePlan(config.finetune, device, finetune_step, config.seed))
 
 
-def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None) -> Plan:
+def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None, entry: Entry | None = None,
+              label: str = "") -> Plan:
     """The plan of the run ``cfg`` composes: every group typed, every rule checked (the first
     broken one is a one-line ConfigError), the step chosen, the models listed. ``data``: arrays
-    handed to the run, read as ``dataset=arrays`` reads its files."""
+    handed to the run, read as ``dataset=arrays`` reads its files; ``entry``: what taking the run
+    directory decided (scheda.runs.reentry.enter: the checkpoint to resume, the run to initialise
+    from), which the config's own ``resume``/``init_from`` give way to; ``label``: a sweep job's
+    swept values, which its loggers name its records by (scheda.runs.sweep_summary.swept_label)."""
     config = typed_config(cfg)
+    loggers, composed = labelled(config, config.composed, label)
+    config = dataclasses.replace(config, logger=loggers, composed=composed)
+    if entry is not None:
+        config = dataclasses.replace(config, resume=entry.resume, init_from=entry.init_from,
+                                     composed=entry.record(composed))
     device = config.trainer.resolve_device()
     rules.check(config, device)
     step = rules.choose_step(config, device)
@@ -135,5 +180,5 @@ def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None) -> Plan:
     models = []
     for k, overrides in enumerate(variants or [{}]):
         model = model_of(config, overrides, k) if variants else config
-        models.append(_planned(k, overrides, model, f"models/{k}" if variants else ""))
+        models.append(_planned(k, overrides, model, f"models/{k}" if variants else "", device, finetune_step))
     return Plan(config, device, step, tuple(models), sweep=bool(variants), finetune_step=finetune_step)

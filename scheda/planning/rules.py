@@ -14,14 +14,13 @@ config (scheda.planning.plan.RunConfig) and the device, and returns the one-line
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 from typing import Callable
 
 import torch
 
 from scheda.model.schedule import options_with_nu_key
 from scheda.training.step import TWO_PASS_PRECISIONS, TWO_PASS_ROWS, FineTuneChoice, StepChoice
-from scheda.utils.errors import CheckpointError, ConfigError
+from scheda.utils.errors import ConfigError
 
 from scheda.planning.run_config import RunConfig
 
@@ -231,14 +230,6 @@ def check_handed(config: RunConfig) -> None:
     if not hasattr(config.dataset, "handed"):
         raise ConfigError(f"arrays handed to the run are read as dataset=arrays reads its files: compose "
                           f"it with dataset=arrays, not dataset={config.dataset.name}")
-
-
-def sweep_model_to_resume(resume: str, k: int) -> Path:
-    """Model ``k`` of a fused sweep resumed from its run directory (``models/<k>``)."""
-    model_dir = Path(resume) / "models" / str(k)
-    if not model_dir.is_dir():
-        raise CheckpointError(f"{model_dir} not found: resume a fused sweep with its run directory")
-    return model_dir
 
 
 def choose_step(config: RunConfig, device: torch.device) -> StepChoice:

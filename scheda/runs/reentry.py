@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from omegaconf import OmegaConf
 
 from scheda.runs.rundir import (CHECKPOINT_RE, FINAL_STATUSES, FINETUNE_INIT, FINETUNE_LAST, KILLED, RunResults,
                                 flatten, read_results)
+from scheda.utils import environment
 from scheda.utils.errors import ConfigError
 from scheda.utils.io import atomic_write, shown_path
 
@@ -130,10 +132,10 @@ def _searchpath(run_dir: Path, given: set[str]) -> list[str]:
 
 
 def config_changes(saved: dict[str, Any], cfg: Any) -> tuple[list[str], list[str], str]:
-    """The keys that differ between a run's saved config and ``cfg``, those of them that alter
+    """The keys that differ between a run's saved config and ``cfg`` (composed, or plain data), those of them that alter
     what it trains, and the first few of those as ``key: old -> new`` text."""
     saved = flatten(saved)
-    now = flatten(OmegaConf.to_container(cfg, resolve=True))
+    now = flatten(cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=True))
     changed = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
     altering = [k for k in changed if not k.startswith(MAY_CHANGE)]
     shown = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in altering[:3])
@@ -159,18 +161,16 @@ def saved_config(resume: str | Path) -> dict[str, Any] | None:
     return None
 
 
-def check_resume_config(cfg: Any, resume: str | Path) -> list[str]:
-    """The differences between ``cfg`` and the config the resumed run last ran with
-    (:func:`saved_config`); a ConfigError when one of them alters training and ``force_resume``
-    is not set."""
+def check_resume_config(cfg: Any, resume: str | Path) -> dict[str, Any] | None:
+    """The config the resumed run last ran with (:func:`saved_config`; None: none saved), after a
+    ConfigError where ``cfg`` alters what it trains and ``force_resume`` is not set."""
     saved = saved_config(resume)
-    if saved is None:
-        return []
-    changed, altering, shown = config_changes(saved, cfg)
-    if altering and not cfg.get("force_resume"):
-        raise ConfigError(f"resume would change what the run trains ({shown}): "
-                          f"drop those overrides, or add force_resume=true")
-    return [k for k in changed if k not in RESUMING]
+    if saved is not None:
+        _, altering, shown = config_changes(saved, cfg)
+        if altering and not cfg.get("force_resume"):
+            raise ConfigError(f"resume would change what the run trains ({shown}): "
+                              f"drop those overrides, or add force_resume=true")
+    return saved
 
 
 def has_checkpoint(run_dir: Path) -> bool:
@@ -264,17 +264,55 @@ def earlier_seconds(before: dict[str, Any] | None) -> float:
     return float((before or {}).get("seconds") or 0.0)
 
 
-def enter(cfg: Any, output_dir: Path) -> tuple[RunResults, bool]:
-    """Take ``output_dir`` for the run ``cfg`` composes, by :func:`reentry`: the run's
-    results.json, written now with status running (a rerun tells a killed run from a fresh
-    directory), and whether the run is already done (skipped: its earlier results, with this
-    attempt added). A run to resume gets ``cfg.resume`` set to its own directory (its checkpoint
-    holds where it stands: where it started no longer counts); a rerun's earlier files go under
-    ``attempts/``; a resume with changed settings says which. A resumed run's record keeps the
-    ``init_from`` it started from (the resume itself continues its own checkpoint)."""
-    if not cfg.resume:
+@dataclass(frozen=True)
+class Entry:
+    """What :func:`enter` decided for a run directory: the action (``ACTIONS`` of :func:`reentry`),
+    the run's results.json (taken, status running), the checkpoint run to resume (its own
+    directory: where it stands is in its checkpoint) and the run to initialise from (None for a
+    resumed run, which continues its own checkpoint; kept on record as where it started). The
+    plan (scheda.planning.plan.make_plan) takes these instead of the composed config's."""
+
+    action: str
+    results: RunResults
+    resume: str | None
+    init_from: str | None
+    started_from: str | None = None  # a resumed run's init_from when it began: on record
+    saved: dict[str, Any] | None = None  # the config a resumed run last ran with
+
+    def record(self, composed: dict[str, Any]) -> dict[str, Any]:
+        """results.json's config: the composed config (plain data) with what was decided here."""
+        init_from = self.init_from if self.init_from is not None else self.started_from
+        return {**composed, "resume": self.resume, "init_from": init_from}
+
+    def say_changes(self, composed: dict[str, Any]) -> list[str]:
+        """The settings a resumed run changes (those that may: the others were refused), against
+        the plan's config ``composed`` (its loggers named as the run names them), said in one line."""
+        if self.saved is None:
+            return []
+        changed, _, _ = config_changes(self.saved, self.record(composed))
+        changed = [k for k in changed if k not in RESUMING]
+        if changed:
+            log.warning("resuming with changed settings: %s", ", ".join(changed))
+        return changed
+
+    @property
+    def done(self) -> bool:
+        """Finished before with the same config: its earlier results are the result."""
+        return self.action == "skipped"
+
+
+def enter(cfg: Any, output_dir: Path) -> Entry:
+    """Take ``output_dir`` for the run ``cfg`` composes, by :func:`reentry`, and say what was decided
+    (:class:`Entry`); ``cfg`` is read, never written. The run's results.json is written now with
+    status running (a rerun tells a killed run from a fresh directory); a skipped run's keeps its
+    earlier results with this attempt added; a rerun's earlier files go under ``attempts/``; a resume
+    with changed settings says which. A resumed run's record keeps the ``init_from`` it started from."""
+    resume, init_from = cfg.get("resume"), cfg.get("init_from")
+    compared = False  # whether the earlier attempt's config was compared with cfg already
+    if not resume:
         action, why, before = previous_attempt(cfg, output_dir)
-    elif Path(cfg.resume).resolve() == output_dir.resolve():  # resume=RUN_DIR continues into RUN_DIR
+        compared = isinstance((before or {}).get("config"), dict)
+    elif Path(resume).resolve() == output_dir.resolve():  # resume=RUN_DIR continues into RUN_DIR
         action, why, before = "resumed", "", read_results(output_dir)
     else:
         action, why, before = "ran", "", None
@@ -290,29 +328,36 @@ def enter(cfg: Any, output_dir: Path) -> tuple[RunResults, bool]:
         results = RunResults(output_dir / "results.json")
         results.data = {**before, "attempts": attempts}
         results.save()
-        return results, True
+        return Entry(action, results, resume, init_from)
     kept = None
     if action == "resumed":
         if (before or {}).get("status") in FINAL_STATUSES:  # resumed to train on: its finished record stays
             kept = keep_record(output_dir)
             log.info("%s was %s: its results are kept under %s", shown_path(output_dir), before["status"],
                      shown_path(kept))
-        cfg.resume = str(output_dir)
-        if not keeps_init_from(cfg.finetune):
-            cfg.init_from = None
+        resume = str(output_dir)
+        if not keeps_init_from(cfg.get("finetune")):
+            init_from = None
     elif action == "reran" and (output_dir / "results.json").exists():
         set_aside(output_dir)
-    if cfg.resume:
-        changed = check_resume_config(cfg, cfg.resume)
-        if changed:
-            log.warning("resuming with changed settings: %s", ", ".join(changed))
-    config = OmegaConf.to_container(cfg, resolve=True)
-    if action == "resumed" and config.get("init_from") is None:  # where the run started stays on record
-        config["init_from"] = ((before or {}).get("config") or {}).get("init_from")
-    results = RunResults(output_dir / "results.json", kept=kept, config=config,
-                         attempts=attempts, seconds=earlier_seconds(before if action == "resumed" else None))
+    saved = None  # read before results.json is written again
+    if resume:
+        saved = before["config"] if compared else check_resume_config(cfg, resume)
+    started_from = ((before or {}).get("config") or {}).get("init_from") if action == "resumed" else None
+    results = RunResults(output_dir / "results.json", kept=kept, attempts=attempts,
+                         seconds=earlier_seconds(before if action == "resumed" else None))
+    entry = Entry(action, results, resume, init_from, started_from, saved)
+    results.data["config"] = entry.record(OmegaConf.to_container(cfg, resolve=True))
     results.save()
-    return results, False
+    return entry
+
+
+def interrupted_line(signal: str, output_dir: Path, checkpointed: bool) -> str:
+    """The line an interrupted run ends with: what stopped it, what it wrote, and the command
+    that continues it."""
+    written = "checkpoint and results.json" if checkpointed else "results.json"
+    return (f"interrupted by {signal}; {written} written: continue with "
+            f"{environment.invoked_as('scheda-train', 'scheda.cli', 'train.py')} resume={shown_path(output_dir)}")
 
 
 def enter_model(model_dir: Path, overrides: dict[str, Any], composed: dict[str, Any], resumed: bool) -> RunResults:

@@ -225,6 +225,17 @@ class Tuning:
                 "history": self.history}
 
 
+@dataclass(frozen=True)
+class FinetunePlan:
+    """One model's fine-tuning as its run's plan decided it (scheda.planning.plan): its settings,
+    the device, the step (fused, graphed) and the model's seed, which draws each rate's minibatches."""
+
+    config: FinetuneConfig
+    device: Any  # torch.device
+    step: FineTuneChoice
+    seed: int
+
+
 class FineTuner:
     """Runs the learning-rate grid in one job on data already on the device, in the lockstep loop
     DA training uses (:class:`FineTuneLoop`): every rate at once by :class:`FusedFineTune`
@@ -233,13 +244,14 @@ class FineTuner:
     ``checkpoint_every`` epochs, when a rate finishes, and from the last whole epoch's state on an
     interrupt)."""
 
-    def __init__(self, config: FinetuneConfig, da: network.DenoisingAutoencoder, data: Splits, inputs: dict[str, torch.Tensor],
-                 device: torch.device, output_dir: Path, seed: int, init: Any = None,
-                 loggers: Any = None, step: FineTuneChoice | None = None, stop: StopRequest = NEVER):
+    def __init__(self, plan: FinetunePlan, da: network.DenoisingAutoencoder, data: Splits,
+                 inputs: dict[str, torch.Tensor], output_dir: Path, init: Any = None, loggers: Any = None,
+                 stop: StopRequest = NEVER):
         """``init``: the classifier the output layer starts from (scheda.model.network.FineTuneNet); ``loggers``: where each
         epoch's errors go (``log_dict``, scheda.loggers), or None."""
-        self.config, self.da, self.device, self.seed, self.stop = config, da, device, seed, stop
-        self.step = step if step is not None else FineTuneChoice(config.fused, config.fused and device.type == "cuda")
+        config, device = plan.config, plan.device
+        self.config, self.da, self.device, self.seed, self.stop = config, da, device, plan.seed, stop
+        self.step = plan.step
         self.fallbacks: list[str] = []  # why a graph the plan chose did not run
         self.lrs = [float(lr) for lr in config.lrs]
         self.init = init if config.init_output == "classifier" else None

@@ -535,6 +535,13 @@ def _built(step, ran: StepChoice, fallback: str | None):
     return step
 
 
+def step_record(step: dict) -> dict:
+    """results.json's record of a step (StepChoice.describe, with ``fallback`` once built): the step
+    and, as before it, whether it was graphed, a Triton step, the two-pass one."""
+    return {"step": step, "cuda_graph": step["cuda_graph"], "triton": step["kind"] in ("triton", "two_pass"),
+            "two_pass": step["kind"] == "two_pass"}
+
+
 @dataclass(frozen=True)
 class FineTuneChoice:
     """Which update fine-tunes the rates of ``finetune.lrs``, chosen once in the run's plan

@@ -25,7 +25,8 @@ from scheda.model.noise import Corruption
 from scheda.model.optim import SGD
 from scheda.model.schedule import NoiseSchedule, Stage
 from scheda.training.loop import Loop, minibatch_slices
-from scheda.training.step import StepChoice
+from scheda.runs.rundir import CAP, PATIENCE, SCHEDULE
+from scheda.training.step import StepChoice, step_record
 from scheda.utils.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -291,6 +292,17 @@ class ModelState:
             if not out or out[-1]["nu"] != nu:
                 out.append({"epoch": metrics["epoch"] - 1, "nu": nu})
         return out
+
+    def outcome(self, patience: bool) -> dict[str, Any]:
+        """results.json's record of its training: where it got to, its losses and switches, why it
+        stopped (once finished: the patience rule, its cap under one (``patience``), or its schedule's
+        end) and the step that trained it (which a fallback may have changed from the plan's)."""
+        stopped = {}
+        if self.finished:
+            stopped["stopped_by"] = PATIENCE if self.converged else CAP if patience else SCHEDULE
+        ran = step_record(self.ran) if self.ran is not None else {}
+        return {"epochs": self.epoch, "final_train_loss": self.history[-1]["loss"] if self.history else None,
+                "switches": self.switches, "history": self.history, **stopped, **ran}
 
     @property
     def alone(self) -> "Trainer":
