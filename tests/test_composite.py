@@ -51,7 +51,8 @@ def test_composite_is_evaluated_on_all_groups(cifar_arrays, tmp_path, caplog):
 
 @pytest.mark.parametrize("overrides, match", [
     (["model.group_nus=[]"], "model.group_nus is empty"),
-    (["model.group_nus=[0.5,1.5]"], r"model.group_nus\[1\]"),
+    (["model.group_nus=[0.5,-1.5]"], r"model.group_nus\[1\]"),
+    (["model.group_nus=[0.5,1.5]"], r"model.group_nus sets nu=1.5, and noise=masking's nu is a probability"),
     (["model.hidden=9"], "divisible"),
     (["model.update=sometimes"], "model.update"),
 ])

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import torch
 
@@ -52,3 +54,31 @@ def test_gaussian_has_std_nu():
 def test_unknown_noise_is_a_config_error():
     with pytest.raises(ConfigError, match="noise.name"):
         build_noise({"name": "dropout"})
+
+
+@pytest.mark.parametrize("overrides, refused", [
+    (["noise=masking", "schedule=constant", "schedule.nu=1.5"], "noise=masking's nu is a probability in [0, 1)"),
+    (["noise=salt_pepper", "schedule=constant", "schedule.nu=1.0"], "noise=salt_pepper's nu is a probability"),
+    (["noise=masking", "schedule=random_uniform", "schedule.high=1.2"], "schedule=random_uniform sets nu=1.2"),
+    (["noise=masking", "schedule=constant", "trainer.parallel.nu=[0.5,1.5]"], "sets nu=1.5"),
+    (["noise=masking", "schedule=increasing", "schedule.nu0=0.5", "schedule.delta_nu=0.5", "schedule.nu_final=1.5"],
+     "schedule=increasing sets nu=1,"),
+    (["noise=gaussian", "schedule=constant", "schedule.nu=1.5"], None),
+    (["noise=gaussian", "schedule=decreasing", "schedule.nu0=1.5", "schedule.delta_nu=0.5"], None),
+    (["noise=gaussian", "schedule=increasing", "schedule.nu0=0.5", "schedule.delta_nu=0.5", "schedule.nu_final=1.5"],
+     None),
+])
+def test_each_noise_checks_its_own_range_of_nu(overrides, refused):
+    """nu is a probability for masking and salt-and-pepper noise, a standard deviation for Gaussian
+    noise: a std of 1.5 trains, a masking probability of 1.5 is refused in one line, before any data."""
+    from scheda.planning.plan import make_plan
+
+    from helpers import TINY, compose_cfg
+
+    cfg = compose_cfg([*TINY, "logger=none", *overrides])
+    if refused is None:
+        plan = make_plan(cfg)
+        assert max(max(m.schedule.levels) for m in plan.models) == 1.5
+    else:
+        with pytest.raises(ConfigError, match=re.escape(refused)):
+            make_plan(cfg)

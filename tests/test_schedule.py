@@ -74,7 +74,7 @@ def test_random_schedules_draw_in_range():
 
 
 @pytest.mark.parametrize("cfg, key", [
-    (levels(nu0=1.0), "schedule.nu0"),
+    (levels(nu0=math.inf), "schedule.nu0"),
     (levels(nu0=-0.1), "schedule.nu0"),
     (levels(delta_nu=0.0), "schedule.delta_nu"),
     (levels(K=0), "schedule.K"),
@@ -83,7 +83,7 @@ def test_random_schedules_draw_in_range():
     (levels(nu_final=0.8), "schedule.nu_final"),
     (levels(initial_epochs=0, T=0), "schedule"),
     (dict(name="stages", stages=[]), "schedule.stages"),
-    (dict(name="stages", stages=[dict(nu=1.2, epochs=1)]), r"schedule.stages\[0\].nu"),
+    (dict(name="stages", stages=[dict(nu=-1.2, epochs=1)]), r"schedule.stages\[0\].nu"),
     (dict(name="constant", nu=0.3, epochs=0), "schedule.epochs"),
     (dict(name="random_uniform", low=0.5, high=0.2, epochs=1), "schedule.low"),
     (dict(name="random_discrete", values=[], epochs=1), "schedule.values"),
@@ -112,7 +112,9 @@ def test_any_schedule_of_levels_is_valid_or_a_clear_error(name, nu0, delta_nu, K
         assert str(exc).startswith("schedule")
         return
     nus = s.epoch_nus()
-    assert nus and all(0 <= nu < 1 and math.isfinite(nu) for nu in nus)
+    top = nu0 + 1e-9 if name == "decreasing" else 1.0 if nu_final is None else nu_final + 1e-9  # only nu_final passes 1
+    assert nus and all(0 <= nu and math.isfinite(nu) and (nu <= top if name == "decreasing" or nu_final is not None
+                                                          else nu < top) for nu in nus)
     assert nus == sorted(nus, reverse=(name == "decreasing"))
 
 
@@ -141,7 +143,7 @@ def test_exponential_decay_holds_each_level_K_epochs_then_stays_at_nu_min():
 
 @pytest.mark.parametrize("values, key", [
     (dict(gamma=1.0), "schedule.gamma"), (dict(gamma=0.0), "schedule.gamma"), (dict(gamma=math.nan), "schedule.gamma"),
-    (dict(nu_min=0.8), "schedule.nu_min"), (dict(nu0=1.2), "schedule.nu0"), (dict(K=0), "schedule.K"),
+    (dict(nu_min=0.8), "schedule.nu_min"), (dict(nu0=-0.2), "schedule.nu0"), (dict(K=0), "schedule.K"),
     (dict(epochs=0), "schedule.epochs"),
 ])
 def test_bad_exponential_values_name_the_key(values, key):

@@ -83,8 +83,8 @@ class CompositeConfig(DAConfig):
         if not self.group_nus:
             raise ConfigError("model.group_nus is empty: give one noise level (or null) per group")
         for i, nu in enumerate(self.group_nus):
-            if nu is not None and not 0 <= nu < 1:
-                raise ConfigError(f"model.group_nus[{i}]={nu!r} must be in [0, 1) or null (the schedule's nu)")
+            if nu is not None and not (isinstance(nu, (int, float)) and 0 <= nu < math.inf):
+                raise ConfigError(f"model.group_nus[{i}]={nu!r} must be a noise level >= 0 or null (the schedule's nu)")
         if self.hidden % len(self.group_nus):
             raise self.invalid("hidden", f"must be divisible by the {len(self.group_nus)} groups of model.group_nus")
         if self.update not in ("alternating", "joint"):

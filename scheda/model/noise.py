@@ -11,12 +11,14 @@ returns ``x`` unchanged.
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import ClassVar, Iterable, Mapping
 
 from omegaconf import MISSING
 
 from scheda.config import Component, register, typed
+from scheda.utils.errors import ConfigError
 from scheda.utils.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -48,6 +50,18 @@ class Noise(Component, abc.ABC):
     a process keeps between calls lives in the :class:`Corruption` built from it)."""
 
     name: str = MISSING
+    # What nu is for this noise and its range [0, nu_max): a probability below 1 unless said otherwise.
+    nu_means: ClassVar[str] = "a probability"
+    nu_max: ClassVar[float] = 1.0
+
+    def check_levels(self, levels: Iterable[float], where: str) -> None:
+        """Each noise level a run sets (``where`` says which setting gives them) is one this noise can
+        apply: a ConfigError naming the first that is not (a masking probability of 1.5; a Gaussian
+        std of 1.5 is allowed)."""
+        for nu in levels:
+            if not 0 <= nu < self.nu_max:
+                raise ConfigError(f"{where} sets nu={nu:g}, and noise={self.name}'s nu is {self.nu_means} in "
+                                  f"[0, {self.nu_max:g}): lower it, or choose a noise whose nu reaches it")
 
     @abc.abstractmethod
     def corrupt(self, x: torch.Tensor, nu: Nu, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
@@ -114,9 +128,11 @@ class Masking(Noise):
 @register("noise")
 @dataclass
 class Gaussian(Noise):
-    """Add isotropic Gaussian noise of standard deviation nu."""
+    """Add isotropic Gaussian noise of standard deviation nu (any nu >= 0)."""
 
     name: str = "gaussian"
+    nu_means: ClassVar[str] = "a standard deviation"
+    nu_max: ClassVar[float] = math.inf
 
     def corrupt(self, x, nu, generator, out):
         return out.normal_(generator=generator).mul_(nu).add_(x)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import itertools
+import math
 import logging
 from dataclasses import dataclass, field
 from typing import ClassVar, List, Mapping, Optional, Sequence
@@ -37,9 +38,11 @@ class Stage:
 
 def check_nu(key: str, value: float) -> float:
     """``value`` as a noise level, rounded to the schedules' precision: a sweep's
-    ``range(0.1,0.4,0.1)`` gives 0.30000000000000004, which logs and compares as 0.3."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-        raise ConfigError(f"{key}={value!r} is outside the noise range: nu must be in [0, 1)")
+    ``range(0.1,0.4,0.1)`` gives 0.30000000000000004, which logs and compares as 0.3. Only what
+    every noise shares is checked here (a finite number >= 0); the noise itself bounds it further
+    (a masking probability below 1, a Gaussian std unbounded: scheda.model.noise.Noise.check_levels)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < math.inf:
+        raise ConfigError(f"{key}={value!r} is not a noise level: nu must be a finite number >= 0")
     return round(float(value), NU_DECIMALS)
 
 
@@ -121,6 +124,12 @@ class NoiseSchedule:
         """nu of every epoch, in order (for tests and reports)."""
         return [stage.nu for stage in self.stages for _ in range(stage.epochs)]
 
+    @property
+    def levels(self) -> tuple[float, ...]:
+        """Every noise level the schedule can set (a random schedule's: the ends of its range, or its
+        values), which the run's noise checks against its own range."""
+        return tuple(sorted({s.nu for s in self.stages if s.nu is not None}))
+
     def draw(self, generator: torch.Generator, device: torch.device) -> torch.Tensor:
         raise TypeError(f"schedule '{self.name}' has a fixed nu per epoch; nothing to draw")
 
@@ -141,6 +150,10 @@ class RandomUniformSchedule(NoiseSchedule):
     def _replace_stages(self, stages):
         return RandomUniformSchedule(self.low, self.high, stages[0].epochs)
 
+    @property
+    def levels(self) -> tuple[float, ...]:
+        return (self.low, self.high)
+
     def draw(self, generator, device):
         u = torch.rand((), generator=generator, device=device)
         return self.low + (self.high - self.low) * u
@@ -158,6 +171,10 @@ class RandomDiscreteSchedule(NoiseSchedule):
 
     def _replace_stages(self, stages):
         return RandomDiscreteSchedule(self.values, stages[0].epochs)
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        return tuple(sorted(set(self.values)))
 
     def draw(self, generator, device):
         table = self._table.get(device)
@@ -180,7 +197,8 @@ def level_stages(
 
     With ``T`` the schedule makes exactly that many changes of nu; with ``nu_final`` it
     goes on while nu stays on the near side of ``nu_final`` (inclusive); with neither it goes
-    on while nu stays inside (0, 1).
+    on while nu stays inside (0, 1). Only with ``nu_final`` may an increasing schedule pass 1 (a
+    Gaussian std; the noise refuses it for a probability).
     """
     key = "schedule"
     nu0 = check_nu(f"{key}.nu0", nu0)
@@ -198,14 +216,15 @@ def level_stages(
             word = "<=" if direction < 0 else ">="
             raise ConfigError(f"{key}.nu_final={nu_final:g} must be {word} {key}.nu0={nu0:g}")
 
-    levels = level_sequence(direction, nu0, delta_nu)
+    levels = level_sequence(direction, nu0, delta_nu, _ceiling(direction, nu_final))
     if T is None:
         T = level_count(direction, nu0, delta_nu, nu_final)
     elif T > MAX_LEVELS:
         raise ConfigError(f"{key}.T={T} exceeds {MAX_LEVELS}")
     if T > len(levels):
-        raise ConfigError(f"{key}.T={T} takes nu to {_nu_t(direction, nu0, delta_nu, T):g}, outside "
-                          f"[0, 1): use T <= {min(len(levels), MAX_LEVELS)}")
+        end = "below 0" if direction < 0 else "to 1 or more (set nu_final to go past 1)"
+        raise ConfigError(f"{key}.T={T} takes nu to {_nu_t(direction, nu0, delta_nu, T):g}, {end}: "
+                          f"use T <= {min(len(levels), MAX_LEVELS)}")
 
     stages = [Stage(nu0, initial_epochs)] if initial_epochs > 0 else []
     stages += [Stage(nu, K) for nu in levels[:T]]
@@ -219,13 +238,19 @@ def _nu_t(direction: int, nu0: float, delta_nu: float, t: int) -> float:
     return round(nu0 + direction * t * delta_nu, NU_DECIMALS)
 
 
-def level_sequence(direction: int, nu0: float, delta_nu: float) -> list[float]:
+def _ceiling(direction: int, nu_final: float | None) -> float:
+    """Where a schedule's levels must stop rising: an increasing one without ``nu_final`` below 1
+    (a probability's end), any other where its own end says (decreasing: at 0)."""
+    return 1.0 if direction > 0 and nu_final is None else math.inf
+
+
+def level_sequence(direction: int, nu0: float, delta_nu: float, ceiling: float = 1.0) -> list[float]:
     """nu_1, nu_2, ... of a decreasing (-1) or increasing (+1) schedule of levels, as long as they
-    stay in [0, 1) (at most MAX_LEVELS + 1): the one place the sequence is computed."""
+    stay in [0, ``ceiling``) (at most MAX_LEVELS + 1): the one place the sequence is computed."""
     levels = []
     for t in range(1, MAX_LEVELS + 2):
         nu = _nu_t(direction, nu0, delta_nu, t)
-        if not 0 <= nu < 1:
+        if not 0 <= nu < ceiling:
             break
         levels.append(nu)
     return levels
@@ -239,7 +264,7 @@ def level_count(direction: int, nu0: float, delta_nu: float, nu_final: float | N
         kept = [nu for nu in level_sequence(direction, nu0, delta_nu) if nu > 0]
     else:
         kept = list(itertools.takewhile(lambda nu: direction * (nu - nu_final) <= 1e-9,
-                                        level_sequence(direction, nu0, delta_nu)))
+                                        level_sequence(direction, nu0, delta_nu, _ceiling(direction, nu_final))))
     if len(kept) > MAX_LEVELS:
         raise ConfigError(f"schedule.delta_nu={delta_nu:g} gives over {MAX_LEVELS} levels: "
                           f"use a larger delta_nu or set schedule.T")
@@ -378,7 +403,7 @@ class RandomDiscreteScheduleConfig(ScheduleConfig):
 
     def build(self) -> NoiseSchedule:
         if not self.values:
-            raise ConfigError("schedule.values is empty: list at least one nu in [0, 1)")
+            raise ConfigError("schedule.values is empty: list at least one nu")
         values = [check_nu(f"schedule.values[{i}]", v) for i, v in enumerate(self.values)]
         return RandomDiscreteSchedule(values, check_epochs("schedule.epochs", self.epochs))
 

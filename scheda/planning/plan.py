@@ -151,6 +151,9 @@ def model_of(config: RunConfig, overrides: dict[str, Any], index: int) -> RunCon
 def _planned(index: int, overrides: dict, config: RunConfig, subdir: str, device: torch.device,
              finetune_step: FineTuneChoice) -> PlannedModel:
     schedule = config.schedule.build().with_max_epochs(config.trainer.max_epochs)
+    config.noise.check_levels(schedule.levels, f"schedule={schedule.name}")  # each noise its own range of nu
+    config.noise.check_levels([nu for nu in getattr(config.model, "group_nus", ()) if nu is not None],
+                              "model.group_nus")
     return PlannedModel(index, overrides, config, schedule, subdir,
                         FinetunePlan(config.finetune, device, finetune_step, config.seed))
 
