@@ -128,7 +128,8 @@ def train(overrides: Sequence[str] | Mapping[str, Any] = (), data=None, output_d
     :class:`Run`. A run that fails raises its one-line error, its results.json kept."""
     from hydra.core.global_hydra import GlobalHydra
 
-    from scheda.config import compose_train, register_configs
+    from scheda.commandline import compose_train
+    from scheda.config import register_configs
     from scheda.data import arrays
     from scheda.run import run
 

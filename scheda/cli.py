@@ -5,7 +5,7 @@
 composes live beside their torch code, which names torch through scheda.utils.lazy, so torch is
 imported where it is first used. ``--help`` and shell completion list every group's options, for
 which Hydra copies the whole config store once per group (120 copies, 4 s here):
-:func:`scheda.config.list_groups_from_one_copy` makes one copy serve them all.
+:func:`scheda.commandline.list_groups_from_one_copy` makes one copy serve them all.
 """
 
 import shutil
@@ -18,8 +18,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from scheda.config import (COMPONENT_MODULES, CONFIGS, conflicting_flags, list_groups_from_one_copy,
-                           one_line_composition_errors, register_configs, unknown_choice)
+from scheda.commandline import (conflicting_flags, list_groups_from_one_copy, one_line_composition_errors,
+                                unknown_choice)
+from scheda.config import COMPONENT_MODULES, CONFIGS, register_configs
 from scheda.utils.devices import claim_gpu
 from scheda.utils.errors import ConfigError, SchedaError
 from scheda.utils.interrupt import quiet_on_a_closed_pipe

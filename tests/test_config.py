@@ -33,7 +33,7 @@ def test_the_training_guides_table_of_groups_names_every_option_each_has():
     files of configs/<group>/ (it had missed a schedule, a preset, a table and a scale)."""
     import re
 
-    from scheda.config import group_choices
+    from scheda.commandline import group_choices
 
     rows = {}
     for line in (REPO / "docs" / "training.md").read_text().splitlines():
@@ -188,7 +188,7 @@ def test_help_lists_every_groups_options_from_one_copy_of_the_repository(monkeyp
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.global_hydra import GlobalHydra
 
-    from scheda.config import list_groups_from_one_copy
+    from scheda.commandline import list_groups_from_one_copy
 
     def groups(loader, parent=""):
         found = {}

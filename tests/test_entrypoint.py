@@ -264,7 +264,7 @@ def test_a_mistyped_option_answers_in_one_line_with_the_options(tmp_path, args, 
 ])
 def test_a_command_line_hydra_cannot_compose_answers_in_one_line(tmp_path, args, line):
     """Hydra's own report of these is five to seven lines ending in "Set the environment variable
-    HYDRA_FULL_ERROR=1" (scheda.config.one_line_composition_errors); with it set, Hydra's trace."""
+    HYDRA_FULL_ERROR=1" (scheda.commandline.one_line_composition_errors); with it set, Hydra's trace."""
     proc = run_train(args, cwd=tmp_path)
     assert proc.returncode == 1 and proc.stderr.strip().startswith(line), proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "outputs").exists()

@@ -15,6 +15,7 @@ from helpers import REPO
 LAYERS = [
     {"scheda.utils"},                                  # plumbing: errors, atomic writes, locks, forks, signals
     {"scheda.config"},                                 # the registry of config groups
+    {"scheda.commandline"},                            # the command lines around Hydra: one-line errors, patches
     {"scheda.runs", "scheda.data", "scheda.model"},    # run directories (no torch); data sets; the model and its parts
     {"scheda.training"},                               # the steps, the loop, callbacks, checkpoints
     {"scheda.loggers"},

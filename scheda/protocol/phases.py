@@ -54,7 +54,8 @@ def check_job_overrides(cfg: DictConfig, jobs: list[JobSpec]) -> None:
     with a DA job's own values: a misspelt key, a value of the wrong type or out of its range is
     refused here in one line, before any job is launched (a Slurm job waits in a queue first), and
     by ``dry_run=true`` too. The device is not asked: the jobs may run on other machines."""
-    from scheda.config import check_composed, compose_train
+    from scheda.commandline import compose_train
+    from scheda.config import check_composed
     from scheda.planning.run_config import typed_config
 
     job = next((j for j in jobs if j.meta["kind"] != Raw.name), None)
@@ -81,7 +82,7 @@ def job_config(cfg: DictConfig, *groups: str) -> DictConfig:
     ``finetune=cpu``, then ``scale.train`` and ``overrides=[...]``, every job's): the runs'
     settings read from composition rather than from the override strings (the minibatch, the C
     grid, the step, the fine-tuning budget the estimate costs); composed once per setting."""
-    from scheda.config import compose_train
+    from scheda.commandline import compose_train
 
     job = next(j for j in da_jobs(cfg.scale, False))
     own = [*(f"{g}={c}" for g, c in job.groups.items()), *(f"{k}={v}" for k, v in job.values.items())]

@@ -26,8 +26,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from scheda.config import (CONFIGS, conflicting_flags, list_groups_from_one_copy, one_line_composition_errors,
-                           register_configs, unknown_choice)
+from scheda.commandline import (conflicting_flags, list_groups_from_one_copy, one_line_composition_errors,
+                                unknown_choice)
+from scheda.config import CONFIGS, register_configs
 from scheda.utils.errors import BusyError, ConfigError, SchedaError
 from scheda.utils.environment import invoked_as
 from scheda.utils.interrupt import Interrupted, quiet_on_a_closed_pipe, terminate_as_interrupt
