@@ -19,7 +19,7 @@ epoch can beat, and every timing's ratio to the largest:
       (scheda.training.kernels.two_pass_launches), so a grid that cannot reach a goal shows on a CPU;
 and scheda's trainer (scheda.training.trainer.ModelState, the real code path) with each step: the torch
 step eager and graphed, the Triton step graphed (CUDA's default), autograd
-(trainer.fused=false), and a naive PyTorch loop (per-sample DataLoader, torch.bernoulli,
+(trainer.step=autograd), and a naive PyTorch loop (per-sample DataLoader, torch.bernoulli,
 autograd), each timed over a fixed number of minibatches (at most one epoch's) after a warm-up
 and extrapolated to N examples. ``--grid M`` also times a fused sweep of M models (the paper's
 8 noise levels) with the device's default step in every row; ``--lr-search N F`` the torch_lr

@@ -23,7 +23,7 @@ from scheda.utils.stats import paired, summarize
 
 
 # Where a precision is one step's own, both sides train with that step (fp32 against it there).
-STEP_OF = {"tf32x3": ["trainer.two_pass=true"]}
+STEP_OF = {"tf32x3": ["trainer.step=two_pass"]}
 
 
 def sweep(precision: str, seeds: list[int], overrides: list[str], out: Path) -> tuple[list[float], float]:

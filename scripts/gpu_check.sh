@@ -126,7 +126,7 @@ s = StepChoice('two_pass', True).build([m], [SGD(m.parameters(), lr=0.1)], [buil
 assert s.fallback is None, s.fallback; s(x, torch.arange(40, device='cuda').unsqueeze(0), [0.3], [g]); \
 print('two-pass step ok', s.take_loss_sums().sum().item())"
     if grep -q "triton-probe | ok" "$WORK/steps.md"; then NO_TRITON=(); else
-      NO_TRITON=(--no-triton); SCALE+=("overrides=['trainer.triton=false']"); say "triton does not compile here: the torch step runs"; fi
+      NO_TRITON=(--no-triton); SCALE+=("overrides=['trainer.step=fused']"); say "triton does not compile here: the torch step runs"; fi
     BENCH+=("${NO_TRITON[@]}")
   fi
   step tests timeout -k 10 150 $PY -m pytest -n 0 -q -p no:cacheprovider "${TESTS[@]}"

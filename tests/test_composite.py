@@ -11,7 +11,7 @@ from scheda.utils.seeding import derive_seed
 
 from helpers import TINY, compose_cfg
 
-BASE = [*TINY, "logger=none", "evaluate.enabled=false", "trainer.fused=false", "schedule=constant",
+BASE = [*TINY, "logger=none", "evaluate.enabled=false", "trainer.step=autograd", "schedule=constant",
         "schedule.nu=0.3", "schedule.epochs=3"]
 
 
@@ -52,7 +52,7 @@ def test_composite_is_evaluated_on_all_groups(cifar_arrays, tmp_path, caplog):
 @pytest.mark.parametrize("overrides, match", [
     (["model.group_nus=[]"], "model.group_nus is empty"),
     (["model.group_nus=[0.5,-1.5]"], r"model.group_nus\[1\]"),
-    (["model.group_nus=[0.5,1.5]"], r"model.group_nus sets nu=1.5, and noise=masking's nu is a probability"),
+    (["model.group_nus=[0.5,1.5]"], r"model.group_nus\[1\]=1.5 is outside noise=masking's range"),
     (["model.hidden=9"], "divisible"),
     (["model.update=sometimes"], "model.update"),
 ])

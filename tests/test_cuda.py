@@ -152,7 +152,7 @@ def test_an_epoch_makes_no_host_device_synchronisation(cuda_graph, triton):
     assert trainer.end_epoch(epoch)["epoch"] == 2
 
 
-STEPS = ["trainer.cuda_graph=false", "trainer.cuda_graph=true", "trainer.triton=false"]
+STEPS = ["trainer.cuda_graph=false", "trainer.cuda_graph=true", "trainer.step=fused"]
 
 
 @pytest.mark.parametrize("graph", STEPS)
@@ -237,11 +237,11 @@ def test_the_smoke_protocol_on_cuda(cifar_arrays, tmp_path):
 
 
 def test_a_default_run_on_cuda_is_the_graphed_triton_step_and_matches_the_eager_torch_run(cifar_arrays, tmp_path):
-    """trainer.cuda_graph=null and trainer.triton=null (the defaults) turn both on for the fused
+    """trainer.cuda_graph=null and trainer.step=auto (the defaults) turn both on for the fused
     step with masking on CUDA; the result is the eager torch step's."""
     base = [f"dataset.root={cifar_arrays}", *ON_CUDA, *STAGES, "evaluate.enabled=false"]
     default = run(compose_cfg(base), tmp_path / "default")
-    eager = run(compose_cfg(base + ["trainer.cuda_graph=false", "trainer.triton=false"]), tmp_path / "eager")
+    eager = run(compose_cfg(base + ["trainer.cuda_graph=false", "trainer.step=fused"]), tmp_path / "eager")
     assert default["cuda_graph"] is True and default["triton"] is True
     assert eager["cuda_graph"] is False and eager["triton"] is False
     a, b = load_checkpoint(tmp_path / "default"), load_checkpoint(tmp_path / "eager")

@@ -66,7 +66,7 @@ def test_multirun_writes_one_directory_per_job(cifar_arrays, tmp_path):
 
 
 @pytest.mark.parametrize("override, expected", [
-    ("schedule.nu0=1.5", "schedule=decreasing sets nu=1.5, and noise=masking's nu is a probability in [0, 1)"),
+    ("schedule.nu0=1.5", "schedule.nu0=1.5 is outside noise=masking's range: its nu is a probability in [0, 1)"),
     ("schedule.nu0=-0.5", "schedule.nu0=-0.5 is not a noise level: nu must be a finite number >= 0"),
     ("optim.lr=-1", "optim.lr=-1.0 must be > 0"),
 ])

@@ -57,12 +57,15 @@ def test_unknown_noise_is_a_config_error():
 
 
 @pytest.mark.parametrize("overrides, refused", [
-    (["noise=masking", "schedule=constant", "schedule.nu=1.5"], "noise=masking's nu is a probability in [0, 1)"),
-    (["noise=salt_pepper", "schedule=constant", "schedule.nu=1.0"], "noise=salt_pepper's nu is a probability"),
-    (["noise=masking", "schedule=random_uniform", "schedule.high=1.2"], "schedule=random_uniform sets nu=1.2"),
-    (["noise=masking", "schedule=constant", "trainer.parallel.nu=[0.5,1.5]"], "sets nu=1.5"),
+    (["noise=masking", "schedule=constant", "schedule.nu=1.5"],
+     "schedule.nu=1.5 is outside noise=masking's range: its nu is a probability in [0, 1)"),
+    (["noise=salt_pepper", "schedule=constant", "schedule.nu=1.0"], "noise=salt_pepper's range: its nu is a probability"),
+    (["noise=masking", "schedule=random_uniform", "schedule.high=1.2"], "schedule.high=1.2 is outside"),
+    (["noise=masking", "schedule=stages", "schedule.stages=[{nu:0.5,epochs:1},{nu:1.5,epochs:1}]"],
+     "schedule.stages[1].nu=1.5 is outside"),
+    (["noise=masking", "schedule=constant", "trainer.parallel.nu=[0.5,1.5]"], "trainer.parallel.nu[1]=1.5 is outside"),
     (["noise=masking", "schedule=increasing", "schedule.nu0=0.5", "schedule.delta_nu=0.5", "schedule.nu_final=1.5"],
-     "schedule=increasing sets nu=1,"),
+     "schedule.nu_final=1.5 is outside"),
     (["noise=gaussian", "schedule=constant", "schedule.nu=1.5"], None),
     (["noise=gaussian", "schedule=decreasing", "schedule.nu0=1.5", "schedule.delta_nu=0.5"], None),
     (["noise=gaussian", "schedule=increasing", "schedule.nu0=0.5", "schedule.delta_nu=0.5", "schedule.nu_final=1.5"],
@@ -78,7 +81,7 @@ def test_each_noise_checks_its_own_range_of_nu(overrides, refused):
     cfg = compose_cfg([*TINY, "logger=none", *overrides])
     if refused is None:
         plan = make_plan(cfg)
-        assert max(max(m.schedule.levels) for m in plan.models) == 1.5
+        assert max(nu for m in plan.models for nu in m.schedule.epoch_nus()) == 1.5
     else:
         with pytest.raises(ConfigError, match=re.escape(refused)):
             make_plan(cfg)

@@ -75,7 +75,7 @@ def test_the_plan_holds_the_device_the_step_and_each_models_values(cifar_arrays)
     assert [m.config.optim.lr for m in plan.models] == [0.1, 0.1] and plan.config.optim.lr != 0.1
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.step = StepChoice("autograd")
-    one = make_plan(compose_cfg([f"dataset.root={cifar_arrays}", *BASE, "trainer.fused=false"]))
+    one = make_plan(compose_cfg([f"dataset.root={cifar_arrays}", *BASE, "trainer.step=autograd"]))
     assert not one.sweep and one.step.kind == "autograd" and [m.subdir for m in one.models] == [""]
 
 

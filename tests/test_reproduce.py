@@ -629,8 +629,8 @@ def test_device_hours_count_everything_a_run_pays_each_from_its_measured_cost():
     assert "2 jobs side by side as timed" in estimate.describe(cfg, shared, "b.json")
 
 
-@pytest.mark.parametrize("override", ["trainer.cuda_graph=false", "trainer.triton=false", "trainer.fused=false",
-                                      "trainer.precision=bf16"])
+@pytest.mark.parametrize("override", ["trainer.cuda_graph=false", "trainer.step=fused", "trainer.step=autograd",
+                                      "trainer.fused=false", "trainer.precision=bf16"])
 def test_device_hours_use_the_fast_step_unless_the_runs_cannot_use_it(override):
     from scheda.protocol import estimate
 
@@ -647,13 +647,13 @@ def test_device_hours_use_the_fast_step_unless_the_runs_cannot_use_it(override):
 
 
 def test_device_hours_of_runs_trained_by_autograd_use_its_timing():
-    """``trainer.fused=false`` trains every model by autograd: costed at the benchmark's autograd
+    """``trainer.step=autograd`` trains every model by autograd: costed at the benchmark's autograd
     timing where it measured one (about twice the fused step on a CPU), not the fused step's."""
     from scheda.protocol import estimate
 
     bench = {"device_name": "CPU", "n": 1000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 4.0,
                                                         "autograd_s": 9.0}]}
-    cfg = smoke_cfg(*FIXED, "scale.control=false", "scale.finetune=null", "overrides=['trainer.fused=false']")
+    cfg = smoke_cfg(*FIXED, "scale.control=false", "scale.finetune=null", "overrides=['trainer.step=autograd']")
     assert estimate.estimate(cfg, bench, 20)["train_hours"] * 3600 == pytest.approx(6 * 9.0)
 
 

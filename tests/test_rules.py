@@ -21,10 +21,8 @@ from helpers import STAGES, TINY, compose_cfg
 CASES = {
     "cuda_settings_need_a_cuda_device": (["trainer.device=cpu", "trainer.cuda_graph=true"],
                                          "trainer.cuda_graph=true needs a CUDA device, not cpu"),
-    "graph_can_capture_the_step": (["trainer.cuda_graph=true", "trainer.precision=bf16"],
-                                   "trainer.cuda_graph=true needs the fused step"),
-    "triton_can_take_the_step": (["trainer.triton=true", "noise=gaussian"],
-                                 "trainer.triton=true needs the masking noise"),
+    "the_step_can_train_the_run": (["trainer.step=triton", "noise=gaussian"],
+                                   "trainer.step=triton needs the masking noise"),
     "parallel_needs_the_fused_step": (["model.loss=squared_error", "trainer.parallel.lr=[0.1,0.2]"],
                                       "trainer.parallel needs the plain fused step"),
     "parallel_nu_needs_a_noise_level": (["schedule=random_uniform", "trainer.parallel.nu=[0.1,0.2]"],
@@ -41,18 +39,17 @@ CASES = {
     "raw_needs_evaluation": (["model=raw", "evaluate.enabled=false"], "model=raw only evaluates"),
     "raw_has_no_encoder_to_finetune": (["model=raw", "finetune.enabled=true"],
                                        "finetune.enabled=true fine-tunes an autoencoder's encoder, and model=raw"),
-    "two_pass_is_a_triton_step": (["trainer.precision=tf32x3"], "trainer.precision=tf32x3 is the two-pass step's"),
     "patience_needs_evaluations": (["trainer.patience=3", "evaluate.every=0"],
                                    "trainer.patience counts evaluations without a new best"),
     "finetune_fused_needs_plain_sgd": (["finetune.enabled=true", "finetune.momentum=0.9"],
                                        "finetune.fused=true trains every learning rate at once with plain SGD"),
 }
-NEEDS_CUDA = {"graph_can_capture_the_step", "triton_can_take_the_step"}  # off CUDA the device rule refuses first
+NEEDS_CUDA = {"the_step_can_train_the_run"}  # off CUDA the device rule refuses the Triton step first
 CUDA = torch.device("cuda")
-# Every reason a CUDA graph refuses a run (rules.graph_can_capture_the_step), each alone.
+# Every reason a CUDA graph refuses a run (rules.the_step_can_train_the_run), each alone.
 GRAPH_REFUSALS = [
     (["trainer.precision=bf16"], "trainer.cuda_graph=true needs the fused step"),
-    (["trainer.fused=false"], "trainer.cuda_graph=true needs the fused step"),
+    (["trainer.step=autograd"], "trainer.cuda_graph=true needs the fused step"),
     (["model.loss=squared_error"], "trainer.cuda_graph=true needs the fused step"),
     (["optim.momentum=0.9"], "trainer.cuda_graph=true needs plain SGD"),
     (["optim.weight_decay=0.001"], "trainer.cuda_graph=true needs plain SGD"),
@@ -60,14 +57,13 @@ GRAPH_REFUSALS = [
     (["schedule=random_discrete"], "trainer.cuda_graph=true needs one noise level per epoch"),
 ]
 
-# Every reason the Triton step refuses a run (rules.triton_can_take_the_step), each alone.
+# Every reason the Triton step refuses a run (rules.the_step_can_train_the_run), each alone.
 TRITON_REFUSALS = [
-    (["trainer.precision=bf16"], "trainer.triton=true needs the plain fused step"),
-    (["trainer.fused=false"], "trainer.triton=true needs the plain fused step"),
-    (["model.loss=squared_error"], "trainer.triton=true needs the plain fused step"),
-    (["optim.momentum=0.9"], "trainer.triton=true needs the plain fused step"),
-    (["noise=salt_pepper"], "trainer.triton=true needs the masking noise"),
-    (["schedule=random_uniform"], "trainer.triton=true needs the masking noise, one noise level per epoch"),
+    (["trainer.precision=bf16"], "trainer.step=triton needs the plain fused step"),
+    (["model.loss=squared_error"], "trainer.step=triton needs the plain fused step"),
+    (["optim.momentum=0.9"], "trainer.step=triton needs the plain fused step"),
+    (["noise=salt_pepper"], "trainer.step=triton needs the masking noise"),
+    (["schedule=random_uniform"], "trainer.step=triton needs the masking noise, one noise level per epoch"),
 ]
 
 
@@ -109,7 +105,7 @@ def test_a_broken_rule_stops_the_run_before_any_file(cifar_arrays, tmp_path, nam
     assert results["status"] == "failed" and message in results["error"]
 
 
-@pytest.mark.parametrize("overrides", [["model.loss=squared_error"], ["optim.momentum=0.9"], ["trainer.fused=false"],
+@pytest.mark.parametrize("overrides", [["model.loss=squared_error"], ["optim.momentum=0.9"], ["trainer.step=autograd"],
                                        ["trainer.precision=bf16"]])
 def test_a_fused_sweep_is_refused_before_its_data_for_each_step_it_cannot_share(cifar_arrays, overrides):
     """Every setting without the plain fused step refuses trainer.parallel among the rules, not
@@ -122,8 +118,8 @@ def test_a_fused_sweep_is_refused_before_its_data_for_each_step_it_cannot_share(
 def test_cuda_graph_true_refuses_each_run_a_graph_cannot_take(cifar_arrays, overrides, message):
     cfg = _cfg(cifar_arrays, ["trainer.cuda_graph=true", *overrides])
     typed = typed_config(cfg)
-    assert [rule.__name__ for rule in rules.RULES if rule(typed, CUDA)] == ["graph_can_capture_the_step"]
-    assert rules.graph_can_capture_the_step(typed, CUDA).startswith(message)
+    assert [rule.__name__ for rule in rules.RULES if rule(typed, CUDA)] == ["the_step_can_train_the_run"]
+    assert rules.the_step_can_train_the_run(typed, CUDA).startswith(message)
 
 
 @pytest.mark.parametrize("overrides, graphed", [
@@ -140,43 +136,88 @@ def test_cuda_graph_null_turns_on_only_where_a_graph_can_take_the_step(cifar_arr
 
 
 @pytest.mark.parametrize("overrides, message", TRITON_REFUSALS)
-def test_triton_true_refuses_each_run_its_kernels_cannot_take(cifar_arrays, overrides, message):
-    typed = typed_config(_cfg(cifar_arrays, ["trainer.triton=true", *overrides]))
-    assert [rule.__name__ for rule in rules.RULES if rule(typed, CUDA)] == ["triton_can_take_the_step"]
-    assert rules.triton_can_take_the_step(typed, CUDA).startswith(message)
+def test_step_triton_refuses_each_run_its_kernels_cannot_take(cifar_arrays, overrides, message):
+    typed = typed_config(_cfg(cifar_arrays, ["trainer.step=triton", *overrides]))
+    assert [rule.__name__ for rule in rules.RULES if rule(typed, CUDA)] == ["the_step_can_train_the_run"]
+    assert rules.the_step_can_train_the_run(typed, CUDA).startswith(message)
 
 
-@pytest.mark.parametrize("overrides, kernels", [
-    ([], True),
-    (["trainer.triton=false"], False),
-    *[(overrides, False) for overrides, _ in TRITON_REFUSALS],
+@pytest.mark.parametrize("overrides, kind", [
+    ([], "triton"),
+    (["trainer.step=fused"], "fused"),
+    (["trainer.step=autograd"], "autograd"),
+    *[(overrides, "autograd" if "bf16" in overrides[0] or "loss" in overrides[0] else "fused")
+      for overrides, _ in TRITON_REFUSALS],
 ])
-def test_triton_null_turns_on_only_where_its_kernels_can_take_the_step(cifar_arrays, overrides, kernels):
-    """trainer.triton defaults to null: on a CUDA device it becomes true exactly where the Triton
-    step applies; off CUDA the torch step trains (it measures faster on a CPU)."""
+def test_step_auto_is_the_triton_step_only_where_its_kernels_can_take_the_run(cifar_arrays, overrides, kind):
+    """trainer.step defaults to auto: on a CUDA device the Triton step exactly where it applies, else
+    the fused step where that applies, else autograd; off CUDA the torch step trains (it measures
+    faster on a CPU)."""
     typed = typed_config(_cfg(cifar_arrays, overrides))
-    assert rules.choose_step(typed, torch.device("cpu")).triton is False
-    assert rules.choose_step(typed, CUDA).triton is kernels
+    assert rules.choose_step(typed, torch.device("cpu")).kind == ("fused" if kind == "triton" else kind)
+    assert rules.choose_step(typed, CUDA).kind == kind
 
 
 # Every reason the two-pass step refuses a run, each alone: the Triton step's, then its own.
 @pytest.mark.parametrize("overrides, message", [
-    (["trainer.batch_size=200"], "trainer.two_pass=true keeps a minibatch in one program: trainer.batch_size=200 "
+    (["trainer.batch_size=200"], "trainer.step=two_pass keeps a minibatch in one program: trainer.batch_size=200 "
                                  "must be <= 128"),
-    (["trainer.triton=false"], "trainer.two_pass=true is a Triton step"),
-    (["noise=gaussian"], "trainer.two_pass=true needs the masking noise"),
-    (["optim.momentum=0.9"], "trainer.two_pass=true needs the plain fused step"),
-    (["trainer.precision=tf32"], "trainer.two_pass=true computes its products in fp32 or tf32x3"),
+    (["noise=gaussian"], "trainer.step=two_pass needs the masking noise"),
+    (["optim.momentum=0.9"], "trainer.step=two_pass needs the plain fused step"),
+    (["trainer.precision=tf32"], "trainer.step=two_pass computes its products in fp32 or tf32x3"),
 ])
-def test_two_pass_true_refuses_each_run_its_kernels_cannot_take(cifar_arrays, overrides, message):
-    typed = typed_config(_cfg(cifar_arrays, ["trainer.two_pass=true", *overrides]))
-    assert [rule.__name__ for rule in rules.RULES if rule(typed, CUDA)] == ["two_pass_is_a_triton_step"]
-    assert rules.two_pass_is_a_triton_step(typed, CUDA).startswith(message)
+def test_step_two_pass_refuses_each_run_its_kernels_cannot_take(cifar_arrays, overrides, message):
+    typed = typed_config(_cfg(cifar_arrays, ["trainer.step=two_pass", *overrides]))
+    assert [rule.__name__ for rule in rules.RULES if rule(typed, CUDA)] == ["the_step_can_train_the_run"]
+    assert rules.the_step_can_train_the_run(typed, CUDA).startswith(message)
 
 
-def test_two_pass_turns_the_triton_step_on(cifar_arrays):
-    """trainer.two_pass=true with trainer.triton=null: the Triton step, as TwoPassStep; tf32x3 is allowed with it."""
-    typed = typed_config(_cfg(cifar_arrays, ["trainer.two_pass=true", "trainer.precision=tf32x3"]))
+@pytest.mark.parametrize("overrides, message", [
+    (["trainer.precision=tf32x3"], "trainer.precision=tf32x3 is the two-pass step's product precision"),
+    (["trainer.step=fused", "model.loss=squared_error"], "trainer.step=fused needs model.name=da"),
+])
+def test_the_step_refuses_what_only_another_step_takes(cifar_arrays, overrides, message):
+    typed = typed_config(_cfg(cifar_arrays, overrides))
+    assert [rule.__name__ for rule in rules.RULES if rule(typed, CUDA)] == ["the_step_can_train_the_run"]
+    assert rules.the_step_can_train_the_run(typed, CUDA).startswith(message)
+
+
+def test_two_pass_is_a_triton_step(cifar_arrays):
+    """trainer.step=two_pass: the Triton step, as TwoPassStep; tf32x3 is allowed with it."""
+    typed = typed_config(_cfg(cifar_arrays, ["trainer.step=two_pass", "trainer.precision=tf32x3"]))
     rules.check(typed, CUDA)
     step = rules.choose_step(typed, CUDA)
     assert step.triton and step.kind == "two_pass" and step.precision == "tf32x3"
+
+
+@pytest.mark.parametrize("old, step", [
+    (["trainer.fused=false"], "autograd"), (["trainer.fused=true"], "auto"), (["trainer.triton=true"], "triton"),
+    (["trainer.triton=false"], "fused"), (["trainer.two_pass=true"], "two_pass"), (["trainer.two_pass=false"], "auto"),
+    (["trainer.fused=false", "trainer.triton=false"], "autograd"),
+])
+def test_the_old_step_flags_are_read_as_trainer_step_with_a_warning(cifar_arrays, caplog, old, step):
+    """0.2's trainer.fused / triton / two_pass, read as the one trainer.step for one release; given
+    with trainer.step they are refused (two settings for one choice)."""
+    typed = typed_config(_cfg(cifar_arrays, old))
+    assert typed.trainer.step == step
+    assert any(f"read as trainer.step={step}" in r.getMessage() for r in caplog.records)
+    if step != "auto":
+        with pytest.raises(ConfigError, match="both choose the step: set trainer.step only"):
+            typed_config(_cfg(cifar_arrays, [*old, "trainer.step=fused" if step != "fused" else "trainer.step=triton"]))
+
+
+def test_a_run_recorded_with_the_old_flags_resumes_under_trainer_step(cifar_arrays, tmp_path):
+    """A run's results.json written by 0.2 (trainer.fused=true, triton=null, two_pass=false: the
+    default) resumes under trainer.step=auto, the same step; one recorded with fused=false is refused
+    a resume under auto (it trained by autograd) and resumes under trainer.step=autograd."""
+    from scheda.runs.reentry import config_changes
+
+    cfg = _cfg(cifar_arrays, [])
+    new = json.loads(json.dumps(typed_config(cfg).composed))
+    old = json.loads(json.dumps(new))
+    old["trainer"].pop("step")
+    old["trainer"].update(fused=True, triton=None, two_pass=False)
+    assert config_changes(old, new)[1] == []
+    old["trainer"]["fused"] = False
+    assert config_changes(old, new)[1] == ["trainer.step"]
+    assert config_changes(old, {**new, "trainer": {**new["trainer"], "step": "autograd"}})[1] == []

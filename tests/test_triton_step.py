@@ -90,7 +90,7 @@ def test_resuming_the_triton_step_repeats_the_uninterrupted_run_bit_for_bit():
 def test_where_triton_cannot_compile_the_torch_step_trains_from_the_same_state(monkeypatch, caplog):
     """A kernel that fails when the step is built (no C compiler, no Python headers): one warning,
     the torch step, and the warm-up's draws and updates undone, so the run is the one
-    trainer.triton=false would give."""
+    trainer.step=fused would give."""
     from scheda.training import kernels
 
     def fails(*args, **kwargs):
@@ -108,7 +108,7 @@ def test_where_triton_cannot_compile_the_torch_step_trains_from_the_same_state(m
     assert torch.equal(gen.get_state(), state) and torch.equal(model.W, weights)
     [warning] = [r.getMessage() for r in caplog.records]
     assert warning == ("the Triton step cannot run here (RuntimeError: Failed to compile the launcher: cc not found): "
-                       "training with the torch step; trainer.triton=false skips the attempt")
+                       "training with the torch step; trainer.step=fused skips the attempt")
 
 
 # --- The two-pass step (scheda.training.step.TwoPassStep): the decode, then one pass over W's rows ---

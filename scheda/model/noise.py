@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterable, Mapping
+from typing import ClassVar, Mapping
 
 from omegaconf import MISSING
 
@@ -54,13 +54,13 @@ class Noise(Component, abc.ABC):
     nu_means: ClassVar[str] = "a probability"
     nu_max: ClassVar[float] = 1.0
 
-    def check_levels(self, levels: Iterable[float], where: str) -> None:
-        """Each noise level a run sets (``where`` says which setting gives them) is one this noise can
-        apply: a ConfigError naming the first that is not (a masking probability of 1.5; a Gaussian
-        std of 1.5 is allowed)."""
-        for nu in levels:
-            if not 0 <= nu < self.nu_max:
-                raise ConfigError(f"{where} sets nu={nu:g}, and noise={self.name}'s nu is {self.nu_means} in "
+    def check_levels(self, levels: Mapping[str, float | None]) -> None:
+        """Each noise level a run sets (``levels``: the setting that gives it -> its value; None: none
+        set) is one this noise can apply: a ConfigError naming the first that is not (a masking
+        probability of 1.5; a Gaussian std of 1.5 is allowed)."""
+        for key, nu in levels.items():
+            if nu is not None and not 0 <= nu < self.nu_max:
+                raise ConfigError(f"{key}={nu!r} is outside noise={self.name}'s range: its nu is {self.nu_means} in "
                                   f"[0, {self.nu_max:g}): lower it, or choose a noise whose nu reaches it")
 
     @abc.abstractmethod

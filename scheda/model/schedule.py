@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import ClassVar, List, Mapping, Optional, Sequence
 
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from scheda.config import GROUPS, Component, register, schema_of, typed
 from scheda.utils.errors import ConfigError
@@ -124,12 +124,6 @@ class NoiseSchedule:
         """nu of every epoch, in order (for tests and reports)."""
         return [stage.nu for stage in self.stages for _ in range(stage.epochs)]
 
-    @property
-    def levels(self) -> tuple[float, ...]:
-        """Every noise level the schedule can set (a random schedule's: the ends of its range, or its
-        values), which the run's noise checks against its own range."""
-        return tuple(sorted({s.nu for s in self.stages if s.nu is not None}))
-
     def draw(self, generator: torch.Generator, device: torch.device) -> torch.Tensor:
         raise TypeError(f"schedule '{self.name}' has a fixed nu per epoch; nothing to draw")
 
@@ -150,10 +144,6 @@ class RandomUniformSchedule(NoiseSchedule):
     def _replace_stages(self, stages):
         return RandomUniformSchedule(self.low, self.high, stages[0].epochs)
 
-    @property
-    def levels(self) -> tuple[float, ...]:
-        return (self.low, self.high)
-
     def draw(self, generator, device):
         u = torch.rand((), generator=generator, device=device)
         return self.low + (self.high - self.low) * u
@@ -171,10 +161,6 @@ class RandomDiscreteSchedule(NoiseSchedule):
 
     def _replace_stages(self, stages):
         return RandomDiscreteSchedule(self.values, stages[0].epochs)
-
-    @property
-    def levels(self) -> tuple[float, ...]:
-        return tuple(sorted(set(self.values)))
 
     def draw(self, generator, device):
         table = self._table.get(device)
@@ -282,10 +268,25 @@ class ScheduleConfig(Component, abc.ABC):
 
     nu_key: ClassVar[str | None] = None
     builds: ClassVar[type[NoiseSchedule]] = NoiseSchedule
+    nu_fields: ClassVar[tuple[str, ...]] = ()  # the settings that give its noise levels (a list: each item)
 
     @property
     def per_minibatch(self) -> bool:
         return self.builds.per_minibatch
+
+    def nu_settings(self) -> dict[str, float | None]:
+        """Every setting that gives a noise level, as ``schedule.<key>`` -> its value: the noise
+        checks them against its own range (scheda.model.noise.Noise.check_levels). Every level the
+        schedule reaches lies between them (a decreasing one stops at 0, an increasing one without
+        nu_final below 1)."""
+        out: dict[str, float | None] = {}
+        for name in self.nu_fields:
+            value = getattr(self, name)
+            if isinstance(value, (list, tuple)) or OmegaConf.is_list(value):
+                out.update({f"schedule.{name}[{i}]": v for i, v in enumerate(value)})
+            else:
+                out[f"schedule.{name}"] = value
+        return out
 
     @abc.abstractmethod
     def build(self) -> NoiseSchedule:
@@ -298,6 +299,7 @@ class ConstantScheduleConfig(ScheduleConfig):
     """A plain DA: one noise level for the whole run."""
 
     name: str = "constant"
+    nu_fields: ClassVar[tuple[str, ...]] = ('nu',)
     nu: float = 0.3
     epochs: int = 100
     nu_key: ClassVar[str | None] = "nu"
@@ -316,6 +318,7 @@ class LevelScheduleConfig(ScheduleConfig):
     ``init_from=<its run> schedule.initial_epochs=0``."""
 
     name: str = "decreasing"
+    nu_fields: ClassVar[tuple[str, ...]] = ('nu0', 'nu_final')
     nu0: float = 0.7
     delta_nu: float = 0.1
     K: int = 50
@@ -365,6 +368,9 @@ class StagesScheduleConfig(ScheduleConfig):
     stages: List[StageSpec] = field(default_factory=lambda: [StageSpec(0.7, 100), StageSpec(0.4, 50),
                                                              StageSpec(0.1, 50)])
 
+    def nu_settings(self) -> dict[str, float | None]:
+        return {f"schedule.stages[{i}].nu": stage.nu for i, stage in enumerate(self.stages)}
+
     def build(self) -> NoiseSchedule:
         if not self.stages:
             raise ConfigError("schedule.stages is empty: list at least one {nu: ..., epochs: ...}")
@@ -379,6 +385,7 @@ class RandomUniformScheduleConfig(ScheduleConfig):
     """nu ~ U[low, high] drawn for every minibatch (the paper's supplementary experiment)."""
 
     name: str = "random_uniform"
+    nu_fields: ClassVar[tuple[str, ...]] = ('low', 'high')
     low: float = 0.1
     high: float = 0.7
     epochs: int = 100
@@ -397,6 +404,7 @@ class RandomDiscreteScheduleConfig(ScheduleConfig):
     """nu drawn uniformly from ``values`` for every minibatch (the paper's supplementary experiment)."""
 
     name: str = "random_discrete"
+    nu_fields: ClassVar[tuple[str, ...]] = ('values',)
     values: List[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
     epochs: int = 100
     builds: ClassVar[type[NoiseSchedule]] = RandomDiscreteSchedule
@@ -417,6 +425,7 @@ class ExponentialScheduleConfig(ScheduleConfig):
     and checkpoints at stage ends come once per level: raise K to space them out."""
 
     name: str = "exponential"
+    nu_fields: ClassVar[tuple[str, ...]] = ('nu0', 'nu_min')
     nu0: float = 0.7
     gamma: float = 0.95
     nu_min: float = 0.1

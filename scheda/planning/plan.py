@@ -89,6 +89,15 @@ class Plan:
         return f"schedule {schedule.name}: {schedule.describe()} ({schedule.total_epochs} epochs), device {self.device}"
 
 
+def check_levels(config: RunConfig) -> None:
+    """Every noise level the run sets (its schedule's, a fused sweep's, a composite's groups') is in
+    its noise's own range (a probability below 1; a Gaussian std unbounded)."""
+    groups = getattr(config.model, "group_nus", ())
+    config.noise.check_levels({**config.schedule.nu_settings(),
+                               **{f"trainer.parallel.nu[{i}]": nu for i, nu in enumerate(config.trainer.parallel.nu)},
+                               **{f"model.group_nus[{i}]": nu for i, nu in enumerate(groups)}})
+
+
 def parallel_variants(config: RunConfig) -> list[dict[str, Any]]:
     """The overrides of each model of a fused sweep (``trainer.parallel``); [] for one model."""
     par = config.trainer.parallel
@@ -151,9 +160,6 @@ def model_of(config: RunConfig, overrides: dict[str, Any], index: int) -> RunCon
 def _planned(index: int, overrides: dict, config: RunConfig, subdir: str, device: torch.device,
              finetune_step: FineTuneChoice) -> PlannedModel:
     schedule = config.schedule.build().with_max_epochs(config.trainer.max_epochs)
-    config.noise.check_levels(schedule.levels, f"schedule={schedule.name}")  # each noise its own range of nu
-    config.noise.check_levels([nu for nu in getattr(config.model, "group_nus", ()) if nu is not None],
-                              "model.group_nus")
     return PlannedModel(index, overrides, config, schedule, subdir,
                         FinetunePlan(config.finetune, device, finetune_step, config.seed))
 
@@ -184,4 +190,5 @@ def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None, entry: Ent
     for k, overrides in enumerate(variants or [{}]):
         model = model_of(config, overrides, k) if variants else config
         models.append(_planned(k, overrides, model, f"models/{k}" if variants else "", device, finetune_step))
+    check_levels(config)  # after each schedule's own checks (a finite nu >= 0)
     return Plan(config, device, step, tuple(models), sweep=bool(variants), finetune_step=finetune_step)

@@ -7,8 +7,8 @@ sweep reads it): no TensorBoard, no checkpoint.
 Each group's own values are checked by its schema (``check()``); what can only be judged from
 two groups together, or from a group and the device, lives here: each rule takes the typed
 config (scheda.planning.plan.RunConfig) and the device, and returns the one-line error or None.
-:func:`choose_step` then turns the settings left open (``trainer.cuda_graph=null``,
-``trainer.triton=null``) into the one step that trains the run.
+:func:`choose_step` then turns the settings left open (``trainer.step=auto``,
+``trainer.cuda_graph=null``) into the one step that trains the run.
 """
 
 from __future__ import annotations
@@ -24,15 +24,16 @@ from scheda.utils.errors import ConfigError
 
 from scheda.planning.run_config import RunConfig
 
-FUSED_STEP = "model.name=da, model.loss=cross_entropy, trainer.fused=true, trainer.precision fp32 or tf32"
+FUSED_STEP = "model.name=da, model.loss=cross_entropy, trainer.precision fp32 or tf32"
 PLAIN_SGD = "optim.momentum=0 and optim.weight_decay=0"
 TRITON_STEP = "the masking noise, one noise level per epoch"
+CUDA_STEPS = ("triton", "two_pass")
 
 
 def _fused(config: RunConfig) -> bool:
-    """Whether the hand-written step trains the models: a tied cross-entropy DA, asked for
-    (``trainer.fused``), in fp32 or tf32 (or tf32x3, the two-pass step's)."""
-    return (config.model.name == "da" and config.model.loss == "cross_entropy" and config.trainer.fused
+    """Whether the hand-written step can train the models: a tied cross-entropy DA in fp32 or tf32
+    (or tf32x3, the two-pass step's), and trainer.step not autograd."""
+    return (config.model.name == "da" and config.model.loss == "cross_entropy" and config.trainer.step != "autograd"
             and config.trainer.precision != "bf16")
 
 
@@ -50,7 +51,7 @@ def _graph_refusal(config: RunConfig) -> str | None:
     replays the fused step with plain SGD folded into it and a noise level fixed for the epoch:
     a schedule that draws nu per minibatch would replay a stale one."""
     if not _fused(config):
-        return f"trainer.cuda_graph=true needs the fused step: {FUSED_STEP}"
+        return f"trainer.cuda_graph=true needs the fused step: {FUSED_STEP}, trainer.step not autograd"
     if not _plain_sgd(config):
         return f"trainer.cuda_graph=true needs plain SGD: {PLAIN_SGD}"
     if config.schedule.per_minibatch:
@@ -59,55 +60,48 @@ def _graph_refusal(config: RunConfig) -> str | None:
     return None
 
 
-def _triton_refusal(config: RunConfig) -> str | None:
-    """Why the Triton step cannot train this run, the device aside (None: it can): its kernels
-    hold the plain fused step and the masking noise, with the level fixed for the epoch; triton
-    must be installed."""
+def _triton_refusal(config: RunConfig, step: str = "triton") -> str | None:
+    """Why the Triton step (``step``: or its two-pass form) cannot train this run, the device aside
+    (None: it can): its kernels hold the plain fused step and the masking noise, with the level
+    fixed for the epoch; triton must be installed."""
     if not (_fused(config) and _plain_sgd(config)):
-        return f"trainer.triton=true needs the plain fused step: {FUSED_STEP}, {PLAIN_SGD}"
+        return f"trainer.step={step} needs the plain fused step: {FUSED_STEP}, {PLAIN_SGD}"
     if config.noise.name != "masking" or config.schedule.per_minibatch:
-        return f"trainer.triton=true needs {TRITON_STEP}: use trainer.triton=null (it then runs the torch step) or false"
+        return f"trainer.step={step} needs {TRITON_STEP}: use trainer.step=auto (it then runs the torch step) or fused"
     if importlib.util.find_spec("triton") is None:
-        return "trainer.triton=true needs triton: pip install triton (Linux), or use trainer.triton=false"
+        return f"trainer.step={step} needs triton: pip install triton (Linux), or use trainer.step=auto or fused"
     return None
 
 
 def cuda_settings_need_a_cuda_device(config: RunConfig, device: torch.device) -> str | None:
-    for key in ("cuda_graph", "triton", "two_pass"):
-        if getattr(config.trainer, key) and device.type != "cuda":
-            return (f"trainer.{key}=true needs a CUDA device, not {device}: use trainer.device=cuda or "
-                    f"trainer.{key}=false")
-    return None
-
-
-def graph_can_capture_the_step(config: RunConfig, device: torch.device) -> str | None:
-    return _graph_refusal(config) if config.trainer.cuda_graph else None
-
-
-def triton_can_take_the_step(config: RunConfig, device: torch.device) -> str | None:
-    return _triton_refusal(config) if config.trainer.triton else None
-
-
-def two_pass_is_a_triton_step(config: RunConfig, device: torch.device) -> str | None:
-    """The two-pass step is the Triton step in other kernels: what that needs, then its own limits
-    (a minibatch in one program; fp32 or three-pass TF32 products); ``trainer.precision=tf32x3``
-    names its products, so it needs it."""
     t = config.trainer
-    if not t.two_pass:
-        if t.precision == "tf32x3":
-            return "trainer.precision=tf32x3 is the two-pass step's product precision: set trainer.two_pass=true"
-        return None
-    if t.triton is False:
-        return "trainer.two_pass=true is a Triton step: leave trainer.triton null (or true), or use trainer.two_pass=false"
-    refusal = _triton_refusal(config)
-    if refusal:
-        return refusal.replace("trainer.triton=true", "trainer.two_pass=true")
-    if t.batch_size > TWO_PASS_ROWS:
-        return (f"trainer.two_pass=true keeps a minibatch in one program: trainer.batch_size={t.batch_size} must be "
-                f"<= {TWO_PASS_ROWS} (or use trainer.two_pass=false)")
-    if t.precision not in TWO_PASS_PRECISIONS:
-        return f"trainer.two_pass=true computes its products in fp32 or tf32x3, not trainer.precision={t.precision}"
+    if device.type != "cuda" and t.step in CUDA_STEPS:
+        return f"trainer.step={t.step} needs a CUDA device, not {device}: use trainer.device=cuda or trainer.step=auto"
+    if device.type != "cuda" and t.cuda_graph:
+        return f"trainer.cuda_graph=true needs a CUDA device, not {device}: use trainer.device=cuda or trainer.cuda_graph=null"
     return None
+
+
+def the_step_can_train_the_run(config: RunConfig, device: torch.device) -> str | None:
+    """A step asked for by name (trainer.step; trainer.cuda_graph=true) is one that can train the run:
+    the fused step a tied cross-entropy DA, the Triton steps the plain fused step with the masking
+    noise; the two-pass one also keeps a minibatch in one program and computes in fp32 or tf32x3
+    (``trainer.precision=tf32x3`` names its products, so it needs it)."""
+    t = config.trainer
+    if t.step == "fused" and not _fused(config):
+        return f"trainer.step=fused needs {FUSED_STEP}: use trainer.step=auto (it then runs autograd) or autograd"
+    if t.step in CUDA_STEPS:
+        refusal = _triton_refusal(config, t.step)
+        if refusal:
+            return refusal
+    if t.step == "two_pass" and t.batch_size > TWO_PASS_ROWS:
+        return (f"trainer.step=two_pass keeps a minibatch in one program: trainer.batch_size={t.batch_size} must be "
+                f"<= {TWO_PASS_ROWS} (or use trainer.step=triton)")
+    if t.step == "two_pass" and t.precision not in TWO_PASS_PRECISIONS:
+        return f"trainer.step=two_pass computes its products in fp32 or tf32x3, not trainer.precision={t.precision}"
+    if t.step != "two_pass" and t.precision == "tf32x3":
+        return "trainer.precision=tf32x3 is the two-pass step's product precision: set trainer.step=two_pass"
+    return _graph_refusal(config) if t.cuda_graph else None
 
 
 def parallel_needs_the_fused_step(config: RunConfig, device: torch.device) -> str | None:
@@ -193,8 +187,7 @@ def patience_needs_evaluations(config: RunConfig, device: torch.device) -> str |
 
 
 RULES: tuple[Callable[[RunConfig, torch.device], str | None], ...] = (
-    cuda_settings_need_a_cuda_device, graph_can_capture_the_step, triton_can_take_the_step, two_pass_is_a_triton_step,
-    parallel_needs_the_fused_step, parallel_nu_needs_a_noise_level, parallel_trains, resume_or_init_from,
+    cuda_settings_need_a_cuda_device, the_step_can_train_the_run, parallel_needs_the_fused_step, parallel_nu_needs_a_noise_level, parallel_trains, resume_or_init_from,
     standalone_needs_init_from, finetune_output_needs_a_linear_classifier, finetune_output_needs_an_evaluation,
     raw_needs_evaluation, raw_has_no_encoder_to_finetune, patience_needs_evaluations, finetune_fused_needs_plain_sgd,
 )
@@ -233,17 +226,15 @@ def check_handed(config: RunConfig) -> None:
 
 
 def choose_step(config: RunConfig, device: torch.device) -> StepChoice:
-    """The step that trains a run whose rules passed: ``trainer.cuda_graph=null`` becomes true on
-    a CUDA device wherever a graph can capture the step, ``trainer.triton=null`` wherever the
-    Triton step applies (on a CPU the torch step measures faster); ``trainer.two_pass`` makes a
-    Triton step the two-pass one."""
+    """The step that trains a run whose rules passed: ``trainer.step=auto`` becomes the Triton step on
+    a CUDA device wherever it applies (on a CPU the torch step measures faster), else the fused
+    step wherever it applies, else autograd; ``trainer.cuda_graph=null`` becomes true on a CUDA
+    device wherever a graph can capture the step."""
     t, cuda = config.trainer, device.type == "cuda"
-    graph = t.cuda_graph if t.cuda_graph is not None else cuda and _graph_refusal(config) is None
-    triton = t.triton if t.triton is not None else (cuda and _triton_refusal(config) is None) or t.two_pass
-    if triton:
-        kind = "two_pass" if t.two_pass else "triton"
-    else:
-        kind = "fused" if _fused(config) else "autograd"
+    kind = t.step
+    if kind == "auto":
+        kind = "triton" if cuda and _triton_refusal(config) is None else "fused" if _fused(config) else "autograd"
+    graph = t.cuda_graph if t.cuda_graph is not None else cuda and kind != "autograd" and _graph_refusal(config) is None
     return StepChoice(kind, bool(graph), t.precision)
 
 

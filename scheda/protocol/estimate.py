@@ -126,7 +126,7 @@ def fast_step(cfg: DictConfig) -> bool:
     """Whether the runs get the device's default step (the Triton step graphed on CUDA), unless
     their composed trainer turns it off or cannot take it."""
     t = job_config(cfg).trainer
-    return bool(t.fused) and t.cuda_graph is not False and t.triton is not False and t.precision != "bf16"
+    return t.step in ("auto", "triton") and t.cuda_graph is not False and t.precision != "bf16"
 
 
 def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> dict[str, Any]:
@@ -146,7 +146,7 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
         if item.get("checkpoints", True):  # an analysis' evaluations keep no checkpoint
             out["checkpoint_bytes"] += item["evals"] * checkpoint_bytes(item["hidden"], inputs)
         if bench is not None:
-            if not job_config(cfg).trainer.fused:  # trainer.fused=false: every model by autograd
+            if job_config(cfg).trainer.step == "autograd":  # every model by autograd
                 item = {"timing": "autograd_s", **item}
             train, evals = item_seconds(item, bench, batch_size, fast, examples, search_share(cfg), inputs)
             seconds_train, seconds_eval = seconds_train + train, seconds_eval + evals

@@ -31,12 +31,34 @@ from scheda.utils.lock import holder_gone
 log = logging.getLogger(__name__)
 
 
+OLD_STEP_FLAGS = ("fused", "triton", "two_pass")  # 0.2's trainer.* flags for what trainer.step says
+
+
+def step_of_flags(fused: bool | None, triton: bool | None, two_pass: bool | None) -> str:
+    """The trainer.step that 0.2's flags asked for: fused=true was the default (auto: the Triton step
+    on CUDA where it applies), fused=false autograd, triton=false the torch step, true the Triton one."""
+    if two_pass:
+        return "two_pass"
+    if triton:
+        return "triton"
+    if fused is False:
+        return "autograd"
+    return "fused" if triton is False else "auto"
+
+
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     """A recorded config (results.json's, a saved config.yaml's) as {"a.b.c": value}: compared key
-    by key with another (a resume, a sweep run again, a protocol's scale) or read as columns."""
-    if isinstance(node, dict):
-        return {k: v for key, value in node.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
-    return {prefix.rstrip("."): node}
+    by key with another (a resume, a sweep run again, a protocol's scale) or read as columns. A
+    record of 0.2's step flags (trainer.fused, triton, two_pass) reads as the one trainer.step they
+    chose, so a run recorded before resumes, and a sweep or table run again keeps it."""
+    if not isinstance(node, dict):
+        return {prefix.rstrip("."): node}
+    flat = {k: v for key, value in node.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
+    if not prefix and "trainer.device" in flat:  # a run's config
+        old = [flat.pop(f"trainer.{k}", None) for k in OLD_STEP_FLAGS]
+        if flat.get("trainer.step", "auto") == "auto":
+            flat["trainer.step"] = step_of_flags(*old)
+    return flat
 
 
 def params_of(evaluation: Mapping[str, Any]) -> dict[str, float]:

@@ -27,7 +27,7 @@ the chosen step from it for the models it holds, and nothing here decides again:
   Triton kernels for all M models (scheda.training.kernels), graphed several minibatches a replay: the
   CUDA default where it applies (on a CPU the torch step above measures faster, and Triton has
   no CPU backend but its interpreter).
-* :class:`TwoPassStep` (``trainer.two_pass``, opt-in): the Triton step as two passes over W a
+* :class:`TwoPassStep` (``trainer.step=two_pass``, opt-in): the Triton step as two passes over W a
   minibatch, the next minibatch's encode inside the update's pass (scheda.training.kernels).
 """
 
@@ -372,7 +372,7 @@ class TwoPassStep(TritonStep):
     is encoded alone, by the same loop, so where a call starts changes no bit. Its products are
     tl.dot in fp32 (``trainer.precision=fp32``) or three-pass TF32 (``tf32x3``); its masks are
     :class:`TritonStep`'s (each model's words from its own generator, drawn in the same order).
-    ``trainer.two_pass=true`` (what else it needs: scheda.planning.rules.two_pass_is_a_triton_step)."""
+    ``trainer.step=two_pass`` (what else it needs: scheda.planning.rules.the_step_can_train_the_run)."""
 
     warm_up_minibatches = 2  # a sequence of two runs both modes of the rows pass (alone, and with a next minibatch)
 
@@ -510,7 +510,7 @@ class StepChoice:
                 reason = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
                 name = {"triton": "Triton", "two_pass": "two-pass"}[self.kind]
                 log.warning("the %s step cannot run here (%s): training with the torch step; "
-                            "trainer.triton=false skips the attempt", name, reason)
+                            "trainer.step=fused skips the attempt", name, reason)
                 fused = StepChoice("fused", self.cuda_graph, "fp32" if self.precision == "tf32x3" else self.precision)
                 return _built(fused.build(models, optimizers, noises, batch_size, x_all, generators), fused,
                               f"the {name} step could not run here ({reason})")

@@ -25,7 +25,7 @@ from scheda.model.noise import Corruption
 from scheda.model.optim import SGD
 from scheda.model.schedule import NoiseSchedule, Stage
 from scheda.training.loop import Loop, minibatch_slices
-from scheda.runs.rundir import CAP, PATIENCE, SCHEDULE
+from scheda.runs.rundir import CAP, PATIENCE, SCHEDULE, step_of_flags
 from scheda.training.step import StepChoice, step_record
 from scheda.utils.lazy import lazy
 
@@ -34,6 +34,7 @@ network = lazy("scheda.model.network", globals())
 
 log = logging.getLogger(__name__)
 PRECISIONS = ("fp32", "tf32", "tf32x3", "bf16")
+STEPS = ("auto", "autograd", "fused", "triton", "two_pass")  # trainer.step
 
 
 @dataclass
@@ -68,21 +69,27 @@ class TrainerConfig(Component):
     keep_checkpoints: Optional[int] = None
     num_threads: Optional[int] = None  # torch CPU threads; null: torch's default
     progress_bar: bool = True
-    fused: bool = True  # the hand-written tied-DA step (cross-entropy + SGD); false: autograd
-    # Capture the fused step in a CUDA graph (one launch per minibatch instead of ~45): 2.75-4.2x
-    # faster than eager on an H100 (docs/results/table1_gpu.md's check). null: on wherever it applies (a CUDA device,
-    # the fused step, plain SGD, fp32/tf32; scheda.planning.rules.choose_step); true: refuse a run it cannot take.
+    # Which update trains the models (scheda.planning.rules.choose_step, once, in the run's plan):
+    # auto: the Triton step on a CUDA device wherever it applies (its kernels: scheda.training.kernels;
+    # about 45 kernels a minibatch become M + 8; the CPU keeps the torch step, which measures faster
+    # there), else the fused one wherever it applies, else autograd | autograd: torch's autograd and
+    # the optimiser (any model, loss, precision) | fused: the hand-written tied-DA step (cross-entropy
+    # + SGD) | triton | two_pass: the Triton step as two passes over W a minibatch (decode; then dh,
+    # the update and the next minibatch's encode in one pass over W's rows: TwoPassStep), at most 128
+    # rows a minibatch, off until a GPU measures it against the four-kernel Triton step (issue 45).
+    # A step asked for by name that cannot train the run is refused in one line.
+    step: str = "auto"
+    # Capture the fused or Triton step in CUDA graphs (one launch per minibatch instead of ~45):
+    # 2.75-4.2x faster than eager on an H100 (docs/results/table1_gpu.md's check). null: on wherever it
+    # applies (a CUDA device, the fused or Triton step, plain SGD, fp32/tf32; rules.choose_step); true:
+    # refuse a run it cannot take; false: eager.
     cuda_graph: Optional[bool] = None
-    # The step's elementwise work in four Triton kernels for all models (scheda.training.kernels): about
-    # 45 kernels a minibatch become M + 8. null: on wherever it applies (a CUDA device, the plain
-    # fused step, the masking noise, one nu per epoch; scheda.planning.rules.choose_step); true: refuse a run
-    # it cannot take. The CPU keeps the torch step, which measures faster there.
+    # 0.2's three flags for the step, read as trainer.step (with a warning) until 0.4: fused=false is
+    # step=autograd, triton=true step=triton, triton=false step=fused, two_pass=true step=two_pass
+    # (fused=true, 0.2's default, is auto: scheda.runs.rundir.step_of_flags).
+    fused: Optional[bool] = None
     triton: Optional[bool] = None
-    # The Triton step as two passes over W a minibatch (decode; then dh, the update and the next
-    # minibatch's encode in one pass over W's rows: scheda.training.step.TwoPassStep). Needs what the
-    # Triton step needs and a minibatch of at most 128. Off until a GPU measures it against the
-    # four-kernel Triton step (issue 45's device check).
-    two_pass: bool = False
+    two_pass: Optional[bool] = None
     # fp32 | tf32 (CUDA matmuls in TF32) | tf32x3 (the two-pass step's products in three-pass TF32:
     # tensor cores at near-fp32 accuracy) | bf16 (autocast; autograd step)
     precision: str = "fp32"
@@ -103,6 +110,22 @@ class TrainerConfig(Component):
             raise self.invalid("num_threads", "must be >= 1 or null")
         if self.precision not in PRECISIONS:
             raise self.invalid("precision", f"must be {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}")
+        self._read_old_step_flags()
+        if self.step not in STEPS:
+            raise self.invalid("step", f"must be {', '.join(STEPS[:-1])} or {STEPS[-1]}")
+
+    def _read_old_step_flags(self) -> None:
+        """0.2's trainer.fused / triton / two_pass, read as the one trainer.step they ask for."""
+        old = {key: getattr(self, key) for key in ("fused", "triton", "two_pass") if getattr(self, key) is not None}
+        if not old:
+            return
+        given = ", ".join(f"trainer.{k}={str(v).lower()}" for k, v in old.items())
+        if self.step != "auto":
+            raise ConfigError(f"trainer.step={self.step} and {given} both choose the step: set trainer.step only "
+                              f"({given} is 0.2's way of saying it)")
+        step = step_of_flags(self.fused, self.triton, self.two_pass)
+        log.warning("%s: read as trainer.step=%s (the flags are one setting now; they go in 0.4)", given, step)
+        self.step, self.fused, self.triton, self.two_pass = step, None, None, None
 
     def resolve_device(self) -> torch.device:
         """'auto' is CUDA when present, else CPU; an explicit CUDA device must exist. Other kinds

@@ -1,5 +1,5 @@
 """Every parameter outside its domain fails before any work, with one line naming the key and
-the allowed range; any schedule either yields nu in [0, 1) or such an error."""
+the allowed range; any schedule either yields nu in [0, 1) under the masking noise or such an error."""
 
 import math
 
@@ -8,19 +8,21 @@ from hypothesis import given, settings, strategies as st
 
 from scheda.utils.errors import ConfigError
 from scheda.run import run
+from scheda.config import typed
+from scheda.model.noise import Masking
 from scheda.model.schedule import build_schedule
 
 from helpers import STAGES, TINY, compose_cfg, run_train
 
 CASES = [
     (["schedule=constant", "schedule.nu=1.0"], "schedule.nu=1.0", "[0, 1)"),
-    (["schedule=constant", "schedule.nu=-0.1"], "schedule.nu=-0.1", "[0, 1)"),
+    (["schedule=constant", "schedule.nu=-0.1"], "schedule.nu=-0.1", ">= 0"),
     (["schedule=constant", "schedule.epochs=0"], "schedule.epochs=0", ">= 1"),
     (["schedule=decreasing", "schedule.nu0=1.2"], "schedule.nu0=1.2", "[0, 1)"),
     (["schedule=decreasing", "schedule.delta_nu=0"], "schedule.delta_nu=0", "[1e-06, 1)"),
     (["schedule=decreasing", "schedule.delta_nu=-0.1"], "schedule.delta_nu=-0.1", "[1e-06, 1)"),
     (["schedule=decreasing", "schedule.K=0"], "schedule.K=0", ">= 1"),
-    (["schedule=decreasing", "schedule.T=20"], "schedule.T=20", "[0, 1)"),
+    (["schedule=decreasing", "schedule.T=20"], "schedule.T=20", "below 0: use T <= 7"),
     (["schedule=increasing", "schedule.nu_final=0.05"], "schedule.nu_final=0.05", ">="),
     (["schedule=stages", "schedule.stages=[]"], "schedule.stages", "at least one"),
     (["schedule=stages", "schedule.stages=[{nu:0.3,epochs:0}]"], "schedule.stages[0].epochs=0", ">= 1"),
@@ -44,7 +46,7 @@ CASES = [
     (["trainer.keep_checkpoints=0"], "trainer.keep_checkpoints=0", ">= 1 (the newest kept; a resume needs one)"),
     (["trainer.device=tpu"], "trainer.device='tpu'", "auto, cpu, cuda"),
     (["trainer.cuda_graph=true"], "trainer.cuda_graph=true", "needs a CUDA device"),
-    (["trainer.triton=true"], "trainer.triton=true", "needs a CUDA device"),
+    (["trainer.step=triton"], "trainer.step=triton", "needs a CUDA device"),
     (["dataset.val_size=0"], "dataset.val_size=0", "1..99"),
     (["dataset.name=mnist"], "dataset.name='mnist'", "cifar10"),
     (["logger.tensorboard.name=wandb"], "logger.tensorboard.name='wandb'", "tensorboard"),
@@ -116,4 +118,10 @@ def test_any_schedule_is_valid_or_one_clear_error(schedule, max_epochs):
         return
     nus = s.epoch_nus()
     assert len(nus) == (max_epochs or s.total_epochs) and nus
+    assert all(nu is None or 0 <= nu < math.inf for nu in nus)
+    try:  # the masking noise (the default) takes a probability: what it allows stays in [0, 1)
+        Masking().check_levels(typed("schedule", schedule).nu_settings())
+    except ConfigError as exc:
+        assert str(exc).startswith("schedule") and "\n" not in str(exc) and "[0, 1)" in str(exc)
+        return
     assert all(nu is None or 0 <= nu < 1 for nu in nus)
