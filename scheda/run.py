@@ -180,7 +180,7 @@ def train_plan(plan: Plan, output_dir: Path, results: RunResults) -> dict[str, A
     members: list[Member] = []
     try:
         members, data, labelled = build(plan, output_dir, results)
-        results.kept = None  # its models and data built: from here a failure is this attempt's own record
+        results.finished_copy = None  # its models and data built: from here a failure is this attempt's own record
         if plan.sweep:
             results.update(models=[{"dir": p.subdir, "overrides": p.overrides} for p in plan.models])
         with stop_on_signals() as stop:  # training, then each model's evaluation and fine-tuning

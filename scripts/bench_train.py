@@ -309,18 +309,18 @@ def naive_epoch(data, n_batches, bs, H, device) -> float:
 
 def finetune_epoch(data, n_batches, bs, H, device, rates=1) -> float:
     """Seconds per N-example epoch of fine-tuning: one learning rate with autograd
-    (``finetune.fused=false``), or ``rates`` of them fused (scheda.training.finetune.FusedFineTune, the
+    (``finetune.fused=false``), or ``rates`` of them fused (scheda.training.finetune.FusedFinetune, the
     default; graphed on CUDA)."""
-    from scheda.model.network import FineTuneNet
-    from scheda.training.finetune import FusedFineTune
+    from scheda.model.network import FinetuneNet
+    from scheda.training.finetune import FusedFinetune
 
-    nets = [FineTuneNet(DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(0)).to(device), 10)
+    nets = [FinetuneNet(DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(0)).to(device), 10)
             for _ in range(rates)]
     x = data[: n_batches * bs]
     y = torch.arange(x.shape[0], device=device) % 10
     gens = [torch.Generator(device=device).manual_seed(k) for k in range(rates)]
     if rates > 1:
-        step = FusedFineTune(nets, [0.001 * 2 ** -k for k in range(rates)], x, y, bs, graphed=device.type == "cuda")
+        step = FusedFinetune(nets, [0.001 * 2 ** -k for k in range(rates)], x, y, bs, graphed=device.type == "cuda")
         if step.fallback:
             raise Fallback(f"fine-tuning: {step.fallback}")
     else:

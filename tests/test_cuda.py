@@ -201,14 +201,14 @@ def test_torch_lr_on_cuda_reaches_the_cpu_objective_and_liblinear_takes_cuda_fea
 def test_fused_finetuning_graphed_equals_its_eager_step_on_cuda():
     """The learning-rate grid's fused step captured in a CUDA graph (a partial last minibatch
     eager) gives the eager step's nets and losses."""
-    from scheda.model.network import FineTuneNet
-    from scheda.training.finetune import FusedFineTune
+    from scheda.model.network import FinetuneNet
+    from scheda.training.finetune import FusedFinetune
 
     x, y = _data(n=203, d=64), torch.arange(203, device=CUDA) % 10
     runs = []
     for graphed in (False, True):
-        nets = [FineTuneNet(_model(H=24)[0], 10) for _ in range(3)]
-        step = FusedFineTune(nets, [0.1, 0.05, 0.01], x, y, 20, graphed=graphed)
+        nets = [FinetuneNet(_model(H=24)[0], 10) for _ in range(3)]
+        step = FusedFinetune(nets, [0.1, 0.05, 0.01], x, y, 20, graphed=graphed)
         assert (step.graph is not None) is graphed and step.fallback is None
         perm = torch.randperm(203, device=CUDA, generator=torch.Generator(device=CUDA).manual_seed(0)).repeat(3, 1)
         for first in range(0, 203, 20):

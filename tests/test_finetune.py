@@ -45,14 +45,14 @@ def test_patience_stops_early(cifar_arrays, tmp_path):
 
 def test_resume_mid_finetuning_matches_an_uninterrupted_run(cifar_arrays, tmp_path, monkeypatch):
     golden = run(_cfg(cifar_arrays, "logger=none"), tmp_path / "golden")["finetune"]
-    original = scheda.training.finetune.FineTuner.save
+    original = scheda.training.finetune.Finetuner.save
 
     def crash_after_some_epochs(self, current, bests):
         original(self, current, bests)
         if current is not None and len(current["models"][0]["history"]) == 5:
             raise KeyboardInterrupt  # killed in the middle of the learning rates' epochs
 
-    monkeypatch.setattr(scheda.training.finetune.FineTuner, "save", crash_after_some_epochs)
+    monkeypatch.setattr(scheda.training.finetune.Finetuner, "save", crash_after_some_epochs)
     with pytest.raises(KeyboardInterrupt):
         run(_cfg(cifar_arrays, "logger=none"), tmp_path / "killed")
     assert json.loads((tmp_path / "killed" / "results.json").read_text())["status"] == "interrupted"
@@ -87,14 +87,14 @@ def test_checkpoints_every_few_epochs_and_an_interrupt_between_them_resumes_exac
     run(_cfg(cifar_arrays, *every), tmp_path / "counted")
     assert writes == [[5, 5], [10, 10], []]
     writes.clear()
-    end_epoch = scheda.training.finetune.FineTuner._end_epoch
+    end_epoch = scheda.training.finetune.Finetuner._end_epoch
 
     def interrupted(self, t, train_loss, seconds):
         if t.epoch == 6:  # in epoch 7, after its minibatches, before its evaluation
             raise KeyboardInterrupt
         end_epoch(self, t, train_loss, seconds)
 
-    monkeypatch.setattr(scheda.training.finetune.FineTuner, "_end_epoch", interrupted)
+    monkeypatch.setattr(scheda.training.finetune.Finetuner, "_end_epoch", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run(_cfg(cifar_arrays, *every), tmp_path / "killed")
     assert writes == [[5, 5], [6, 6]]
@@ -140,10 +140,10 @@ def test_output_layer_starts_from_the_frozen_classifier(cifar_arrays):
     features = encode_splits(da, data, torch.device("cpu"), 4096)
     result = evaluate_features(features, labels_of(data), {**cfg.classifier, "c_log2_min": -2, "c_log2_max": 0},
                                keep_model=True)
-    net = scheda.model.network.FineTuneNet(da, 10, init=result["model"])
+    net = scheda.model.network.FinetuneNet(da, 10, init=result["model"])
     val_x, val_y = data.tensor("val", "cpu"), torch.as_tensor(data.val_y)
     assert net.error(val_x, val_y) == result["val_error"]
-    assert scheda.model.network.FineTuneNet(da, 10).V.abs().sum() == 0
+    assert scheda.model.network.FinetuneNet(da, 10).V.abs().sum() == 0
 
 
 @pytest.mark.parametrize("override, key", [
@@ -188,26 +188,26 @@ def test_standalone_finetuning_run_again_resumes_where_it_stopped(cifar_arrays, 
         tmp_path / "da")
     standalone = ["finetune.standalone=true", f"init_from={tmp_path / 'da'}", "logger=none"]
     golden = run(_cfg(cifar_arrays, *standalone), tmp_path / "golden")["finetune"]
-    original = scheda.training.finetune.FineTuner.save
+    original = scheda.training.finetune.Finetuner.save
 
     def crash(self, current, bests):
         original(self, current, bests)
         if current is not None and len(current["models"][0]["history"]) == 5:
             raise KeyboardInterrupt
 
-    start = scheda.training.finetune.FineTuner.run
+    start = scheda.training.finetune.Finetuner.run
 
     def crash_before_epochs(self):
         raise KeyboardInterrupt  # after the frozen-feature evaluation, before fine-tuning's first epoch
 
     if stop_after:
-        monkeypatch.setattr(scheda.training.finetune.FineTuner, "save", crash)
+        monkeypatch.setattr(scheda.training.finetune.Finetuner, "save", crash)
     else:
-        monkeypatch.setattr(scheda.training.finetune.FineTuner, "run", crash_before_epochs)
+        monkeypatch.setattr(scheda.training.finetune.Finetuner, "run", crash_before_epochs)
     with pytest.raises(KeyboardInterrupt):
         run(_cfg(cifar_arrays, *standalone), tmp_path / "killed")
     monkeypatch.undo()
-    assert scheda.training.finetune.FineTuner.run is start
+    assert scheda.training.finetune.Finetuner.run is start
     caplog.clear()
     with caplog.at_level("INFO"):
         summary = run(_cfg(cifar_arrays, *standalone), tmp_path / "killed")

@@ -174,14 +174,14 @@ def test_a_graphed_run_resumed_mid_epoch_repeats_the_uninterrupted_run(kind):
 
 
 def test_the_fused_finetuning_graphed_is_its_eager_step():
-    from scheda.model.network import FineTuneNet
-    from scheda.training.finetune import FusedFineTune
+    from scheda.model.network import FinetuneNet
+    from scheda.training.finetune import FusedFinetune
 
     x, y = torch.rand(53, D, generator=torch.Generator().manual_seed(1)), torch.arange(53) % 10
     runs = []
     for graphed in (False, True):
-        nets = [FineTuneNet(DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(0)), 10) for _ in range(3)]
-        step = FusedFineTune(nets, [0.1, 0.05, 0.01], x, y, 8, graphed=graphed)
+        nets = [FinetuneNet(DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(0)), 10) for _ in range(3)]
+        step = FusedFinetune(nets, [0.1, 0.05, 0.01], x, y, 8, graphed=graphed)
         assert (step.graph is not None) is graphed and step.fallback is None
         perm = torch.randperm(53, generator=torch.Generator().manual_seed(0)).repeat(3, 1)
         step.eager(perm[:, :8])

@@ -20,7 +20,7 @@ from scheda.loggers.base import MetricLogger
 from scheda.model.autoencoder import DenoisingAutoencoder
 from scheda.runs.rundir import FINETUNE_INIT, RunResults, params_of
 from scheda.training.checkpoint import load_checkpoint, save_checkpoint
-from scheda.training.finetune import FinetunePlan, FineTuner
+from scheda.training.finetune import FinetunePlan, Finetuner
 from scheda.utils.interrupt import NEVER, Interrupted, StopRequest
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def finetune_encoder(plan: FinetunePlan, model: DenoisingAutoencoder, data: Spli
                   "test_error": last["test_error"]}
     if stop.requested:  # a signal during the evaluation: its result is kept, fine-tuning not begun
         raise Interrupted(stop.signum, f"{stop.name} before fine-tuning", forward=stop.forward())
-    tuner = FineTuner(plan, model, data, labelled, output_dir, init=init, loggers=loggers, stop=stop)
+    tuner = Finetuner(plan, model, data, labelled, output_dir, init=init, loggers=loggers, stop=stop)
     if resume_dir is not None:
         tuner.load(resume_dir)
     result = tuner.run()

@@ -130,7 +130,7 @@ class CompositeDA(DenoisingAutoencoder):
                 self.b.grad[group] = 0
 
 
-class FineTuneNet(nn.Module):
+class FinetuneNet(nn.Module):
     """x -> s(W x + b) -> softmax(V h + c), with (W, b) copied from a DA's encoder."""
 
     def __init__(self, da: DenoisingAutoencoder, n_classes: int, init: Any = None):
@@ -158,3 +158,6 @@ class FineTuneNet(nn.Module):
 
     def error(self, x: torch.Tensor, y: torch.Tensor, chunk_size: int = 8192) -> float:
         return int((~self.correct(x, y, chunk_size)).sum()) / x.shape[0]
+
+
+FineTuneNet = FinetuneNet  # 0.2's spelling of the name, importable until 0.4 (one word: *finetune*)

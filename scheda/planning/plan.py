@@ -26,7 +26,7 @@ from scheda.planning import rules
 from scheda.runs.reentry import Entry
 from scheda.planning.run_config import RunConfig, typed_config  # noqa: F401 - typed_config: the plan's first step
 from scheda.training.finetune import FinetunePlan
-from scheda.training.step import FineTuneChoice, StepChoice
+from scheda.training.step import FinetuneChoice, StepChoice
 from scheda.utils.errors import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class Plan:
     step: StepChoice
     models: tuple[PlannedModel, ...]
     sweep: bool
-    finetune_step: FineTuneChoice = FineTuneChoice()
+    finetune_step: FinetuneChoice = FinetuneChoice()
 
     @property
     def standalone(self) -> bool:
@@ -158,7 +158,7 @@ def model_of(config: RunConfig, overrides: dict[str, Any], index: int) -> RunCon
 
 
 def _planned(index: int, overrides: dict, config: RunConfig, subdir: str, device: torch.device,
-             finetune_step: FineTuneChoice) -> PlannedModel:
+             finetune_step: FinetuneChoice) -> PlannedModel:
     schedule = config.schedule.build().with_max_epochs(config.trainer.max_epochs)
     return PlannedModel(index, overrides, config, schedule, subdir,
                         FinetunePlan(config.finetune, device, finetune_step, config.seed))

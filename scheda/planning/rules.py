@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 
 from scheda.model.schedule import options_with_nu_key
-from scheda.training.step import TWO_PASS_PRECISIONS, TWO_PASS_ROWS, FineTuneChoice, StepChoice
+from scheda.training.step import TWO_PASS_PRECISIONS, TWO_PASS_ROWS, FinetuneChoice, StepChoice
 from scheda.utils.errors import ConfigError
 
 from scheda.planning.run_config import RunConfig
@@ -238,8 +238,8 @@ def choose_step(config: RunConfig, device: torch.device) -> StepChoice:
     return StepChoice(kind, bool(graph), t.precision)
 
 
-def choose_finetune_step(config: RunConfig, device: torch.device) -> FineTuneChoice:
+def choose_finetune_step(config: RunConfig, device: torch.device) -> FinetuneChoice:
     """The step that fine-tunes a run whose rules passed: the fused one as asked
     (``finetune.fused``), graphed on a CUDA device."""
     fused = bool(config.finetune.fused)
-    return FineTuneChoice(fused, fused and device.type == "cuda")
+    return FinetuneChoice(fused, fused and device.type == "cuda")

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 # Set by a -m invocation (scheda.runs.sweep_summary) for the jobs it launches, in-process or not: an
 # attempt records it, so the sweep's summary tells its own jobs from earlier ones by id, not by time.
 INVOCATION = "SCHEDA_INVOCATION"
-KEPT = {".hydra", "train.log", ".lock", "attempts"}  # left in place when an attempt is set aside
+IN_PLACE = {".hydra", "train.log", ".lock", "attempts"}  # left in place when an attempt is set aside
 
 # Keys a resumed run may change: where and how it runs and is measured, and when it stops, not what it trains.
 MAY_CHANGE = ("resume", "init_from", "force_resume", "rerun", "requires", "trainer.device", "trainer.num_threads",
@@ -241,7 +241,7 @@ def set_aside(run_dir: Path) -> Path:
     ``attempts/<n>/``: a rerun never deletes what a run wrote."""
     target = next_attempt(run_dir)
     for item in sorted(run_dir.iterdir()):
-        if item.name not in KEPT:
+        if item.name not in IN_PLACE:
             os.replace(item, target / item.name)
     return target
 
@@ -329,12 +329,12 @@ def enter(cfg: Any, output_dir: Path) -> Entry:
         results.data = {**before, "attempts": attempts}
         results.save()
         return Entry(action, results, resume, init_from)
-    kept = None
+    copied = None
     if action == "resumed":
         if (before or {}).get("status") in FINAL_STATUSES:  # resumed to train on: its finished record stays
-            kept = keep_record(output_dir)
-            log.info("%s was %s: its results are kept under %s", shown_path(output_dir), before["status"],
-                     shown_path(kept))
+            copied = keep_record(output_dir)
+            log.info("%s was %s: its results are copied to %s", shown_path(output_dir), before["status"],
+                     shown_path(copied))
         resume = str(output_dir)
         if not keeps_init_from(cfg.get("finetune")):
             init_from = None
@@ -344,7 +344,7 @@ def enter(cfg: Any, output_dir: Path) -> Entry:
     if resume:
         saved = before["config"] if compared else check_resume_config(cfg, resume)
     started_from = ((before or {}).get("config") or {}).get("init_from") if action == "resumed" else None
-    results = RunResults(output_dir / "results.json", kept=kept, attempts=attempts,
+    results = RunResults(output_dir / "results.json", finished_copy=copied, attempts=attempts,
                          seconds=earlier_seconds(before if action == "resumed" else None))
     entry = Entry(action, results, resume, init_from, started_from, saved)
     results.data["config"] = entry.record(OmegaConf.to_container(cfg, resolve=True))

@@ -109,13 +109,13 @@ def read_metrics(path: str | Path) -> dict[str, dict[int, float]]:
 
 
 class RunResults:
-    def __init__(self, path: str | Path, kept: Path | None = None, **fields: Any):
-        """``kept``: where a resume to train on copied the finished record (completed, diverged) it
+    def __init__(self, path: str | Path, finished_copy: Path | None = None, **fields: Any):
+        """``finished_copy``: where a resume to train on copied the finished record (completed, diverged) it
         started from (``attempts/<n>/``, scheda.runs.reentry.keep_record), which a failure before
         the attempt has built its models and data gives back (:meth:`record_failure`); the run
         sets it to None once they are built."""
         self.path = Path(path)
-        self.kept = kept
+        self.finished_copy = finished_copy
         self.data: dict[str, Any] = {"status": "running", **fields, "evaluations": []}
 
     @property
@@ -139,7 +139,7 @@ class RunResults:
         the start."""
         status, error = status_of(exc), f"{type(exc).__name__}: {exc}"
         try:
-            if self.kept is not None:
+            if self.finished_copy is not None:
                 self._give_back(status, error)
                 return
             self.data.update(status=status, error=error)
@@ -148,15 +148,15 @@ class RunResults:
             log.warning("could not record the failure in %s: %s", self.path, write_error)
 
     def _give_back(self, status: str, error: str) -> None:
-        """The finished record copied to ``self.kept`` back in place, the attempt's end noted."""
+        """The finished record copied to ``self.finished_copy`` back in place, the attempt's end noted."""
         attempts = list(self.data.get("attempts") or [])
         if attempts:
             attempts[-1] = {**attempts[-1], "status": status, "error": error}
         run_dir = self.path.parent
-        for copy in sorted(self.kept.glob("models/*/results.json")):
+        for copy in sorted(self.finished_copy.glob("models/*/results.json")):
             data = copy.read_bytes()
-            atomic_write(run_dir / copy.relative_to(self.kept), lambda f, data=data: f.write(data))
-        self.data = {**json.loads((self.kept / "results.json").read_text()), "attempts": attempts}
+            atomic_write(run_dir / copy.relative_to(self.finished_copy), lambda f, data=data: f.write(data))
+        self.data = {**json.loads((self.finished_copy / "results.json").read_text()), "attempts": attempts}
         self.save()
 
     def save(self) -> None:

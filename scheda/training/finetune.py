@@ -31,7 +31,7 @@ from scheda.runs.rundir import FINETUNE_LAST, pack_correct
 from scheda.training.checkpoint import load_checkpoint, save_checkpoint
 from scheda.training.graphs import graphs_for
 from scheda.training.loop import Loop, minibatch_slices
-from scheda.training.step import FineTuneChoice, stack_views
+from scheda.training.step import FinetuneChoice, stack_views
 from scheda.utils.errors import ConfigError, DivergenceError
 from scheda.utils.interrupt import NEVER, Interrupted, StopRequest
 from scheda.utils.lazy import lazy, no_grad
@@ -90,7 +90,7 @@ class FinetuneConfig(Component):
             raise self.invalid("checkpoint_every", "must be >= 1 (epochs between checkpoints)")
 
 
-class FusedFineTune:
+class FusedFinetune:
     """One SGD step of M fine-tuning nets at once (the learning-rate grid as one fused sweep),
     written out by hand: with ``h = s(x W^T + b)``, ``l = h V^T + c`` and ``g = (softmax(l) -
     onehot(y)) / n``, the gradients are ``dV = g^T h``, ``dc = sum g``, ``dh = g V * s'(h)``,
@@ -101,7 +101,7 @@ class FusedFineTune:
     runs eager; a capture that fails says so, runs eager and says why in ``fallback``). Plain SGD:
     each net's own learning rate, no momentum."""
 
-    def __init__(self, nets: list[network.FineTuneNet], lrs: list[float], x_all: torch.Tensor, y_all: torch.Tensor,
+    def __init__(self, nets: list[network.FinetuneNet], lrs: list[float], x_all: torch.Tensor, y_all: torch.Tensor,
                  batch_size: int, graphed: bool = False):
         M, (H, d), C = len(nets), nets[0].W.shape, nets[0].V.shape[0]
         self.W, self.b, self.V, self.c = (stack_views([getattr(net, name) for net in nets]) for name in "WbVc")
@@ -167,9 +167,9 @@ class FusedFineTune:
         self.graph.replay()
 
 
-class AutogradFineTune:
+class AutogradFinetune:
     """One net's SGD step with autograd (momentum, or ``finetune.fused=false``), called as
-    :class:`FusedFineTune` is, with M = 1: ``idx`` [1, n'], the loss summed in ``loss_sums``."""
+    :class:`FusedFinetune` is, with M = 1: ``idx`` [1, n'], the loss summed in ``loss_sums``."""
 
     def __init__(self, tuning: "Tuning", x_all: torch.Tensor, y_all: torch.Tensor):
         self.net, self.optimizer, self.x_all, self.y_all = tuning.net, tuning.optimizer, x_all, y_all
@@ -188,7 +188,7 @@ class Tuning:
     """One learning rate of the grid being fine-tuned: its net, optimiser, generator (the
     minibatch order), per-epoch history and best evaluation so far."""
 
-    def __init__(self, index: int, lr: float, net: network.FineTuneNet, optimizer: SGD, generator: torch.Generator,
+    def __init__(self, index: int, lr: float, net: network.FinetuneNet, optimizer: SGD, generator: torch.Generator,
                  max_epochs: int, patience: int | None):
         self.index, self.lr, self.net, self.optimizer, self.generator = index, lr, net, optimizer, generator
         self.max_epochs, self.patience = max_epochs, patience
@@ -232,13 +232,13 @@ class FinetunePlan:
 
     config: FinetuneConfig
     device: Any  # torch.device
-    step: FineTuneChoice
+    step: FinetuneChoice
     seed: int
 
 
-class FineTuner:
+class Finetuner:
     """Runs the learning-rate grid in one job on data already on the device, in the lockstep loop
-    DA training uses (:class:`FineTuneLoop`): every rate at once by :class:`FusedFineTune`
+    DA training uses (:class:`FinetuneLoop`): every rate at once by :class:`FusedFinetune`
     (``finetune.fused``, plain SGD; the plan's choice, ``step``), else one after another with autograd; resumable from
     ``checkpoints/finetune_last.pt`` (written atomically every
     ``checkpoint_every`` epochs, when a rate finishes, and from the last whole epoch's state on an
@@ -247,7 +247,7 @@ class FineTuner:
     def __init__(self, plan: FinetunePlan, da: network.DenoisingAutoencoder, data: Splits,
                  inputs: dict[str, torch.Tensor], output_dir: Path, init: Any = None, loggers: Any = None,
                  stop: StopRequest = NEVER):
-        """``init``: the classifier the output layer starts from (scheda.model.network.FineTuneNet); ``loggers``: where each
+        """``init``: the classifier the output layer starts from (scheda.model.network.FinetuneNet); ``loggers``: where each
         epoch's errors go (``log_dict``, scheda.loggers), or None."""
         config, device = plan.config, plan.device
         self.config, self.da, self.device, self.seed, self.stop = config, da, device, plan.seed, stop
@@ -283,7 +283,7 @@ class FineTuner:
     def run(self) -> dict[str, Any]:
         pending = [i for i in range(len(self.lrs)) if i not in self.done]
         for group in ([pending] if self.fused and pending else [[i] for i in pending]):
-            FineTuneLoop(self, [self._start(i) for i in group]).fit()
+            FinetuneLoop(self, [self._start(i) for i in group]).fit()
         per_lr = [self.done[i] for i in range(len(self.lrs))]
         best = min(per_lr, key=lambda r: (r["val_error"], r["lr"]))
         step = {**self.step.describe(), **({"fallback": self.fallbacks[0]} if self.fallbacks else {})}
@@ -291,7 +291,7 @@ class FineTuner:
                                                                       "test_n", "test_correct")}}
 
     def _start(self, index: int) -> Tuning:
-        net = network.FineTuneNet(self.da, self.n_classes, self.init).to(self.device)
+        net = network.FinetuneNet(self.da, self.n_classes, self.init).to(self.device)
         lr = self.lrs[index]
         tuning = Tuning(index, lr, net, SGD(net.parameters(), lr=lr, momentum=self.config.momentum),
                         torch.Generator(device=self.device).manual_seed(self.seed + 1000 * (index + 1)),
@@ -302,15 +302,15 @@ class FineTuner:
         return tuning
 
     def build_step(self, active: list[Tuning]):
-        """The step of the rates in ``active``: all at once by :class:`FusedFineTune`, or one alone with autograd."""
+        """The step of the rates in ``active``: all at once by :class:`FusedFinetune`, or one alone with autograd."""
         if self.fused:
-            step = FusedFineTune([t.net for t in active], [t.lr for t in active], self.x["train"], self.y["train"],
+            step = FusedFinetune([t.net for t in active], [t.lr for t in active], self.x["train"], self.y["train"],
                                  self.config.batch_size, graphed=self.step.cuda_graph)
             if step.fallback:
                 self.fallbacks.append(step.fallback)
             return step
         [tuning] = active
-        return AutogradFineTune(tuning, self.x["train"], self.y["train"])
+        return AutogradFinetune(tuning, self.x["train"], self.y["train"])
 
     def snapshot(self, tunings: list[Tuning]) -> tuple[dict[str, Any], bool]:
         """What a checkpoint would hold now (the rates in progress, copied, and the best nets not
@@ -350,7 +350,7 @@ class FineTuner:
             self._best[t.index] = {"model": {k: v.detach().clone() for k, v in t.net.state_dict().items()},
                                    "epoch": t.epoch, "lr": t.lr, **t.best}
 
-    def _test(self, net: network.FineTuneNet) -> dict[str, Any]:
+    def _test(self, net: network.FinetuneNet) -> dict[str, Any]:
         """Test error and which test images it got right (for McNemar's test between models)."""
         correct = net.correct(self.x["test"], self.y["test"])
         return {"test_error": int((~correct).sum()) / correct.numel(), "test_n": correct.numel(),
@@ -375,13 +375,13 @@ class FineTuner:
                                   h["epoch"])
 
 
-class FineTuneLoop(Loop):
+class FinetuneLoop(Loop):
     """Rates of the grid fine-tuned in lockstep (scheda.training.loop.Loop: the active set, the
     step rebuilt when a rate finishes or runs out of patience), each epoch evaluated; the state
     written every ``checkpoint_every`` epochs and when a rate finishes, and on an interrupt or a
     failure from the last whole epoch's state (kept in memory)."""
 
-    def __init__(self, tuner: FineTuner, tunings: list[Tuning]):
+    def __init__(self, tuner: Finetuner, tunings: list[Tuning]):
         super().__init__(tunings, tuner.build_step)
         self.tuner = tuner
         self.ticks = bar(tuner.config.max_epochs, "finetune lr=" + ",".join(f"{t.lr:g}" for t in tunings), "epoch",

@@ -543,7 +543,7 @@ def step_record(step: dict) -> dict:
 
 
 @dataclass(frozen=True)
-class FineTuneChoice:
+class FinetuneChoice:
     """Which update fine-tunes the rates of ``finetune.lrs``, chosen once in the run's plan
     (scheda.planning.rules.choose_finetune_step): every rate at once by the hand-written step
     (``fused``, plain SGD), captured in a CUDA graph on CUDA (``cuda_graph``), or one rate after

@@ -56,13 +56,13 @@ def inject_faults() -> None:
     if finetune_sleep:
         import scheda.training.finetune
 
-        tuner_epoch = scheda.training.finetune.FineTuner.epoch
+        tuner_epoch = scheda.training.finetune.Finetuner.epoch
 
         def slow_finetune_epoch(self, active, step):
             tuner_epoch(self, active, step)
             time.sleep(finetune_sleep)
 
-        scheda.training.finetune.FineTuner.epoch = slow_finetune_epoch
+        scheda.training.finetune.Finetuner.epoch = slow_finetune_epoch
 
     hang = os.environ.get("SCHEDA_FAULT_HANG_WRITE")
     if hang:
