@@ -218,7 +218,7 @@ def test_help_prints_the_groups_and_the_config():
     assert proc.stdout.startswith("scheda-train (in a checkout also python train.py): train a denoising")
     assert "  scheda-train +experiment=quick " in proc.stdout
     assert "table_scale: amazon_cpu, amazon_paper, amazon_smoke" in proc.stdout
-    assert "two_pass: false" in proc.stdout and "Traceback" not in proc.stderr
+    assert "step: auto" in proc.stdout and "Traceback" not in proc.stderr
     proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "--help"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -240,5 +240,5 @@ def test_help_and_completion_do_not_import_torch(args, env):
     proc = subprocess.run([sys.executable, "-c", TORCH_AT_EXIT, *args], capture_output=True, text=True, timeout=120,
                           env={**os.environ, **env})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert ("noise=masking" if env else "two_pass: false") in proc.stdout
+    assert ("noise=masking" if env else "step: auto") in proc.stdout
     assert proc.stderr.strip().splitlines()[-1] == "torch imported: False"

@@ -20,6 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from scheda.config import typed
 from scheda.utils.errors import ConfigError
 from scheda.protocol.phases import job_config
 
@@ -71,7 +72,6 @@ def epoch_seconds(bench: dict[str, Any], hidden: int, batch_size: int, fast: boo
 def search_share(cfg: DictConfig) -> float:
     """The runs' C grid over the benchmark's (torch_lr's default, 17 values): the C search's time
     scales with the settings it fits (the runs' classifier as they compose it)."""
-    from scheda.config import typed
     from scheda.evaluation.classifiers import TorchLRConfig
 
     return len(typed("classifier", job_config(cfg).classifier).grid()) / len(TorchLRConfig().grid())
@@ -125,7 +125,7 @@ def item_seconds(item: dict[str, Any], bench: dict[str, Any], batch_size: int, f
 def fast_step(cfg: DictConfig) -> bool:
     """Whether the runs get the device's default step (the Triton step graphed on CUDA), unless
     their composed trainer turns it off or cannot take it."""
-    t = job_config(cfg).trainer
+    t = typed("trainer", job_config(cfg).trainer)  # typed: 0.2's step flags read as trainer.step
     return t.step in ("auto", "triton") and t.cuda_graph is not False and t.precision != "bf16"
 
 
@@ -146,7 +146,7 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
         if item.get("checkpoints", True):  # an analysis' evaluations keep no checkpoint
             out["checkpoint_bytes"] += item["evals"] * checkpoint_bytes(item["hidden"], inputs)
         if bench is not None:
-            if job_config(cfg).trainer.step == "autograd":  # every model by autograd
+            if typed("trainer", job_config(cfg).trainer).step == "autograd":  # every model by autograd
                 item = {"timing": "autograd_s", **item}
             train, evals = item_seconds(item, bench, batch_size, fast, examples, search_share(cfg), inputs)
             seconds_train, seconds_eval = seconds_train + train, seconds_eval + evals
