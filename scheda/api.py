@@ -48,6 +48,22 @@ class Run:
                               f"pass the run directory a run printed")
         self._checkpoint = find_model(self.dir) if (self.dir / "checkpoints").is_dir() else None
         self._model = None
+        self._stack = None
+
+    @property
+    def stack(self):
+        """The frozen layers below a stacked run (``stack_on``; scheda.training.stack.Stack), or None."""
+        below = self.results["config"].get("stack_on")
+        if below and self._stack is None:
+            from scheda.training.stack import load_stack
+
+            self._stack = load_stack(below)
+        return self._stack
+
+    @property
+    def n_input(self) -> int:
+        """What :meth:`encode` takes: the data set's inputs (a stacked run's: its bottom layer's)."""
+        return self.stack.n_input if self.stack is not None else self.model.n_input
 
     @property
     def model(self):
@@ -70,11 +86,12 @@ class Run:
     @torch.no_grad()
     def encode(self, x, chunk_size: int = 8192):
         """The hidden representation s(W x + b) of rows ``x`` in [0, 1] (uint8 is divided by 255),
-        in chunks, without gradients: numpy in, numpy out; a tensor in, a tensor out (on its device)."""
+        in chunks, without gradients: numpy in, numpy out; a tensor in, a tensor out (on its device).
+        A stacked run encodes through the layers below first (its ``stack``)."""
         as_numpy = not isinstance(x, torch.Tensor)
         t = torch.from_numpy(np.asarray(x)) if as_numpy else x
-        if t.ndim != 2 or t.shape[1] != self.model.n_input:
-            raise ValueError(f"encode takes rows of {self.model.n_input} inputs, not an array of shape {tuple(t.shape)}")
+        if t.ndim != 2 or t.shape[1] != self.n_input:
+            raise ValueError(f"encode takes rows of {self.n_input} inputs, not an array of shape {tuple(t.shape)}")
         scale = 255.0 if t.dtype == torch.uint8 else 1.0
         if scale == 1.0 and t.numel() and not bool(((t >= 0) & (t <= 1)).all()):
             if bool(t.isnan().any()):
@@ -82,8 +99,11 @@ class Run:
             raise ValueError(f"encode takes inputs in [0, 1], as the run trained on them (its data divided by "
                              f"dataset.scale; uint8 is divided by 255 here), not values in [{float(t.min()):g}, "
                              f"{float(t.max()):g}]: divide them by their scale first")
-        model = self.model.to(t.device)
-        out = torch.cat([model.encode(t[i:i + chunk_size].to(torch.float32) / scale)
+        model, stack = self.model.to(t.device), self.stack
+
+        def codes(rows):
+            return model.encode(rows if stack is None else stack.encode(rows))
+        out = torch.cat([codes(t[i:i + chunk_size].to(torch.float32) / scale)
                          for i in range(0, t.shape[0], chunk_size)]) if t.shape[0] else \
             torch.empty(0, model.n_hidden, device=t.device)
         return out.cpu().numpy() if as_numpy else out

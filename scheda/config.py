@@ -216,6 +216,9 @@ class TopLevel:
     # a completed job, resumes a stopped one and reruns a failed one; true reruns every job.
     rerun: bool = False
     init_from: Optional[str] = None
+    # A stacked DA, one layer a run: train this one on the clean codes of another run's model (and of
+    # the runs that one was stacked on), read at its reported model (scheda.training.stack).
+    stack_on: Optional[str] = None
     # Keys that must be set (not null) for this composition: a preset that continues a
     # checkpoint lists init_from. (A preset's ``???`` cannot do it: merged over a default, it is dropped.)
     requires: List[str] = field(default_factory=list)

@@ -17,7 +17,6 @@ import torch
 from omegaconf import DictConfig, flag_override
 
 from scheda.config import check_composed
-from scheda.data import dataset_spec
 from scheda.evaluation.evaluate import EvaluationCallback, evaluate_raw
 from scheda.evaluation.finetune import finetune_encoder
 from scheda.loggers import Loggers, LoggingCallback, build_loggers, hparams
@@ -102,7 +101,7 @@ class Member:
         self.patience = bool(config.trainer.patience)  # its cap then counts as one (rundir.CAP)
         torch.manual_seed(config.seed)
         init = torch.Generator().manual_seed(derive_seed(config.seed, "init"))
-        self.model = build_model(config.model, dataset_spec(config.dataset).n_input, generator=init)
+        self.model = build_model(config.model, plan.n_input, generator=init)
         self.resume_dir = Path(find_checkpoint_dir(config.resume)) if config.resume else None
         self.resume_state = load_checkpoint(config.resume) if config.resume and not plan.standalone else None
         self.init_state = load_checkpoint(find_model(config.init_from)) if config.init_from else None

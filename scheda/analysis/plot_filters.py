@@ -24,6 +24,7 @@ from scheda.data import dataset_spec
 from scheda.utils.errors import SchedaError
 from scheda.utils.io import atomic_write
 from scheda.training.checkpoint import load_run_model
+from scheda.training.stack import load_stack
 from scheda.utils.interrupt import one_line_on_ctrl_c, quiet_on_a_closed_pipe
 
 
@@ -48,10 +49,13 @@ def main(argv=None) -> int:
         panels, texts = [], []
         for run in args.runs:
             cfg, model, state = load_run_model(run)
+            title = f"{run_label(Path(state['path']).parent.parent)}, epoch {state['epoch']}"
+            if cfg.get("stack_on"):  # a stacked run's filters in input space: its first layer's
+                stack = load_stack(cfg.stack_on)
+                model, title = stack.layers[0], f"{title}: layer 1 of {len(stack.layers) + 1} ({run_label(stack.runs[0])})"
             rows = torch.arange(model.n_hidden)
             if args.seed is not None:
                 rows = torch.randperm(model.n_hidden, generator=torch.Generator().manual_seed(args.seed))
-            title = f"{run_label(Path(state['path']).parent.parent)}, epoch {state['epoch']}"
             spec = dataset_spec(cfg.dataset)
             shape = args.image_shape or getattr(spec, "image_shape", None)
             vocabulary = spec.load().vocabulary if shape is None else None  # text has no shape: its words

@@ -30,6 +30,7 @@ from scheda.training.checkpoint import load_run_model
 from scheda.data import load_dataset
 from scheda.utils.errors import ConfigError, SchedaError
 from scheda.evaluation.evaluate import encode_splits, labels_of
+from scheda.training.stack import load_stack
 from scheda.utils.io import atomic_write
 from scheda.utils.interrupt import one_line_on_ctrl_c, quiet_on_a_closed_pipe
 
@@ -104,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.data_root:
                 cfg.dataset.root = args.data_root
             data = load_dataset(cfg.dataset)
+            if cfg.get("stack_on"):  # a stacked run's inputs: the codes of the layers below
+                data = load_stack(cfg.stack_on).splits(data, torch.device(args.device))
             for path in export_features(args.features, model, data, torch.device(args.device), args.chunk_size):
                 splits = path.suffixes[-2][1:] if path.suffix == ".svm" else "train/val/test"  # F.train.svm: one split
                 print(f"{path}: {splits} features of {model.n_hidden}")

@@ -26,6 +26,7 @@ from scheda.planning import rules
 from scheda.runs.reentry import Entry
 from scheda.planning.run_config import RunConfig, typed_config  # noqa: F401 - typed_config: the plan's first step
 from scheda.training.finetune import FinetunePlan
+from scheda.training.stack import Stack, load_stack
 from scheda.training.step import FinetuneChoice, StepChoice
 from scheda.utils.errors import CheckpointError
 
@@ -57,6 +58,12 @@ class Plan:
     models: tuple[PlannedModel, ...]
     sweep: bool
     finetune_step: FinetuneChoice = FinetuneChoice()
+    stack: Stack | None = None  # the frozen layers below a stacked run (stack_on), read before any data
+
+    @property
+    def n_input(self) -> int:
+        """The models' inputs: the data set's, or the codes of the stack below."""
+        return self.stack.n_output if self.stack is not None else dataset_spec(self.config.dataset).n_input
 
     @property
     def standalone(self) -> bool:
@@ -71,8 +78,11 @@ class Plan:
                 "finetune_step": self.finetune_step.describe()}
 
     def load_data(self):
-        """The run's data set, loaded and checked against the rules that need it (rules.check_data)."""
+        """The run's data set, loaded and checked against the rules that need it (rules.check_data);
+        a stacked run's encoded through the stack below, once, on the run's device."""
         data = dataset_spec(self.config.dataset).load()
+        if self.stack is not None:
+            data = self.stack.splits(data, self.device)
         n_train = data.train_x.shape[0] + (0 if data.unlabeled_x is None else data.unlabeled_x.shape[0])
         log.info("data %s: train %s, val %s, test %s", data.name, data.train_x.shape, data.val_x.shape,
                  data.test_x.shape)
@@ -191,4 +201,5 @@ def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None, entry: Ent
         model = model_of(config, overrides, k) if variants else config
         models.append(_planned(k, overrides, model, f"models/{k}" if variants else "", device, finetune_step))
     check_levels(config)  # after each schedule's own checks (a finite nu >= 0)
-    return Plan(config, device, step, tuple(models), sweep=bool(variants), finetune_step=finetune_step)
+    stack = load_stack(config.stack_on) if config.stack_on else None  # its checkpoints: before any data
+    return Plan(config, device, step, tuple(models), sweep=bool(variants), finetune_step=finetune_step, stack=stack)

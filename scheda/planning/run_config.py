@@ -41,6 +41,7 @@ class RunConfig:
     train_seed: Optional[int] = None
     resume: Optional[str] = None
     init_from: Optional[str] = None
+    stack_on: Optional[str] = None
     # The composed config as plain data, to record (results.json, a fused model's config.yaml)
     # and to compare with a saved run's; nothing is built from it.
     composed: dict = field(default_factory=dict)
@@ -50,4 +51,4 @@ def typed_config(cfg: DictConfig) -> RunConfig:
     """Type (and so check) every group once; a bad value is a one-line ConfigError."""
     return RunConfig(**{g: typed_many(g, cfg.get(g)) if g in MANY else typed(g, cfg[g]) for g in COMPONENT_MODULES},
                      seed=int(cfg.get("seed", 0)), train_seed=cfg.get("train_seed"), resume=cfg.get("resume"),
-                     init_from=cfg.get("init_from"), composed=OmegaConf.to_container(cfg, resolve=True))
+                     init_from=cfg.get("init_from"), stack_on=cfg.get("stack_on"), composed=OmegaConf.to_container(cfg, resolve=True))

@@ -1,0 +1,129 @@
+"""A stacked DA, one layer a run (``stack_on=<run>``, scheda.training.stack): the layer trains,
+is evaluated, resumes and exports as a one-layer DA on the clean codes of the layers below, each
+read at its run's reported model; a bad stack is one line before any training."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from scheda import load
+from scheda.planning.plan import make_plan
+from scheda.run import run
+from scheda.utils.errors import ConfigError
+
+from helpers import TINY, compose_cfg, run_train
+
+LAYER = [*TINY, "logger=none", "schedule=constant", "schedule.epochs=2", "classifier.c_log2_min=-1",
+         "classifier.c_log2_max=0"]
+
+
+def _layer(root, out, *overrides):
+    return run(compose_cfg([f"dataset.root={root}", *LAYER, *overrides]), out)
+
+
+def test_a_second_layer_trains_on_the_first_layers_codes_and_encodes_through_the_stack(cifar_arrays, tmp_path):
+    """Layer 2 (7 units on 8) trains and is evaluated on layer 1's clean codes; a third layer (5 on
+    7) on both below; scheda.load(...).encode(x) is the codes of every layer in turn."""
+    first = _layer(cifar_arrays, tmp_path / "l1")
+    second = _layer(cifar_arrays, tmp_path / "l2", f"stack_on={tmp_path / 'l1'}", "model.hidden=7",
+                    "schedule.nu=0.2")
+    third = _layer(cifar_arrays, tmp_path / "l3", f"stack_on={tmp_path / 'l2'}", "model.hidden=5")
+    assert [r["status"] for r in (first, second, third)] == ["completed"] * 3
+    assert second["evaluations"] and 0 <= second["evaluations"][-1]["test_error"] <= 1
+    l1, l2, l3 = load(tmp_path / "l1"), load(tmp_path / "l2"), load(tmp_path / "l3")
+    assert (l2.model.n_input, l3.model.n_input, l3.n_input) == (8, 7, 3072)
+    assert [p.name for p in l3.stack.runs] == ["l1", "l2"]
+    x = np.random.default_rng(0).integers(0, 256, size=(13, 3072), dtype=np.uint8)
+    codes = l3.model.encode(l2.model.encode(l1.model.encode(torch.from_numpy(x).float() / 255)))
+    np.testing.assert_allclose(l3.encode(x), codes.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert l3.encode(x).shape == (13, 5)
+
+
+def test_a_layer_trains_on_the_codes_once_on_the_device(cifar_arrays, tmp_path):
+    """What layer 2 trains on is layer 1's codes of the training split, made once, before its epochs."""
+    _layer(cifar_arrays, tmp_path / "l1")
+    plan = make_plan(compose_cfg([f"dataset.root={cifar_arrays}", *LAYER, f"stack_on={tmp_path / 'l1'}"]))
+    data = plan.load_data()
+    raw = make_plan(compose_cfg([f"dataset.root={cifar_arrays}", *LAYER])).load_data()
+    codes = load(tmp_path / "l1").model.encode(torch.from_numpy(raw.train_x).float() / 255)
+    assert plan.n_input == 8 and data.image_shape is None and data.train_x.shape == (raw.train_x.shape[0], 8)
+    np.testing.assert_allclose(data.train_x, codes.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(data.val_y, raw.val_y)
+
+
+def test_a_stopped_layer_resumes_as_itself(cifar_arrays, tmp_path):
+    _layer(cifar_arrays, tmp_path / "l1")
+    stacked = [f"stack_on={tmp_path / 'l1'}", "schedule.epochs=3"]
+    cut = _layer(cifar_arrays, tmp_path / "l2", *stacked, "trainer.max_epochs=1")
+    saved = tmp_path / "l2" / "results.json"
+    saved.write_text(json.dumps({**json.loads(saved.read_text()), "status": "interrupted"}))
+    again = _layer(cifar_arrays, tmp_path / "l2", *stacked)
+    assert cut["epochs"] == 1 and again["epochs"] == 3 and again["attempts"][-1]["action"] == "resumed"
+    with pytest.raises(ConfigError, match="holds a run of another config"):  # what it is stacked on is what it trains
+        _layer(cifar_arrays, tmp_path / "l2", f"stack_on={tmp_path / 'l2'}", "schedule.epochs=3")
+
+
+@pytest.mark.parametrize("case", ["no_dir", "not_a_run", "raw", "unfinished", "itself", "other_data", "finetune"])
+def test_a_bad_stack_is_one_line_before_any_training(cifar_arrays, tmp_path, case):
+    _layer(cifar_arrays, tmp_path / "l1")
+    (tmp_path / "empty").mkdir()
+    below, extra, message = tmp_path / "l1", [], ""
+    if case == "no_dir":
+        below, message = tmp_path / "nowhere", "no such run directory"
+    elif case == "not_a_run":
+        below, message = tmp_path / "empty", "holds no scheda run"
+    elif case == "raw":
+        run(compose_cfg([f"dataset.root={cifar_arrays}", *[o for o in LAYER if not o.startswith("model.")],
+                         "model=raw"]), tmp_path / "raw")
+        below, message = tmp_path / "raw", "trained no model"
+    elif case == "unfinished":
+        saved = tmp_path / "l1" / "results.json"
+        saved.write_text(json.dumps({**json.loads(saved.read_text()), "status": "interrupted"}))
+        message = "is interrupted, not completed: finish it first"
+    elif case == "itself":
+        saved = tmp_path / "l1" / "results.json"
+        record = json.loads(saved.read_text())
+        saved.write_text(json.dumps({**record, "config": {**record["config"], "stack_on": str(tmp_path / "l1")}}))
+        message = "is stacked on itself"
+    elif case == "other_data":  # 48 inputs a row, where layer 1 took CIFAR-10's 3072
+        small = tmp_path / "small"
+        small.mkdir()
+        rng = np.random.default_rng(1)
+        np.save(small / "train_x.npy", rng.integers(0, 256, size=(90, 48), dtype=np.uint8))
+        np.save(small / "train_y.npy", rng.integers(0, 3, size=90))
+        extra, message = ["dataset=arrays", f"dataset.root={small}"], "starts from 3072 inputs, and dataset=arrays has 48"
+    elif case == "finetune":
+        extra, message = ["finetune.enabled=true"], "a stacked run's layers below are frozen"
+    out = tmp_path / "l2"
+    with pytest.raises(ConfigError, match=message) as exc:
+        _layer(cifar_arrays, out, f"stack_on={below}", *extra)
+    assert "\n" not in str(exc.value)
+    assert not (out / "checkpoints").exists()
+
+
+def test_the_command_line_says_a_bad_stack_in_one_line(tmp_path):
+    proc = run_train([f"stack_on={tmp_path / 'nowhere'}", "trainer.device=cpu", f"hydra.run.dir={tmp_path / 'run'}"],
+                     cwd=tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"error: stack_on={tmp_path / 'nowhere'}: no such run directory: give the directory " \
+                                  f"of a finished DA or ScheDA run"
+
+
+def test_export_and_filters_of_a_stacked_run(cifar_arrays, tmp_path):
+    """scheda-export --features of a layer 2 writes its codes of every split; scheda-plot-filters
+    draws its first layer's filters (in input space)."""
+    from scheda.analysis import plot_filters
+    from scheda.evaluation import export
+
+    _layer(cifar_arrays, tmp_path / "l1")
+    _layer(cifar_arrays, tmp_path / "l2", f"stack_on={tmp_path / 'l1'}", "model.hidden=6")
+    assert export.main([str(tmp_path / "l2"), "--features", str(tmp_path / "f.npz")]) == 0
+    features = np.load(tmp_path / "f.npz")
+    raw = make_plan(compose_cfg([f"dataset.root={cifar_arrays}", *LAYER])).load_data()
+    np.testing.assert_allclose(features["test_x"], load(tmp_path / "l2").encode(raw.test_x), rtol=1e-5, atol=1e-6)
+    assert plot_filters.main([str(tmp_path / "l2"), "--n", "4", "--out", str(tmp_path / "filters.png")]) == 0
+    assert (tmp_path / "filters.png").stat().st_size > 0
