@@ -192,6 +192,8 @@ def train_plan(plan: Plan, output_dir: Path, results: RunResults) -> dict[str, A
                     finally:
                         for m in members:
                             m.results.data.update(seconds=time.time() - m.started, **m.state.outcome(m.patience))
+                if data.inputs is not None:  # a stack fine-tunes every layer: from the inputs themselves
+                    data, labelled = data.inputs, data.inputs.on_device(plan.device)[1]
                 summaries = [member.finish(data, labelled, stop) for member in members]
             except BaseException as exc:
                 for member in members:  # the run's own is recorded by run(); a finished model stays so

@@ -67,7 +67,7 @@ def test_a_stopped_layer_resumes_as_itself(cifar_arrays, tmp_path):
         _layer(cifar_arrays, tmp_path / "l2", f"stack_on={tmp_path / 'l2'}", "schedule.epochs=3")
 
 
-@pytest.mark.parametrize("case", ["no_dir", "not_a_run", "raw", "unfinished", "itself", "other_data", "finetune"])
+@pytest.mark.parametrize("case", ["no_dir", "not_a_run", "raw", "unfinished", "itself", "other_data"])
 def test_a_bad_stack_is_one_line_before_any_training(cifar_arrays, tmp_path, case):
     _layer(cifar_arrays, tmp_path / "l1")
     (tmp_path / "empty").mkdir()
@@ -96,8 +96,6 @@ def test_a_bad_stack_is_one_line_before_any_training(cifar_arrays, tmp_path, cas
         np.save(small / "train_x.npy", rng.integers(0, 256, size=(90, 48), dtype=np.uint8))
         np.save(small / "train_y.npy", rng.integers(0, 3, size=90))
         extra, message = ["dataset=arrays", f"dataset.root={small}"], "starts from 3072 inputs, and dataset=arrays has 48"
-    elif case == "finetune":
-        extra, message = ["finetune.enabled=true"], "a stacked run's layers below are frozen"
     out = tmp_path / "l2"
     with pytest.raises(ConfigError, match=message) as exc:
         _layer(cifar_arrays, out, f"stack_on={below}", *extra)
@@ -127,3 +125,61 @@ def test_export_and_filters_of_a_stacked_run(cifar_arrays, tmp_path):
     np.testing.assert_allclose(features["test_x"], load(tmp_path / "l2").encode(raw.test_x), rtol=1e-5, atol=1e-6)
     assert plot_filters.main([str(tmp_path / "l2"), "--n", "4", "--out", str(tmp_path / "filters.png")]) == 0
     assert (tmp_path / "filters.png").stat().st_size > 0
+
+
+FINETUNE = ["finetune.enabled=true", "finetune.lrs=[0.1,0.05]", "finetune.max_epochs=3", "finetune.batch_size=16"]
+
+
+def test_fine_tuning_a_stack_trains_every_layer_from_the_inputs(cifar_arrays, tmp_path):
+    """finetune.enabled on layer 2: one net x -> layer 1 -> layer 2 -> softmax, every layer's weights
+    fine-tuned (by autograd, one rate after another), its errors read on the inputs themselves; the
+    frozen-feature baseline is layer 2's codes'."""
+    _layer(cifar_arrays, tmp_path / "l1")
+    result = _layer(cifar_arrays, tmp_path / "l2", f"stack_on={tmp_path / 'l1'}", "model.hidden=6", *FINETUNE)
+    tuned = result["finetune"]
+    assert result["status"] == "completed" and result["plan"]["finetune_step"]["kind"] == "autograd"
+    assert [r["epochs_run"] for r in tuned["per_lr"]] == [3, 3] and 0 <= tuned["chosen"]["test_error"] <= 1
+    assert tuned["frozen"]["test_error"] == result["evaluations"][-1]["test_error"]
+    first, second = load(tmp_path / "l1").model, load(tmp_path / "l2").model
+    for path in sorted((tmp_path / "l2" / "checkpoints").glob("finetune_best_lr*.pt")):  # a rate's best net
+        net = torch.load(path, weights_only=False)["model"]
+        assert net["below_W.0"].shape == first.W.shape and net["W"].shape == second.W.shape == (6, 8)
+        assert not torch.equal(net["below_W.0"], first.W.detach())  # the first layer was fine-tuned too
+
+
+def test_the_fine_tuning_net_of_a_stack_backpropagates_into_every_layer():
+    from scheda.model.network import DenoisingAutoencoder, FinetuneNet
+
+    g = torch.Generator().manual_seed(0)
+    low, top = DenoisingAutoencoder(12, 7, generator=g), DenoisingAutoencoder(7, 5, generator=g)
+    net = FinetuneNet(top, 3, below=[low])
+    with torch.no_grad():  # an output layer started from a classifier (zeros would pass no gradient down)
+        net.V.normal_(generator=g)
+    x = torch.rand(4, 12, generator=g)
+    torch.testing.assert_close(net(x), torch.nn.functional.linear(top.encode(low.encode(x)), net.V, net.c))
+    torch.nn.functional.cross_entropy(net(x), torch.tensor([0, 1, 2, 0])).backward()
+    net.V.grad = None
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in (net.below_W[0], net.below_b[0], net.W, net.b))
+    assert set(FinetuneNet(top, 3).state_dict()) == {"W", "b", "V", "c"}  # a one-layer net's checkpoint as before
+
+
+def test_a_stack_fine_tuning_cut_short_resumes_to_the_uninterrupted_result(cifar_arrays, tmp_path, monkeypatch):
+    import scheda.training.finetune
+
+    _layer(cifar_arrays, tmp_path / "l1")
+    stacked = [f"stack_on={tmp_path / 'l1'}", "model.hidden=6", *FINETUNE, "finetune.max_epochs=6"]
+    golden = _layer(cifar_arrays, tmp_path / "golden", *stacked)["finetune"]
+    original = scheda.training.finetune.Finetuner.save
+
+    def crash(self, current, bests):
+        original(self, current, bests)
+        if current is not None and len(current["models"][0]["history"]) == 4:
+            raise KeyboardInterrupt  # Ctrl-C in the middle of the first rate's epochs
+
+    monkeypatch.setattr(scheda.training.finetune.Finetuner, "save", crash)
+    with pytest.raises(KeyboardInterrupt):
+        _layer(cifar_arrays, tmp_path / "cut", *stacked)
+    monkeypatch.undo()
+    resumed = _layer(cifar_arrays, tmp_path / "resumed", *stacked, f"resume={tmp_path / 'cut'}")["finetune"]
+    assert [(r["lr"], r["best_epoch"], r["val_error"], r["test_error"]) for r in resumed["per_lr"]] == \
+        [(r["lr"], r["best_epoch"], r["val_error"], r["test_error"]) for r in golden["per_lr"]]

@@ -34,6 +34,9 @@ class Splits:
     # Each split's rows in the data set's own files (train/val from its training rows, test from
     # its test rows or, carved, its training rows): what an export records beside the features.
     indices: dict[str, np.ndarray] | None = None
+    # A stacked run's data are the codes of the layers below (scheda.training.stack): the data set's
+    # own splits, kept where fine-tuning the whole stack reads them; None otherwise.
+    inputs: "Splits | None" = None
 
     @property
     def n_input(self) -> int:

@@ -11,7 +11,7 @@ Their schemas (the ``model`` group) are in scheda.model.autoencoder, which build
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -131,12 +131,17 @@ class CompositeDA(DenoisingAutoencoder):
 
 
 class FinetuneNet(nn.Module):
-    """x -> s(W x + b) -> softmax(V h + c), with (W, b) copied from a DA's encoder."""
+    """x -> s(W x + b) -> softmax(V h + c), with (W, b) copied from a DA's encoder; a stacked DA's
+    layers below (``below``, bottom first) encode x first, each layer's (W_l, b_l) fine-tuned too."""
 
-    def __init__(self, da: DenoisingAutoencoder, n_classes: int, init: Any = None):
+    def __init__(self, da: DenoisingAutoencoder, n_classes: int, init: Any = None,
+                 below: Sequence[DenoisingAutoencoder] = ()):
         """``init``: a linear classifier of the encoder's features to start the output layer from
         (its ``W`` [classes, hidden] and ``b``), or None (zeros)."""
         super().__init__()
+        self.below_W = nn.ParameterList([nn.Parameter(layer.W.detach().clone().to(da.W.device)) for layer in below])
+        self.below_b = nn.ParameterList([nn.Parameter(layer.b.detach().clone().to(da.W.device)) for layer in below])
+        self._below_act = [ACTIVATION_FUNCTIONS[layer.activation] for layer in below]
         self.W = nn.Parameter(da.W.detach().clone())
         self.b = nn.Parameter(da.b.detach().clone())
         self.V = nn.Parameter(torch.zeros(n_classes, da.n_hidden, device=da.W.device))
@@ -148,6 +153,8 @@ class FinetuneNet(nn.Module):
                 self.c.copy_(torch.as_tensor(init.b, dtype=self.c.dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for W, b, act in zip(self.below_W, self.below_b, self._below_act):
+            x = act(F.linear(x, W, b))
         return F.linear(self._act(F.linear(x, self.W, self.b)), self.V, self.c)
 
     @torch.no_grad()

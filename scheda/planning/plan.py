@@ -81,8 +81,8 @@ class Plan:
         """The run's data set, loaded and checked against the rules that need it (rules.check_data);
         a stacked run's encoded through the stack below, once, on the run's device."""
         data = dataset_spec(self.config.dataset).load()
-        if self.stack is not None:
-            data = self.stack.splits(data, self.device)
+        if self.stack is not None:  # fine-tuning the whole stack reads the inputs themselves
+            data = self.stack.splits(data, self.device, keep_inputs=self.config.finetune.enabled)
         n_train = data.train_x.shape[0] + (0 if data.unlabeled_x is None else data.unlabeled_x.shape[0])
         log.info("data %s: train %s, val %s, test %s", data.name, data.train_x.shape, data.val_x.shape,
                  data.test_x.shape)
@@ -168,10 +168,11 @@ def model_of(config: RunConfig, overrides: dict[str, Any], index: int) -> RunCon
 
 
 def _planned(index: int, overrides: dict, config: RunConfig, subdir: str, device: torch.device,
-             finetune_step: FinetuneChoice) -> PlannedModel:
+             finetune_step: FinetuneChoice, stack: Stack | None) -> PlannedModel:
     schedule = config.schedule.build().with_max_epochs(config.trainer.max_epochs)
+    below = stack.layers if stack is not None else ()
     return PlannedModel(index, overrides, config, schedule, subdir,
-                        FinetunePlan(config.finetune, device, finetune_step, config.seed))
+                        FinetunePlan(config.finetune, device, finetune_step, config.seed, below))
 
 
 def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None, entry: Entry | None = None,
@@ -191,7 +192,8 @@ def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None, entry: Ent
     device = config.trainer.resolve_device()
     rules.check(config, device)
     step = rules.choose_step(config, device)
-    finetune_step = rules.choose_finetune_step(config, device)
+    stack = load_stack(config.stack_on) if config.stack_on else None  # its checkpoints: before any data
+    finetune_step = rules.choose_finetune_step(config, device, stack is not None)
     if data is not None:
         rules.check_handed(config)
         config.dataset = config.dataset.handed(data)
@@ -199,7 +201,6 @@ def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None, entry: Ent
     models = []
     for k, overrides in enumerate(variants or [{}]):
         model = model_of(config, overrides, k) if variants else config
-        models.append(_planned(k, overrides, model, f"models/{k}" if variants else "", device, finetune_step))
+        models.append(_planned(k, overrides, model, f"models/{k}" if variants else "", device, finetune_step, stack))
     check_levels(config)  # after each schedule's own checks (a finite nu >= 0)
-    stack = load_stack(config.stack_on) if config.stack_on else None  # its checkpoints: before any data
     return Plan(config, device, step, tuple(models), sweep=bool(variants), finetune_step=finetune_step, stack=stack)

@@ -178,14 +178,6 @@ def finetune_fused_needs_plain_sgd(config: RunConfig, device: torch.device) -> s
     return None
 
 
-def a_stack_finetunes_no_layer_below(config: RunConfig, device: torch.device) -> str | None:
-    """Fine-tuning trains one encoder under a classifier; a stacked run's layers below are frozen."""
-    if config.stack_on and config.finetune.enabled:
-        return ("finetune.enabled=true fine-tunes one encoder, and a stacked run's layers below are frozen "
-                "(stack_on): fine-tuning a whole stack is not built yet; set finetune.enabled=false")
-    return None
-
-
 def patience_needs_evaluations(config: RunConfig, device: torch.device) -> str | None:
     """The patience rule counts evaluations in the schedule's last stage: it needs them there."""
     if config.trainer.patience and not (config.evaluate.enabled and config.evaluate.every >= 1):
@@ -198,7 +190,6 @@ RULES: tuple[Callable[[RunConfig, torch.device], str | None], ...] = (
     cuda_settings_need_a_cuda_device, the_step_can_train_the_run, parallel_needs_the_fused_step,
     parallel_nu_needs_a_noise_level, parallel_trains, resume_or_init_from, standalone_needs_init_from, finetune_output_needs_a_linear_classifier, finetune_output_needs_an_evaluation,
     raw_needs_evaluation, raw_has_no_encoder_to_finetune, patience_needs_evaluations, finetune_fused_needs_plain_sgd,
-    a_stack_finetunes_no_layer_below,
 )
 
 
@@ -247,8 +238,9 @@ def choose_step(config: RunConfig, device: torch.device) -> StepChoice:
     return StepChoice(kind, bool(graph), t.precision)
 
 
-def choose_finetune_step(config: RunConfig, device: torch.device) -> FinetuneChoice:
+def choose_finetune_step(config: RunConfig, device: torch.device, stacked: bool = False) -> FinetuneChoice:
     """The step that fine-tunes a run whose rules passed: the fused one as asked
-    (``finetune.fused``), graphed on a CUDA device."""
-    fused = bool(config.finetune.fused)
+    (``finetune.fused``), graphed on a CUDA device; a stack's (``stacked``) by autograd, one rate
+    after another (the fused step holds one hidden layer)."""
+    fused = bool(config.finetune.fused) and not stacked
     return FinetuneChoice(fused, fused and device.type == "cuda")

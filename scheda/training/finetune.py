@@ -234,6 +234,7 @@ class FinetunePlan:
     device: Any  # torch.device
     step: FinetuneChoice
     seed: int
+    below: tuple = ()  # a stacked run's frozen layers (scheda.training.stack.Stack.layers), fine-tuned with it
 
 
 class Finetuner:
@@ -251,7 +252,7 @@ class Finetuner:
         epoch's errors go (``log_dict``, scheda.loggers), or None."""
         config, device = plan.config, plan.device
         self.config, self.da, self.device, self.seed, self.stop = config, da, device, plan.seed, stop
-        self.step = plan.step
+        self.step, self.below = plan.step, plan.below
         self.fallbacks: list[str] = []  # why a graph the plan chose did not run
         self.lrs = [float(lr) for lr in config.lrs]
         self.init = init if config.init_output == "classifier" else None
@@ -291,7 +292,7 @@ class Finetuner:
                                                                       "test_n", "test_correct")}}
 
     def _start(self, index: int) -> Tuning:
-        net = network.FinetuneNet(self.da, self.n_classes, self.init).to(self.device)
+        net = network.FinetuneNet(self.da, self.n_classes, self.init, below=self.below).to(self.device)
         lr = self.lrs[index]
         tuning = Tuning(index, lr, net, SGD(net.parameters(), lr=lr, momentum=self.config.momentum),
                         torch.Generator(device=self.device).manual_seed(self.seed + 1000 * (index + 1)),

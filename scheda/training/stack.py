@@ -63,9 +63,10 @@ class Stack:
             out.append(h)
         return torch.cat(out) if out else torch.empty(0, self.n_output, device=x.device)
 
-    def splits(self, data: Splits, device: torch.device | str) -> Splits:
+    def splits(self, data: Splits, device: torch.device | str, keep_inputs: bool = False) -> Splits:
         """``data`` encoded through the stack, each split once on ``device``: what the layer on top
-        trains on, is evaluated and exported with (no image shape or vocabulary: its inputs are codes)."""
+        trains on, is evaluated and exported with (no image shape or vocabulary: its inputs are codes);
+        ``keep_inputs``: the data themselves as its ``inputs`` too (what fine-tuning the stack reads)."""
         if data.n_input != self.n_input:
             raise ConfigError(f"stack_on={shown_path(self.runs[0])} starts from {self.n_input} inputs, and "
                               f"dataset={data.name} has {data.n_input}: stack on a run of this data set")
@@ -75,7 +76,8 @@ class Stack:
 
         return dataclasses.replace(data, train_x=encoded(data.train_x), val_x=encoded(data.val_x),
                                    test_x=encoded(data.test_x), unlabeled_x=encoded(data.unlabeled_x),
-                                   max_value=1.0, image_shape=None, vocabulary=None)
+                                   max_value=1.0, image_shape=None, vocabulary=None,
+                                   inputs=data if keep_inputs else None)
 
 
 def _layer(run_dir: Path) -> tuple[Any, dict[str, Any]]:
