@@ -143,3 +143,19 @@ def test_the_similarity_benchmark_times_the_tables_own_code_above_its_floor(tmp_
     row = json.loads(out.read_text())
     assert row["pairs"] == 2 * 4 + 3 and row["over_floor"] >= 1 and row["seconds"] >= row["floor_s"] > 0
     assert "x the floor" in proc.stdout
+
+
+def test_bench_stack_times_a_stacked_layer_beside_a_one_layer_da_of_its_shape(tmp_path):
+    """scripts/bench_stack.py, small: both runs go through scheda.train (the stacked one reads layer 1
+    by stack_on), and it records the ratio it measured (its floor loosened: tiny epochs are noise)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "stack.json"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_stack.py"), "--n", "300", "--inputs", "48",
+                           "--hidden", "12", "7", "--epochs", "2", "--repeats", "1", "--floor", "0", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = json.loads(out.read_text())
+    assert row["hidden"] == [12, 7] and row["ratio"] == pytest.approx(row["stacked_epoch_s"] / row["plain_epoch_s"])
+    assert len(row["timed"]["stacked"]) == len(row["timed"]["plain"]) == 1 and "a one-layer DA 12 -> 7" in proc.stdout
