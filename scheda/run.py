@@ -1,9 +1,7 @@
 """One training run from a composed config: its directory taken (scheda.runs.reentry), its plan
-made (scheda.planning.plan), then one path for one model and a fused sweep alike: the models
-built from the plan, trained in lockstep (scheda.training.trainer), finished (evaluation and
-fine-tuning: scheda.evaluation) and recorded. ``scheda-train`` (scheda.cli) and the Python API
-(scheda.api) call :func:`run`.
-"""
+made (scheda.planning.plan), its models built, trained in lockstep (scheda.training.trainer) and
+finished (evaluation, fine-tuning) on one path for one model and a fused sweep alike, and recorded.
+``scheda-train`` (scheda.cli) and the Python API (scheda.api) call :func:`run`."""
 
 from __future__ import annotations
 
@@ -24,7 +22,7 @@ from scheda.model.autoencoder import build_model
 from scheda.model.noise import build_noise
 from scheda.model.optim import build_optimizer
 from scheda.runs.reentry import enter, enter_model, interrupted_line
-from scheda.runs.rundir import RunResults, kept, summarise_sweep, summary_lines
+from scheda.runs.rundir import RunResults, summarise_sweep, summary_lines
 from scheda.training.callbacks import CheckpointCallback, Patience, ProgressBar
 from scheda.training.checkpoint import find_checkpoint_dir, find_model, load_checkpoint, load_model_weights
 from scheda.planning.plan import Plan, PlannedModel, make_plan
@@ -82,8 +80,7 @@ def run(cfg: DictConfig, output_dir: str | Path, data: Mapping[str, Any] | None 
 
 
 class Member:
-    """One planned model, built (by :func:`build`, which knows the order): its state in the loop,
-    results, loggers and evaluation."""
+    """One planned model, built by :func:`build` (which knows the order): its state, results, loggers."""
 
     def __init__(self, planned: PlannedModel, plan: Plan, output_dir: Path, results: RunResults):
         """What needs no data: the model (seeded: this seeds torch's global generator and draws the
@@ -98,7 +95,6 @@ class Member:
         self.state: ModelState | None = None
         self.evaluation: EvaluationCallback | None = None
         self.loggers = Loggers()
-        self.patience = bool(config.trainer.patience)  # its cap then counts as one (rundir.CAP)
         torch.manual_seed(config.seed)
         init = torch.Generator().manual_seed(derive_seed(config.seed, "init"))
         self.model = build_model(config.model, plan.n_input, generator=init)
@@ -147,18 +143,14 @@ class Member:
             self.results.update(finetune=finetune_encoder(
                 self.planned.finetune, self.model, data, labelled, self.output_dir, evaluation=self.evaluation,
                 resume_dir=self.resume_dir, loggers=self.loggers, epoch=self.state.epoch, stop=stop))
-        read = kept(self.results.data)  # the evaluation the run reports: TensorBoard's HParams and MLflow's
-        if read is not None:             # run tables show a scalar's last value, past the best under the rule
-            self.loggers.log_dict({"reported/val_error": read["val_error"], "reported/test_error": read["test_error"]},
-                                  read["epoch"])
+        self.loggers.log_reported(self.results.data)
         self.results.update(status="completed", seconds=time.time() - self.started)
         self.loggers.close("completed")
         return self.results.data
 
 
 def build(plan: Plan, output_dir: Path, results: RunResults) -> tuple[list[Member], Any, dict[str, torch.Tensor]]:
-    """Every model of the plan built, in the one order that works: models and checkpoints (no
-    data), the data on the device, then each model's state."""
+    """The plan's models built in the one order that works: models and checkpoints, data, states."""
     members = [Member(planned, plan, output_dir, results) for planned in plan.models]
     data = plan.load_data()
     train_x, labelled = data.on_device(plan.device)
@@ -191,7 +183,8 @@ def train_plan(plan: Plan, output_dir: Path, results: RunResults) -> dict[str, A
                         Trainer([member.state for member in members]).fit()
                     finally:
                         for m in members:
-                            m.results.data.update(seconds=time.time() - m.started, **m.state.outcome(m.patience))
+                            m.results.data.update(seconds=time.time() - m.started,
+                                                  **m.state.outcome(bool(m.config.trainer.patience)))
                 if data.inputs is not None:  # a stack fine-tunes every layer: from the inputs themselves
                     data, labelled = data.inputs, data.inputs.on_device(plan.device)[1]
                 summaries = [member.finish(data, labelled, stop) for member in members]

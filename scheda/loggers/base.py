@@ -21,7 +21,7 @@ import numpy as np
 from scheda.training.callbacks import Callback
 from scheda.config import Component, register, schema_of
 from scheda.model.schedule import NoiseSchedule
-from scheda.runs.rundir import status_of
+from scheda.runs.rundir import kept, status_of
 from scheda.utils.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -50,6 +50,15 @@ class MetricLogger(abc.ABC):
 
     def log_text(self, name: str, text: str, epoch: int) -> None:
         """Markdown; a backend without text ignores it."""
+
+    def log_reported(self, results: Mapping[str, Any]) -> None:
+        """The evaluation a finished run reports (under the patience rule its best, rundir.kept) as
+        ``reported/val_error`` and ``reported/test_error`` at its epoch: TensorBoard's HParams and
+        MLflow's run tables show a scalar's last value, which for eval/val_error is the patience past it."""
+        read = kept(results)
+        if read is not None:
+            self.log_dict({"reported/val_error": read["val_error"], "reported/test_error": read["test_error"]},
+                          read["epoch"])
 
     def close(self, status: str = "completed") -> None:
         """Flush and release; ``status`` is the run's (completed, failed, interrupted)."""
