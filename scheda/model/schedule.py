@@ -184,24 +184,10 @@ def level_stages(
     With ``T`` the schedule makes exactly that many changes of nu; with ``nu_final`` it
     goes on while nu stays on the near side of ``nu_final`` (inclusive); with neither it goes
     on while nu stays inside (0, 1). Only with ``nu_final`` may an increasing schedule pass 1 (a
-    Gaussian std; the noise refuses it for a probability).
+    Gaussian std; the noise refuses it for a probability). The values are checked already
+    (:meth:`LevelScheduleConfig.check`); what only the sequence tells (a T past its end) is refused here.
     """
     key = "schedule"
-    nu0 = check_nu(f"{key}.nu0", nu0)
-    if not isinstance(delta_nu, (int, float)) or not MIN_DELTA_NU <= delta_nu < 1:
-        raise ConfigError(f"{key}.delta_nu={delta_nu!r} must be in [{MIN_DELTA_NU:g}, 1)")
-    check_epochs(f"{key}.K", K)
-    check_epochs(f"{key}.initial_epochs", initial_epochs, minimum=0)
-    if T is not None and nu_final is not None:
-        raise ConfigError(f"{key}.T and {key}.nu_final are both set: set one of them (the other null)")
-    if T is not None:
-        check_epochs(f"{key}.T", T, minimum=0)
-    if nu_final is not None:
-        nu_final = check_nu(f"{key}.nu_final", nu_final)
-        if direction * (nu_final - nu0) < 0:
-            word = "<=" if direction < 0 else ">="
-            raise ConfigError(f"{key}.nu_final={nu_final:g} must be {word} {key}.nu0={nu0:g}")
-
     levels = level_sequence(direction, nu0, delta_nu, _ceiling(direction, nu_final))
     if T is None:
         T = level_count(direction, nu0, delta_nu, nu_final)
@@ -290,7 +276,8 @@ class ScheduleConfig(Component, abc.ABC):
 
     @abc.abstractmethod
     def build(self) -> NoiseSchedule:
-        """The stages this schedule's values describe (checked: a bad value is a ConfigError)."""
+        """The stages this schedule's values describe, once ``check()`` has refused a bad value (what
+        only the stages can tell, such as a T past the sequence's end, is a ConfigError here)."""
 
 
 @register("schedule")
@@ -304,8 +291,11 @@ class ConstantScheduleConfig(ScheduleConfig):
     epochs: int = 100
     nu_key: ClassVar[str | None] = "nu"
 
+    def check(self) -> None:
+        self.nu, self.epochs = check_nu("schedule.nu", self.nu), check_epochs("schedule.epochs", self.epochs)
+
     def build(self) -> NoiseSchedule:
-        return NoiseSchedule(self.name, [Stage(check_nu("schedule.nu", self.nu), check_epochs("schedule.epochs", self.epochs))])
+        return NoiseSchedule(self.name, [Stage(self.nu, self.epochs)])
 
 
 @register("schedule")
@@ -335,6 +325,21 @@ class LevelScheduleConfig(ScheduleConfig):
                 raise self.invalid("steps", "is 0.2's name of schedule.T, also set: set schedule.T only")
             log.warning("schedule.steps is called schedule.T now (the paper's T): read as schedule.T=%s", self.steps)
             self.T, self.steps = self.steps, None
+        key = "schedule"
+        self.nu0 = check_nu(f"{key}.nu0", self.nu0)
+        if not isinstance(self.delta_nu, (int, float)) or not MIN_DELTA_NU <= self.delta_nu < 1:
+            raise self.invalid("delta_nu", f"must be in [{MIN_DELTA_NU:g}, 1)")
+        check_epochs(f"{key}.K", self.K)
+        check_epochs(f"{key}.initial_epochs", self.initial_epochs, minimum=0)
+        if self.T is not None and self.nu_final is not None:
+            raise ConfigError(f"{key}.T and {key}.nu_final are both set: set one of them (the other null)")
+        if self.T is not None:
+            check_epochs(f"{key}.T", self.T, minimum=0)
+        if self.nu_final is not None:
+            self.nu_final = check_nu(f"{key}.nu_final", self.nu_final)
+            if self.direction * (self.nu_final - self.nu0) < 0:
+                word = "<=" if self.direction < 0 else ">="
+                raise ConfigError(f"{key}.nu_final={self.nu_final:g} must be {word} {key}.nu0={self.nu0:g}")
 
     def build(self) -> NoiseSchedule:
         return NoiseSchedule(self.name, level_stages(self.direction, self.nu0, self.delta_nu, self.K,
@@ -371,12 +376,15 @@ class StagesScheduleConfig(ScheduleConfig):
     def nu_settings(self) -> dict[str, float | None]:
         return {f"schedule.stages[{i}].nu": stage.nu for i, stage in enumerate(self.stages)}
 
-    def build(self) -> NoiseSchedule:
+    def check(self) -> None:
         if not self.stages:
             raise ConfigError("schedule.stages is empty: list at least one {nu: ..., epochs: ...}")
-        return NoiseSchedule(self.name, [Stage(check_nu(f"schedule.stages[{i}].nu", s.nu),
-                                               check_epochs(f"schedule.stages[{i}].epochs", s.epochs))
-                                         for i, s in enumerate(self.stages)])
+        for i, stage in enumerate(self.stages):
+            stage.nu = check_nu(f"schedule.stages[{i}].nu", stage.nu)
+            check_epochs(f"schedule.stages[{i}].epochs", stage.epochs)
+
+    def build(self) -> NoiseSchedule:
+        return NoiseSchedule(self.name, [Stage(s.nu, s.epochs) for s in self.stages])
 
 
 @register("schedule")
@@ -391,11 +399,14 @@ class RandomUniformScheduleConfig(ScheduleConfig):
     epochs: int = 100
     builds: ClassVar[type[NoiseSchedule]] = RandomUniformSchedule
 
+    def check(self) -> None:
+        self.low, self.high = check_nu("schedule.low", self.low), check_nu("schedule.high", self.high)
+        if self.low > self.high:
+            raise ConfigError(f"schedule.low={self.low:g} must be <= schedule.high={self.high:g}")
+        check_epochs("schedule.epochs", self.epochs)
+
     def build(self) -> NoiseSchedule:
-        low, high = check_nu("schedule.low", self.low), check_nu("schedule.high", self.high)
-        if low > high:
-            raise ConfigError(f"schedule.low={low:g} must be <= schedule.high={high:g}")
-        return RandomUniformSchedule(low, high, check_epochs("schedule.epochs", self.epochs))
+        return RandomUniformSchedule(self.low, self.high, self.epochs)
 
 
 @register("schedule")
@@ -409,11 +420,14 @@ class RandomDiscreteScheduleConfig(ScheduleConfig):
     epochs: int = 100
     builds: ClassVar[type[NoiseSchedule]] = RandomDiscreteSchedule
 
-    def build(self) -> NoiseSchedule:
+    def check(self) -> None:
         if not self.values:
             raise ConfigError("schedule.values is empty: list at least one nu")
-        values = [check_nu(f"schedule.values[{i}]", v) for i, v in enumerate(self.values)]
-        return RandomDiscreteSchedule(values, check_epochs("schedule.epochs", self.epochs))
+        self.values = [check_nu(f"schedule.values[{i}]", v) for i, v in enumerate(self.values)]
+        check_epochs("schedule.epochs", self.epochs)
+
+    def build(self) -> NoiseSchedule:
+        return RandomDiscreteSchedule(self.values, self.epochs)
 
 
 @register("schedule")
@@ -433,13 +447,17 @@ class ExponentialScheduleConfig(ScheduleConfig):
     epochs: int = 100
     nu_key: ClassVar[str | None] = "nu0"
 
-    def build(self) -> NoiseSchedule:
-        nu0, nu_min = check_nu("schedule.nu0", self.nu0), check_nu("schedule.nu_min", self.nu_min)
+    def check(self) -> None:
+        self.nu0, self.nu_min = check_nu("schedule.nu0", self.nu0), check_nu("schedule.nu_min", self.nu_min)
         if not 0 < self.gamma < 1:
             raise ConfigError(f"schedule.gamma={self.gamma!r} must be in (0, 1)")
-        if nu_min > nu0:
-            raise ConfigError(f"schedule.nu_min={nu_min:g} must be <= schedule.nu0={nu0:g}")
-        K, left = check_epochs("schedule.K", self.K), check_epochs("schedule.epochs", self.epochs)
+        if self.nu_min > self.nu0:
+            raise ConfigError(f"schedule.nu_min={self.nu_min:g} must be <= schedule.nu0={self.nu0:g}")
+        check_epochs("schedule.K", self.K)
+        check_epochs("schedule.epochs", self.epochs)
+
+    def build(self) -> NoiseSchedule:
+        nu0, nu_min, K, left = self.nu0, self.nu_min, self.K, self.epochs
         stages: list[Stage] = []
         while left > 0:
             nu = max(nu_min, round(nu0 * self.gamma ** len(stages), NU_DECIMALS))
