@@ -346,22 +346,24 @@ class TritonStep(BatchedStep):
         self.prepared = True
 
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> None:
-        """``idx`` [M, rows]: consecutive minibatches of n rows (the last may be shorter)."""
+        """``idx`` [M, rows]: consecutive minibatches of n rows (the last may be shorter); graphed, a
+        whole call replays its graph, any other number of whole minibatches the one-minibatch graph
+        each, and a short last one runs eager (:meth:`sequence`: where a call is cut changes no bit)."""
         self.set_levels(nus)
         n, rows = self.batch_size, idx.shape[1]
-        if self.graphed and rows == self.minibatches * n:
-            graph, static = self._graph(self.minibatches)
-            static.copy_(idx)
-            graph.replay()
-            return
-        for first in range(0, rows, n):
-            part = idx[:, first:first + n]
-            if self.graphed and part.shape[1] == n:
-                graph, static = self._graph(1)
-                static.copy_(part)
-                graph.replay()
-            else:
-                self.minibatch(x_all, part, generators)
+        whole = rows // n * n if self.graphed else 0
+        if whole and whole == self.minibatches * n:
+            self._replay(self.minibatches, idx[:, :whole])
+        else:
+            for first in range(0, whole, n):
+                self._replay(1, idx[:, first:first + n])
+        if whole < rows:
+            self.sequence(x_all, idx[:, whole:], generators)
+
+    def _replay(self, m: int, idx: torch.Tensor) -> None:
+        graph, static = self._graph(m)
+        static.copy_(idx)
+        graph.replay()
 
 
 class TwoPassStep(TritonStep):
@@ -422,29 +424,6 @@ class TwoPassStep(TritonStep):
             kernels.rows_pass(W, b, h[:, :m], self.dz[:, :m], self.x_tildes[slot, :, :m], following, neg_lr, sigmoid,
                               n, precision, self.parts)
             slot = 1 - slot
-
-    def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> None:
-        """``idx`` [M, rows]: consecutive minibatches of n rows (the last may be shorter); graphed, a
-        whole call replays its graph, any other number of whole minibatches the one-minibatch graph
-        each (a sequence encodes its first minibatch alone, so the cut changes no bit), and a short
-        last one runs eager."""
-        self.set_levels(nus)
-        n, rows = self.batch_size, idx.shape[1]
-        whole = rows // n * n
-        if not self.graphed or not whole:
-            self.sequence(x_all, idx, generators)
-            return
-        if whole == self.minibatches * n:
-            graph, static = self._graph(self.minibatches)
-            static.copy_(idx[:, :whole])
-            graph.replay()
-        else:
-            graph, static = self._graph(1)
-            for first in range(0, whole, n):
-                static.copy_(idx[:, first:first + n])
-                graph.replay()
-        if whole < rows:
-            self.sequence(x_all, idx[:, whole:], generators)
 
 
 class OneModel(LossSums):
