@@ -3,7 +3,7 @@ The interface and what a run logs are in :mod:`scheda.loggers.base`; each backen
 (tensorboard, csv, mlflow) that registers its schema in the ``logger`` group."""
 
 from scheda.loggers.base import (LoggerConfig, Loggers, LoggingCallback, MetricLogger, build_loggers, filter_grid,
-                                 hparams, name_runs, normalised_filters, top_words)
+                                 hparams, normalised_filters, top_words)
 
 __all__ = ["LoggerConfig", "Loggers", "LoggingCallback", "MetricLogger", "build_loggers", "filter_grid", "hparams",
-           "name_runs", "normalised_filters", "top_words"]
+           "normalised_filters", "top_words"]

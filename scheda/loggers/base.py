@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from scheda.training.callbacks import Callback
-from scheda.config import Component, register, schema_of
+from scheda.config import Component, register
 from scheda.model.schedule import NoiseSchedule
 from scheda.runs.rundir import kept, status_of
 from scheda.utils.lazy import lazy
@@ -77,8 +77,9 @@ class LoggerConfig(Component, abc.ABC):
 
     @classmethod
     def label(cls, node: Any, label: str) -> None:
-        """Name this run's records within a sweep (``label``: its swept values), in its
-        composed config ``node``; a backend whose records live in the run directory needs nothing."""
+        """Name this run's records within a sweep (``label``: its swept values), in ``node`` (a copy of
+        its typed config, the plan's: scheda.planning.plan.labelled); a backend whose records live in
+        the run directory needs nothing."""
 
 
 class Loggers(MetricLogger):
@@ -140,14 +141,6 @@ class NoLoggerConfig(LoggerConfig):
 
     def build(self, run_dir: Path, purge_epoch: int | None) -> "Loggers":
         return Loggers()
-
-
-def name_runs(node: Any, label: str) -> None:
-    """Each selected logger names this run's records by ``label`` (a sweep job's swept values,
-    a fused sweep's model), in the composed config, so that the saved config says so too."""
-    for key in list(node.keys()):
-        sub = node[key]
-        schema_of(GROUP, {"name": sub.get("name", key)}).label(sub, label)
 
 
 def build_loggers(configs: Sequence[LoggerConfig], run_dir: Path, purge_epoch: int | None = None) -> Loggers:
