@@ -144,11 +144,13 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> 
             out["model_epochs"][phase] = out["model_epochs"].get(phase, 0) + item["epochs"] * item["models"]
         out["evaluations"] += item["evals"]
         if item.get("checkpoints", True):  # an analysis' evaluations keep no checkpoint
-            out["checkpoint_bytes"] += item["evals"] * checkpoint_bytes(item["hidden"], inputs)
+            out["checkpoint_bytes"] += item["evals"] * checkpoint_bytes(item["hidden"], item.get("inputs", inputs))
         if bench is not None:
             if typed("trainer", job_config(cfg).trainer).step == "autograd":  # every model by autograd
                 item = {"timing": "autograd_s", **item}
-            train, evals = item_seconds(item, bench, batch_size, fast, examples, search_share(cfg), inputs)
+            # a layer stacked on another takes that layer's units as its inputs
+            train, evals = item_seconds(item, bench, batch_size, fast, examples, search_share(cfg),
+                                        item.get("inputs", inputs))
             seconds_train, seconds_eval = seconds_train + train, seconds_eval + evals
     if bench is None:
         return out

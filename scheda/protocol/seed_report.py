@@ -94,7 +94,7 @@ def _mcnemar(a: dict, b: dict) -> stats.McNemar | None:
     return stats.mcnemar(unpack_correct(a["test_correct"], n), unpack_correct(b["test_correct"], n))
 
 
-def _interval(s: stats.Summary) -> str:
+def interval(s: stats.Summary) -> str:
     return f"[{s.low:+.2f}, {s.high:+.2f}]" if s.has_interval else "none (n = 1)"
 
 
@@ -157,7 +157,7 @@ def _rule_tables(hidden: str, rows: dict[str, dict], s0: int, title: str) -> tup
         spread = f"{s.mean:.2f} ± {s.sd:.2f}" if s.sd is not None else f"{s.mean:.2f}"
         each = ", ".join(pct(v["test_error"]) + (f" ({v['epoch']})" if v.get("epoch") is not None else "")
                          for _, v in rest)
-        lines.append(f"| {seed_label(key)} | {sel} | {each} | {s.n} | {spread} | {_interval(s)} | {se} |")
+        lines.append(f"| {seed_label(key)} | {sel} | {each} | {s.n} | {spread} | {interval(s)} | {se} |")
     lines += ["", f"### {hidden} hidden units, {title}: paired differences (test error, points; negative: the "
                   f"first is better)", "",
               f"| Comparison | Seed {s0} (selection) | Further seeds, each | n | Mean ± sd | 95 % interval "
@@ -175,15 +175,15 @@ def _rule_tables(hidden: str, rows: dict[str, dict], s0: int, title: str) -> tup
         d = stats.paired([100 * x["test_error"] for _, x, _ in pairs], [100 * y["test_error"] for _, _, y in pairs])
         tests = [_mcnemar(x, y) for _, x, y in pairs]
         mc = ", ".join(f"{t.p_value:.3g} ({t.only_a}/{t.only_b})" if t else "—" for t in tests)
-        verdict = _paired_verdict(d)
+        verdict = paired_verdict(d)
         found[name] = (d, verdict)
         s = d.summary
         spread = f"{s.mean:+.2f} ± {s.sd:.2f}" if s.sd is not None else f"{s.mean:+.2f}"
         lines.append(f"| {name} | {sel} | {', '.join(f'{x:+.2f}' for x in d.diffs)} | {s.n} | {spread} | "
-                     f"{_interval(s)} | {d.p_value:.3g} | {mc} | {verdict} |")
+                     f"{interval(s)} | {d.p_value:.3g} | {mc} | {verdict} |")
         significant = sum(1 for t in tests if t and t.p_value < 0.05)
         words.append(f"{name}: {s.mean:+.2f} points on test over {s.n} further seed{'s' if s.n != 1 else ''} "
-                     f"(95 % interval {_interval(s)}; sign-flip p = {d.p_value:.3g}); {verdict}. On the selection "
+                     f"(95 % interval {interval(s)}; sign-flip p = {d.p_value:.3g}); {verdict}. On the selection "
                      f"seed: {sel} points. Test-set noise: McNemar's test tells the two models apart at p < 0.05 "
                      f"on {significant} of {len(tests)} seeds.")
     return lines + [""] + [f"- {w}" for w in words], found
@@ -199,7 +199,7 @@ def _side_by_side(hidden: str, results: dict[str, dict[str, Any]]) -> list[str]:
         return []
 
     def cell(d: stats.Paired, verdict: str) -> str:
-        return f"{d.summary.mean:+.2f} {_interval(d.summary)}, p {d.p_value:.3g}: {verdict.split(':')[0]}"
+        return f"{d.summary.mean:+.2f} {interval(d.summary)}, p {d.p_value:.3g}: {verdict.split(':')[0]}"
 
     lines = ["", f"### {hidden} hidden units: both rules side by side", "",
              f"| Comparison | {RULES['hidden'].capitalize()} | {RULES['own_best'].capitalize()} |", "|---|---|---|"]
@@ -218,7 +218,7 @@ def _side_by_side(hidden: str, results: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _paired_verdict(d: stats.Paired) -> str:
+def paired_verdict(d: stats.Paired) -> str:
     s = d.summary
     if not s.has_interval:
         return "not resolved: one further seed gives no interval"

@@ -27,7 +27,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from omegaconf import DictConfig
 
@@ -61,16 +61,26 @@ class Replicas:
     paths are known in advance, so the three phases can be planned at once)."""
 
     def __init__(self, scale: DictConfig, out_dir: Path, selection: dict[str, Any], continued: dict[str, Any],
-                 jobs: list[JobSpec]):
-        self.scale, self.out_dir = scale, out_dir
+                 jobs: list[JobSpec], prefix: str = "", folders: str = "",
+                 per_seed: Callable[[int], dict[str, Any]] | None = None):
+        """``prefix``: before the name of each DA it plans, ``folders``: before each of SUBPHASES'
+        folder (a stacked table's layer on one base: ``on_da_da_h500_nu0.5_lr0.05_seed1`` in
+        ``stack_seed_da/``); ``per_seed``: values each seed's replicas get beside its seed (that
+        seed's layer below, ``stack_on``)."""
+        self.scale, self.out_dir, self.prefix, self.folders = scale, out_dir, prefix, folders
+        self.per_seed = per_seed or (lambda seed: {})
         self.seeds = check_seeds(scale)
         self.further = self.seeds[1:]
         self.by_name = {job.name: job for job in jobs}
-        self.jobs: dict[str, list[JobSpec]] = {phase: [] for phase in SUBPHASES}
+        self.jobs: dict[str, list[JobSpec]] = {self.folder(phase): [] for phase in SUBPHASES}
         self.rows: list[Row] = []
         if self.further:
             for hidden, sel in selection["hidden"].items():
                 self._plan_hidden(hidden, sel, continued.get(hidden, {}))
+
+    def folder(self, phase: str) -> str:
+        """Where one of SUBPHASES' replicas run (and the launch that runs them)."""
+        return self.folders + phase
 
     # --- planning ---------------------------------------------------------------------------
     def _plan_hidden(self, hidden: str, sel: dict[str, Any], continued: dict[str, Any]) -> None:
@@ -109,7 +119,7 @@ class Replicas:
             for seed in self.further:
                 replica = self._replica(job, "seed_finetune", f"{job.name}_seed{seed}", seed,
                                         {"init_from": str(source[seed])})
-                row.replicas[seed] = (self.out_dir / "seed_finetune" / replica.name, None)
+                row.replicas[seed] = (self.out_dir / replica.phase / replica.name, None)
             self.rows.append(row)
 
     def _plan_da(self, hidden: int, selected: dict[str, Any]) -> dict[int, Path]:
@@ -118,33 +128,34 @@ class Replicas:
         epoch (evaluated and checkpointed every ``eval_every``, as the grid's runs), where its
         continuations start."""
         nu, lr, epoch = selected["nu"], selected["lr"], selected["epoch"]
-        base = f"da_h{hidden}_nu{fmt(nu)}_lr{fmt(lr)}"
+        base = f"{self.prefix}da_h{hidden}_nu{fmt(nu)}_lr{fmt(lr)}"
         values = da_values(hidden, nu, lr, self.scale.da, self.scale.patience)
         if self.scale.patience is not None:  # the rule stops no replica before the epoch it is read at
             values["trainer.min_epochs"] = epoch
         meta = {"kind": DA.name, "hidden": hidden, "nu": nu, "lr": lr, "epochs": self.scale.da.epochs}
         where: dict[int, Path] = {}
-        if not self.scale.da.fused:
+        folder = self.folder("seed_da")
+        if not self.scale.da.fused or self.per_seed(self.further[0]):  # values of its own: a job per seed
             for seed in self.further:
-                job = JobSpec(f"{base}_seed{seed}", "seed_da", groups={"schedule": "constant"},
-                              values={**values, "seed": seed}, meta={**meta, "seed": seed})
-                self.jobs["seed_da"].append(job)
-                where[seed] = self.out_dir / "seed_da" / job.name
+                job = JobSpec(f"{base}_seed{seed}", folder, groups={"schedule": "constant"},
+                              values={**values, **self.per_seed(seed), "seed": seed}, meta={**meta, "seed": seed})
+                self.jobs[folder].append(job)
+                where[seed] = self.out_dir / folder / job.name
         else:
             for seeds in self._fused_groups(base):
-                job = JobSpec(f"{base}_seeds{'_'.join(map(str, seeds))}", "seed_da", groups={"schedule": "constant"},
+                job = JobSpec(f"{base}_seeds{'_'.join(map(str, seeds))}", folder, groups={"schedule": "constant"},
                               values={**values, "seed": seeds[0], "trainer.parallel.seed": seeds},
                               meta={**meta, "seeds": seeds})
-                self.jobs["seed_da"].append(job)
+                self.jobs[folder].append(job)
                 for k, seed in enumerate(seeds):
-                    where[seed] = self.out_dir / "seed_da" / job.name / "models" / str(k)
+                    where[seed] = self.out_dir / folder / job.name / "models" / str(k)
         return {seed: run / "checkpoints" / checkpoint_name(epoch) for seed, run in where.items()}
 
     def _fused_groups(self, base: str) -> list[list[int]]:
         """The fused sweeps over seeds: those already on disk (kept as they are, so a rerun
         reads them) and one for the further seeds none of them holds."""
         pattern = re.compile(re.escape(base) + r"_seeds(\d+(?:_\d+)*)$")
-        folder = self.out_dir / "seed_da"
+        folder = self.out_dir / self.folder("seed_da")
         found = sorted([int(s) for s in m.group(1).split("_")]
                        for p in (folder.iterdir() if folder.is_dir() else []) if (m := pattern.match(p.name)))
         groups = [g for g in found if set(g) <= set(self.further)]
@@ -168,15 +179,16 @@ class Replicas:
             if "trainer.patience" in job.values:  # the rule stops no replica before the epoch it is read at
                 changes["trainer.min_epochs"] = best["epoch"]
             replica = self._replica(job, "seed_continue", f"{job.name}_seed{seed}", seed, changes)
-            row.replicas[seed] = (self.out_dir / "seed_continue" / replica.name, best["epoch"])
+            row.replicas[seed] = (self.out_dir / replica.phase / replica.name, best["epoch"])
         self.rows.append(row)
         return row
 
     def _replica(self, job: JobSpec, phase: str, name: str, seed: int, changes: dict[str, Any]) -> JobSpec:
         values = {k: v for k, v in job.values.items() if not k.startswith("trainer.parallel.")}
-        replica = JobSpec(name, phase, dict(job.groups), {**values, **changes, "seed": seed},
+        replica = JobSpec(name, self.folder(phase), dict(job.groups),
+                          {**values, **changes, **self.per_seed(seed), "seed": seed},
                           {**job.meta, "seed": seed, "replica_of": job.name})
-        self.jobs[phase].append(replica)
+        self.jobs[replica.phase].append(replica)
         return replica
 
     # --- results ----------------------------------------------------------------------------
@@ -189,11 +201,11 @@ class Replicas:
         s0 = str(self.seeds[0])
         out: dict[str, Any] = {"seeds": self.seeds, "selection_seed": self.seeds[0], "hidden": {}, "own_best": {}}
         for row in self.rows:
-            first = _outcome(Path(row.selected["run"]), row.epoch)
+            first = read_outcome(Path(row.selected["run"]), row.epoch)
             at_selected, at_best = {s0: first}, {s0: first}
             for seed, (run, epoch) in row.replicas.items():
                 for rule, where in ((at_selected, epoch), (at_best, None if epoch is None else BEST)):
-                    outcome = _outcome(run, where)
+                    outcome = read_outcome(run, where)
                     if outcome is not None:
                         rule[str(seed)] = outcome
             out["hidden"].setdefault(row.hidden, {})[row.key] = at_selected
@@ -204,7 +216,7 @@ class Replicas:
 BEST = "best"  # read a run at its own best validation epoch
 
 
-def _outcome(run: Path, epoch: int | str | None) -> dict[str, Any] | None:
+def read_outcome(run: Path, epoch: int | str | None) -> dict[str, Any] | None:
     """A model's errors at an evaluation: of epoch ``epoch``, its best on validation (``BEST``),
     or a fine-tuning job's chosen epoch (None); with the epoch and the per-image test
     correctness when the run kept it."""

@@ -56,8 +56,9 @@ def _select(jobs: list[JobSpec], out_dir: Path, found: dict[str, Any]) -> None:
 
 
 def attach_controls(scale: DictConfig, kinds: Iterable[str], continued: dict[str, Any],
-                    controls: dict[str, Any]) -> None:
-    """Put each finished control beside the run it controls: ``continued[h][kind]["controls"]``."""
+                    controls: dict[str, Any], prefix: str = "") -> None:
+    """Put each finished control beside the run it controls: ``continued[h][kind]["controls"]``
+    (``prefix``: before its kind's name of each control job, as a stacked layer names its jobs)."""
     if not scale.control:
         return
     for hidden, by_kind in continued.items():
@@ -67,8 +68,9 @@ def attach_controls(scale: DictConfig, kinds: Iterable[str], continued: dict[str
             best = by_kind.get(name, {}).get("best")
             kind = kind_of(name)
             if kind.controlled and best is not None:
-                by_kind[name]["controls"] = {job.meta["kind"]: runs[job.name]
-                                             for job in kind.controls(scale, int(hidden), best) if job.name in runs}
+                by_kind[name]["controls"] = {job.meta["kind"]: runs[prefix + job.name]
+                                             for job in kind.controls(scale, int(hidden), best)
+                                             if prefix + job.name in runs}
 
 
 def save_selection(out_dir: Path, selection: dict[str, Any]) -> None:

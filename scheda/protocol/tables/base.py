@@ -70,7 +70,8 @@ class Phase(ABC):
     def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
         """Its jobs before any ran, each model at its cap: one item per model of a job, with its
         ``phase`` (the plan's word for it), ``hidden``, ``epochs``, ``evals`` and ``models``
-        (``eager``: nu per minibatch; ``timing``: the benchmark's key for its step where that is not
+        (``eager``: nu per minibatch; ``inputs``: a stacked layer's, the layer below's units, where not
+        the table's; ``timing``: the benchmark's key for its step where that is not
         the device's default, e.g. ``autograd_s``; ``finetune: True`` for a fine-tuning job, costed by
         its preset)."""
 
