@@ -108,6 +108,17 @@ class FeaturesConfig:
 
 
 @dataclass
+class StackedConfig:
+    """table=stacked (the paper's first named extension): two layers, greedily. Layer 1 is the
+    grid tables' best DA and best ScheDA of one hidden size (every seed's, as table1 reports
+    them); on each, layer 2 is the scale's DA grid over nu (and lr) and, on the ScheDA, the scale's
+    ScheDA grid from the layer-2 DA(nu0)s with its controls; the stacks are fine-tuned whole."""
+
+    hidden: Optional[int] = None  # layer 1's units (one of scale.hidden); null: scale.hidden's first
+    top: Optional[int] = None  # layer 2's units; null: layer 1's
+
+
+@dataclass
 class TableConfig:
     name: str = MISSING
     title: str = MISSING
@@ -123,6 +134,7 @@ class TableConfig:
     train_examples: int = 45000  # an epoch's examples (the estimate), unless the runs set dataset.train_limit
     paper: Any = field(default_factory=dict)
     features: Optional[FeaturesConfig] = None  # table=features' models (its phases read it)
+    stacked: Optional[StackedConfig] = None  # table=stacked's layers (its phases read it)
 
 
 @dataclass

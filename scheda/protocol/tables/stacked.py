@@ -1,0 +1,395 @@
+"""table=stacked: two-layer stacked DAs and ScheDAs trained greedily, then fine-tuned whole (the
+paper's first named extension; Vincent et al. 2010), every model of every seed trained to
+convergence under the scale's rule.
+
+Layer 1 is the grid tables' best DA and best ScheDA of one hidden size (``table.stacked.hidden``):
+the table's first phases are table1's (``da`` ... ``seeds``, in the same out_dir), so where table1
+ran at this scale its models are read, not trained again, and each seed's layer 1 is the model
+table1 reports for that seed (``stack_on`` reads it at its best validation epoch). On each, layer 2
+is the same protocol on the layer's codes, one ``stack_<phase>`` per grid phase: the scale's DA grid
+over nu and lr on both (``on_da_*``, ``on_scheda_*``), the scale's ScheDA grid from the layer-2
+DA(nu0)s of the ScheDA and the controls of its best, the fine-tuning of the stacks (DA + DA,
+ScheDA + DA, ScheDA + ScheDA), and every further seed's replicas of the reported ones
+(scheda.protocol.seeds, each on that seed's own layer 1). The report answers the issue's four
+questions, each comparison paired by seed with its interval.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from scheda.protocol import phases, selection as select
+from scheda.protocol.jobs import JobSpec, pct
+from scheda.protocol.kinds import kind_of
+from scheda.protocol.seed_report import interval, paired_verdict
+from scheda.protocol.seeds import BEST, Replicas, read_outcome
+from scheda.protocol.tables.base import REGISTRY, Phase, Progress, register_phase
+from scheda.utils import stats
+from scheda.utils.errors import ConfigError
+
+BASES = ("da", "scheda")  # layer 1: table1's best DA and best ScheDA
+CONTINUES = {"da": [], "scheda": ["scheda"]}  # the layer-2 continuations planned on each base
+
+
+@dataclass(frozen=True)
+class Settings:
+    hidden: int  # layer 1's units
+    top: int  # layer 2's
+
+
+def settings(cfg: DictConfig) -> Settings:
+    st, scale = cfg.table.stacked, cfg.scale
+    if st is None:
+        raise ConfigError(f"table={cfg.table.name} runs the stacked phases but has no table.stacked")
+    hidden = int(st.hidden if st.hidden is not None else scale.hidden[0])
+    if hidden not in scale.hidden:
+        raise ConfigError(f"table.stacked.hidden={hidden}: layer 1 is the grid's best DA and ScheDA of one of "
+                          f"scale.hidden={list(scale.hidden)}: give one of those")
+    top = int(st.top if st.top is not None else hidden)
+    if top < 1:
+        raise ConfigError(f"table.stacked.top={top}: layer 2 needs at least one unit")
+    if "scheda" not in cfg.table.continuations:
+        raise ConfigError(f"table.continuations={list(cfg.table.continuations)}: a stacked table's layer 1 "
+                          f"includes the best ScheDA: keep scheda")
+    return Settings(hidden, top)
+
+
+def layer_view(cfg: DictConfig, continuations: list[str]) -> DictConfig:
+    """``cfg`` as the grid phases would see a table of layer 2 alone: ``top`` hidden units, no raw
+    baseline, ``continuations`` (what the layer-2 jobs and their estimate are planned from)."""
+    view = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    view.scale.hidden = [settings(cfg).top]
+    view.table.raw = False
+    view.table.continuations = continuations
+    return view
+
+
+def layer1(p: Progress) -> dict[str, dict[int, Path]]:
+    """Per base, each seed's layer-1 run: the selection seed's selected one, the further seeds'
+    the replicas table1's seeds phase planned (runs not finished yet included: their layer 2
+    fails in one line until they are)."""
+    h, s0 = str(settings(p.cfg).hidden), int(p.cfg.scale.seeds[0])
+    sel = p.selection.get("hidden", {}).get(h)
+    firsts = {"da": sel["best"] if sel else None, "scheda": p.continued.get(h, {}).get("scheda", {}).get("best")}
+    runs = {base: {s0: Path(e["run"])} for base, e in firsts.items() if e}
+    for row in p.seed_plan.rows if p.seed_plan else []:
+        if row.hidden == h and row.key in runs:
+            runs[row.key].update({seed: run for seed, (run, _) in row.replicas.items()})
+    return runs
+
+
+def prefix(base: str) -> str:
+    """What a layer 2 on ``base`` puts before its jobs' names: ``on_scheda_da_h500_nu0.5_lr0.05``."""
+    return f"on_{base}_"
+
+
+def on(base: str, job: JobSpec, below: Path) -> JobSpec:
+    """A grid phase's job as a layer 2 on ``below``: its name after ``on_<base>_``, in ``stack_<its folder>``."""
+    return JobSpec(f"{prefix(base)}{job.name}", f"stack_{job.phase}", dict(job.groups),
+                   {**job.values, "stack_on": str(below)}, {**job.meta, "base": base})
+
+
+@dataclass
+class Layer2:
+    """What a base's layer 2 found so far, as the grid phases keep it for layer 1."""
+
+    selection: dict[str, Any]
+    continued: dict[str, Any]
+    jobs: list[JobSpec]
+    replicas: Replicas | None = None
+    seeded: dict[str, Any] | None = None
+
+
+def _state(p: Progress) -> dict[str, Layer2]:
+    return p.found.setdefault("stacked", {})
+
+
+def layer_estimate(cfg: DictConfig, grid: str, phase: str) -> list[dict[str, Any]]:
+    """The grid phase's estimate of layer 2 on every base, as ``phase``'s, its inputs layer 1's units."""
+    return [{**item, "phase": phase, "inputs": settings(cfg).hidden}
+            for base in BASES for item in REGISTRY[grid].estimate(layer_view(cfg, CONTINUES[base]))]
+
+
+class StackPhase(Phase):
+    """One grid phase (``grid``) run as layer 2 on each base that has one."""
+
+    grid: str  # the grid phase it runs on the layer's codes
+
+    def check(self, cfg: DictConfig) -> None:
+        settings(cfg)
+
+    @abstractmethod
+    def jobs(self, p: Progress, base: str, layer: Layer2, below: Path) -> list[JobSpec]:
+        """The grid phase's jobs for layer 2 on ``base`` (run on ``below``), from what ``layer`` found so far."""
+
+    def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
+        runs, s0 = layer1(p), int(p.cfg.scale.seeds[0])
+        planned = []
+        for base in BASES:
+            if base not in runs:
+                continue
+            layer = _state(p).setdefault(base, Layer2({"hidden": {}}, {}, []))
+            jobs = [on(base, job, runs[base][s0]) for job in self.jobs(p, base, layer, runs[base][s0])]
+            layer.jobs += jobs
+            planned += jobs
+        return {f"stack_{self.grid}": planned}
+
+    def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
+        return layer_estimate(cfg, self.grid, self.name)
+
+
+def _mine(p: Progress, layer: Layer2, folder: str) -> list[JobSpec]:
+    return [job for job in layer.jobs if job.phase == folder]
+
+
+@register_phase
+class StackDA(StackPhase):
+    """Layer 2's DA grid (the scale's nu and lr) on each base's selection-seed layer 1."""
+
+    name, grid = "stack_da", "da"
+
+    def jobs(self, p: Progress, base: str, layer: Layer2, below: Path) -> list[JobSpec]:
+        return phases.da_jobs(layer_view(p.cfg, CONTINUES[base]).scale, raw=False)
+
+    def collect(self, p: Progress) -> None:
+        for layer in _state(p).values():
+            layer.selection = select.select_das(_mine(p, layer, "stack_da"), p.out_dir)
+
+
+@register_phase
+class StackContinue(StackPhase):
+    """Layer 2's ScheDA grid from the ScheDA base's layer-2 DA(nu0)s."""
+
+    name, grid = "stack_continue", "continue"
+
+    def jobs(self, p: Progress, base: str, layer: Layer2, below: Path) -> list[JobSpec]:
+        if not layer.selection["hidden"]:
+            return []
+        return phases.continuation_jobs(layer_view(p.cfg, CONTINUES[base]).scale, CONTINUES[base], layer.selection)
+
+    def collect(self, p: Progress) -> None:
+        for layer in _state(p).values():
+            layer.continued = select.select_continuations(_mine(p, layer, "stack_continue"), p.out_dir)
+
+
+@register_phase
+class StackControl(StackPhase):
+    """The controls of layer 2's best ScheDA: the same start at its nu0, the one jump."""
+
+    name, grid = "stack_control", "control"
+
+    def jobs(self, p: Progress, base: str, layer: Layer2, below: Path) -> list[JobSpec]:
+        return phases.control_jobs(layer_view(p.cfg, CONTINUES[base]).scale, CONTINUES[base], layer.continued)
+
+    def collect(self, p: Progress) -> None:
+        for base, layer in _state(p).items():
+            view = layer_view(p.cfg, CONTINUES[base]).scale
+            select.attach_controls(view, CONTINUES[base], layer.continued,
+                                   select.select_continuations(_mine(p, layer, "stack_control"), p.out_dir),
+                                   prefix=prefix(base))
+
+
+@register_phase
+class StackFinetune(StackPhase):
+    """The stacks fine-tuned whole (``scale.finetune``): DA + DA, ScheDA + DA, ScheDA + ScheDA."""
+
+    name, grid = "stack_finetune", "finetune"
+
+    def jobs(self, p: Progress, base: str, layer: Layer2, below: Path) -> list[JobSpec]:
+        preset = p.cfg.scale.finetune
+        return phases.finetune_jobs(preset, layer.selection, layer.continued) if preset is not None else []
+
+    def collect(self, p: Progress) -> None:
+        for layer in _state(p).values():
+            for h, found in select.select_continuations(_mine(p, layer, "stack_finetune"), p.out_dir).items():
+                layer.continued.setdefault(h, {}).update(found)
+
+    def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
+        """Three stacks per seed (costed as a fine-tuning of layer 1's size: the stack's layer 2 adds
+        a fraction of layer 1's work)."""
+        if cfg.scale.finetune is None:
+            return []
+        return [{"phase": self.name, "finetune": True, "hidden": settings(cfg).hidden}] * (3 * len(cfg.scale.seeds))
+
+
+@register_phase
+class StackSeeds(Phase):
+    """Every further seed's replicas of each base's reported layer 2, on that seed's own layer 1."""
+
+    name = "stack_seeds"
+
+    def check(self, cfg: DictConfig) -> None:
+        settings(cfg)
+
+    def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
+        return layer_estimate(cfg, "seeds", self.name)
+
+    def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
+        runs = layer1(p)
+        launches: dict[str, list[JobSpec]] = {}
+        for base, layer in _state(p).items():
+            if not layer.selection["hidden"]:
+                continue
+            missing = [s for s in p.cfg.scale.seeds if int(s) not in runs[base]]
+            if missing:  # table1's seeds phase plans every seed's layer 1: only an unfinished selection lacks one
+                continue
+            layer.replicas = Replicas(layer_view(p.cfg, CONTINUES[base]).scale, p.out_dir, layer.selection,
+                                      layer.continued, layer.jobs, prefix=prefix(base), folders="stack_",
+                                      per_seed=lambda seed, base=base: {"stack_on": str(runs[base][seed])})
+            for launch, jobs in layer.replicas.jobs.items():
+                launches.setdefault(launch, []).extend(jobs)
+        return launches
+
+    def collect(self, p: Progress) -> None:
+        for layer in _state(p).values():
+            layer.seeded = layer.replicas.collect() if layer.replicas else None
+
+    def report(self, p: Progress, path: Path) -> list[str]:
+        return section(p.cfg, models(p))
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+ROWS = {  # key -> label; a key is <base>.<row of that base's layer 2>, or l1.<row of table1's>
+    "l1.da": "DA (layer 1 alone)", "l1.scheda": "ScheDA (layer 1 alone)",
+    "da.da": "DA + DA", "scheda.da": "ScheDA + DA", "scheda.scheda": "ScheDA + ScheDA",
+    "scheda.scheda.control": "ScheDA + same start (layer 2's DA(nu0) trained on at nu0)",
+    "scheda.scheda.jump": "ScheDA + jump (layer 2's DA(nu0) straight to the final nu)",
+    "l1.finetune_da": "DA, fine-tuned", "l1.finetune_scheda": "ScheDA, fine-tuned",
+    "da.finetune_da": "DA + DA, fine-tuned", "scheda.finetune_da": "ScheDA + DA, fine-tuned",
+    "scheda.finetune_scheda": "ScheDA + ScheDA, fine-tuned",
+}
+QUESTIONS = [  # (question, [(a, b): a - b in test error])
+    ("Does a second layer help (each stack against its own first layer)?",
+     [("da.da", "l1.da"), ("scheda.da", "l1.scheda"), ("scheda.scheda", "l1.scheda")]),
+    ("Does scheduling the first layer still help with two (ScheDA + DA against DA + DA)?",
+     [("scheda.da", "da.da")]),
+    ("Does scheduling the second layer add to it (ScheDA + ScheDA against ScheDA + DA), and is that more than "
+     "the epochs it trains past its start (its controls)?",
+     [("scheda.scheda", "scheda.da"), ("scheda.scheda", "scheda.scheda.control"),
+      ("scheda.scheda", "scheda.scheda.jump")]),
+    ("And after fine-tuning the whole stack?",
+     [("scheda.finetune_scheda", "da.finetune_da"), ("scheda.finetune_da", "da.finetune_da"),
+      ("da.finetune_da", "l1.finetune_da"), ("scheda.finetune_scheda", "l1.finetune_scheda")]),
+]
+
+
+def _per_seed(first: dict[str, Any] | None, replicas: dict[int, tuple[Path, Any]], s0: int,
+              finetuned: bool) -> dict[int, dict[str, Any]]:
+    """A row's outcome per seed, each at its own best validation epoch (a fine-tuning at its own
+    chosen epoch): the rule a stack reads the layer below at."""
+    runs = {s0: Path(first["run"])} if first else {}
+    runs.update({seed: run for seed, (run, _) in replicas.items()})
+    out = {seed: read_outcome(run, None if finetuned else BEST) for seed, run in runs.items()}
+    return {seed: o for seed, o in out.items() if o is not None}
+
+
+def _rows_of(first: dict[str, dict[str, Any] | None], plan: Replicas | None, hidden: str,
+             s0: int) -> dict[str, dict[int, dict[str, Any]]]:
+    """One layer's rows (``da``, ``scheda``, ``scheda.<control>``, the fine-tuned) per seed."""
+    replicas = {row.key: row.replicas for row in (plan.rows if plan else []) if row.hidden == hidden}
+    keys = set(first) | set(replicas)
+    return {key: _per_seed(first.get(key), replicas.get(key, {}), s0, key.startswith("finetune"))
+            for key in keys}
+
+
+def _firsts(selection: dict[str, Any], continued: dict[str, Any], hidden: str) -> dict[str, dict[str, Any] | None]:
+    sel, found = selection.get("hidden", {}).get(hidden), continued.get(hidden, {})
+    out: dict[str, dict[str, Any] | None] = {"da": sel["best"] if sel else None}
+    for name, entry in found.items():
+        if "runs" in entry:  # a continuation kind: its best, and its controls
+            out[name] = entry.get("best")
+            out.update({f"{name}.{c}": e for c, e in entry.get("controls", {}).items()})
+        else:  # a fine-tuning's chosen result
+            out[name] = entry
+    return out
+
+
+def models(p: Progress) -> dict[str, Any]:
+    """Every row of the report per seed (``rows``), and what layer 2 selected on each base."""
+    s, s0 = settings(p.cfg), int(p.cfg.scale.seeds[0])
+    rows = {f"l1.{k}": v for k, v in _rows_of(_firsts(p.selection, p.continued, str(s.hidden)), p.seed_plan,
+                                               str(s.hidden), s0).items()}
+    chosen = {}
+    for base, layer in _state(p).items():
+        firsts = _firsts(layer.selection, layer.continued, str(s.top))
+        rows.update({f"{base}.{k}": v for k, v in _rows_of(firsts, layer.replicas, str(s.top), s0).items()})
+        chosen[base] = firsts
+    return {"settings": s, "seeds": [int(x) for x in p.cfg.scale.seeds], "rows": rows, "chosen": chosen}
+
+
+def comparison(rows: dict[str, dict[int, dict[str, Any]]], a: str, b: str, s0: int) -> dict[str, Any]:
+    """``a - b`` in test error points: on the selection seed, and paired over the further seeds
+    both have (the selection seed chose the hyper-parameters: it is shown, not pooled)."""
+    ra, rb = rows.get(a, {}), rows.get(b, {})
+    first = 100 * (ra[s0]["test_error"] - rb[s0]["test_error"]) if s0 in ra and s0 in rb else None
+    seeds = sorted(seed for seed in ra if seed in rb and seed != s0)
+    d = stats.paired([100 * ra[x]["test_error"] for x in seeds], [100 * rb[x]["test_error"] for x in seeds]) \
+        if seeds else None
+    return {"first": first, "seeds": seeds, "paired": d,
+            "verdict": paired_verdict(d) if d else "not resolved: no further seed has both"}
+
+
+def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
+    s, seeds, rows = found["settings"], found["seeds"], found["rows"]
+    s0, further = seeds[0], seeds[1:]
+    lines = ["", "## Stacked DA and stacked ScheDA", "",
+             f"Two layers trained greedily: layer 1 ({s.hidden} units) is the best DA and the best ScheDA above "
+             f"(each seed's own); layer 2 ({s.top} units, on layer 1's clean codes, noise on its own input) is the "
+             f"scale's DA grid over nu and lr on each, selected on validation with seed {s0}, and on the ScheDA the "
+             f"scale's ScheDA grid from the layer-2 DA(nu0)s with the controls of its best; the stacks are "
+             f"fine-tuned whole (`scale.finetune={cfg.scale.finetune}`). Every model is read at its own best "
+             f"validation epoch (a fine-tuning at its chosen one), as a stack reads the layer below; the further "
+             f"seeds ({', '.join(map(str, further)) or 'none'}) train each reported model again on their own "
+             f"layer 1 with the selection seed's hyper-parameters. Statistics use the further seeds only; "
+             f"intervals are 95 % paired t-intervals; a difference is *resolved* when its interval excludes 0.",
+             ""]
+    lines += ["### What layer 2 selected (seed {})".format(s0), "", "| Stack | Layer 2 | Val error % | Test error % |",
+              "|---|---|---|---|"]
+    for base, firsts in found["chosen"].items():
+        for key, entry in firsts.items():
+            if entry is None or key.startswith("finetune"):
+                continue
+            kind = kind_of(key.split(".")[-1] if "." in key else key)
+            lines.append(f"| {ROWS.get(f'{base}.{key}', f'{base}.{key}')} | {kind.describe(entry)} | "
+                         f"{pct(entry['val_error'])} | {pct(entry['test_error'])} |")
+    lines += ["", "### Every model over seeds (test error %)", "",
+              f"| Model | Seed {s0} (selection) | Further seeds, each | n | Mean ± sd | 95 % interval |",
+              "|---|---|---|---|---|---|"]
+    for key, label in ROWS.items():
+        per_seed = rows.get(key, {})
+        rest = [100 * per_seed[x]["test_error"] for x in further if x in per_seed]
+        first = pct(per_seed[s0]["test_error"]) if s0 in per_seed else "—"
+        if not rest:
+            lines.append(f"| {label} | {first} | {'not run yet' if further else '—'} | 0 | — | — |")
+            continue
+        m = stats.summarize(rest)
+        spread = f"{m.mean:.2f} ± {m.sd:.2f}" if m.sd is not None else f"{m.mean:.2f}"
+        within = f"[{m.low:.2f}, {m.high:.2f}]" if m.has_interval else "none (n = 1)"
+        lines.append(f"| {label} | {first} | {', '.join(f'{v:.2f}' for v in rest)} | {m.n} | {spread} | {within} |")
+    lines += ["", "### The four questions (test error, points; negative: the first is better)", ""]
+    for question, pairs in QUESTIONS:
+        lines += [f"**{question}**", "",
+                  f"| Comparison | Seed {s0} (selection) | Further seeds, each | n | Mean ± sd | 95 % interval | "
+                  f"Sign-flip p | Verdict |", "|---|---|---|---|---|---|---|---|"]
+        for a, b in pairs:
+            c = comparison(rows, a, b, s0)
+            first = f"{c['first']:+.2f}" if c["first"] is not None else "—"
+            d = c["paired"]
+            if d is None:
+                lines.append(f"| {ROWS[a]} − {ROWS[b]} | {first} | — | 0 | — | — | — | {c['verdict']} |")
+                continue
+            m = d.summary
+            spread = f"{m.mean:+.2f} ± {m.sd:.2f}" if m.sd is not None else f"{m.mean:+.2f}"
+            p_value = f"{d.p_value:.3g}" if d.p_value is not None else "—"
+            lines.append(f"| {ROWS[a]} − {ROWS[b]} | {first} | {', '.join(f'{x:+.2f}' for x in d.diffs)} | {m.n} | "
+                         f"{spread} | {interval(m)} | {p_value} | {c['verdict']} |")
+        lines.append("")
+    lines.append("Layer 1's own control (its ScheDA against the same start trained on) is table1's, in section Seeds "
+                 "above; no stack is built on it: table1's controls keep no checkpoint at their best epoch.")
+    return lines

@@ -1,0 +1,141 @@
+"""table=stacked: README's smoke command end to end on tiny arrays the test writes, with two
+further seeds: layer 1 is table1's (its runs shared), every layer 2 stands on its own seed's layer 1,
+the report's numbers are the runs' own, a rerun trains nothing, and bad settings are one line."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import TINY_PROTOCOL, User, readme_commands, smoke_cfg
+
+pytestmark = pytest.mark.xdist_group("stacked_protocol")  # one worker: the fixture runs once
+SEEDS = "scale.seeds=[0,1,2]"  # two further seeds: the report's intervals exist
+
+
+def rows_of(section: str) -> dict[str, list[str]]:
+    """A markdown table's rows by their first cell."""
+    out = {}
+    for line in section.splitlines():
+        if line.startswith("| ") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            out[cells[0]] = cells[1:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def stacked(tmp_path_factory):
+    user = User(tmp_path_factory.mktemp("stacked"))
+    [command] = readme_commands("scheda-reproduce", "table=stacked", "scale=smoke")
+    first = user.run(command, *TINY_PROTOCOL, SEEDS, "report_dir=reports")
+    return user, command, first, user.work / "outputs" / "reproduce" / "smoke"
+
+
+def config_of(run: Path) -> dict:
+    return json.loads((run / "results.json").read_text())["config"]
+
+
+def best_test(run: Path) -> float:
+    evals = json.loads((run / "results.json").read_text())["evaluations"]
+    return min(evals, key=lambda e: (e["val_error"], e["epoch"]))["test_error"]
+
+
+def test_each_layer_2_stands_on_its_own_seed_s_layer_1(stacked):
+    _, _, _, runs = stacked
+    selection = json.loads((runs / "selection.json").read_text())["hidden"]["16"]["best"]
+    best_scheda = json.loads((runs / "continuations_stacked.json").read_text())["16"]["scheda"]["best"]
+    for job in sorted((runs / "stack_da").glob("on_da_*/")):  # the selection seed's grid on the best DA
+        assert config_of(job)["stack_on"] == selection["run"]
+    for job in sorted((runs / "stack_da").glob("on_scheda_*/")):
+        assert config_of(job)["stack_on"] == best_scheda["run"]
+    replicas = sorted((runs / "stack_seed_da").glob("on_*_seed*/"))
+    assert len(replicas) == 4  # the best DA's and the best ScheDA's layer 2, seeds 1 and 2
+    for job in replicas:
+        base, seed = job.name.split("_")[1], job.name.rsplit("_seed", 1)[1]
+        below = Path(config_of(job)["stack_on"])
+        assert below.name.endswith(f"_seed{seed}") and below.parent.name in ("seed_da", "seed_continue")
+        assert below.name.startswith("da_" if base == "da" else "scheda_")
+        assert config_of(job)["seed"] == int(seed)
+    for job in (runs / "stack_seed_continue").glob("on_scheda_*_seed*/"):  # ScheDA and its controls on layer 2
+        seed = job.name.rsplit("_seed", 1)[1]
+        cfg = config_of(job)
+        assert Path(cfg["stack_on"]).name.endswith(f"_seed{seed}")
+        assert Path(cfg["init_from"]).parent.parent.name.startswith("on_scheda_da_")
+    tuned = sorted(p.name for p in (runs / "stack_seed_finetune").glob("on_*/"))
+    assert tuned == [f"on_{b}_finetune_{k}_h16_seed{s}" for b, k in (("da", "da"), ("scheda", "da"), ("scheda", "scheda"))
+                     for s in (1, 2)]
+
+
+def test_the_report_s_numbers_are_the_runs_own(stacked):
+    user, _, _, runs = stacked
+    report = (user.work / "reports" / "stacked_smoke.md").read_text()
+    assert "## Results" in report  # layer 1: table1's own section
+    section = report.split("## Stacked DA and stacked ScheDA")[1].split("\n## ")[0]
+    models = rows_of(section.split("### Every model over seeds")[1].split("### ")[0])
+    chosen = json.loads((runs / "continuations_stacked.json").read_text())["16"]["scheda"]["best"]
+    assert float(models["ScheDA (layer 1 alone)"][0]) == pytest.approx(100 * chosen["test_error"], abs=0.006)
+    on_da = sorted((runs / "stack_da").glob("on_da_*/"), key=lambda r: min(
+        (e["val_error"], e["epoch"]) for e in json.loads((r / "results.json").read_text())["evaluations"]))[0]
+    assert float(models["DA + DA"][0]) == pytest.approx(100 * best_test(on_da), abs=0.006)
+    for name, cells in models.items():
+        if name == "Model":
+            continue
+        assert cells[2] == "2", (name, cells)  # both further seeds finished, controls and fine-tunings too
+    per_seed = {name: [float(x) for x in cells[1].split(", ")] for name, cells in models.items() if name != "Model"}
+    questions = section.split("### The four questions")[1]
+    comparisons = rows_of(questions)
+    assert len([c for c in comparisons if c != "Comparison"]) == 11
+    for name, cells in comparisons.items():
+        if name == "Comparison":
+            continue
+        a, b = name.split(" − ")
+        first = float(models[a][0]) - float(models[b][0])
+        assert float(cells[0]) == pytest.approx(first, abs=0.011)  # each cell rounded to 0.01
+        diffs = [float(x) for x in cells[1].split(", ")]
+        assert diffs == pytest.approx([x - y for x, y in zip(per_seed[a], per_seed[b])], abs=0.011)
+        low, high = (float(x) for x in cells[4].strip("[]").split(", "))
+        assert low <= sum(diffs) / 2 <= high
+        assert cells[-1].startswith(("resolved", "not resolved"))
+
+
+def test_a_rerun_trains_nothing(stacked):
+    user, command, _, _ = stacked
+    again = user.run(command, *TINY_PROTOCOL, SEEDS, "report_dir=reports")
+    launches = re.findall(r"phase (\w+): (\d+) jobs, (\d+) already done, (\d+) to run", again.output)
+    assert {name for name, *_ in launches} >= {"stack_da", "stack_continue", "stack_control", "stack_finetune",
+                                               "stack_seed_da", "stack_seed_continue", "stack_seed_finetune"}
+    assert all(todo == "0" for *_, todo in launches), launches
+
+
+@pytest.mark.parametrize("override, message", [
+    ("table.stacked.hidden=17", "table.stacked.hidden=17"),
+    ("table.stacked.top=0", "table.stacked.top=0"),
+    ("table.continuations=[]", "keep scheda"),
+])
+def test_bad_stacked_settings_are_refused_before_any_job(tmp_path, override, message):
+    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "table=stacked", "scale=smoke",
+                           f"out_dir={tmp_path / 'out'}", override], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out" / "da").exists()  # no job ran
+
+
+def test_the_estimate_costs_layer_2_on_layer_1_s_units():
+    from scheda.protocol import estimate
+
+    cfg = smoke_cfg("table=stacked", "scale=cpu")
+    items = estimate.items(cfg)["items"]
+    stacked = [i for i in items if i["phase"].startswith("stack_")]
+    assert {i["phase"] for i in stacked} == {"stack_da", "stack_continue", "stack_control", "stack_seeds"}
+    assert all(i["inputs"] == 500 for i in stacked)
+    da = next(i for i in items if i["phase"] == "da" and i["hidden"])
+    on = next(i for i in stacked if i["phase"] == "stack_da")
+    bench = {"rows": [{"hidden": 500, "batch_size": 20, "eager_s": 10.0}], "n": 45000, "inputs": 3072}
+    train_da, _ = estimate.item_seconds(da, bench, 20, False)
+    train_on, _ = estimate.item_seconds(on, bench, 20, False, inputs=on["inputs"])
+    assert train_on == pytest.approx(train_da * 500 / 3072)
