@@ -132,12 +132,12 @@ FINETUNE = ["finetune.enabled=true", "finetune.lrs=[0.1,0.05]", "finetune.max_ep
 
 def test_fine_tuning_a_stack_trains_every_layer_from_the_inputs(cifar_arrays, tmp_path):
     """finetune.enabled on layer 2: one net x -> layer 1 -> layer 2 -> softmax, every layer's weights
-    fine-tuned (by autograd, one rate after another), its errors read on the inputs themselves; the
+    fine-tuned (every rate at once by the fused step), its errors read on the inputs themselves; the
     frozen-feature baseline is layer 2's codes'."""
     _layer(cifar_arrays, tmp_path / "l1")
     result = _layer(cifar_arrays, tmp_path / "l2", f"stack_on={tmp_path / 'l1'}", "model.hidden=6", *FINETUNE)
     tuned = result["finetune"]
-    assert result["status"] == "completed" and result["plan"]["finetune_step"]["kind"] == "autograd"
+    assert result["status"] == "completed" and result["plan"]["finetune_step"]["kind"] == "fused"
     assert [r["epochs_run"] for r in tuned["per_lr"]] == [3, 3] and 0 <= tuned["chosen"]["test_error"] <= 1
     assert tuned["frozen"]["test_error"] == result["evaluations"][-1]["test_error"]
     first, second = load(tmp_path / "l1").model, load(tmp_path / "l2").model
@@ -183,3 +183,54 @@ def test_a_stack_fine_tuning_cut_short_resumes_to_the_uninterrupted_result(cifar
     resumed = _layer(cifar_arrays, tmp_path / "resumed", *stacked, f"resume={tmp_path / 'cut'}")["finetune"]
     assert [(r["lr"], r["best_epoch"], r["val_error"], r["test_error"]) for r in resumed["per_lr"]] == \
         [(r["lr"], r["best_epoch"], r["val_error"], r["test_error"]) for r in golden["per_lr"]]
+
+
+@pytest.mark.parametrize("activations", [("sigmoid", "sigmoid"), ("relu", "sigmoid", "relu")], ids=["2 layers", "3 layers"])
+def test_the_fused_fine_tuning_step_of_a_stack_is_sgd_on_every_layer(activations):
+    """FusedFinetune on stacks of 2 and 3 layers (sigmoid and ReLU units) against plain SGD by
+    autograd on the same nets and minibatches: every layer's parameters agree, each rate its own,
+    over a partial last minibatch too."""
+    from scheda.model.network import DenoisingAutoencoder, FinetuneNet
+    from scheda.training.finetune import FusedFinetune
+
+    g = torch.Generator().manual_seed(0)
+    sizes = [11, 9, 7, 5][:len(activations) + 1]
+    layers = [DenoisingAutoencoder(a, b, generator=g, activation=act) for a, b, act in zip(sizes, sizes[1:], activations)]
+    x, y, lrs = torch.rand(23, 11, generator=g), torch.randint(0, 3, (23,), generator=g), [0.5, 0.1]
+
+    def net():
+        n = FinetuneNet(layers[-1], 3, below=layers[:-1])
+        with torch.no_grad():
+            n.V.copy_(torch.randn(3, sizes[-1], generator=torch.Generator().manual_seed(1)))
+        return n
+
+    fused, alone = [net() for _ in lrs], [net() for _ in lrs]
+    step = FusedFinetune(fused, lrs, x, y, batch_size=8)
+    order = torch.randperm(23, generator=g)
+    for start in range(0, 23, 8):  # 8, 8 and a partial 7
+        idx = order[start:start + 8]
+        step(idx.expand(len(lrs), -1).contiguous())
+        for n, lr in zip(alone, lrs):
+            n.zero_grad()
+            torch.nn.functional.cross_entropy(n(x[idx]), y[idx]).backward()
+            with torch.no_grad():
+                for p in n.parameters():
+                    p -= lr * p.grad
+    for f, a in zip(fused, alone):
+        for (name, pf), (_, pa) in zip(f.named_parameters(), a.named_parameters()):
+            torch.testing.assert_close(pf, pa, rtol=1e-5, atol=1e-6, msg=name)
+        assert not torch.equal(f.below_W[0], layers[0].W)  # the bottom layer moved
+
+
+def test_a_stack_fine_tunes_every_rate_at_once_as_each_would_alone(cifar_arrays, tmp_path):
+    """A stack's fine-tuning takes the fused step (finetune.fused, the default) and gives what one
+    rate after another by autograd gives (finetune.fused=false): the same losses to float tolerance."""
+    _layer(cifar_arrays, tmp_path / "l1")
+    stacked = [f"stack_on={tmp_path / 'l1'}", "model.hidden=6", *FINETUNE]
+    fused = _layer(cifar_arrays, tmp_path / "fused", *stacked)
+    alone = _layer(cifar_arrays, tmp_path / "alone", *stacked, "finetune.fused=false")
+    assert fused["plan"]["finetune_step"]["kind"] == "fused" and alone["plan"]["finetune_step"]["kind"] == "autograd"
+    for f, a in zip(fused["finetune"]["per_lr"], alone["finetune"]["per_lr"]):
+        assert f["lr"] == a["lr"] and f["epochs_run"] == a["epochs_run"] == 3
+        for hf, ha in zip(f["history"], a["history"]):
+            assert hf["train_loss"] == pytest.approx(ha["train_loss"], rel=1e-4)

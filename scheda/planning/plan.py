@@ -193,7 +193,7 @@ def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None, entry: Ent
     rules.check(config, device)
     step = rules.choose_step(config, device)
     stack = load_stack(config.stack_on) if config.stack_on else None  # its checkpoints: before any data
-    finetune_step = rules.choose_finetune_step(config, device, stack is not None)
+    finetune_step = rules.choose_finetune_step(config, device)
     if data is not None:
         rules.check_handed(config)
         config.dataset = config.dataset.handed(data)

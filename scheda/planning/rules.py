@@ -238,9 +238,8 @@ def choose_step(config: RunConfig, device: torch.device) -> StepChoice:
     return StepChoice(kind, bool(graph), t.precision)
 
 
-def choose_finetune_step(config: RunConfig, device: torch.device, stacked: bool = False) -> FinetuneChoice:
-    """The step that fine-tunes a run whose rules passed: the fused one as asked
-    (``finetune.fused``), graphed on a CUDA device; a stack's (``stacked``) by autograd, one rate
-    after another (the fused step holds one hidden layer)."""
-    fused = bool(config.finetune.fused) and not stacked
+def choose_finetune_step(config: RunConfig, device: torch.device) -> FinetuneChoice:
+    """The step that fine-tunes a run whose rules passed (a stack's every layer with it): the
+    fused one as asked (``finetune.fused``), graphed on a CUDA device."""
+    fused = bool(config.finetune.fused)
     return FinetuneChoice(fused, fused and device.type == "cuda")

@@ -92,26 +92,33 @@ class FinetuneConfig(Component):
 
 class FusedFinetune:
     """One SGD step of M fine-tuning nets at once (the learning-rate grid as one fused sweep),
-    written out by hand: with ``h = s(x W^T + b)``, ``l = h V^T + c`` and ``g = (softmax(l) -
-    onehot(y)) / n``, the gradients are ``dV = g^T h``, ``dc = sum g``, ``dh = g V * s'(h)``,
-    ``dW = dh^T x``, ``db = sum dh``, each a batched product over the M nets, whose parameters
-    become views of stacked tensors. Every buffer is allocated once and the loss is summed on the
-    device (``loss_sums``), so ``graphed`` (the plan's choice on CUDA) one minibatch is captured in
-    a graph when the step is built, never inside an epoch, and replayed (a partial last minibatch
-    runs eager; a capture that fails says so, runs eager and says why in ``fallback``). Plain SGD:
-    each net's own learning rate, no momentum."""
+    written out by hand: with ``h_l = s(h_{l-1} W_l^T + b_l)`` through a stack's layers (one for a
+    one-layer DA; ``h_0 = x``), ``l = h_L V^T + c`` and ``g = (softmax(l) - onehot(y)) / n``, the
+    gradients are ``dV = g^T h_L``, ``dc = sum g``, ``d_L = g V * s'(h_L)``, ``dW_l = d_l^T h_{l-1}``,
+    ``db_l = sum d_l`` and ``d_{l-1} = d_l W_l * s'(h_{l-1})`` (taken before ``W_l`` moves), each a
+    batched product over the M nets, whose parameters become views of stacked tensors. Every buffer
+    is allocated once and the loss is summed on the device (``loss_sums``), so ``graphed`` (the
+    plan's choice on CUDA) one minibatch is captured in a graph when the step is built, never
+    inside an epoch, and replayed (a partial last minibatch runs eager; a capture that fails says
+    so, runs eager and says why in ``fallback``). Plain SGD: each net's own learning rate, no
+    momentum."""
 
     def __init__(self, nets: list[network.FinetuneNet], lrs: list[float], x_all: torch.Tensor, y_all: torch.Tensor,
                  batch_size: int, graphed: bool = False):
-        M, (H, d), C = len(nets), nets[0].W.shape, nets[0].V.shape[0]
-        self.W, self.b, self.V, self.c = (stack_views([getattr(net, name) for net in nets]) for name in "WbVc")
-        self.sigmoid = nets[0]._act is torch.sigmoid
+        M, C, n = len(nets), nets[0].V.shape[0], batch_size
+        below = len(nets[0].below_W)
+        self.Ws = [stack_views([net.below_W[i] for net in nets]) for i in range(below)]
+        self.Ws.append(stack_views([net.W for net in nets]))
+        self.bs = [stack_views([net.below_b[i] for net in nets]) for i in range(below)]
+        self.bs.append(stack_views([net.b for net in nets]))
+        self.V, self.c = stack_views([net.V for net in nets]), stack_views([net.c for net in nets])
+        self.W, self.b = self.Ws[-1], self.bs[-1]  # the top layer's (the DA's own)
+        self.sigmoid = [act is torch.sigmoid for act in (*nets[0]._below_act, nets[0]._act)]
         self.x_all, self.y_all, self.batch_size = x_all, y_all, batch_size
         f32 = dict(dtype=self.W.dtype, device=self.W.device)
-        n = batch_size
-        self.x = torch.empty(M, n, d, **f32)
-        self.h = torch.empty(M, n, H, **f32)
-        self.dh = torch.empty(M, n, H, **f32)
+        self.x = torch.empty(M, n, self.Ws[0].shape[2], **f32)
+        self.h = [torch.empty(M, n, W.shape[1], **f32) for W in self.Ws]  # each layer's codes
+        self.dh = [torch.empty(M, n, W.shape[1], **f32) for W in self.Ws]
         self.logits = torch.empty(M, n, C, **f32)
         self.g = torch.empty(M, n, C, **f32)
         self.y = torch.empty(M, n, dtype=torch.long, device=self.W.device)
@@ -124,38 +131,53 @@ class FusedFinetune:
         if graphed:
             self._capture()
 
+    @staticmethod
+    def _rows(buffer: torch.Tensor, n: int) -> torch.Tensor:
+        """``buffer`` [M, n_max, k] as [M, n, k] on its first elements (a partial minibatch)."""
+        M, _, k = buffer.shape
+        return buffer.view(-1)[: M * n * k].view(M, n, k)
+
     @no_grad
     def eager(self, idx: torch.Tensor) -> None:
         """One minibatch of every net from ``idx`` [M, n'] (n' <= n)."""
         M, n = idx.shape
-        d, H, C = self.x.shape[2], self.h.shape[2], self.g.shape[2]
-        x = self.x.view(-1)[: M * n * d].view(M, n, d)  # contiguous first rows (a partial minibatch)
-        h, dh = self.h.view(-1)[: M * n * H].view(M, n, H), self.dh.view(-1)[: M * n * H].view(M, n, H)
-        g, y = self.g.view(-1)[: M * n * C].view(M, n, C), self.y.view(-1)[: M * n].view(M, n)
-        logits = self.logits.view(-1)[: M * n * C].view(M, n, C)
+        x, g, logits = self._rows(self.x, n), self._rows(self.g, n), self._rows(self.logits, n)
+        h, dh = [self._rows(a, n) for a in self.h], [self._rows(d, n) for d in self.dh]
+        y = self.y.view(-1)[: M * n].view(M, n)
         flat = idx.reshape(-1)
-        torch.index_select(self.x_all, 0, flat, out=x.view(M * n, d))
+        torch.index_select(self.x_all, 0, flat, out=x.view(M * n, x.shape[2]))
         torch.index_select(self.y_all, 0, flat, out=y.view(-1))
-        torch.baddbmm(self.b.unsqueeze(1), x, self.W.transpose(1, 2), out=h)
-        h.sigmoid_() if self.sigmoid else h.relu_()
-        torch.baddbmm(self.c.unsqueeze(1), h, self.V.transpose(1, 2), out=logits)
+        inputs = [x, *h[:-1]]  # what each layer reads
+        for W, b, a_in, a, sigmoid in zip(self.Ws, self.bs, inputs, h, self.sigmoid):
+            torch.baddbmm(b.unsqueeze(1), a_in, W.transpose(1, 2), out=a)
+            a.sigmoid_() if sigmoid else a.relu_()
+        torch.baddbmm(self.c.unsqueeze(1), h[-1], self.V.transpose(1, 2), out=logits)
         torch.log_softmax(logits, dim=2, out=g)
         self.loss_sums.sub_(g.gather(2, y.unsqueeze(2)).sum(dim=(1, 2)))  # summed cross-entropy
         g.exp_().scatter_add_(2, y.unsqueeze(2), self.minus_one[:, :n])  # softmax - onehot(y)
         scale = (self.neg_lr / n)[:, None, None]  # -lr_k/n: the mean loss's gradient, SGD's step
         g.mul_(scale)
-        torch.bmm(g, self.V, out=dh)
-        dh.mul_(h - h * h) if self.sigmoid else dh.mul_(h > 0)
-        self.V.baddbmm_(g.transpose(1, 2), h)
+        torch.bmm(g, self.V, out=dh[-1])
+        self._times_slope(dh[-1], h[-1], self.sigmoid[-1])
+        self.V.baddbmm_(g.transpose(1, 2), h[-1])
         self.c.add_(g.sum(1))
-        self.W.baddbmm_(dh.transpose(1, 2), x)
-        self.b.add_(dh.sum(1))
+        for i in reversed(range(len(self.Ws))):
+            if i > 0:  # the layer below's gradient, through W_i before it moves
+                torch.bmm(dh[i], self.Ws[i], out=dh[i - 1])
+                self._times_slope(dh[i - 1], h[i - 1], self.sigmoid[i - 1])
+            self.Ws[i].baddbmm_(dh[i].transpose(1, 2), inputs[i])
+            self.bs[i].add_(dh[i].sum(1))
+
+    @staticmethod
+    def _times_slope(d: torch.Tensor, a: torch.Tensor, sigmoid: bool) -> None:
+        """``d *= s'`` at the layer's codes ``a``: ``a (1 - a)`` for a sigmoid, ``a > 0`` for a ReLU."""
+        d.mul_(a - a * a) if sigmoid else d.mul_(a > 0)
 
     def _capture(self) -> None:
         """One full minibatch captured (scheda.training.graphs; no generator: no noise here)."""
         try:
             self.graph = graphs_for(self.W.device).capture(lambda: self.eager(self.idx), lambda: self.eager(self.idx),
-                                                           [self.W, self.b, self.V, self.c], [], self.loss_sums)
+                                                           [*self.Ws, *self.bs, self.V, self.c], [], self.loss_sums)
         except RuntimeError as exc:  # the same step eager: slower, never wrong; recorded in the results
             self.fallback = f"capturing its graph failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
             log.warning("fine-tuning runs without a CUDA graph: %s", self.fallback)
