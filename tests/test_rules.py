@@ -34,6 +34,9 @@ CASES = {
                                    "finetune.standalone=true needs init_from"),
     "finetune_output_needs_a_linear_classifier": (["classifier=knn", "finetune.enabled=true"],
                                                   "finetune.init_output=classifier starts"),
+    "finetune_output_needs_the_top_codes": (["stack_on=runs/l1", "evaluate.layers=all", "finetune.enabled=true"],
+                                            "finetune.init_output=classifier starts the output layer from the "
+                                            "classifier of the top"),
     "finetune_output_needs_an_evaluation": (["finetune.enabled=true", "evaluate.enabled=false"],
                                             "finetune.init_output=classifier starts the output layer from the frozen"),
     "raw_needs_evaluation": (["model=raw", "evaluate.enabled=false"], "model=raw only evaluates"),

@@ -234,3 +234,44 @@ def test_a_stack_fine_tunes_every_rate_at_once_as_each_would_alone(cifar_arrays,
         assert f["lr"] == a["lr"] and f["epochs_run"] == a["epochs_run"] == 3
         for hf, ha in zip(f["history"], a["history"]):
             assert hf["train_loss"] == pytest.approx(ha["train_loss"], rel=1e-4)
+
+
+def test_every_layer_s_codes_concatenated_are_evaluated_and_exported(cifar_arrays, tmp_path):
+    """evaluate.layers=all on a third layer (5 on 7 on 8 units): the classifier reads 8 + 7 + 5
+    features, layer 1's, layer 2's and its own, bottom first, the same evaluation as of those
+    features by hand; scheda-export --features writes them; layers=top reads its own 5."""
+    from scheda.evaluation import export
+    from scheda.evaluation.evaluate import evaluate_features, labels_of
+
+    _layer(cifar_arrays, tmp_path / "l1")
+    _layer(cifar_arrays, tmp_path / "l2", f"stack_on={tmp_path / 'l1'}", "model.hidden=7")
+    every = _layer(cifar_arrays, tmp_path / "all", f"stack_on={tmp_path / 'l2'}", "model.hidden=5",
+                   "evaluate.layers=all")
+    assert export.main([str(tmp_path / "all"), "--features", str(tmp_path / "f.npz")]) == 0
+    features = np.load(tmp_path / "f.npz")
+    raw = make_plan(compose_cfg([f"dataset.root={cifar_arrays}", *LAYER])).load_data()
+    l1, l2, l3 = (load(tmp_path / name).model for name in ("l1", "l2", "all"))
+    by_hand = {}
+    for split in ("train", "val", "test"):
+        a = l1.encode(raw.tensor(split, "cpu"))
+        b = l2.encode(a)
+        by_hand[split] = torch.cat([a, b, l3.encode(b)], dim=1).detach()
+        np.testing.assert_allclose(features[f"{split}_x"], by_hand[split].numpy(), rtol=1e-5, atol=1e-6)
+    assert features["train_x"].shape[1] == 8 + 7 + 5
+    cfg = compose_cfg([f"dataset.root={cifar_arrays}", *LAYER])
+    again = evaluate_features(by_hand, labels_of(raw), cfg.classifier)
+    last = every["evaluations"][-1]
+    assert (last["val_error"], last["test_error"]) == pytest.approx((again["val_error"], again["test_error"]), abs=2e-3)
+    top = _layer(cifar_arrays, tmp_path / "top", f"stack_on={tmp_path / 'l2'}", "model.hidden=5")
+    assert export.main([str(tmp_path / "top"), "--features", str(tmp_path / "t.npz")]) == 0
+    assert np.load(tmp_path / "t.npz")["train_x"].shape[1] == 5
+
+
+@pytest.mark.parametrize("override, message", [
+    (["evaluate.layers=every"], "evaluate.layers='every' is unknown"),
+    (["evaluate.layers=all", "finetune.enabled=true"], "fine-tune with evaluate.layers=top"),
+])
+def test_bad_layers_settings_are_one_line(cifar_arrays, tmp_path, override, message):
+    _layer(cifar_arrays, tmp_path / "l1")
+    with pytest.raises(ConfigError, match=message):
+        make_plan(compose_cfg([f"dataset.root={cifar_arrays}", *LAYER, f"stack_on={tmp_path / 'l1'}", *override]))

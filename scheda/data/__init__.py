@@ -37,6 +37,9 @@ class Splits:
     # A stacked run's data are the codes of the layers below (scheda.training.stack): the data set's
     # own splits, kept where fine-tuning the whole stack reads them; None otherwise.
     inputs: "Splits | None" = None
+    # ... and, where its evaluation reads every layer (evaluate.layers=all), those layers' codes of each
+    # labelled split concatenated, bottom first (the last of them: the split's own rows); None otherwise.
+    below: dict[str, np.ndarray] | None = None
 
     @property
     def n_input(self) -> int:

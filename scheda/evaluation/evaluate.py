@@ -42,10 +42,15 @@ class EvaluateConfig(Component):
     at_stage_ends: bool = True  # after the last epoch at each level of noise
     at_end: bool = True
     chunk_size: int = 8192  # rows encoded at once (no gradients)
+    # A stacked run's features: top (its own codes) | all (every layer's, bottom first, concatenated)
+    layers: str = "top"
 
     def check(self) -> None:
         if self.every < 0:
             raise self.invalid("every", "must be >= 0 (0: never periodically)")
+        if self.layers not in ("top", "all"):
+            raise self.invalid("layers", "is unknown: use top (a stacked run's own codes) or all (every layer's, "
+                                         "concatenated)")
         if self.chunk_size < 1:
             raise self.invalid("chunk_size", "must be >= 1")
 
@@ -111,12 +116,15 @@ def evaluate_features(
 
 def encode_splits(model, data: Splits, device: torch.device, chunk_size: int,
                   cache: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-    """Features of train/val/test without noise, encoded in large chunks without gradients."""
+    """Features of train/val/test without noise, encoded in large chunks without gradients; a
+    stack's codes below first where the data keep them (``data.below``: evaluate.layers=all)."""
     model.eval()
     out = {}
     for split in ("train", "val", "test"):
         x = cache[split] if cache and split in cache else data.tensor(split, device)
         out[split] = model.encode_dataset(x, chunk_size)
+        if data.below is not None:
+            out[split] = torch.cat([torch.as_tensor(data.below[split], device=out[split].device), out[split]], dim=1)
     model.train()
     return out
 

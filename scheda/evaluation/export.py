@@ -106,10 +106,12 @@ def main(argv: list[str] | None = None) -> int:
                 cfg.dataset.root = args.data_root
             data = load_dataset(cfg.dataset)
             if cfg.get("stack_on"):  # a stacked run's inputs: the codes of the layers below
-                data = load_stack(cfg.stack_on).splits(data, torch.device(args.device))
+                data = load_stack(cfg.stack_on).splits(data, torch.device(args.device),  # its evaluation's features
+                                                       keep_codes=cfg.evaluate.get("layers") == "all")
             for path in export_features(args.features, model, data, torch.device(args.device), args.chunk_size):
                 splits = path.suffixes[-2][1:] if path.suffix == ".svm" else "train/val/test"  # F.train.svm: one split
-                print(f"{path}: {splits} features of {model.n_hidden}")
+                width = model.n_hidden + (0 if data.below is None else data.below["train"].shape[1])
+                print(f"{path}: {splits} features of {width}")
         print(f"from epoch {state['epoch']} of {state['path']}; {time.perf_counter() - start:.1f} s")
     except SchedaError as exc:
         print(f"error: {exc}", file=sys.stderr)

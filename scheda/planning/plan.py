@@ -82,7 +82,8 @@ class Plan:
         a stacked run's encoded through the stack below, once, on the run's device."""
         data = dataset_spec(self.config.dataset).load()
         if self.stack is not None:  # fine-tuning the whole stack reads the inputs themselves
-            data = self.stack.splits(data, self.device, keep_inputs=self.config.finetune.enabled)
+            data = self.stack.splits(data, self.device, keep_inputs=self.config.finetune.enabled,
+                                     keep_codes=self.config.evaluate.layers == "all")
         n_train = data.train_x.shape[0] + (0 if data.unlabeled_x is None else data.unlabeled_x.shape[0])
         log.info("data %s: train %s, val %s, test %s", data.name, data.train_x.shape, data.val_x.shape,
                  data.test_x.shape)

@@ -144,6 +144,17 @@ def finetune_output_needs_a_linear_classifier(config: RunConfig, device: torch.d
     return None
 
 
+def finetune_output_needs_the_top_codes(config: RunConfig, device: torch.device) -> str | None:
+    """The fine-tuned net's output layer reads the top layer's codes: a classifier of every layer's
+    codes (evaluate.layers=all) has another shape to start it from."""
+    if config.finetune.enabled and config.finetune.init_output == "classifier" and config.stack_on \
+            and config.evaluate.layers == "all":
+        return ("finetune.init_output=classifier starts the output layer from the classifier of the top layer's "
+                "codes, and evaluate.layers=all evaluates every layer's: fine-tune with evaluate.layers=top (a "
+                "run of its own), or finetune.init_output=zero")
+    return None
+
+
 def finetune_output_needs_an_evaluation(config: RunConfig, device: torch.device) -> str | None:
     """The output layer starts from the frozen-feature evaluation's classifier: without evaluations
     it started from zero without a word."""
@@ -188,7 +199,8 @@ def patience_needs_evaluations(config: RunConfig, device: torch.device) -> str |
 
 RULES: tuple[Callable[[RunConfig, torch.device], str | None], ...] = (
     cuda_settings_need_a_cuda_device, the_step_can_train_the_run, parallel_needs_the_fused_step,
-    parallel_nu_needs_a_noise_level, parallel_trains, resume_or_init_from, standalone_needs_init_from, finetune_output_needs_a_linear_classifier, finetune_output_needs_an_evaluation,
+    parallel_nu_needs_a_noise_level, parallel_trains, resume_or_init_from, standalone_needs_init_from, finetune_output_needs_a_linear_classifier, finetune_output_needs_the_top_codes,
+    finetune_output_needs_an_evaluation,
     raw_needs_evaluation, raw_has_no_encoder_to_finetune, patience_needs_evaluations, finetune_fused_needs_plain_sgd,
 )
 

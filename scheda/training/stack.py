@@ -51,22 +51,31 @@ class Stack:
     def describe(self) -> str:
         return " -> ".join([str(self.n_input), *(str(layer.n_hidden) for layer in self.layers)])
 
-    @torch.no_grad()
     def encode(self, x: torch.Tensor, chunk_size: int = 8192) -> torch.Tensor:
         """Rows ``x`` in [0, 1] through every layer (no noise), in chunks, on ``x``'s device."""
+        return self.encode_layers(x, chunk_size, every=False)
+
+    @torch.no_grad()
+    def encode_layers(self, x: torch.Tensor, chunk_size: int = 8192, every: bool = True) -> torch.Tensor:
+        """Rows ``x`` through every layer; ``every``: each layer's codes concatenated (bottom first),
+        else the top's."""
         layers = [layer.to(x.device) for layer in self.layers]
         out = []
         for i in range(0, x.shape[0], chunk_size):
-            h = x[i:i + chunk_size]
+            codes = [x[i:i + chunk_size]]
             for layer in layers:
-                h = layer.encode(h)
-            out.append(h)
-        return torch.cat(out) if out else torch.empty(0, self.n_output, device=x.device)
+                codes.append(layer.encode(codes[-1]))
+            out.append(torch.cat(codes[1:], dim=1) if every else codes[-1])
+        width = sum(layer.n_hidden for layer in self.layers) if every else self.n_output
+        return torch.cat(out) if out else torch.empty(0, width, device=x.device)
 
-    def splits(self, data: Splits, device: torch.device | str, keep_inputs: bool = False) -> Splits:
+    def splits(self, data: Splits, device: torch.device | str, keep_inputs: bool = False,
+               keep_codes: bool = False) -> Splits:
         """``data`` encoded through the stack, each split once on ``device``: what the layer on top
         trains on, is evaluated and exported with (no image shape or vocabulary: its inputs are codes);
-        ``keep_inputs``: the data themselves as its ``inputs`` too (what fine-tuning the stack reads)."""
+        ``keep_inputs``: the data themselves as its ``inputs`` too (what fine-tuning the stack reads);
+        ``keep_codes``: every layer's codes of the labelled splits as its ``below`` (what
+        ``evaluate.layers=all`` evaluates beside the layer's own)."""
         if data.n_input != self.n_input:
             raise ConfigError(f"stack_on={shown_path(self.runs[0])} starts from {self.n_input} inputs, and "
                               f"dataset={data.name} has {data.n_input}: stack on a run of this data set")
@@ -74,10 +83,12 @@ class Stack:
         def encoded(x):
             return None if x is None else self.encode(data._dense(x, device)).cpu().numpy()
 
+        below = {split: self.encode_layers(data.tensor(split, device)).cpu().numpy()
+                 for split in ("train", "val", "test")} if keep_codes else None
         return dataclasses.replace(data, train_x=encoded(data.train_x), val_x=encoded(data.val_x),
                                    test_x=encoded(data.test_x), unlabeled_x=encoded(data.unlabeled_x),
                                    max_value=1.0, image_shape=None, vocabulary=None,
-                                   inputs=data if keep_inputs else None)
+                                   inputs=data if keep_inputs else None, below=below)
 
 
 def _layer(run_dir: Path) -> tuple[Any, dict[str, Any]]:
