@@ -262,7 +262,7 @@ def test_every_layer_s_codes_concatenated_are_evaluated_and_exported(cifar_array
     again = evaluate_features(by_hand, labels_of(raw), cfg.classifier)
     last = every["evaluations"][-1]
     assert (last["val_error"], last["test_error"]) == pytest.approx((again["val_error"], again["test_error"]), abs=2e-3)
-    top = _layer(cifar_arrays, tmp_path / "top", f"stack_on={tmp_path / 'l2'}", "model.hidden=5")
+    _layer(cifar_arrays, tmp_path / "top", f"stack_on={tmp_path / 'l2'}", "model.hidden=5")
     assert export.main([str(tmp_path / "top"), "--features", str(tmp_path / "t.npz")]) == 0
     assert np.load(tmp_path / "t.npz")["train_x"].shape[1] == 5
 
