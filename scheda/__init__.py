@@ -4,11 +4,12 @@
 # name it (tests/test_packaging.py checks they agree).
 __version__ = "0.2.0"
 
-__all__ = ["Run", "load", "train", "__version__"]
+__all__ = ["Run", "load", "train", "train_stack", "__version__"]
 
 def __getattr__(name: str):
-    """``scheda.train``, ``scheda.load`` and ``scheda.Run`` (scheda/api.py), imported on first use."""
-    if name in ("Run", "load", "train"):
+    """``scheda.train``, ``scheda.train_stack``, ``scheda.load`` and ``scheda.Run`` (scheda/api.py),
+    imported on first use."""
+    if name in ("Run", "load", "train", "train_stack"):
         from scheda import api
 
         return getattr(api, name)

@@ -170,3 +170,23 @@ def train(overrides: Sequence[str] | Mapping[str, Any] = (), data=None, output_d
     cfg = compose_train(extra)  # the command line's one line for a misspelt key, a wrong type, an unknown option
     run(cfg, output_dir, data=handed)
     return Run(output_dir)
+
+
+def train_stack(layers: Sequence[Sequence[str] | Mapping[str, Any]], output_dir: str | Path,
+                common: Sequence[str] | Mapping[str, Any] = ()) -> list[Run]:
+    """A stacked DA trained greedily in one call: layer ``i`` (its own overrides: units, schedule,
+    noise, lr, ..., after ``common``, every layer's) into ``output_dir/layer<i>``, stacked on the
+    layer before (``stack_on``; scheda.training.stack), bottom first; returns each layer's
+    :class:`Run`. Called again, a finished layer with the same config is read, a stopped one
+    resumes, a changed one is refused as a run is (scheda.runs.reentry)."""
+    if isinstance(layers, (str, Mapping)) or not layers:
+        raise ConfigError("layers: give one list of overrides per layer, bottom first (at least one)")
+    runs: list[Run] = []
+    for i, layer in enumerate(layers, 1):
+        own = _override_list(layer)
+        if any(o.lstrip("+~").partition("=")[0] == "stack_on" for o in own):
+            raise ConfigError(f"layer {i} sets stack_on: train_stack stacks each layer on the one before it (give "
+                              f"the first layer's own run as stack_on in common to build on a finished run)")
+        below = [f"stack_on={runs[-1].dir}"] if runs else []
+        runs.append(train([*_override_list(common), *own, *below], output_dir=Path(output_dir) / f"layer{i}"))
+    return runs

@@ -275,3 +275,23 @@ def test_bad_layers_settings_are_one_line(cifar_arrays, tmp_path, override, mess
     _layer(cifar_arrays, tmp_path / "l1")
     with pytest.raises(ConfigError, match=message):
         make_plan(compose_cfg([f"dataset.root={cifar_arrays}", *LAYER, f"stack_on={tmp_path / 'l1'}", *override]))
+
+
+def test_a_whole_stack_trains_in_one_call_and_a_second_call_reads_every_layer(cifar_arrays, tmp_path):
+    """scheda.train_stack: each layer its own overrides (a list or a dict) after the common ones, into
+    layer<i>/ on the one before; called again, every finished layer is read, not trained again."""
+    import scheda
+
+    common = [f"dataset.root={cifar_arrays}", *LAYER]
+    layers = [["model.hidden=8"], {"model.hidden": 5, "schedule.nu": 0.2}]
+    first, second = scheda.train_stack(layers, tmp_path / "s", common=common)
+    assert (first.dir.name, second.dir.name) == ("layer1", "layer2")
+    assert second.stack.runs == (first.dir,) and second.results["config"]["schedule"]["nu"] == 0.2
+    x = np.random.default_rng(0).integers(0, 256, size=(13, 3072), dtype=np.uint8)
+    assert second.encode(x).shape == (13, 5)
+    again = scheda.train_stack(layers, tmp_path / "s", common=common)
+    assert [r.results["attempts"][-1]["action"] for r in again] == ["skipped", "skipped"]
+    for bad, message in (([], "one list of overrides per layer"), ("model.hidden=5", "one list of overrides"),
+                         ([["model.hidden=5", f"stack_on={first.dir}"]], "layer 1 sets stack_on")):
+        with pytest.raises(ConfigError, match=message):
+            scheda.train_stack(bad, tmp_path / "bad", common=common)
