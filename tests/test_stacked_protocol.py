@@ -101,6 +101,12 @@ def test_the_report_s_numbers_are_the_runs_own(stacked):
         low, high = (float(x) for x in cells[4].strip("[]").split(", "))
         assert low <= sum(diffs) / 2 <= high
         assert cells[-1].startswith(("resolved", "not resolved"))
+    answers = re.findall(r"^Answer: (.*) against (.*?): ([+-]\d+\.\d+) points over 2 further seeds", questions, re.M)
+    assert [(a, b) for a, b, _ in answers] == [("DA + DA", "DA (layer 1 alone)"), ("ScheDA + DA", "DA + DA"),
+                                              ("ScheDA + ScheDA", "ScheDA + DA"),
+                                              ("ScheDA + ScheDA, fine-tuned", "DA + DA, fine-tuned")]
+    for a, b, mean in answers:
+        assert float(mean) == pytest.approx(float(comparisons[f"{a} − {b}"][3].split(" ± ")[0]), abs=0.006)
 
 
 def test_a_rerun_trains_nothing(stacked):

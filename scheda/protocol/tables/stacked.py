@@ -335,6 +335,18 @@ def comparison(rows: dict[str, dict[int, dict[str, Any]]], a: str, b: str, s0: i
             "verdict": paired_verdict(d) if d else "not resolved: no further seed has both"}
 
 
+def answer(rows: dict[str, dict[int, dict[str, Any]]], pairs: list[tuple[str, str]], s0: int) -> str:
+    """A question's answer in words: its first comparison's verdict, with its mean and interval."""
+    a, b = pairs[0]
+    c = comparison(rows, a, b, s0)
+    d = c["paired"]
+    if d is None:
+        return f"not yet ({ROWS[a]} against {ROWS[b]}: {c['verdict']})."
+    m = d.summary
+    return (f"{ROWS[a]} against {ROWS[b]}: {m.mean:+.2f} points over {m.n} further seed{'s' if m.n != 1 else ''} "
+            f"(95 % interval {interval(m)}): {c['verdict']}.")
+
+
 def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
     s, seeds, rows = found["settings"], found["seeds"], found["rows"]
     s0, further = seeds[0], seeds[1:]
@@ -389,7 +401,7 @@ def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
             p_value = f"{d.p_value:.3g}" if d.p_value is not None else "—"
             lines.append(f"| {ROWS[a]} − {ROWS[b]} | {first} | {', '.join(f'{x:+.2f}' for x in d.diffs)} | {m.n} | "
                          f"{spread} | {interval(m)} | {p_value} | {c['verdict']} |")
-        lines.append("")
+        lines += ["", f"Answer: {answer(rows, pairs, s0)}", ""]
     lines.append("Layer 1's own control (its ScheDA against the same start trained on) is table1's, in section Seeds "
                  "above; no stack is built on it: table1's controls keep no checkpoint at their best epoch.")
     return lines
