@@ -196,6 +196,16 @@ TINY_SWEEP = [*TINY_DATA, "schedule.epochs=1", "model.hidden=16", "classifier.c_
 TINY_PROTOCOL = [f"overrides=['dataset.val_size={N_VAL}','trainer.device=cpu']"]
 
 
+def rows_of(section: str) -> dict[str, list[str]]:
+    """A markdown table's rows by their first cell (a report's, read back by a test)."""
+    out = {}
+    for line in section.splitlines():
+        if line.startswith("| ") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            out[cells[0]] = cells[1:]
+    return out
+
+
 def doc_pages() -> list[Path]:
     """The pages a user reads: README.md (the front page), then docs/ (the results aside)."""
     return [README, *sorted(p for p in (REPO / "docs").glob("*.md"))]

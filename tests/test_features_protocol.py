@@ -12,20 +12,10 @@ import sys
 
 import pytest
 
-from helpers import TINY_PROTOCOL, User, readme_commands, smoke_cfg
+from helpers import TINY_PROTOCOL, User, readme_commands, rows_of, smoke_cfg
 
 HIDDEN = 16  # scale=smoke's
 pytestmark = pytest.mark.xdist_group("features_protocol")  # one worker: the fixture runs once
-
-
-def rows_of(section: str) -> dict[str, list[str]]:
-    """A markdown table's rows by their first cell."""
-    out = {}
-    for line in section.splitlines():
-        if line.startswith("| ") and not line.startswith("|---"):
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            out[cells[0]] = cells[1:]
-    return out
 
 
 def mean_of(cell: str) -> float:
