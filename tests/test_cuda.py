@@ -198,16 +198,18 @@ def test_torch_lr_on_cuda_reaches_the_cpu_objective_and_liblinear_takes_cuda_fea
     assert isinstance(lib, Liblinear) and objective(lib.fit(1.0), x, y, 1.0) > 0
 
 
-def test_fused_finetuning_graphed_equals_its_eager_step_on_cuda():
+@pytest.mark.parametrize("stacked", [False, True], ids=["one layer", "a stack of two"])
+def test_fused_finetuning_graphed_equals_its_eager_step_on_cuda(stacked):
     """The learning-rate grid's fused step captured in a CUDA graph (a partial last minibatch
-    eager) gives the eager step's nets and losses."""
+    eager) gives the eager step's nets and losses, of one layer and of a stack (64 -> 32 -> 24)."""
     from scheda.model.network import FinetuneNet
     from scheda.training.finetune import FusedFinetune
 
     x, y = _data(n=203, d=64), torch.arange(203, device=CUDA) % 10
     runs = []
     for graphed in (False, True):
-        nets = [FinetuneNet(_model(H=24)[0], 10) for _ in range(3)]
+        below = [_model(d=64, H=32, seed=1)[0]] if stacked else []
+        nets = [FinetuneNet(_model(d=32 if stacked else 64, H=24)[0], 10, below=below) for _ in range(3)]
         step = FusedFinetune(nets, [0.1, 0.05, 0.01], x, y, 20, graphed=graphed)
         assert (step.graph is not None) is graphed and step.fallback is None
         perm = torch.randperm(203, device=CUDA, generator=torch.Generator(device=CUDA).manual_seed(0)).repeat(3, 1)
