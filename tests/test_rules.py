@@ -224,3 +224,19 @@ def test_a_run_recorded_with_the_old_flags_resumes_under_trainer_step(cifar_arra
     old["trainer"]["fused"] = False
     assert config_changes(old, new)[1] == ["trainer.step"]
     assert config_changes(old, {**new, "trainer": {**new["trainer"], "step": "autograd"}})[1] == []
+
+
+def test_a_run_recorded_before_a_key_existed_resumes_as_it_trained(cifar_arrays):
+    """A record without a key added since (rundir.ADDED_KEYS: evaluate.layers) compares equal to a
+    config with that key at the value that kept what the run did (a resume warns of no change), and
+    differs from any other."""
+    from scheda.runs.reentry import config_changes
+    from scheda.runs.rundir import ADDED_KEYS
+
+    new = json.loads(json.dumps(typed_config(_cfg(cifar_arrays, [])).composed))
+    old = json.loads(json.dumps(new))
+    for key in ADDED_KEYS:
+        group, name = key.split(".")
+        old[group].pop(name)
+    assert config_changes(old, new)[0] == []
+    assert config_changes(old, {**new, "evaluate": {**new["evaluate"], "layers": "all"}})[0] == ["evaluate.layers"]

@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 
 OLD_STEP_FLAGS = ("fused", "triton", "two_pass")  # 0.2's trainer.* flags for what trainer.step says
+# Keys a run's config gained after runs were recorded, with the value that kept what those runs did:
+# a record without one reads as that, so it resumes and a sweep or table run again keeps it.
+ADDED_KEYS = {"evaluate.layers": "top"}
 
 
 def step_of_flags(fused: bool | None, triton: bool | None, two_pass: bool | None) -> str:
@@ -50,7 +53,8 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     """A recorded config (results.json's, a saved config.yaml's) as {"a.b.c": value}: compared key
     by key with another (a resume, a sweep run again, a protocol's scale) or read as columns. A
     record of 0.2's step flags (trainer.fused, triton, two_pass) reads as the one trainer.step they
-    chose, so a run recorded before resumes, and a sweep or table run again keeps it."""
+    chose, and a key added since (``ADDED_KEYS``) reads as the value it kept, so a run recorded
+    before resumes, and a sweep or table run again keeps it."""
     if not isinstance(node, dict):
         return {prefix.rstrip("."): node}
     flat = {k: v for key, value in node.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
@@ -58,6 +62,8 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
         old = [flat.pop(f"trainer.{k}", None) for k in OLD_STEP_FLAGS]
         if flat.get("trainer.step", "auto") == "auto":
             flat["trainer.step"] = step_of_flags(*old)
+        for key, value in ADDED_KEYS.items():
+            flat.setdefault(key, value)
     return flat
 
 
