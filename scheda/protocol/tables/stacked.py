@@ -370,6 +370,8 @@ def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
             kind = kind_of(key.split(".")[-1] if "." in key else key)
             lines.append(f"| {ROWS.get(f'{base}.{key}', f'{base}.{key}')} | {kind.describe(entry)} | "
                          f"{pct(entry['val_error'])} | {pct(entry['test_error'])} |")
+    if lines[-1] == "|---|---|---|---|":
+        lines.append("| — | nothing selected yet | — | — |")
     lines += ["", "### Every model over seeds (test error %)", "",
               f"| Model | Seed {s0} (selection) | Further seeds, each | n | Mean ± sd | 95 % interval |",
               "|---|---|---|---|---|---|"]
