@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -99,9 +100,16 @@ def test_the_report_s_numbers_are_the_runs_own(stacked):
         assert float(mean) == pytest.approx(float(comparisons[f"{a} − {b}"][3].split(" ± ")[0]), abs=0.006)
 
 
-def test_a_rerun_trains_nothing(stacked):
-    user, command, _, _ = stacked
-    again = user.run(command, *TINY_PROTOCOL, SEEDS, "report_dir=reports")
+@pytest.mark.parametrize("moved", [False, True], ids=["in place", "moved"])
+def test_a_rerun_trains_nothing_in_place_or_moved(stacked, tmp_path, moved):
+    """The same command again reads every job; so does it on a copy of the folder elsewhere (each
+    layer's stack_on and init_from compared inside out_dir)."""
+    user, command, _, runs = stacked
+    where = []
+    if moved:
+        shutil.copytree(runs, tmp_path / "moved")
+        where = [f"out_dir={tmp_path / 'moved'}"]
+    again = user.run(command, *TINY_PROTOCOL, SEEDS, f"report_dir={tmp_path / 'reports'}", *where)
     launches = re.findall(r"phase (\w+): (\d+) jobs, (\d+) already done, (\d+) to run", again.output)
     assert {name for name, *_ in launches} >= {"stack_da", "stack_continue", "stack_control", "stack_finetune",
                                                "stack_seed_da", "stack_seed_continue", "stack_seed_finetune"}

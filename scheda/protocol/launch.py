@@ -53,6 +53,11 @@ def job_action(run_dir: Path, job: JobSpec) -> str:
                     raise ConfigError(f"{run_dir} continued {found}, the selection now says {value}: "
                                       f"delete that run (or choose another out_dir)")
                 continue
+            if key == "stack_on":  # a layer of table=stacked: the run it stands on, inside out_dir
+                if not _same_start(found, value, run_dir.parent.parent):
+                    raise ConfigError(f"{run_dir} is stacked on {found}, the selection now says {value}: "
+                                      f"delete that run (or choose another out_dir)")
+                continue
             if found != value and not (isinstance(found, list) and list(found) == list(value)):
                 raise ConfigError(f"{run_dir} was run with {key}={found}, this scale says {value}: "
                                   f"delete that run or choose another out_dir")
@@ -61,8 +66,8 @@ def job_action(run_dir: Path, job: JobSpec) -> str:
 
 
 def _same_start(found: str | None, wanted: str, out_dir: Path) -> bool:
-    """Whether a run continued the checkpoint the selection names now, comparing the part of
-    the path inside out_dir (the directory may have been moved since)."""
+    """Whether a run continued the checkpoint (or stands on the run) the selection names now,
+    comparing the part of the path inside out_dir (the directory may have been moved since)."""
     if found is None:
         return False
     try:
