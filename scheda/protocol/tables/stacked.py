@@ -101,8 +101,7 @@ class Layer2:
     selection: dict[str, Any]
     continued: dict[str, Any]
     jobs: list[JobSpec]
-    replicas: Replicas | None = None
-    seeded: dict[str, Any] | None = None
+    replicas: Replicas | None = None  # the further seeds' (stack_seeds)
 
 
 def _state(p: Progress) -> dict[str, Layer2]:
@@ -124,8 +123,8 @@ class StackPhase(Phase):
         settings(cfg)
 
     @abstractmethod
-    def jobs(self, p: Progress, base: str, layer: Layer2, below: Path) -> list[JobSpec]:
-        """The grid phase's jobs for layer 2 on ``base`` (run on ``below``), from what ``layer`` found so far."""
+    def jobs(self, p: Progress, base: str, layer: Layer2) -> list[JobSpec]:
+        """The grid phase's jobs for layer 2 on ``base``, from what ``layer`` found so far."""
 
     def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
         runs, s0 = layer1(p), int(p.cfg.scale.seeds[0])
@@ -134,7 +133,7 @@ class StackPhase(Phase):
             if base not in runs:
                 continue
             layer = _state(p).setdefault(base, Layer2({"hidden": {}}, {}, []))
-            jobs = [on(base, job, runs[base][s0]) for job in self.jobs(p, base, layer, runs[base][s0])]
+            jobs = [on(base, job, runs[base][s0]) for job in self.jobs(p, base, layer)]
             layer.jobs += jobs
             planned += jobs
         return {f"stack_{self.grid}": planned}
@@ -143,7 +142,8 @@ class StackPhase(Phase):
         return layer_estimate(cfg, self.grid, self.name)
 
 
-def _mine(p: Progress, layer: Layer2, folder: str) -> list[JobSpec]:
+def _mine(layer: Layer2, folder: str) -> list[JobSpec]:
+    """The layer's jobs of one launch."""
     return [job for job in layer.jobs if job.phase == folder]
 
 
@@ -153,12 +153,12 @@ class StackDA(StackPhase):
 
     name, grid = "stack_da", "da"
 
-    def jobs(self, p: Progress, base: str, layer: Layer2, below: Path) -> list[JobSpec]:
+    def jobs(self, p: Progress, base: str, layer: Layer2) -> list[JobSpec]:
         return phases.da_jobs(layer_view(p.cfg, CONTINUES[base]).scale, raw=False)
 
     def collect(self, p: Progress) -> None:
         for layer in _state(p).values():
-            layer.selection = select.select_das(_mine(p, layer, "stack_da"), p.out_dir)
+            layer.selection = select.select_das(_mine(layer, "stack_da"), p.out_dir)
 
 
 @register_phase
@@ -167,14 +167,14 @@ class StackContinue(StackPhase):
 
     name, grid = "stack_continue", "continue"
 
-    def jobs(self, p: Progress, base: str, layer: Layer2, below: Path) -> list[JobSpec]:
+    def jobs(self, p: Progress, base: str, layer: Layer2) -> list[JobSpec]:
         if not layer.selection["hidden"]:
             return []
         return phases.continuation_jobs(layer_view(p.cfg, CONTINUES[base]).scale, CONTINUES[base], layer.selection)
 
     def collect(self, p: Progress) -> None:
         for layer in _state(p).values():
-            layer.continued = select.select_continuations(_mine(p, layer, "stack_continue"), p.out_dir)
+            layer.continued = select.select_continuations(_mine(layer, "stack_continue"), p.out_dir)
 
 
 @register_phase
@@ -183,14 +183,14 @@ class StackControl(StackPhase):
 
     name, grid = "stack_control", "control"
 
-    def jobs(self, p: Progress, base: str, layer: Layer2, below: Path) -> list[JobSpec]:
+    def jobs(self, p: Progress, base: str, layer: Layer2) -> list[JobSpec]:
         return phases.control_jobs(layer_view(p.cfg, CONTINUES[base]).scale, CONTINUES[base], layer.continued)
 
     def collect(self, p: Progress) -> None:
         for base, layer in _state(p).items():
             view = layer_view(p.cfg, CONTINUES[base]).scale
             select.attach_controls(view, CONTINUES[base], layer.continued,
-                                   select.select_continuations(_mine(p, layer, "stack_control"), p.out_dir),
+                                   select.select_continuations(_mine(layer, "stack_control"), p.out_dir),
                                    prefix=prefix(base))
 
 
@@ -200,13 +200,13 @@ class StackFinetune(StackPhase):
 
     name, grid = "stack_finetune", "finetune"
 
-    def jobs(self, p: Progress, base: str, layer: Layer2, below: Path) -> list[JobSpec]:
+    def jobs(self, p: Progress, base: str, layer: Layer2) -> list[JobSpec]:
         preset = p.cfg.scale.finetune
         return phases.finetune_jobs(preset, layer.selection, layer.continued) if preset is not None else []
 
     def collect(self, p: Progress) -> None:
         for layer in _state(p).values():
-            for h, found in select.select_continuations(_mine(p, layer, "stack_finetune"), p.out_dir).items():
+            for h, found in select.select_continuations(_mine(layer, "stack_finetune"), p.out_dir).items():
                 layer.continued.setdefault(h, {}).update(found)
 
     def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
@@ -244,10 +244,6 @@ class StackSeeds(Phase):
             for launch, jobs in layer.replicas.jobs.items():
                 launches.setdefault(launch, []).extend(jobs)
         return launches
-
-    def collect(self, p: Progress) -> None:
-        for layer in _state(p).values():
-            layer.seeded = layer.replicas.collect() if layer.replicas else None
 
     def report(self, p: Progress, path: Path) -> list[str]:
         return section(p.cfg, models(p))
