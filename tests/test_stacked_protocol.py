@@ -45,18 +45,29 @@ def test_each_layer_2_stands_on_its_own_seed_s_layer_1(stacked):
     for job in sorted((runs / "stack_da").glob("on_scheda_*/")):
         assert config_of(job)["stack_on"] == best_scheda["run"]
     replicas = sorted((runs / "stack_seed_da").glob("on_*_seed*/"))
-    assert len(replicas) == 4  # the best DA's and the best ScheDA's layer 2, seeds 1 and 2
+    assert len(replicas) == 6  # the layer 2 on the best DA, the best ScheDA and its same start; seeds 1 and 2
+    below_of = {"da": ("seed_da", "da_"), "scheda": ("seed_continue", "scheda_"), "same": ("stack_base", "ckpt_control_")}
     for job in replicas:
         base, seed = job.name.split("_")[1], job.name.rsplit("_seed", 1)[1]
         below = Path(config_of(job)["stack_on"])
-        assert below.name.endswith(f"_seed{seed}") and below.parent.name in ("seed_da", "seed_continue")
-        assert below.name.startswith("da_" if base == "da" else "scheda_")
+        folder, start = below_of[base]
+        assert below.name.endswith(f"_seed{seed}") and below.parent.name == folder and below.name.startswith(start)
         assert config_of(job)["seed"] == int(seed)
     for job in (runs / "stack_seed_continue").glob("on_scheda_*_seed*/"):  # ScheDA and its controls on layer 2
         seed = job.name.rsplit("_seed", 1)[1]
         cfg = config_of(job)
         assert Path(cfg["stack_on"]).name.endswith(f"_seed{seed}")
         assert Path(cfg["init_from"]).parent.parent.name.startswith("on_scheda_da_")
+    # the same start of layer 1: table1's control trained again, its checkpoints kept, the same model
+    for copy in sorted((runs / "stack_base").glob("ckpt_*/")):
+        name = copy.name.removeprefix("ckpt_")
+        original = runs / ("control" if "_seed" not in name else "seed_continue") / name
+        assert best_test(copy) == best_test(original)
+        best = min(json.loads((copy / "results.json").read_text())["evaluations"], key=lambda e: (e["val_error"], e["epoch"]))
+        assert (copy / "checkpoints" / f"epoch_{best['epoch']:05d}.pt").exists()
+        if best["epoch"] < json.loads((original / "results.json").read_text())["epochs"]:  # table1's kept its last only
+            assert not (original / "checkpoints" / f"epoch_{best['epoch']:05d}.pt").exists()
+    assert len(list((runs / "stack_base").glob("ckpt_*/"))) == 3
     tuned = sorted(p.name for p in (runs / "stack_seed_finetune").glob("on_*/"))
     assert tuned == [f"on_{b}_finetune_{k}_h16_seed{s}" for b, k in (("da", "da"), ("scheda", "da"), ("scheda", "scheda"))
                      for s in (1, 2)]
@@ -80,7 +91,7 @@ def test_the_report_s_numbers_are_the_runs_own(stacked):
     per_seed = {name: [float(x) for x in cells[1].split(", ")] for name, cells in models.items() if name != "Model"}
     questions = section.split("### The four questions")[1]
     comparisons = rows_of(questions)
-    assert len([c for c in comparisons if c != "Comparison"]) == 11
+    assert len([c for c in comparisons if c != "Comparison"]) == 12
     for name, cells in comparisons.items():
         if name == "Comparison":
             continue
@@ -135,8 +146,10 @@ def test_the_estimate_costs_layer_2_on_layer_1_s_units():
     cfg = smoke_cfg("table=stacked", "scale=cpu")
     items = estimate.items(cfg)["items"]
     stacked = [i for i in items if i["phase"].startswith("stack_")]
-    assert {i["phase"] for i in stacked} == {"stack_da", "stack_continue", "stack_control", "stack_seeds"}
-    assert all(i["inputs"] == 500 for i in stacked)
+    assert {i["phase"] for i in stacked} == {"stack_base", "stack_da", "stack_continue", "stack_control", "stack_seeds"}
+    assert all(i["inputs"] == 500 for i in stacked if i["phase"] != "stack_base")
+    base = [i for i in stacked if i["phase"] == "stack_base"]  # layer 1's same start per seed, on the pixels
+    assert len(base) == 6 and all("inputs" not in i and i["hidden"] == 500 for i in base)
     da = next(i for i in items if i["phase"] == "da" and i["hidden"])
     on = next(i for i in stacked if i["phase"] == "stack_da")
     bench = {"rows": [{"hidden": 500, "batch_size": 20, "eager_s": 10.0}], "n": 45000, "inputs": 3072}

@@ -111,8 +111,9 @@ class FeaturesConfig:
 class StackedConfig:
     """table=stacked (the paper's first named extension): two layers, greedily. Layer 1 is the
     grid tables' best DA and best ScheDA of one hidden size (every seed's, as table1 reports
-    them); on each, layer 2 is the scale's DA grid over nu (and lr) and, on the ScheDA, the scale's
-    ScheDA grid from the layer-2 DA(nu0)s with its controls; the stacks are fine-tuned whole."""
+    them) and the ScheDA's same start; on each, layer 2 is the scale's DA grid over nu (and lr)
+    and, on the ScheDA, the scale's ScheDA grid from the layer-2 DA(nu0)s with its controls; the
+    stacks on the DA and the ScheDA are fine-tuned whole."""
 
     hidden: Optional[int] = None  # layer 1's units (one of scale.hidden); null: scale.hidden's first
     top: Optional[int] = None  # layer 2's units; null: layer 1's

@@ -5,10 +5,12 @@ convergence under the scale's rule.
 Layer 1 is the grid tables' best DA and best ScheDA of one hidden size (``table.stacked.hidden``):
 the table's first phases are table1's (``da`` ... ``seeds``, in the same out_dir), so where table1
 ran at this scale its models are read, not trained again, and each seed's layer 1 is the model
-table1 reports for that seed (``stack_on`` reads it at its best validation epoch). On each, layer 2
-is the same protocol on the layer's codes, one ``stack_<phase>`` per grid phase: the scale's DA grid
-over nu and lr on both (``on_da_*``, ``on_scheda_*``), the scale's ScheDA grid from the layer-2
-DA(nu0)s of the ScheDA and the controls of its best, the fine-tuning of the stacks (DA + DA,
+table1 reports for that seed (``stack_on`` reads it at its best validation epoch); a third base is
+the ScheDA's same start trained on (table1's control, trained again by ``stack_base`` keeping its
+checkpoints), which tells the first layer's schedule from its epochs. On each, layer 2 is the same
+protocol on the layer's codes, one ``stack_<phase>`` per grid phase: the scale's DA grid over nu and
+lr on each (``on_da_*``, ``on_scheda_*``, ``on_same_start_*``), the scale's ScheDA grid from the
+layer-2 DA(nu0)s of the ScheDA and the controls of its best, the fine-tuning of the stacks (DA + DA,
 ScheDA + DA, ScheDA + ScheDA), and every further seed's replicas of the reported ones
 (scheda.protocol.seeds, each on that seed's own layer 1). The report answers the issue's four
 questions, each comparison paired by seed with its interval.
@@ -32,8 +34,12 @@ from scheda.protocol.tables.base import REGISTRY, Phase, Progress, register_phas
 from scheda.utils import stats
 from scheda.utils.errors import ConfigError
 
-BASES = ("da", "scheda")  # layer 1: table1's best DA and best ScheDA
-CONTINUES = {"da": [], "scheda": ["scheda"]}  # the layer-2 continuations planned on each base
+# Layer 1: table1's best DA and best ScheDA, and the ScheDA's same start trained on (its control, the
+# epochs without the schedule: a copy of table1's that keeps its checkpoints, stack_base)
+BASES = ("da", "scheda", "same_start")
+CONTINUES = {"da": [], "scheda": ["scheda"], "same_start": []}  # the layer-2 continuations planned on each base
+FINETUNED = ("da", "scheda")  # the bases whose stacks are fine-tuned
+SAME_START = "control"  # the control kind the same_start base copies (scheda.protocol.kinds.control.SameStart)
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,29 @@ def layer1(p: Progress) -> dict[str, dict[int, Path]]:
     for row in p.seed_plan.rows if p.seed_plan else []:
         if row.hidden == h and row.key in runs:
             runs[row.key].update({seed: run for seed, (run, _) in row.replicas.items()})
+    copies = {seed: p.out_dir / job.phase / job.name for seed, job in base_jobs(p).items()}
+    if copies:
+        runs["same_start"] = copies
     return runs
+
+
+def base_jobs(p: Progress) -> dict[int, JobSpec]:
+    """Per seed, table1's same-start control of its best ScheDA as a job of ``stack_base`` that keeps
+    a checkpoint at each evaluation (table1's keeps none, so no layer can stand on its best epoch):
+    the same values otherwise, so it trains the same model (seed 0's from the selection, the further
+    seeds' from table1's replicas)."""
+    h, s0 = settings(p.cfg).hidden, int(p.cfg.scale.seeds[0])
+    best = p.continued.get(str(h), {}).get("scheda", {}).get("best")
+    if best is None or not p.cfg.scale.control:
+        return {}
+    [control] = [job for job in kind_of("scheda").controls(p.cfg.scale, h, best) if job.meta["kind"] == SAME_START]
+    found = {s0: control}
+    replicas = {job.name: job for job in (p.seed_plan.jobs.get("seed_continue", []) if p.seed_plan else [])}
+    found.update({seed: replicas[f"{control.name}_seed{seed}"] for seed in map(int, p.cfg.scale.seeds[1:])
+                  if f"{control.name}_seed{seed}" in replicas})
+    return {seed: JobSpec(f"ckpt_{job.name}", "stack_base", dict(job.groups),
+                          {**job.values, "trainer.checkpoint_every": job.values["evaluate.every"]}, dict(job.meta))
+            for seed, job in found.items()}
 
 
 def prefix(base: str) -> str:
@@ -140,6 +168,26 @@ class StackPhase(Phase):
 
     def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
         return layer_estimate(cfg, self.grid, self.name)
+
+
+@register_phase
+class StackBase(Phase):
+    """Layer 1's control base: table1's same start of its best ScheDA again, each seed's, keeping its
+    checkpoints (a stack on it tells the ScheDA's schedule from its epochs past the DA)."""
+
+    name = "stack_base"
+
+    def check(self, cfg: DictConfig) -> None:
+        settings(cfg)
+
+    def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
+        return {self.name: list(base_jobs(p).values())}
+
+    def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
+        """Each seed's copy, as long as table1's longest same start at layer 1's size."""
+        hidden = settings(cfg).hidden
+        longest = [{**item, "phase": self.name} for item in REGISTRY["control"].estimate(cfg) if item["hidden"] == hidden]
+        return longest[:1] * len(cfg.scale.seeds)
 
 
 def _mine(layer: Layer2, folder: str) -> list[JobSpec]:
@@ -202,7 +250,9 @@ class StackFinetune(StackPhase):
 
     def jobs(self, p: Progress, base: str, layer: Layer2) -> list[JobSpec]:
         preset = p.cfg.scale.finetune
-        return phases.finetune_jobs(preset, layer.selection, layer.continued) if preset is not None else []
+        if preset is None or base not in FINETUNED:
+            return []
+        return phases.finetune_jobs(preset, layer.selection, layer.continued)
 
     def collect(self, p: Progress) -> None:
         for layer in _state(p).values():
@@ -253,7 +303,8 @@ class StackSeeds(Phase):
 
 ROWS = {  # key -> label; a key is <base>.<row of that base's layer 2>, or l1.<row of table1's>
     "l1.da": "DA (layer 1 alone)", "l1.scheda": "ScheDA (layer 1 alone)",
-    "da.da": "DA + DA", "scheda.da": "ScheDA + DA", "scheda.scheda": "ScheDA + ScheDA",
+    "l1.same_start": "Same start (layer 1 alone: the ScheDA's DA(nu0) trained on at nu0)",
+    "da.da": "DA + DA", "scheda.da": "ScheDA + DA", "same_start.da": "Same start + DA", "scheda.scheda": "ScheDA + ScheDA",
     "scheda.scheda.control": "ScheDA + same start (layer 2's DA(nu0) trained on at nu0)",
     "scheda.scheda.jump": "ScheDA + jump (layer 2's DA(nu0) straight to the final nu)",
     "l1.finetune_da": "DA, fine-tuned", "l1.finetune_scheda": "ScheDA, fine-tuned",
@@ -263,8 +314,9 @@ ROWS = {  # key -> label; a key is <base>.<row of that base's layer 2>, or l1.<r
 QUESTIONS = [  # (question, [(a, b): a - b in test error])
     ("Does a second layer help (each stack against its own first layer)?",
      [("da.da", "l1.da"), ("scheda.da", "l1.scheda"), ("scheda.scheda", "l1.scheda")]),
-    ("Does scheduling the first layer still help with two (ScheDA + DA against DA + DA)?",
-     [("scheda.da", "da.da")]),
+    ("Does scheduling the first layer still help with two (ScheDA + DA against DA + DA), and is that more than "
+     "the epochs it trains past its DA (against the same start trained on, with a DA on it)?",
+     [("scheda.da", "da.da"), ("scheda.da", "same_start.da")]),
     ("Does scheduling the second layer add to it (ScheDA + ScheDA against ScheDA + DA), and is that more than "
      "the epochs it trains past its start (its controls)?",
      [("scheda.scheda", "scheda.da"), ("scheda.scheda", "scheda.scheda.control"),
@@ -311,6 +363,8 @@ def models(p: Progress) -> dict[str, Any]:
     s, s0 = settings(p.cfg), int(p.cfg.scale.seeds[0])
     rows = {f"l1.{k}": v for k, v in _rows_of(_firsts(p.selection, p.continued, str(s.hidden)), p.seed_plan,
                                                str(s.hidden), s0).items()}
+    copies = layer1(p).get("same_start", {})
+    rows["l1.same_start"] = _per_seed(None, {seed: (run, None) for seed, run in copies.items()}, s0, False)
     chosen = {}
     for base, layer in _state(p).items():
         firsts = _firsts(layer.selection, layer.continued, str(s.top))
@@ -400,6 +454,7 @@ def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
             lines.append(f"| {ROWS[a]} − {ROWS[b]} | {first} | {', '.join(f'{x:+.2f}' for x in d.diffs)} | {m.n} | "
                          f"{spread} | {interval(m)} | {p_value} | {c['verdict']} |")
         lines += ["", f"Answer: {answer(rows, pairs, s0)}", ""]
-    lines.append("Layer 1's own control (its ScheDA against the same start trained on) is table1's, in section Seeds "
-                 "above; no stack is built on it: table1's controls keep no checkpoint at their best epoch.")
+    lines.append("The same start of layer 1 is table1's control trained again with its checkpoints kept (`stack_base/`, "
+                 "the same values and seed: its errors are table1's control's); only a DA is stacked on it, and it is not "
+                 "fine-tuned.")
     return lines
