@@ -38,8 +38,9 @@ class Splits:
     # own splits, kept where fine-tuning the whole stack reads them; None otherwise.
     inputs: "Splits | None" = None
     # ... and, where its evaluation reads every layer (evaluate.layers=all), those layers' codes of each
-    # labelled split concatenated, bottom first (the last of them: the split's own rows); None otherwise.
-    below: dict[str, np.ndarray] | None = None
+    # labelled split concatenated, bottom first (the last of them: the split's own rows), on the run's device;
+    # None otherwise.
+    below: "dict[str, torch.Tensor] | None" = None
 
     @property
     def n_input(self) -> int:

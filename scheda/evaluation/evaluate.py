@@ -124,7 +124,7 @@ def encode_splits(model, data: Splits, device: torch.device, chunk_size: int,
         x = cache[split] if cache and split in cache else data.tensor(split, device)
         out[split] = model.encode_dataset(x, chunk_size)
         if data.below is not None:
-            out[split] = torch.cat([torch.as_tensor(data.below[split], device=out[split].device), out[split]], dim=1)
+            out[split] = torch.cat([data.below[split].to(out[split].device), out[split]], dim=1)
     model.train()
     return out
 

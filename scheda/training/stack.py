@@ -83,7 +83,7 @@ class Stack:
         def encoded(x):
             return None if x is None else self.encode(data._dense(x, device)).cpu().numpy()
 
-        below = {split: self.encode_layers(data.tensor(split, device)).cpu().numpy()
+        below = {split: self.encode_layers(data.tensor(split, device))  # kept on the device: every evaluation reads them
                  for split in ("train", "val", "test")} if keep_codes else None
         return dataclasses.replace(data, train_x=encoded(data.train_x), val_x=encoded(data.val_x),
                                    test_x=encoded(data.test_x), unlabeled_x=encoded(data.unlabeled_x),
