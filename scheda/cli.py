@@ -24,6 +24,7 @@ from scheda.config import COMPONENT_MODULES, CONFIGS, register_configs
 from scheda.utils.devices import claim_gpu
 from scheda.utils.errors import ConfigError, SchedaError
 from scheda.utils.interrupt import quiet_on_a_closed_pipe
+from scheda.utils.io import print_line
 from scheda.runs.reentry import not_one_run, resume_argv
 from scheda.runs.rundir import kept
 
@@ -60,7 +61,7 @@ def task(cfg: DictConfig) -> float | None:
             raise Interrupted(late, f"interrupted by {signal.Signals(late).name} as {shown_path(output_dir)} ended: "
                                     f"it completed; the same command goes on with the sweep's other jobs")
     except Interrupted as exc:
-        print(exc.message, file=sys.stderr)
+        print_line(exc.message)
         if in_sweep_worker():  # a worker that lived on would take the sweep's next job: it waits for the sweep's end
             import logging
 
@@ -73,7 +74,7 @@ def task(cfg: DictConfig) -> float | None:
             raise
         if isinstance(exc, ConfigError) and not cfg.resume and not earlier:
             _remove_failed_run_dir(output_dir)
-        print(f"error: {exc}", file=sys.stderr)
+        print_line(f"error: {exc}")
         sys.exit(1)
     # a fused sweep (trainer.parallel), as the run's plan recorded it (a run completed before the record: its summary's best)
     if (summary.get("plan") or {}).get("sweep", "best_val_error" in summary):
@@ -133,10 +134,10 @@ def main() -> None:
     try:
         task()
     except Interrupted as exc:  # a sweep stopped across its job processes (scheda.utils.sweep_signals.jobs_stop_first)
-        print(exc.message, file=sys.stderr)
+        print_line(exc.message)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:  # a Ctrl-C where no run's handler stands (composing, evaluating raw inputs)
-        print("interrupted by SIGINT: finished runs are kept; run the same command again to go on", file=sys.stderr)
+        print_line("interrupted by SIGINT: finished runs are kept; run the same command again to go on")
         sys.exit(130)
 
 

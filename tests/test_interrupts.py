@@ -388,3 +388,35 @@ def test_the_resource_trackers_warnings_are_quiet_in_a_stopped_sweep():
     quiet = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True, text=True, timeout=60,
                            env={**os.environ, "PYTHONWARNINGS": QUIET_TRACKER})
     assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_a_console_line_is_one_write_where_stderr_is_unbuffered(monkeypatch):
+    """What two jobs of a sweep need to keep their lines apart on one console: the message and
+    its newline in one write to the descriptor where stderr is unbuffered, as
+    ``PYTHONUNBUFFERED=1`` makes it (a text layer writing through to the raw file). ``print``
+    makes two there (the line, then its newline): the check below shows it."""
+    import io
+
+    from scheda.utils.io import print_line
+
+    class Descriptor(io.RawIOBase):
+        def __init__(self):
+            self.writes = []
+
+        def writable(self):
+            return True
+
+        def write(self, b):
+            self.writes.append(bytes(b))
+            return len(b)
+
+    for line_out in (print_line, lambda message: print(message, file=sys.stderr)):
+        fd = Descriptor()
+        monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(fd, write_through=True))
+        line_out("interrupted by SIGUSR1 in epoch 3")
+        line_out(7)
+        monkeypatch.undo()
+        if line_out is print_line:
+            assert fd.writes == [b"interrupted by SIGUSR1 in epoch 3\n", b"7\n"]
+        else:  # the stderr above is the unbuffered one print split lines on
+            assert len(fd.writes) == 4

@@ -107,3 +107,16 @@ def test_the_contributors_guide_lists_the_layers_this_test_checks():
         for path in re.findall(r"`([^`]+)`", packages):
             documented.setdefault(int(layer) - 1, set()).add(path.rstrip("/").removesuffix(".py").replace("/", "."))
     assert documented == dict(enumerate(LAYERS)), documented
+
+
+def test_no_module_prints_a_line_to_stderr_in_two_writes():
+    """A sweep's jobs share one console: ``print(..., file=sys.stderr)`` writes the line and its
+    newline apart where stderr is unbuffered (``PYTHONUNBUFFERED=1``), and CI once saw two jobs'
+    interrupt lines run into one. Every such line goes through ``scheda.utils.io.print_line``."""
+    found = []
+    for name, path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print" and any(
+                    k.arg == "file" and ast.unparse(k.value) == "sys.stderr" for k in node.keywords):
+                found.append(f"{name}:{node.lineno}")
+    assert not found, f"print to sys.stderr (use print_line): {', '.join(found)}"

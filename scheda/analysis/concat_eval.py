@@ -30,7 +30,7 @@ from scheda.evaluation.classifiers import LiblinearConfig, TorchLRConfig
 from scheda.data import load_dataset
 from scheda.utils.errors import SchedaError
 from scheda.evaluation.evaluate import encode_splits, evaluate_features, labels_of
-from scheda.utils.io import atomic_write_json
+from scheda.utils.io import atomic_write_json, print_line
 from scheda.utils.interrupt import Interrupted, one_line_on_ctrl_c, quiet_on_a_closed_pipe
 from scheda.training.checkpoint import load_run_model
 
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
                                         "complete": len(done) == len(pairs)})
             grid[rows.index(a)][cols.index(b)] = 100 * done[(a, b)]["test_error"]
     except SchedaError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_line(f"error: {exc}")
         return 1
     heat_map(grid, rows, cols, "test error (%) of concatenated DAs", args.out,
              f"{args.vary}, seed {args.seeds[1]}", f"{args.vary}, seed {args.seeds[0]}")

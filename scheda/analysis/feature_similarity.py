@@ -18,7 +18,7 @@ from pathlib import Path
 from scheda.analysis.core import closest_counts, run_label
 from scheda.data import load_dataset
 from scheda.utils.errors import SchedaError
-from scheda.utils.io import atomic_write
+from scheda.utils.io import atomic_write, print_line
 from scheda.training.checkpoint import load_run_model
 from scheda.utils.interrupt import one_line_on_ctrl_c, quiet_on_a_closed_pipe
 
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
             refs[run_label(args.baseline) + "*"] = acts(load_run_model(args.baseline, args.device)[1])
         counts = {name: closest_counts(a, das) for name, a in refs.items()}
     except SchedaError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_line(f"error: {exc}")
         return 1
     lines = ["| nu | " + " | ".join(f"C_nu for {name}" for name in counts) + " |",
              "|---|" + "---|" * len(counts)]

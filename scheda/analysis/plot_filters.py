@@ -22,7 +22,7 @@ from scheda.loggers.base import top_words
 from scheda.analysis.core import pyplot, run_label, save_png
 from scheda.data import dataset_spec
 from scheda.utils.errors import SchedaError
-from scheda.utils.io import atomic_write
+from scheda.utils.io import atomic_write, print_line
 from scheda.training.checkpoint import load_run_model
 from scheda.training.stack import load_stack
 from scheda.utils.interrupt import one_line_on_ctrl_c, quiet_on_a_closed_pipe
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
                                   f"its filters {model.W.shape[1]}: give C H W with C*H*W = {model.W.shape[1]}")
             panels.append((title, filter_grid(model.W[rows[: args.n]], tuple(shape))))
     except SchedaError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_line(f"error: {exc}")
         return 1
     if texts:
         words = args.out.with_suffix(".md")

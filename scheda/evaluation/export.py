@@ -31,7 +31,7 @@ from scheda.data import load_dataset
 from scheda.utils.errors import ConfigError, SchedaError
 from scheda.evaluation.evaluate import encode_splits, labels_of
 from scheda.training.stack import load_stack
-from scheda.utils.io import atomic_write
+from scheda.utils.io import atomic_write, print_line
 from scheda.utils.interrupt import one_line_on_ctrl_c, quiet_on_a_closed_pipe
 
 SPLITS = ("train", "val", "test")
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{path}: {splits} features of {width}")
         print(f"from epoch {state['epoch']} of {state['path']}; {time.perf_counter() - start:.1f} s")
     except SchedaError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_line(f"error: {exc}")
         return 1
     return 0
 

@@ -32,7 +32,7 @@ from scheda.config import CONFIGS, register_configs
 from scheda.utils.errors import BusyError, ConfigError, SchedaError
 from scheda.utils.environment import invoked_as
 from scheda.utils.interrupt import Interrupted, quiet_on_a_closed_pipe, terminate_as_interrupt
-from scheda.utils.io import atomic_write, shown_path
+from scheda.utils.io import atomic_write, print_line, shown_path
 from scheda.utils.lock import hold
 from scheda.protocol import estimate, launch, phases
 from scheda.protocol.config import register_protocol_configs
@@ -171,11 +171,11 @@ def _main(cfg: DictConfig) -> None:
     try:
         reproduce(cfg, Path(cfg.out_dir).resolve())  # the jobs' init_from paths must not depend on a cwd
     except SchedaError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_line(f"error: {exc}")
         sys.exit(1)
     except KeyboardInterrupt as exc:
-        print("interrupted: finished jobs are kept and a stopped one resumes from its checkpoint: "
-              "run the same command again", file=sys.stderr)
+        print_line("interrupted: finished jobs are kept and a stopped one resumes from its checkpoint: "
+                   "run the same command again")
         sys.exit(exc.exit_code if isinstance(exc, Interrupted) else 130)
 
 

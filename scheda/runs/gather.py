@@ -32,7 +32,7 @@ from typing import Any, Sequence
 from scheda.utils import stats
 from scheda.utils.errors import ConfigError
 from scheda.utils.interrupt import one_line_on_ctrl_c, quiet_on_a_closed_pipe
-from scheda.utils.io import shown_path
+from scheda.utils.io import print_line, shown_path
 from scheda.runs.rundir import (CAP, FINAL_STATUSES, KILLED, PATIENCE, flatten, kept, params_of, params_text, pick,
                                 read_metrics, run_status, status_counts)
 
@@ -245,8 +245,8 @@ def gather(folders: Sequence[str | Path], group_by: Sequence[str] = (), fmt: str
         elif not _parses(path):
             damaged.append(shown_path(path))
     if damaged:  # left out with a word, not silently: a results.json is written atomically, so this one is damaged
-        print(f"note: left out {len(damaged)} results.json that {'is' if len(damaged) == 1 else 'are'} not JSON "
-              f"(cut short or damaged): {', '.join(damaged[:5])}{' ...' if len(damaged) > 5 else ''}", file=sys.stderr)
+        print_line(f"note: left out {len(damaged)} results.json that {'is' if len(damaged) == 1 else 'are'} not JSON "
+                   f"(cut short or damaged): {', '.join(damaged[:5])}{' ...' if len(damaged) > 5 else ''}")
     if not rows:
         return ""
     unknown = [k for k in group_by if k != ALL_BUT_SEED and all(k not in r["config"] for r in rows)]
@@ -255,7 +255,7 @@ def gather(folders: Sequence[str | Path], group_by: Sequence[str] = (), fmt: str
         raise ConfigError(f"--group-by {unknown[0]}: no run has that config key"
                           + (f"; these differ between the runs: {', '.join(differ[:8])}" if differ else ""))
     if at.startswith("epoch=") and all(r["read at"] is None for r in rows):
-        print(f"note: no run has an evaluation at {at}: its errors show as —", file=sys.stderr)
+        print_line(f"note: no run has an evaluation at {at}: its errors show as —")
     if group_by:
         return render(*grouped(rows, group_by), fmt)
     parts = protocol_groups(rows, folders) if fmt == "md" else None
@@ -291,18 +291,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                          f"use it without --group-by")
     missing = [f for f in args.folders if not Path(f).is_dir()]
     if missing:
-        print(f"error: {', '.join(missing)}: no such directory", file=sys.stderr)
+        print_line(f"error: {', '.join(missing)}: no such directory")
         return 1
     try:
         text = gather(args.folders, args.group_by, args.format, args.at, env=args.env, metrics=args.metric)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_line(f"error: {exc}")
         return 1
     if not text:
         found = len(find_results(args.folders))
-        print(f"error: no results.json under {', '.join(args.folders)}" if not found else
-              f"error: none of the {found} results.json under {', '.join(args.folders)} is a run's that can be read",
-              file=sys.stderr)
+        print_line(f"error: no results.json under {', '.join(args.folders)}" if not found else
+                   f"error: none of the {found} results.json under {', '.join(args.folders)} is a run's that can be read")
         return 1
     sys.stdout.write(text)
     return 0

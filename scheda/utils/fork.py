@@ -27,6 +27,7 @@ from pathlib import Path
 
 from hydra.core.global_hydra import GlobalHydra
 
+from scheda.utils.io import print_line
 from scheda.utils.lock import release_inherited_locks
 
 # Imported before the first fork (by the server, or by this process): the command's module and
@@ -120,7 +121,7 @@ def _child(module: str, argv: list[str], cwd: str, environ: dict[str, str], stdo
         if exc.code is None or isinstance(exc.code, int):
             code = exc.code or 0
         else:
-            print(exc.code, file=sys.stderr)
+            print_line(exc.code)
     except BaseException:
         traceback.print_exc()
     threading._shutdown()

@@ -142,7 +142,6 @@ def one_line_on_ctrl_c(main):
     one line and exit status 130, not a KeyboardInterrupt traceback; each writes its files
     atomically, so nothing half-written is left. ``Interrupted``'s own message wins."""
     import functools
-    import sys
 
     @functools.wraps(main)
     def command(*args, **kwargs):
@@ -151,7 +150,9 @@ def one_line_on_ctrl_c(main):
         except KeyboardInterrupt as exc:
             message = exc.message if isinstance(exc, Interrupted) else "interrupted by SIGINT: no file was " \
                 "left half-written; run the same command again"
-            print(message, file=sys.stderr)
+            from scheda.utils.io import print_line
+
+            print_line(message)
             return exc.exit_code if isinstance(exc, Interrupted) else 130
 
     return command

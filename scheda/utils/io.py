@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, IO
@@ -24,6 +25,14 @@ def shown_path(path: str | Path) -> str:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+def print_line(message: object) -> None:
+    """``message`` and its newline to stderr in one write: the jobs of a sweep share one console,
+    and ``print`` writes the two apart where stderr is unbuffered (``PYTHONUNBUFFERED=1``, as
+    containers and Slurm scripts often set), so two jobs' lines ran into one."""
+    sys.stderr.write(f"{message}\n")
+    sys.stderr.flush()
 
 
 def _current_umask() -> int:
