@@ -407,8 +407,9 @@ def test_bad_protocol_values_fail_with_one_line(tmp_path, cifar_arrays):
 
 def test_a_table_killed_outright_reads_killed_and_says_how_to_go_on(tmp_path, cifar_arrays):
     """SIGKILL to the whole table (the OOM killer, a lost machine) while its first DA trains: the
-    DA's results.json still says running, and the report asked for next says the DA was killed
-    (its lock's holder is gone), how the jobs stand and how to go on, in one line."""
+    DA's results.json still says running, the invocation's time is on record (cut off), and the
+    report asked for next says the DA was killed (its lock's holder is gone), how the jobs stand
+    and how to go on, in one line."""
     import signal
     import time
 
@@ -423,6 +424,9 @@ def test_a_table_killed_outright_reads_killed_and_says_how_to_go_on(tmp_path, ci
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     assert json.loads((job / "results.json").read_text())["status"] == "running"
+    # its time is on record though no handler ran (a session's end kills a table so, each time)
+    [invocation] = json.loads((tmp_path / "runs" / "invocations.json").read_text())
+    assert invocation["ran_jobs"] and not invocation["ended"] and invocation["table"] == "table1"
     report = reproduce(tmp_path, cifar_arrays, *ENDLESS_DAS, "phases=[report]")
     assert report.returncode == 1 and report.stderr.strip().splitlines()[-1] == (
         "error: no DA of phase 1 completed with an evaluation yet (killed 1, not run 1): the same command without "
@@ -738,3 +742,49 @@ def test_what_every_job_is_given_is_checked_before_any_job_and_in_a_dry_run(tmp_
                                                     *args], cwd=tmp_path)
     assert (proc.returncode, proc.stderr.strip().splitlines()[-1]) == (1, line)
     assert "plan for" not in proc.stdout + proc.stderr
+
+
+def test_an_invocations_record_counts_its_time_but_not_a_stop(tmp_path, monkeypatch):
+    """The protocol's record of itself: written as it starts, again when it first launches jobs
+    and then each minute as it waits (so a kill loses a minute at most), its time stopped
+    (``kill -STOP`` while something else is timed) left out of its seconds, and ended at its end;
+    the report's wall time says what was cut off and what stopped. A record from before these
+    keys reads as ended."""
+    from omegaconf import OmegaConf
+
+    from scheda.protocol import launch
+    from scheda.protocol.report import _wall_time
+
+    clock = [1000.0]
+    monkeypatch.setattr(launch.time, "monotonic", lambda: clock[0])
+    path = tmp_path / "invocations.json"
+    older = {"started": "2026-01-01T00:00:00", "seconds": 600.0, "table": "table1", "ran_jobs": True,
+             "launcher": "basic", "n_jobs": 1}
+    path.write_text(json.dumps([older]))
+    cfg = OmegaConf.create({"table": {"name": "features"}, "launcher": "joblib", "n_jobs": 2})
+    record = lambda: json.loads(path.read_text())[-1]  # noqa: E731
+    invocation = launch.Invocation(tmp_path, cfg, started=launch.time.time())
+    assert record()["ended"] is False and record()["ran_jobs"] is False and len(json.loads(path.read_text())) == 2
+    clock[0] += 5
+    invocation.tick(poll=5, ran_jobs=True)  # the first launch: written at once
+    assert record()["ran_jobs"] and record()["seconds"] == pytest.approx(5, abs=0.5)
+    for _ in range(11):  # 55 s of polls: not yet a minute since the last write
+        clock[0] += 5
+        invocation.tick(poll=5, ran_jobs=True)
+    assert record()["seconds"] == pytest.approx(5, abs=0.5)
+    clock[0] += 5
+    invocation.tick(poll=5, ran_jobs=True)
+    assert record()["seconds"] == pytest.approx(65, abs=0.5)
+    clock[0] += 605  # stopped for 10 minutes in a wait of 5 s
+    invocation.tick(poll=5, ran_jobs=True)
+    assert record()["seconds"] == pytest.approx(70, abs=0.5) and record()["stopped_seconds"] == pytest.approx(600)
+    clock[0] += 50  # the report's own work after the last phase: no poll, all of it counts
+    history = invocation.end(ran_jobs=True)
+    assert history[-1] == record() and record()["ended"] and record()["seconds"] == pytest.approx(120, abs=0.5)
+    assert _wall_time(history) == ("12.0 min over 2 invocations that ran jobs in this scale's directory (table1 10.0 "
+                                   "min, features 2.0 min; the first started 2026-01-01T00:00:00; 10.0 min stopped, "
+                                   "not counted)")
+    cut = [*history, {**history[-1], "ended": False, "stopped_seconds": 0.0}]
+    assert "; 1 of them cut off or still running, counted to their last record;" in _wall_time(cut)
+    reader = launch.Invocation(tmp_path, cfg, started=launch.time.time(), keep=False)  # an interim report
+    assert reader.end(ran_jobs=False) == history and json.loads(path.read_text()) == history

@@ -258,6 +258,25 @@ def test_a_killed_job_resumes_from_its_checkpoint(smoke, tmp_path):
     assert "min over 2 invocations that ran jobs" in (work / "reports" / "table1_smoke.md").read_text()
 
 
+def test_the_report_sets_the_tables_time_beside_its_plans_estimate(smoke, tmp_path):
+    """The header's time line: this table's own invocations (their seconds as invocations.json
+    keeps them) against the plan's device-hours by the benchmark given, as their ratio."""
+    work = copy_of(smoke, tmp_path)
+    invocations = load(work / "runs" / "invocations.json")
+    hours = sum(i["seconds"] for i in invocations if i["ran_jobs"] and i["table"] == "table1") / 3600
+    bench = work / "bench.json"  # 5 s an epoch of the smoke's 16 units; no evaluation timed
+    bench.write_text(json.dumps({"device_name": "Fake", "n": 1000, "rows": [{"hidden": 16, "batch_size": 50,
+                                                                            "eager_s": 5.0}]}))
+    proc = reproduce(work, smoke[1], "scale.seeds=[0,1]", "phases=[report]", f"bench={bench}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(line for line in (work / "reports" / "table1_smoke.md").read_text().splitlines()
+                if line.startswith("- Time against the plan: "))
+    planned = float(re.search(r"every model at its cap, ([\d.]+) device-hours \(bench.json\)", line).group(1))
+    ratio = float(re.search(r"measured / estimate = ([\d.]+) ", line).group(1))
+    assert f"this table's invocations ran {60 * hours:.1f} min;" in line
+    assert planned > 0 and ratio == pytest.approx(hours / planned, abs=0.006)
+
+
 def test_a_stopped_fine_tuning_job_resumes_without_evaluating_again(smoke, tmp_path):
     """A fine-tuning job (stand-alone: fine-tuning's checkpoints, no epoch_*.pt) stopped and the
     command run again: it resumes from its own checkpoint with its encoder (init_from), instead

@@ -14,7 +14,6 @@ from omegaconf import DictConfig
 
 from scheda.protocol.jobs import count, fmt, pct
 from scheda.runs.rundir import checkpoint_name
-from scheda.utils.io import shown_path
 from scheda.utils import stats
 
 MODEL_ROWS = (("scheda", "ScheDA"), ("jump", "One jump to min nu"), ("same_start", "Same start, trained on"),
@@ -92,7 +91,6 @@ def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
              f"{', '.join(seeds)}, each a new initialisation of every model; initialisation pairs "
              f"{', '.join(f'({a}, {b})' for a, b in s.pairs)}: each one's DAs are the other's DA*.", ""]
     claims: list[tuple[str, str, str, int, str]] = []  # (the paper's claim, its number, ours, n, the verdict)
-    lines += _time(cfg, path)
     lines += _models_table(s, models, continued, seeds)
     lines += _table2(cfg, s, analysis, seeds, claims)
     lines += _figure6(cfg, s, models, continued, analysis, path, claims)
@@ -105,29 +103,6 @@ def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
               "is narrow.", "", "| Claim | Paper | Ours | n | Verdict |", "|---|---|---|---|---|"]
     lines += [f"| {claim} | {paper} | {ours} | {n} | {verdict} |" for claim, paper, ours, n, verdict in claims]
     return lines + [""]
-
-
-# --- time ---------------------------------------------------------------------------------------
-
-def _time(cfg: DictConfig, path: Path) -> list[str]:
-    """This table's wall time (its own invocations that ran jobs) beside the plan's estimate, which
-    counts every model at its cap: an upper bound, which models stopped by the rule stay under."""
-    from scheda.protocol import estimate, phases
-
-    out_dir = Path(cfg.out_dir)
-    try:
-        invocations = json.loads((out_dir / "invocations.json").read_text())
-    except (OSError, ValueError):
-        invocations = []
-    hours = sum(i["seconds"] for i in invocations if i.get("ran_jobs") and i.get("table") == cfg.table.name) / 3600
-    lines = ["## Time", ""]
-    if not cfg.bench:
-        return lines + [f"- This table's invocations ran {hours:.2f} hours; give bench=<scripts/bench_train.py --json "
-                        f"output> to set the plan's estimate beside it.", ""]
-    est = estimate.estimate(cfg, estimate.load_bench(cfg.bench), int(phases.job_config(cfg).trainer.batch_size))
-    return lines + [f"- This table's invocations ran {hours:.2f} hours; the plan's estimate, every model at its cap, "
-                    f"{est['device_hours']:.2f} device-hours ({shown_path(cfg.bench)}): measured / estimate = "
-                    f"{hours / est['device_hours']:.2f} (the rule stops models before their caps).", ""]
 
 
 # --- models -------------------------------------------------------------------------------------

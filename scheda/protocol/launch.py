@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 
 LAUNCHERS = ("basic", "joblib", "submitit_slurm", "submitit_local")
+POLL_S = 5.0  # how often the protocol looks at a running phase
 
 
 def job_action(run_dir: Path, job: JobSpec) -> str:
@@ -118,8 +119,10 @@ def stop_phase(phase: ForkedCommand, grace: float = 0) -> None:
         phase.wait()
 
 
-def run_phase(cfg: DictConfig, out_dir: Path, phase: str, jobs: list[JobSpec]) -> dict[str, int]:
-    """Launch the jobs of one phase that are not done; returns how many were skipped / run."""
+def run_phase(cfg: DictConfig, out_dir: Path, phase: str, jobs: list[JobSpec],
+              invocation: Invocation | None = None) -> dict[str, int]:
+    """Launch the jobs of one phase that are not done; returns how many were skipped / run.
+    ``invocation`` is told the time as the phase runs (its record survives a kill)."""
     jobs_dir = out_dir / "jobs"
     phase_dir = out_dir / phase
     todo = []
@@ -146,8 +149,10 @@ def run_phase(cfg: DictConfig, out_dir: Path, phase: str, jobs: list[JobSpec]) -
             if cfg.launcher == "submitit_slurm" else None
         try:
             while process.poll() is None:
+                if invocation is not None:
+                    invocation.tick(poll=POLL_S, ran_jobs=True)
                 try:
-                    process.wait(timeout=5)
+                    process.wait(timeout=POLL_S)
                 except subprocess.TimeoutExpired:
                     if watch is None:
                         continue
@@ -196,18 +201,51 @@ def job_statuses(jobs: list[JobSpec], out_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def record_invocation(out_dir: Path, started: float, cfg: DictConfig, ran_jobs: bool,
-                      keep: bool = True) -> list[dict[str, Any]]:
-    """Append this invocation to ``<out_dir>/invocations.json`` (the protocol's wall time is
-    the sum over the invocations that ran jobs, however often it was resumed; the report names
-    their launchers, not the one of the invocation that writes it). ``keep=False``: the history
-    as it stands, nothing appended (an interim report; the invocation running the table records itself)."""
-    path = out_dir / "invocations.json"
-    history = json.loads(path.read_text()) if path.exists() else []
-    if not keep:
-        return history
-    history.append({"started": datetime.fromtimestamp(started).isoformat(timespec="seconds"),
-                    "seconds": time.time() - started, "table": cfg.table.name, "ran_jobs": ran_jobs,
-                    "launcher": cfg.launcher, "n_jobs": cfg.n_jobs})
-    atomic_write_json(path, history)
-    return history
+class Invocation:
+    """This invocation's entry in ``<out_dir>/invocations.json`` (the protocol's wall time is the
+    sum over the invocations that ran jobs, however often it was resumed; the report names their
+    launchers, not the one of the invocation that writes it). The entry is written when the
+    invocation starts and again each minute while it waits on a phase, so one killed outright (a
+    session or allocation ending: no handler runs) still counts, to within a minute, and says
+    ``"ended": false``. A gap in that waiting far longer than its poll is the process stopped
+    (``kill -STOP``, a suspended machine): its ``stopped_seconds``, not its ``seconds``.
+    ``keep=False``: nothing written (an interim report; the running invocation records itself)."""
+
+    BEAT_S = 60.0  # how stale a killed invocation's time may be
+    STOP_SLACK_S = 25.0  # a poll this much later than its timeout was a stop, not work
+
+    def __init__(self, out_dir: Path, cfg: DictConfig, started: float, keep: bool = True):
+        self.path = out_dir / "invocations.json"
+        self.keep = keep
+        self.history = json.loads(self.path.read_text()) if self.path.exists() else []
+        self.entry = {"started": datetime.fromtimestamp(started).isoformat(timespec="seconds"),
+                      "seconds": time.time() - started, "stopped_seconds": 0.0, "table": cfg.table.name,
+                      "ran_jobs": False, "launcher": cfg.launcher, "n_jobs": cfg.n_jobs, "ended": False}
+        self._last = self._written = time.monotonic()
+        self._write()
+
+    def tick(self, poll: float | None = None, ran_jobs: bool = False) -> None:
+        """Count the time since the last tick; ``poll``: the longest the caller meant to be away
+        (its wait's timeout): beyond it by more than STOP_SLACK_S, the rest was a stop."""
+        now = time.monotonic()
+        gap, self._last = now - self._last, now
+        if poll is not None and gap > poll + self.STOP_SLACK_S:
+            self.entry["stopped_seconds"] += gap - poll
+            gap = poll
+        self.entry["seconds"] += gap
+        started_jobs = ran_jobs and not self.entry["ran_jobs"]
+        self.entry["ran_jobs"] = self.entry["ran_jobs"] or ran_jobs
+        if started_jobs or now - self._written >= self.BEAT_S:
+            self._write()
+
+    def end(self, ran_jobs: bool) -> list[dict[str, Any]]:
+        """The entry final; the history with it (without it when ``keep=False``)."""
+        self.tick(ran_jobs=ran_jobs)
+        self.entry["ended"] = True
+        self._write()
+        return [*self.history, self.entry] if self.keep else self.history
+
+    def _write(self) -> None:
+        if self.keep:
+            atomic_write_json(self.path, [*self.history, self.entry])
+            self._written = time.monotonic()

@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from scheda.utils.errors import SchedaError
-from scheda.utils.io import atomic_write
+from scheda.utils.io import atomic_write, shown_path
 from scheda.protocol.convergence import classifier_edges, section as convergence_section, stopped_text
 from scheda.protocol.figures import figure2, figure5
 from scheda.protocol.jobs import fmt, pct
@@ -80,6 +80,7 @@ def write_report(cfg: DictConfig, sections: list[str], statuses: list[dict], inf
              f"- Device: {info['device']}; launcher: {_launchers(info['invocations'])}",
              f"- Wall time: {_wall_time(info['invocations'])}; training and evaluation time summed over all "
              f"jobs: {info['job_seconds'] / 60:.1f} min",
+             _against_estimate(info, table.name),
              f"- Runs: `{info['out_dir']}`; written {info['date']}; commit {info['commit']}",
              *_unfinished(statuses, info.get("running")),
              f"- Scale: {scale.description.strip()}", "", *sections]
@@ -186,7 +187,7 @@ def _unfinished(statuses: list[dict], running: str | None) -> list[str]:
            f"{len(statuses) - n} finished"
     if running:  # the holder may run this table or another of the same scale (they share the DA grid)
         return [f"- **Interim report**, written while another invocation ({running}) runs jobs in this folder: "
-                f"{said}, and the wall time counts the invocations that have ended; the same command gives a newer "
+                f"{said}, and the wall time counts the running one to its last minute; the same command gives a newer "
                 f"one, and the table's own invocation writes the report again when it ends."]
     return [f"- **Not finished**: {said}; the section Jobs lists them, and the table's command with every phase "
             f"(no phases=) runs them."]
@@ -206,7 +207,9 @@ def _launchers(invocations: list[dict]) -> str:
 
 def _wall_time(invocations: list[dict]) -> str:
     """The sum over the invocations that trained anything; runs shared with other tables of the
-    scale (the DA grid, say) count where they ran."""
+    scale (the DA grid, say) count where they ran. One killed outright counts to its last record
+    (a minute at most before its end), one running to now; time stopped (``kill -STOP``) is left
+    out and said."""
     working = [i for i in invocations if i["ran_jobs"]]
     if not working:
         return "no invocation ran jobs"
@@ -214,8 +217,26 @@ def _wall_time(invocations: list[dict]) -> str:
     for i in working:
         by_table[i.get("table", "?")] = by_table.get(i.get("table", "?"), 0.0) + i["seconds"] / 60
     parts = ", ".join(f"{t} {m:.1f} min" for t, m in by_table.items())
+    open_ = sum(not i.get("ended", True) for i in working)  # "ended" came later: an older entry ended
+    stopped = sum(i.get("stopped_seconds", 0.0) for i in working) / 60
+    notes = (f"; {open_} of them cut off or still running, counted to their last record" if open_ else "") + \
+        (f"; {stopped:.1f} min stopped, not counted" if stopped >= 0.05 else "")
     return (f"{sum(by_table.values()):.1f} min over {len(working)} invocation{'s' if len(working) != 1 else ''} "
-            f"that ran jobs in this scale's directory ({parts}; the first started {working[0]['started']})")
+            f"that ran jobs in this scale's directory ({parts}; the first started {working[0]['started']}{notes})")
+
+
+def _against_estimate(info: dict[str, Any], table: str) -> str:
+    """The hours this table's own invocations ran jobs beside the plan's estimate, which counts
+    every model at its cap (an upper bound under a patience rule) on the benchmark's device."""
+    hours = sum(i["seconds"] for i in info["invocations"] if i["ran_jobs"] and i.get("table") == table) / 3600
+    ran = f"{hours:.2f} hours" if hours >= 1 else f"{60 * hours:.1f} min"
+    est = info.get("estimate") or {}
+    if "device_hours" not in est:
+        return (f"- Time against the plan: this table's invocations ran {ran}; give "
+                f"bench=<scripts/bench_train.py --json output> to set the plan's estimate beside it")
+    return (f"- Time against the plan: this table's invocations ran {ran}; the plan's estimate, every "
+            f"model at its cap, {est['device_hours']:.2f} device-hours ({shown_path(info['bench'])}): measured / "
+            f"estimate = {hours / est['device_hours']:.2f} (a model the rule stops early takes less)")
 
 
 def _verdict(label: str, hidden: str, best: dict, da: dict) -> str:

@@ -22,6 +22,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -63,7 +64,8 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
         phase.check(cfg)
     batch = int(phases.job_config(cfg).trainer.batch_size)  # as the runs compose it
     bench = estimate.load_bench(cfg.bench) if cfg.bench else None
-    log.info("%s", estimate.describe(cfg, estimate.estimate(cfg, bench, batch), cfg.bench))
+    estimated = estimate.estimate(cfg, bench, batch)
+    log.info("%s", estimate.describe(cfg, estimated, cfg.bench))
     if cfg.dry_run:
         return None
     _report_dir_writable(cfg.report_dir)  # the report comes at the end: a folder it cannot go to is said now
@@ -77,8 +79,8 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
                 raise
             log.info("%s runs jobs in %s: a report of the jobs finished so far, writing nothing there",
                      busy.holder, shown_path(out_dir))
-            return _run_phases(cfg, out_dir, started, running=busy.holder)
-        return _run_phases(cfg, out_dir, started)
+            return _run_phases(cfg, out_dir, started, estimated, running=busy.holder)
+        return _run_phases(cfg, out_dir, started, estimated)
 
 
 def _record_invocation_config(cfg: DictConfig, out_dir: Path) -> None:
@@ -92,13 +94,15 @@ def _record_invocation_config(cfg: DictConfig, out_dir: Path) -> None:
         atomic_write(out_dir / ".hydra" / name, lambda f, node=node: f.write(OmegaConf.to_yaml(node).encode()))
 
 
-def _run_phases(cfg: DictConfig, out_dir: Path, started: float, running: str | None = None) -> Path | None:
-    """Every phase planned, the chosen ones launched, every one collected; the report.
-    ``running``: another invocation, which holds ``out_dir`` and runs the table; this one only
-    reads it, for an interim report."""
+def _run_phases(cfg: DictConfig, out_dir: Path, started: float, estimated: dict[str, Any],
+                running: str | None = None) -> Path | None:
+    """Every phase planned, the chosen ones launched, every one collected; the report (its time
+    beside ``estimated``, the plan's estimate). ``running``: another invocation, which holds
+    ``out_dir`` and runs the table; this one only reads it, for an interim report."""
     owner = running is None
     phases.check_scale_unchanged(cfg.scale, out_dir, keep=owner)
     progress = Progress(cfg, out_dir, owner=owner)
+    invocation = launch.Invocation(out_dir, cfg, started, keep=owner)
     table = phases_of(cfg)
     launched: set[str] = set()  # the launches of the phases this invocation was asked to run
     try:
@@ -109,16 +113,16 @@ def _run_phases(cfg: DictConfig, out_dir: Path, started: float, running: str | N
                     launched.add(launch_name)
                     if jobs:
                         progress.launching = True
-                        progress.counts.append(launch.run_phase(cfg, out_dir, launch_name, jobs))
+                        progress.counts.append(launch.run_phase(cfg, out_dir, launch_name, jobs, invocation))
                         progress.launching = False
                 progress.jobs.setdefault(launch_name, []).extend(jobs)
             phase.collect(progress)
     finally:  # a stopped or failed invocation's time counts in the protocol's wall time too
-        invocations = launch.record_invocation(out_dir, started, cfg, ran_jobs=progress.ran_jobs, keep=owner)
+        invocations = invocation.end(ran_jobs=progress.ran_jobs)
     statuses = launch.job_statuses(progress.all_jobs(), out_dir)
     info = {"device": describe_device(statuses), "invocations": invocations,
             "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": shown_path(out_dir),
-            "protocol_id": folder_id(out_dir), "running": running,
+            "protocol_id": folder_id(out_dir), "running": running, "estimate": estimated, "bench": cfg.bench,
             "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
     path = report_path(cfg, out_dir)
     if REPORT in cfg.phases:
