@@ -217,3 +217,52 @@ def describe(cfg: DictConfig, est: dict[str, Any], bench_path: str | None) -> st
     jobs_at_once = f", {est['side_by_side']} jobs side by side as timed" if est.get("side_by_side", 1) > 1 else ""
     return (text + f"; about {est['device_hours']:.2f} device-hours on {est['device']}{jobs_at_once} "
             f"({', '.join(parts)}; from {bench_path})")
+
+
+def against_runs(cfg: DictConfig, bench: dict[str, Any], batch_size: int, runs: list[dict[str, Any]],
+                 bench_path: str) -> list[str]:
+    """The benchmark's cost model against the runs' own clocks: for each size and step, an epoch
+    and an evaluation as they ran (the median over every epoch and evaluation the table's runs
+    logged, so a pause or a resume does not weigh) beside what the plan charged for one. This checks
+    the plan's per-epoch cost apart from its caps, which a patience rule stops models well short of.
+    ``runs``: the results.json of the table's jobs (fine-tuning jobs are costed by their preset, and
+    left out here)."""
+    import statistics
+
+    from scheda.runs.rundir import read_results
+
+    fast, examples = fast_step(cfg), train_examples(cfg)
+    per_feature = search_share(cfg) * bench["lr_search"]["seconds"] / bench["lr_search"]["features"] \
+        if bench.get("lr_search") else None
+    groups: dict[tuple[int, int, str], dict[str, list[float]]] = {}
+    for results in runs:
+        config, step = results.get("config") or {}, results.get("step") or {}
+        hidden = (config.get("model") or {}).get("hidden")
+        if not hidden or (config.get("finetune") or {}).get("enabled") or not results.get("history"):
+            continue
+        inputs = int(cfg.table.get("inputs", INPUTS))
+        if config.get("stack_on"):  # a stacked layer's inputs: the units of the layer below
+            below = read_results(Path(config["stack_on"]))
+            if below is None:
+                continue
+            inputs = int(below["config"]["model"]["hidden"])
+        group = groups.setdefault((int(hidden), inputs, step.get("kind", "?")), {"epochs": [], "evals": []})
+        group["epochs"] += [e["seconds"] for e in results["history"] if e.get("seconds")]
+        group["evals"] += [e["seconds"] for e in results.get("evaluations") or [] if e.get("seconds")]
+    lines = []
+    for (hidden, inputs, kind), measured in sorted(groups.items()):
+        key = "autograd_s" if kind == "autograd" else None
+        charged = epoch_seconds(bench, hidden, batch_size, fast and kind in ("triton", "two_pass"), examples,
+                                key=key, inputs=inputs)
+        epoch = statistics.median(measured["epochs"])
+        text = (f"{hidden} units on {inputs} inputs, {kind} step: an epoch {epoch:.1f} s (median of "
+                f"{len(measured['epochs']):,}) against {charged:.1f} s charged ({epoch / charged:.2f}x)")
+        if measured["evals"] and per_feature:
+            evaluation, charged_eval = statistics.median(measured["evals"]), per_feature * hidden
+            text += (f", an evaluation {evaluation:.1f} s (median of {len(measured['evals']):,}) against "
+                     f"{charged_eval:.1f} s ({evaluation / charged_eval:.2f}x)")
+        lines.append(text)
+    if not lines:
+        return []
+    return [f"- The benchmark against the runs ({bench_path}; measured over charged: above 1, the runs were slower "
+            f"than the plan assumed, on shared or slower cores): " + "; ".join(lines)]

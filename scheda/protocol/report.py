@@ -80,7 +80,7 @@ def write_report(cfg: DictConfig, sections: list[str], statuses: list[dict], inf
              f"- Device: {info['device']}; launcher: {_launchers(info['invocations'])}",
              f"- Wall time: {_wall_time(info['invocations'])}; training and evaluation time summed over all "
              f"jobs: {info['job_seconds'] / 60:.1f} min",
-             _against_estimate(info, table.name),
+             _against_estimate(info, table.name), *info.get("checked", []),
              f"- Runs: `{info['out_dir']}`; written {info['date']}; commit {info['commit']}",
              *_unfinished(statuses, info.get("running")),
              f"- Scale: {scale.description.strip()}", "", *sections]
@@ -236,7 +236,7 @@ def _against_estimate(info: dict[str, Any], table: str) -> str:
                 f"bench=<scripts/bench_train.py --json output> to set the plan's estimate beside it")
     return (f"- Time against the plan: this table's invocations ran {ran}; the plan's estimate, every "
             f"model at its cap, {est['device_hours']:.2f} device-hours ({shown_path(info['bench'])}): measured / "
-            f"estimate = {hours / est['device_hours']:.2f} (a model the rule stops early takes less)")
+            f"estimate = {hours / est['device_hours']:.2g} (a model the rule stops early takes less)")
 
 
 def _verdict(label: str, hidden: str, best: dict, da: dict) -> str:

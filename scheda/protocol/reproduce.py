@@ -37,7 +37,7 @@ from scheda.utils.io import atomic_write, print_line, shown_path
 from scheda.utils.lock import hold
 from scheda.protocol import estimate, launch, phases
 from scheda.protocol.config import register_protocol_configs
-from scheda.runs.rundir import FINAL_STATUSES
+from scheda.runs.rundir import FINAL_STATUSES, read_results
 from scheda.protocol.report import folder_id, report_path, write_report
 from scheda.protocol.tables import REPORT, Progress, chosen_phases, phases_of
 from scheda.utils.lazy import lazy
@@ -79,8 +79,8 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
                 raise
             log.info("%s runs jobs in %s: a report of the jobs finished so far, writing nothing there",
                      busy.holder, shown_path(out_dir))
-            return _run_phases(cfg, out_dir, started, estimated, running=busy.holder)
-        return _run_phases(cfg, out_dir, started, estimated)
+            return _run_phases(cfg, out_dir, started, estimated, bench, batch, running=busy.holder)
+        return _run_phases(cfg, out_dir, started, estimated, bench, batch)
 
 
 def _record_invocation_config(cfg: DictConfig, out_dir: Path) -> None:
@@ -95,9 +95,9 @@ def _record_invocation_config(cfg: DictConfig, out_dir: Path) -> None:
 
 
 def _run_phases(cfg: DictConfig, out_dir: Path, started: float, estimated: dict[str, Any],
-                running: str | None = None) -> Path | None:
+                bench: dict[str, Any] | None, batch: int, running: str | None = None) -> Path | None:
     """Every phase planned, the chosen ones launched, every one collected; the report (its time
-    beside ``estimated``, the plan's estimate). ``running``: another invocation, which holds
+    beside ``estimated``, the plan's estimate, and the runs' epochs beside ``bench``'s). ``running``: another invocation, which holds
     ``out_dir`` and runs the table; this one only reads it, for an interim report."""
     owner = running is None
     phases.check_scale_unchanged(cfg.scale, out_dir, keep=owner)
@@ -120,9 +120,13 @@ def _run_phases(cfg: DictConfig, out_dir: Path, started: float, estimated: dict[
     finally:  # a stopped or failed invocation's time counts in the protocol's wall time too
         invocations = invocation.end(ran_jobs=progress.ran_jobs)
     statuses = launch.job_statuses(progress.all_jobs(), out_dir)
+    checked = []
+    if bench is not None:
+        runs = [read_results(out_dir / job.phase / job.name) for job in progress.all_jobs()]
+        checked = estimate.against_runs(cfg, bench, batch, [r for r in runs if r], shown_path(cfg.bench))
     info = {"device": describe_device(statuses), "invocations": invocations,
             "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": shown_path(out_dir),
-            "protocol_id": folder_id(out_dir), "running": running, "estimate": estimated, "bench": cfg.bench,
+            "protocol_id": folder_id(out_dir), "running": running, "estimate": estimated, "bench": cfg.bench, "checked": checked,
             "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
     path = report_path(cfg, out_dir)
     if REPORT in cfg.phases:
