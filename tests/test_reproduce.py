@@ -788,3 +788,43 @@ def test_an_invocations_record_counts_its_time_but_not_a_stop(tmp_path, monkeypa
     assert "; 1 of them cut off or still running, counted to their last record;" in _wall_time(cut)
     reader = launch.Invocation(tmp_path, cfg, started=launch.time.time(), keep=False)  # an interim report
     assert reader.end(ran_jobs=False) == history and json.loads(path.read_text()) == history
+
+
+def test_the_benchmark_is_set_beside_the_epochs_the_runs_logged(tmp_path):
+    """Per size, inputs and step: the median epoch and evaluation of the runs (a paused epoch
+    weighs nothing) beside the benchmark's charge; a stacked layer's inputs are its layer
+    below's units, an autograd run is charged the benchmark's autograd time, and fine-tuning
+    jobs and runs with no epochs logged are left out."""
+    from scheda.protocol import estimate
+
+    cfg = smoke_cfg(*FIXED)
+    bench = {"device_name": "X", "n": 1000, "rows": [{"hidden": 16, "batch_size": 50, "eager_s": 2.0,
+                                                      "autograd_s": 6.0}],
+             "lr_search": {"n": 45000, "features": 5000, "seconds": 10.0}}
+    below = tmp_path / "layer1"
+    below.mkdir()
+    (below / "results.json").write_text(json.dumps({"config": {"model": {"hidden": 8}}}))
+
+    def run(hidden, epochs, evals, kind="fused", **config):
+        return {"config": {"model": {"hidden": hidden}, **config}, "step": {"kind": kind},
+                "history": [{"epoch": i + 1, "seconds": s} for i, s in enumerate(epochs)],
+                "evaluations": [{"epoch": i + 1, "seconds": s} for i, s in enumerate(evals)]}
+
+    runs = [run(16, [3.0, 5.0, 900.0], [1.0]), run(16, [4.0], [2.0, 3.0]),  # medians 4.5 and 2.0
+            run(16, [12.0, 12.0], [], kind="autograd"),
+            run(16, [1.0], [1.0], stack_on=str(below)),
+            run(16, [99.0], [99.0], finetune={"enabled": True}), run(16, [], []), run(0, [1.0], [5.0])]
+    [line] = estimate.against_runs(cfg, bench, 50, runs, "bench.json")
+    per_eval = estimate.search_share(cfg) * 10.0 / 5000 * 16
+    epoch_16 = 2.0 * estimate.train_examples(cfg) / 1000
+    assert line.startswith("- The benchmark against the runs (bench.json; measured over charged: above 1, ")
+    parts = line.split("): ", 1)[1].split("; ")
+    assert parts == [
+        f"16 units on 8 inputs, fused step: an epoch 1.0 s (median of 1) against {epoch_16 * 8 / 3072:.2g} s charged "
+        f"({1.0 / (epoch_16 * 8 / 3072):.2f}x), an evaluation 1.0 s (median of 1) against {per_eval:.2g} s "
+        f"({1.0 / per_eval:.2f}x)",
+        f"16 units on 3072 inputs, autograd step: an epoch 12.0 s (median of 2) against "
+        f"{3 * epoch_16:.1f} s charged ({12.0 / (3 * epoch_16):.2f}x)",
+        f"16 units on 3072 inputs, fused step: an epoch 4.5 s (median of 4) against {epoch_16:.1f} s charged "
+        f"({4.5 / epoch_16:.2f}x), an evaluation 2.0 s (median of 3) against {per_eval:.2g} s ({2.0 / per_eval:.2f}x)"]
+    assert estimate.against_runs(cfg, bench, 50, [runs[-2]], "bench.json") == []

@@ -255,14 +255,18 @@ def against_runs(cfg: DictConfig, bench: dict[str, Any], batch_size: int, runs: 
         charged = epoch_seconds(bench, hidden, batch_size, fast and kind in ("triton", "two_pass"), examples,
                                 key=key, inputs=inputs)
         epoch = statistics.median(measured["epochs"])
-        text = (f"{hidden} units on {inputs} inputs, {kind} step: an epoch {epoch:.1f} s (median of "
-                f"{len(measured['epochs']):,}) against {charged:.1f} s charged ({epoch / charged:.2f}x)")
+        text = (f"{hidden} units on {inputs} inputs, {kind} step: an epoch {_seconds(epoch)} (median of "
+                f"{len(measured['epochs']):,}) against {_seconds(charged)} charged ({epoch / charged:.2f}x)")
         if measured["evals"] and per_feature:
             evaluation, charged_eval = statistics.median(measured["evals"]), per_feature * hidden
-            text += (f", an evaluation {evaluation:.1f} s (median of {len(measured['evals']):,}) against "
-                     f"{charged_eval:.1f} s ({evaluation / charged_eval:.2f}x)")
+            text += (f", an evaluation {_seconds(evaluation)} (median of {len(measured['evals']):,}) against "
+                     f"{_seconds(charged_eval)} ({evaluation / charged_eval:.2f}x)")
         lines.append(text)
     if not lines:
         return []
     return [f"- The benchmark against the runs ({bench_path}; measured over charged: above 1, the runs were slower "
             f"than the plan assumed, on shared or slower cores): " + "; ".join(lines)]
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value >= 1 else f"{value:.2g} s"
