@@ -790,6 +790,34 @@ def test_an_invocations_record_counts_its_time_but_not_a_stop(tmp_path, monkeypa
     assert reader.end(ran_jobs=False) == history and json.loads(path.read_text()) == history
 
 
+def test_a_full_disk_while_a_phase_runs_does_not_end_the_protocol(tmp_path, monkeypatch, caplog):
+    """The record's minutely rewrite fails (ENOSPC): one warning, the wait goes on (an exception
+    there would leave the phase running with nobody waiting on it); the end's write still raises,
+    as any write of a result does."""
+    from omegaconf import OmegaConf
+
+    from scheda.protocol import launch
+    from scheda.utils.errors import CheckpointError
+
+    clock = [0.0]
+    monkeypatch.setattr(launch.time, "monotonic", lambda: clock[0])
+    cfg = OmegaConf.create({"table": {"name": "table1"}, "launcher": "basic", "n_jobs": 1})
+    invocation = launch.Invocation(tmp_path, cfg, started=launch.time.time())
+
+    def full(path, obj):
+        raise CheckpointError(f"cannot write {path}: No space left on device")
+
+    monkeypatch.setattr(launch, "atomic_write_json", full)
+    for _ in range(30):  # 10 minutes of polls, a write due every minute
+        clock[0] += 20
+        invocation.tick(poll=25, ran_jobs=True)
+    warnings = [r for r in caplog.records if "No space left on device" in r.getMessage()]
+    assert len(warnings) == 1 and "written again at the invocation's end" in warnings[0].getMessage()
+    assert invocation.entry["seconds"] == pytest.approx(600, abs=1)
+    with pytest.raises(CheckpointError):
+        invocation.end(ran_jobs=True)
+
+
 def test_the_benchmark_is_set_beside_the_epochs_the_runs_logged(tmp_path):
     """Per size, inputs and step: the median epoch and evaluation of the runs (a paused epoch
     weighs nothing) beside the benchmark's charge; a stacked layer's inputs are its layer

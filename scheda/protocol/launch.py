@@ -19,7 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scheda.utils.errors import ConfigError
+from scheda.utils.errors import CheckpointError, ConfigError
 from scheda.utils.fork import ForkedCommand
 from scheda.utils.sweep_signals import JOBS_STOP_BOUND
 from scheda.utils.io import atomic_write, atomic_write_json
@@ -222,6 +222,7 @@ class Invocation:
                       "seconds": time.time() - started, "stopped_seconds": 0.0, "table": cfg.table.name,
                       "ran_jobs": False, "launcher": cfg.launcher, "n_jobs": cfg.n_jobs, "ended": False}
         self._last = self._written = time.monotonic()
+        self._warned = False
         self._write()
 
     def tick(self, poll: float | None = None, ran_jobs: bool = False) -> None:
@@ -236,7 +237,13 @@ class Invocation:
         started_jobs = ran_jobs and not self.entry["ran_jobs"]
         self.entry["ran_jobs"] = self.entry["ran_jobs"] or ran_jobs
         if started_jobs or now - self._written >= self.BEAT_S:
-            self._write()
+            try:  # while a phase runs: a full disk must not end the protocol and orphan its phase
+                self._write()
+            except (CheckpointError, OSError) as exc:
+                if not self._warned:
+                    log.warning("%s; its time is written again at the invocation's end", exc)
+                    self._warned = True
+                self._written = now
 
     def end(self, ran_jobs: bool) -> list[dict[str, Any]]:
         """The entry final; the history with it (without it when ``keep=False``)."""
