@@ -50,6 +50,7 @@ import torch.nn.functional as F
 
 
 from scheda.model.autoencoder import DenoisingAutoencoder
+from scheda.model.network import CompositeDA
 from scheda.model.optim import SGD
 from scheda.model.schedule import NoiseSchedule, Stage
 from scheda.model.noise import build_noise
@@ -251,15 +252,18 @@ def timed_batches(wanted: int, bs: int) -> int:
     return max(1, min(wanted, math.ceil(N / bs)))
 
 
-def scheda_epoch(data, n_batches, bs, H, device, models=1, **step) -> float:
+def scheda_epoch(data, n_batches, bs, H, device, models=1, composite=False, **step) -> float:
     """Seconds per N-example epoch of the real training loop (a Trainer of ``models`` trainers,
     one model each: a fused sweep when more than one), from ``n_batches`` timed minibatches,
-    with the step ``step`` names (scheda.training.step.StepChoice's fields)."""
+    with the step ``step`` names (scheda.training.step.StepChoice's fields); ``composite``: the
+    Section 5 composite DA (two groups at nu 0.2 and 0.4, updated jointly) instead of a DA."""
     x = data[: n_batches * bs]
     n_batches = math.ceil(x.shape[0] / bs)
     trainers = []
     for k in range(models):
-        model = DenoisingAutoencoder(D, H, generator=torch.Generator().manual_seed(k)).to(device)
+        generator = torch.Generator().manual_seed(k)
+        model = (CompositeDA(D, H, [0.2, 0.4], "joint", generator=generator) if composite
+                 else DenoisingAutoencoder(D, H, generator=generator)).to(device)
         trainers.append(ModelState(model, SGD(model.parameters(), lr=LR), build_noise({"name": "masking"}),
                                 NoiseSchedule("constant", [Stage(NU, 2)]), x, bs,
                                 torch.Generator(device=device).manual_seed(k), step=StepChoice(**step)))
@@ -532,6 +536,10 @@ def main(argv=None) -> int:
                     measured.append(product_rates(bs, H, device, rate_s))
                     if first:
                         times["autograd"] = scheda_epoch(data, n_batches, bs, H, device, kind="autograd")
+                        # the composite DA's own step (CPU and CUDA alike: eager) and its autograd
+                        times["composite"] = scheda_epoch(data, n_batches, bs, H, device, composite=True, kind="fused")
+                        times["composite_autograd"] = scheda_epoch(data, n_batches, bs, H, device, composite=True,
+                                                                   kind="autograd")
                         if not args.skip_naive:
                             times["naive"] = naive_epoch(data, n_batches, bs, H, device)
                     if args.finetune:  # one rate with autograd, and the paper's five fused (the default)

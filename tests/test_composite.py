@@ -60,3 +60,58 @@ def test_bad_composite_config(cifar_arrays, tmp_path, overrides, match):
     with pytest.raises(ConfigError, match=match):
         run(compose_cfg([f"dataset.root={cifar_arrays}", *BASE, "model=composite", "model.hidden=8", *overrides]),
             tmp_path / "bad")
+
+
+@pytest.mark.parametrize("update", ["joint", "alternating"])
+@pytest.mark.parametrize("activation", ["sigmoid", "relu"])
+def test_the_composite_step_is_the_autograd_steps_update(update, activation):
+    """CompositeStep against autograd on the model's own loss and after_backward: the same
+    corruptions (each group's from the shared generator, in order), the same updates (to
+    summation order) over minibatches of two epochs, a partial last one included, and the same
+    losses; alternating moves only the epoch's group."""
+    from scheda.model.network import CompositeDA as Net
+    from scheda.model.noise import build_noise
+    from scheda.model.optim import SGD
+    from scheda.training.step import AutogradStep, CompositeStep, OneModel
+
+    x_all = torch.rand(70, 48, generator=torch.Generator().manual_seed(0))
+    noise, models, steps = build_noise({"name": "masking"}), [], []
+    for kind in ("autograd", "composite"):
+        model = Net(48, 12, [0.6, None, 0.2], update, activation=activation,
+                    generator=torch.Generator().manual_seed(1))
+        optimizer = SGD(model.parameters(), lr=0.05)
+        steps.append(OneModel(AutogradStep(model, optimizer, noise), torch.device("cpu")) if kind == "autograd"
+                     else CompositeStep(model, optimizer, noise, 32, torch.device("cpu")))
+        models.append(model)
+    start = models[0].W.detach().clone()
+    generators = [torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)]
+    order = torch.Generator().manual_seed(3)
+    for epoch in range(2):
+        for model in models:
+            model.set_epoch(epoch)
+        for idx in torch.randperm(70, generator=order).split(32):  # 32, 32, 6
+            losses = [step(x_all, idx.unsqueeze(0), [0.4], [g]) for step, g in zip(steps, generators)]
+            torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-5)
+        if update == "alternating" and epoch == 0:  # group 0 moved, groups 1 and 2 did not
+            assert not torch.equal(models[1].W[:4], start[:4]) and torch.equal(models[1].W[4:], start[4:])
+    for name in ("W", "b", "b_prime"):
+        torch.testing.assert_close(getattr(models[1], name), getattr(models[0], name), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(steps[1].take_loss_sums(), steps[0].take_loss_sums(), rtol=1e-5, atol=1e-4)
+
+
+def test_a_composite_run_trains_by_its_own_step_as_autograd_would(cifar_arrays, tmp_path):
+    """trainer.step=auto picks the composite's hand-written step under plain SGD (recorded in
+    results.json) and the run ends where the autograd run of the same seed does, alternating over
+    three epochs; with momentum it trains by autograd, and trainer.step=fused then is one line."""
+    common = [f"dataset.root={cifar_arrays}", *TINY, "logger=none", "evaluate.enabled=false", "schedule=constant",
+              "schedule.nu=0.3", "schedule.epochs=3", "model=composite", "model.hidden=8", "model.group_nus=[0.5,null]"]
+    run(compose_cfg(common), tmp_path / "own")
+    run(compose_cfg([*common, "trainer.step=autograd"]), tmp_path / "autograd")
+    own = json.loads((tmp_path / "own" / "results.json").read_text())
+    assert own["step"]["kind"] == "fused" and own["status"] == "completed"
+    for key, value in load_checkpoint(tmp_path / "autograd")["model"].items():
+        torch.testing.assert_close(load_checkpoint(tmp_path / "own")["model"][key], value, rtol=1e-4, atol=1e-5)
+    run(compose_cfg([*common, "optim.momentum=0.9"]), tmp_path / "momentum")
+    assert json.loads((tmp_path / "momentum" / "results.json").read_text())["step"]["kind"] == "autograd"
+    with pytest.raises(ConfigError, match="trainer.step=fused trains a composite DA of cross-entropy alone, with plain SGD"):
+        run(compose_cfg([*common, "optim.momentum=0.9", "trainer.step=fused"]), tmp_path / "refused")

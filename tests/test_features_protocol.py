@@ -163,16 +163,17 @@ def test_scheda_results_on_the_protocol_folder_groups_its_runs_by_phase_and_mode
 
 
 def test_the_estimate_costs_the_composite_by_the_step_that_trains_it():
-    """The composite DA trains by autograd (no fused step of its own): its epochs are costed at the
-    benchmark's autograd timing, the DAs' at the device's default step."""
+    """The composite DA trains by its own hand-written step under plain SGD, costed at the
+    benchmark's composite_s (a DA's epoch where it has none), and by autograd with momentum, costed
+    at autograd_s; the DAs at the default step's timing either way."""
     from scheda.protocol import estimate
 
-    cfg = smoke_cfg("table=features")
-
-    def train_hours(autograd_s):
-        bench = {"n": 1000, "rows": [{"hidden": 16, "batch_size": 50, "default_s": 1.0, "eager_s": 1.0,
-                                      "autograd_s": autograd_s}]}
-        return estimate.estimate(cfg, bench, 50)["train_hours"]
+    def train_hours(*overrides, **timings):
+        bench = {"n": 1000, "rows": [{"hidden": 16, "batch_size": 50, "default_s": 1.0, "eager_s": 1.0, **timings}]}
+        return estimate.estimate(smoke_cfg("table=features", *overrides), bench, 50)["train_hours"]
 
     composites = 2 * 2  # 2 seeds x 2 update rules, each at most scale.da.epochs = 3 of 1000 images
-    assert (train_hours(3.0) - train_hours(1.0)) * 3600 == pytest.approx(composites * 3 * (3.0 - 1.0))
+    assert train_hours(autograd_s=3.0) == train_hours()
+    assert (train_hours(composite_s=1.5) - train_hours()) * 3600 == pytest.approx(composites * 3 * 0.5)
+    momentum = "overrides=['optim.momentum=0.9']"
+    assert (train_hours(momentum, autograd_s=3.0) - train_hours(momentum)) * 3600 == pytest.approx(composites * 3 * 2.0)

@@ -37,6 +37,15 @@ def _fused(config: RunConfig) -> bool:
             and config.trainer.precision != "bf16")
 
 
+def _composite_step(config: RunConfig) -> bool:
+    """Whether the composite DA's hand-written step (scheda.training.step.CompositeStep) can train
+    the run: a cross-entropy composite DA with plain SGD, one model, fp32 or tf32, trainer.step not
+    autograd (no Triton form, no CUDA graph: it runs eager)."""
+    return (config.model.name == "composite" and config.model.loss == "cross_entropy" and _plain_sgd(config)
+            and not _parallel(config) and config.trainer.step != "autograd"
+            and config.trainer.precision in ("fp32", "tf32"))
+
+
 def _plain_sgd(config: RunConfig) -> bool:
     return config.optim.momentum == 0 and config.optim.weight_decay == 0
 
@@ -88,7 +97,10 @@ def the_step_can_train_the_run(config: RunConfig, device: torch.device) -> str |
     noise; the two-pass one also keeps a minibatch in one program and computes in fp32 or tf32x3
     (``trainer.precision=tf32x3`` names its products, so it needs it)."""
     t = config.trainer
-    if t.step == "fused" and not _fused(config):
+    if t.step == "fused" and config.model.name == "composite" and not _composite_step(config):
+        return (f"trainer.step=fused trains a composite DA of cross-entropy alone, with plain SGD ({PLAIN_SGD}) in fp32 "
+                f"or tf32: use trainer.step=auto (it then runs autograd) or autograd")
+    if t.step == "fused" and not (_fused(config) or _composite_step(config)):
         return f"trainer.step=fused needs {FUSED_STEP}: use trainer.step=auto (it then runs autograd) or autograd"
     if t.step in CUDA_STEPS:
         refusal = _triton_refusal(config, t.step)
@@ -245,7 +257,8 @@ def choose_step(config: RunConfig, device: torch.device) -> StepChoice:
     t, cuda = config.trainer, device.type == "cuda"
     kind = t.step
     if kind == "auto":
-        kind = "triton" if cuda and _triton_refusal(config) is None else "fused" if _fused(config) else "autograd"
+        kind = "triton" if cuda and _triton_refusal(config) is None else \
+            "fused" if _fused(config) or _composite_step(config) else "autograd"
     graph = t.cuda_graph if t.cuda_graph is not None else cuda and kind != "autograd" and _graph_refusal(config) is None
     return StepChoice(kind, bool(graph), t.precision)
 

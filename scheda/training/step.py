@@ -23,6 +23,8 @@ the chosen step from it for the models it holds, and nothing here decides again:
   page faults that are a large share of a CPU step), the stacked operands are written in
   place, and the loss is accumulated on the device. Five products of n x d x H per step:
   the minimum for a tied DA.
+* :class:`CompositeStep`: the composite DA's update written out the same way, one model, plain
+  SGD, eager (each group's encoder product on its own corruption).
 * :class:`TritonStep`: the same update with the masking noise, its elementwise work in four
   Triton kernels for all M models (scheda.training.kernels), graphed several minibatches a replay: the
   CUDA default where it applies (on a CPU the torch step above measures faster, and Triton has
@@ -224,6 +226,63 @@ class BatchedStep(LossSums):
             torch.sum(dh[0], 0, out=m.b.grad).div_(n)
             torch.sum(dz[0], 0, out=m.b_prime.grad).div_(n)
             self.optimizers[0].step()
+        self.loss_sums.add_(loss, alpha=n)
+        return loss
+
+
+class CompositeStep(LossSums):
+    """The hand-written step of one composite DA (scheda.model.network.CompositeDA) with plain
+    SGD: group g's code from the input corrupted at its own level, ``h_g = s(x~_g W_g^T + b_g)``,
+    the reconstruction ``l = b' + sum_g h_g W_g``, and per group ``dW_g = dh_g^T x~_g + h_g^T dz``
+    (its encoder sees its own x~_g, so the one stacked product of :class:`BatchedStep` becomes two
+    a group); alternating updates move only the active group's W_g, b_g (and b'), as the model's
+    ``after_backward`` freezes the others under autograd. The groups draw their corruptions from
+    the generator in the order ``CompositeDA.training_loss`` does, so the run follows the autograd
+    step's trajectory up to summation order; its epoch against autograd's and a DA's:
+    ``scripts/bench_train.py`` (``composite_s``, ``composite_autograd_s``)."""
+
+    def __init__(self, model: network.CompositeDA, optimizer: SGD, noise: Corruption, batch_size: int,
+                 device: torch.device):
+        if not (isinstance(model, network.CompositeDA) and model.loss_name == "cross_entropy"
+                and isinstance(optimizer, SGD) and len(optimizer.param_groups) == 1 and plain_sgd(optimizer)):
+            raise ValueError("the composite step trains a cross-entropy composite DA with plain SGD")
+        self.model, self.optimizer, self.noise = model, optimizer, noise
+        n, d, G = batch_size, model.n_input, len(model.groups)
+        f32 = dict(dtype=model.W.dtype, device=device)
+        self.x_tilde = torch.empty(G, n, d, **f32)
+        self.h = [torch.empty(n, g.stop - g.start, **f32) for g in model.groups]
+        self.dh = [torch.empty(n, g.stop - g.start, **f32) for g in model.groups]
+        self.logits, self.dz, self.tmp = (torch.empty(n, d, **f32) for _ in range(3))
+        self._init_loss_sums(1, device)
+
+    @no_grad
+    def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> torch.Tensor:
+        m, n = self.model, idx.shape[1]
+        W, b, b_prime = m.W.data, m.b.data, m.b_prime.data
+        x = x_all.index_select(0, idx[0])
+        logits, dz, tmp = self.logits[:n], self.dz[:n], self.tmp[:n]
+        logits.copy_(b_prime.expand_as(logits))
+        for g, (rows, group_nu) in enumerate(zip(m.groups, m.group_nus)):
+            x_tilde, h = self.x_tilde[g, :n], self.h[g][:n]
+            self.noise(x, nus[0] if group_nu is None else float(group_nu), generators[0], out=x_tilde)
+            torch.addmm(b[rows], x_tilde, W[rows].T, out=h)
+            h.sigmoid_() if m.activation == "sigmoid" else h.relu_()
+            logits.addmm_(h, W[rows])
+        loss = (summed_cross_entropy(logits, x, tmp) / n).unsqueeze(0)
+        torch.sigmoid(logits, out=dz)
+        dz.sub_(x)
+        scale = -self.optimizer.param_groups[0]["lr"] / n
+        for g, rows in enumerate(m.groups):  # every dh from the weights before the update
+            h, dh = self.h[g][:n], self.dh[g][:n]
+            torch.mm(dz, W[rows].T, out=dh)
+            dh.mul_(h - h * h) if m.activation == "sigmoid" else dh.mul_(h > 0)
+        b_prime.add_(dz.sum(0), alpha=scale)
+        for g, rows in enumerate(m.groups):
+            if m.active is not None and g != m.active:
+                continue
+            h, dh, x_tilde = self.h[g][:n], self.dh[g][:n], self.x_tilde[g, :n]
+            b[rows] += dh.sum(0) * scale
+            W[rows] += (dh.T @ x_tilde).addmm_(h.T, dz).mul_(scale)
         self.loss_sums.add_(loss, alpha=n)
         return loss
 
@@ -493,6 +552,11 @@ class StepChoice:
                 fused = StepChoice("fused", self.cuda_graph, "fp32" if self.precision == "tf32x3" else self.precision)
                 return _built(fused.build(models, optimizers, noises, batch_size, x_all, generators), fused,
                               f"the {name} step could not run here ({reason})")
+        if self.kind != "autograd" and isinstance(models[0], network.CompositeDA):
+            if len(models) > 1 or self.cuda_graph:
+                raise ValueError("the composite step trains one model, uncaptured (scheda.planning.rules refuses "
+                                 "the rest)")
+            return _built(CompositeStep(models[0], optimizers[0], noises[0], batch_size, x_all.device), self, None)
         if self.kind != "autograd":
             step = BatchedStep(models, optimizers, noises, batch_size, x_all.device)
             if not self.cuda_graph:
