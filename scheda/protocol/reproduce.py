@@ -97,8 +97,9 @@ def _record_invocation_config(cfg: DictConfig, out_dir: Path) -> None:
 def _run_phases(cfg: DictConfig, out_dir: Path, started: float, estimated: dict[str, Any],
                 bench: dict[str, Any] | None, batch: int, running: str | None = None) -> Path | None:
     """Every phase planned, the chosen ones launched, every one collected; the report (its time
-    beside ``estimated``, the plan's estimate, and the runs' epochs beside ``bench``'s). ``running``: another invocation, which holds
-    ``out_dir`` and runs the table; this one only reads it, for an interim report."""
+    beside ``estimated``, the plan's estimate, and the runs' epochs beside ``bench``'s).
+    ``running``: another invocation, which holds ``out_dir`` and runs the table; this one only
+    reads it, for an interim report."""
     owner = running is None
     phases.check_scale_unchanged(cfg.scale, out_dir, keep=owner)
     progress = Progress(cfg, out_dir, owner=owner)
@@ -126,7 +127,8 @@ def _run_phases(cfg: DictConfig, out_dir: Path, started: float, estimated: dict[
         checked = estimate.against_runs(cfg, bench, batch, [r for r in runs if r], shown_path(cfg.bench))
     info = {"device": describe_device(statuses), "invocations": invocations,
             "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": shown_path(out_dir),
-            "protocol_id": folder_id(out_dir), "running": running, "estimate": estimated, "bench": cfg.bench, "checked": checked,
+            "protocol_id": folder_id(out_dir), "running": running, "estimate": estimated, "bench": cfg.bench,
+            "checked": checked,
             "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
     path = report_path(cfg, out_dir)
     if REPORT in cfg.phases:
