@@ -252,15 +252,15 @@ class CompositeStep(LossSums):
         self.x_tilde = torch.empty(G, n, d, **f32)
         self.h = [torch.empty(n, g.stop - g.start, **f32) for g in model.groups]
         self.dh = [torch.empty(n, g.stop - g.start, **f32) for g in model.groups]
-        self.logits, self.dz, self.tmp = (torch.empty(n, d, **f32) for _ in range(3))
+        self.x, self.logits, self.dz, self.tmp = (torch.empty(n, d, **f32) for _ in range(4))
         self._init_loss_sums(1, device)
 
     @no_grad
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> torch.Tensor:
         m, n = self.model, idx.shape[1]
         W, b, b_prime = m.W.data, m.b.data, m.b_prime.data
-        x = x_all.index_select(0, idx[0])
-        logits, dz, tmp = self.logits[:n], self.dz[:n], self.tmp[:n]
+        x, logits, dz, tmp = self.x[:n], self.logits[:n], self.dz[:n], self.tmp[:n]
+        torch.index_select(x_all, 0, idx[0], out=x)
         logits.copy_(b_prime.expand_as(logits))
         for g, (rows, group_nu) in enumerate(zip(m.groups, m.group_nus)):
             x_tilde, h = self.x_tilde[g, :n], self.h[g][:n]
@@ -281,8 +281,8 @@ class CompositeStep(LossSums):
             if m.active is not None and g != m.active:
                 continue
             h, dh, x_tilde = self.h[g][:n], self.dh[g][:n], self.x_tilde[g, :n]
-            b[rows] += dh.sum(0) * scale
-            W[rows] += (dh.T @ x_tilde).addmm_(h.T, dz).mul_(scale)
+            b[rows].add_(dh.sum(0), alpha=scale)
+            W[rows].addmm_(dh.T, x_tilde, alpha=scale).addmm_(h.T, dz, alpha=scale)  # in place: no H_g x d temporary
         self.loss_sums.add_(loss, alpha=n)
         return loss
 
