@@ -821,8 +821,9 @@ def test_a_full_disk_while_a_phase_runs_does_not_end_the_protocol(tmp_path, monk
 def test_the_benchmark_is_set_beside_the_epochs_the_runs_logged(tmp_path):
     """Per size, inputs and step: the median epoch and evaluation of the runs (a paused epoch
     weighs nothing) beside the benchmark's charge; a stacked layer's inputs are its layer
-    below's units, an autograd run is charged the benchmark's autograd time, and fine-tuning
-    jobs and runs with no epochs logged are left out."""
+    below's units, an autograd run is charged the benchmark's autograd time, a composite DA its
+    own step's (a DA's, said, where the benchmark has none), and fine-tuning jobs and runs with
+    no epochs logged are left out."""
     from scheda.protocol import estimate
 
     cfg = smoke_cfg(*FIXED)
@@ -840,6 +841,7 @@ def test_the_benchmark_is_set_beside_the_epochs_the_runs_logged(tmp_path):
 
     runs = [run(16, [3.0, 5.0, 900.0], [1.0]), run(16, [4.0], [2.0, 3.0]),  # medians 4.5 and 2.0
             run(16, [12.0, 12.0], [], kind="autograd"),
+            run(16, [7.0], [], model={"hidden": 16, "name": "composite"}),
             run(16, [1.0], [1.0], stack_on=str(below)),
             run(16, [99.0], [99.0], finetune={"enabled": True}), run(16, [], []), run(0, [1.0], [5.0])]
     [line] = estimate.against_runs(cfg, bench, 50, runs, "bench.json")
@@ -853,6 +855,13 @@ def test_the_benchmark_is_set_beside_the_epochs_the_runs_logged(tmp_path):
         f"({1.0 / per_eval:.2f}x)",
         f"16 units on 3072 inputs, autograd step: an epoch 12.0 s (median of 2) against "
         f"{3 * epoch_16:.1f} s charged ({12.0 / (3 * epoch_16):.2f}x)",
+        f"16 units on 3072 inputs, composite step: an epoch 7.0 s (median of 1) against {epoch_16:.1f} s charged "
+        f"as a DA's: the benchmark has no composite_s ({7.0 / epoch_16:.2f}x)",
         f"16 units on 3072 inputs, fused step: an epoch 4.5 s (median of 4) against {epoch_16:.1f} s charged "
         f"({4.5 / epoch_16:.2f}x), an evaluation 2.0 s (median of 3) against {per_eval:.2g} s ({2.0 / per_eval:.2f}x)"]
     assert estimate.against_runs(cfg, bench, 50, [runs[-2]], "bench.json") == []
+    # a composite is charged its own step where the benchmark timed it
+    bench["rows"][0]["composite_s"] = 2.5
+    [line] = estimate.against_runs(cfg, bench, 50, [runs[3]], "bench.json")
+    assert line.endswith(f"composite step: an epoch 7.0 s (median of 1) against {2.5 * epoch_16 / 2.0:.1f} s charged "
+                         f"({7.0 / (2.5 * epoch_16 / 2.0):.2f}x)")

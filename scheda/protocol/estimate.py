@@ -246,17 +246,23 @@ def against_runs(cfg: DictConfig, bench: dict[str, Any], batch_size: int, runs: 
             if below is None:
                 continue
             inputs = int(below["config"]["model"]["hidden"])
-        group = groups.setdefault((int(hidden), inputs, step.get("kind", "?")), {"epochs": [], "evals": []})
+        kind = step.get("kind", "?")
+        if (config.get("model") or {}).get("name") == "composite" and kind != "autograd":
+            kind = "composite"  # its own fused step, charged as the plan charged it (composite_s)
+        group = groups.setdefault((int(hidden), inputs, kind), {"epochs": [], "evals": []})
         group["epochs"] += [e["seconds"] for e in results["history"] if e.get("seconds")]
         group["evals"] += [e["seconds"] for e in results.get("evaluations") or [] if e.get("seconds")]
     lines = []
     for (hidden, inputs, kind), measured in sorted(groups.items()):
-        key = "autograd_s" if kind == "autograd" else None
+        key = {"autograd": "autograd_s", "composite": "composite_s"}.get(kind)
         charged = epoch_seconds(bench, hidden, batch_size, fast and kind in ("triton", "two_pass"), examples,
                                 key=key, inputs=inputs)
         epoch = statistics.median(measured["epochs"])
+        timed = bench_row(bench, hidden, batch_size).get(key) if key else None
+        untimed = " as a DA's: the benchmark has no composite_s" \
+            if key == "composite_s" and (timed is None or math.isnan(timed)) else ""
         text = (f"{hidden} units on {inputs} inputs, {kind} step: an epoch {_seconds(epoch)} (median of "
-                f"{len(measured['epochs']):,}) against {_seconds(charged)} charged ({epoch / charged:.2f}x)")
+                f"{len(measured['epochs']):,}) against {_seconds(charged)} charged{untimed} ({epoch / charged:.2f}x)")
         if measured["evals"] and per_feature:
             evaluation, charged_eval = statistics.median(measured["evals"]), per_feature * hidden
             text += (f", an evaluation {_seconds(evaluation)} (median of {len(measured['evals']):,}) against "
