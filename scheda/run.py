@@ -125,7 +125,8 @@ class Member:
             if config.trainer.patience:  # after the evaluation it reads, before the checkpoint that follows it
                 callbacks.append(Patience(self.results.evaluations, config.trainer.patience, config.trainer.min_epochs))
         callbacks.append(CheckpointCallback(self.output_dir / "checkpoints", config.trainer.checkpoint_every,
-                                            config.trainer.keep_checkpoints, self.results.evaluations))
+                                            config.trainer.keep_checkpoints, self.results.evaluations,
+                                            saved=lambda: self.results.update(seconds=time.time() - self.started)))
         callbacks.append(ProgressBar(config.trainer.progress_bar and self.planned.index == 0))  # one bar a run
         if self.loggers:
             n_filters = max((getattr(c, "n_filters", 0) for c in config.logger), default=0)

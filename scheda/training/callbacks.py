@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from tqdm import tqdm
 
@@ -24,12 +24,14 @@ class CheckpointCallback(Callback):
     """Saves a checkpoint at the end of every schedule stage, every ``every`` epochs, and where the
     patience rule stopped the model (its last epoch). With ``keep`` (``trainer.keep_checkpoints``)
     it then removes all but the newest ``keep`` and the one of the best of ``evaluations`` (the
-    run's, read after the evaluation callback has added the epoch's)."""
+    run's, read after the evaluation callback has added the epoch's). ``saved``, called after each
+    checkpoint, lets the run record what a resume from it keeps (its time so far: a run killed
+    outright, with no handler, keeps that much)."""
 
     def __init__(self, directory: str | Path, every: int = 0, keep: int | None = None,
-                 evaluations: Sequence[dict[str, Any]] = ()):
+                 evaluations: Sequence[dict[str, Any]] = (), saved: Callable[[], None] | None = None):
         self.directory = Path(directory)
-        self.every, self.keep, self.evaluations = every, keep, evaluations
+        self.every, self.keep, self.evaluations, self.saved = every, keep, evaluations, saved
         self.last_path: Path | None = None
 
     def on_epoch_end(self, state, metrics):
@@ -37,6 +39,8 @@ class CheckpointCallback(Callback):
         if metrics["stage_end"] or state.converged or (self.every > 0 and epoch % self.every == 0):
             self.last_path = save_checkpoint(self.directory / checkpoint_name(epoch), state.state_dict())
             log.info("checkpoint %s", self.last_path)
+            if self.saved is not None:
+                self.saved()
             if self.keep is not None:
                 best = pick(self.evaluations, "best")
                 for path in prune_checkpoints(self.directory, self.keep, best["epoch"] if best else None):

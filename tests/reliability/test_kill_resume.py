@@ -56,9 +56,10 @@ def golden(tmp_path_factory):
     return data, load_checkpoint(root / "run"), json.loads((root / "run" / "results.json").read_text())
 
 
-def _resume_and_compare(golden, killed_dir, tmp_path):
+def _resume_and_compare(golden, killed_dir, tmp_path, out=None):
+    """Resume ``killed_dir`` into ``out`` (a new directory unless given; ``killed_dir`` itself: in place)."""
     data, golden_state, golden_results = golden
-    out = tmp_path / "resumed"
+    out = out or tmp_path / "resumed"
     proc = run_train([*_args(data, out), f"resume={killed_dir}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     final = load_checkpoint(out)
@@ -69,6 +70,7 @@ def _resume_and_compare(golden, killed_dir, tmp_path):
     assert results["switches"] == golden_results["switches"]
     assert [h["nu"] for h in results["history"]] == [0.6, 0.6, 0.5, 0.5, 0.4, 0.4, 0.3, 0.3]
     assert [h["loss"] for h in results["history"]] == [h["loss"] for h in golden_results["history"]]
+    return results
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -82,7 +84,12 @@ def test_kill_at_a_random_point_then_resume(golden, tmp_path, seed):
     _kill(proc)
     done = load_checkpoint(killed)["epoch"]
     assert 1 <= done < EPOCHS
-    _resume_and_compare(golden, killed, tmp_path)
+    # no handler ran, yet its time up to the newest checkpoint is on record (0.15 s of sleep after each epoch's end)
+    killed_seconds = json.loads((killed / "results.json").read_text())["seconds"]
+    assert killed_seconds > 0 and killed_seconds >= 0.15 * (done - 1)
+    resumed = _resume_and_compare(golden, killed, tmp_path, out=killed if seed else None)
+    if seed:  # resumed in place: its record spans both attempts (a new directory's starts its own)
+        assert resumed["seconds"] > killed_seconds and [a["action"] for a in resumed["attempts"]] == ["ran", "resumed"]
 
 
 def test_kill_during_a_checkpoint_write_then_resume(golden, tmp_path):
