@@ -844,9 +844,15 @@ def test_the_benchmark_is_set_beside_the_epochs_the_runs_logged(tmp_path):
             run(16, [7.0], [], model={"hidden": 16, "name": "composite"}),
             run(16, [1.0], [1.0], stack_on=str(below)),
             run(16, [99.0], [99.0], finetune={"enabled": True}), run(16, [], []), run(0, [1.0], [5.0])]
-    [line] = estimate.against_runs(cfg, bench, 50, runs, "bench.json")
+    line, total = estimate.against_runs(cfg, bench, 50, runs, "bench.json")
     per_eval = estimate.search_share(cfg) * 10.0 / 5000 * 16
     epoch_16 = 2.0 * estimate.train_examples(cfg) / 1000
+    # every epoch and evaluation at its group's median (the 900 s one weighs as 4.5), against its charge
+    typical = 1.0 + 1.0 + 2 * 12.0 + 7.0 + 4 * 4.5 + 3 * 2.0
+    charged = epoch_16 * 8 / 3072 + per_eval + 2 * 3 * epoch_16 + epoch_16 + 4 * epoch_16 + 3 * per_eval
+    assert total == (f"- In all, the 8 epochs and 4 evaluations the runs logged, each at its group's median, come to "
+                     f"{typical / 3600:.2f} job-hours against {charged / 3600:.2f} charged ({typical / charged:.2f}x; "
+                     f"with K jobs at once the table's wall time is about 1/K of this)")
     assert line.startswith("- The benchmark against the runs (bench.json; measured over charged: above 1, ")
     parts = line.split("): ", 1)[1].split("; ")
     assert parts == [
@@ -862,6 +868,6 @@ def test_the_benchmark_is_set_beside_the_epochs_the_runs_logged(tmp_path):
     assert estimate.against_runs(cfg, bench, 50, [runs[-2]], "bench.json") == []
     # a composite is charged its own step where the benchmark timed it
     bench["rows"][0]["composite_s"] = 2.5
-    [line] = estimate.against_runs(cfg, bench, 50, [runs[3]], "bench.json")
+    line, _ = estimate.against_runs(cfg, bench, 50, [runs[3]], "bench.json")
     assert line.endswith(f"composite step: an epoch 7.0 s (median of 1) against {2.5 * epoch_16 / 2.0:.1f} s charged "
                          f"({7.0 / (2.5 * epoch_16 / 2.0):.2f}x)")

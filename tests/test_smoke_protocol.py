@@ -291,6 +291,10 @@ def test_the_report_sets_the_tables_time_beside_its_plans_estimate(smoke, tmp_pa
     assert (f"16 units on 3072 inputs, fused step: an epoch {sec(epoch)} (median of "
             f"{sum(len(r['history']) for r in runs)}) against 500.0 s charged ({epoch / 500:.2f}x), an evaluation "
             f"{sec(evaluation)} (median of {sum(len(r['evaluations']) for r in runs)}) against ") in checked
+    report = (work / "reports" / "table1_smoke.md").read_text()
+    assert (f"\n- In all, the {sum(len(r['history']) for r in runs):,} epochs and "
+            f"{sum(len(r['evaluations']) for r in runs):,} evaluations the runs logged, each at its group's median, "
+            f"come to ") in report
 
 
 def test_a_stopped_fine_tuning_job_resumes_without_evaluating_again(smoke, tmp_path):
