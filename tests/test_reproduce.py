@@ -851,8 +851,10 @@ def test_the_benchmark_is_set_beside_the_epochs_the_runs_logged(tmp_path):
     typical = 1.0 + 1.0 + 2 * 12.0 + 7.0 + 4 * 4.5 + 3 * 2.0
     charged = epoch_16 * 8 / 3072 + per_eval + 2 * 3 * epoch_16 + epoch_16 + 4 * epoch_16 + 3 * per_eval
     assert total == (f"- In all, the 8 epochs and 4 evaluations the runs logged, each at its group's median, come to "
-                     f"{typical / 3600:.2f} job-hours against {charged / 3600:.2f} charged ({typical / charged:.2f}x; "
-                     f"with K jobs at once the table's wall time is about 1/K of this)")
+                     f"{typical / 3600:.2f} job-hours against {charged / 3600:.2f} charged ({typical / charged:.2f}x)")
+    _, total = estimate.against_runs(cfg, {**bench, "side_by_side": {"jobs": 2}}, 50, runs, "bench.json")
+    assert total.endswith(f"; 2 jobs at once, as the benchmark timed them, make that about {typical / 2 / 3600:.2f} "
+                          f"hours of wall time")
     assert line.startswith("- The benchmark against the runs (bench.json; measured over charged: above 1, ")
     parts = line.split("): ", 1)[1].split("; ")
     assert parts == [

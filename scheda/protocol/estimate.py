@@ -277,11 +277,13 @@ def against_runs(cfg: DictConfig, bench: dict[str, Any], batch_size: int, runs: 
         return []
     # each count at its group's median: the cost model over the work the runs did, apart from caps and pauses
     evals = f" and {counted[1]:,} evaluations" if counted[1] else ""
+    k = int((bench.get("side_by_side") or {}).get("jobs", 1))
     return [f"- The benchmark against the runs ({bench_path}; measured over charged: above 1, the runs were slower "
             f"than the plan assumed, on shared or slower cores): " + "; ".join(lines),
             f"- In all, the {counted[0]:,} epochs{evals} the runs logged, each at its group's median, come to "
-            f"{typical / 3600:.2f} job-hours against {charged_all / 3600:.2f} charged ({typical / charged_all:.2f}x; "
-            f"with K jobs at once the table's wall time is about 1/K of this)"]
+            f"{typical / 3600:.2f} job-hours against {charged_all / 3600:.2f} charged ({typical / charged_all:.2f}x)"
+            + (f"; {k} jobs at once, as the benchmark timed them, make that about {typical / k / 3600:.2f} hours of wall "
+               f"time" if k > 1 else "")]
 
 
 def _seconds(value: float) -> str:
