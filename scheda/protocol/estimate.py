@@ -252,7 +252,9 @@ def against_runs(cfg: DictConfig, bench: dict[str, Any], batch_size: int, runs: 
         group = groups.setdefault((int(hidden), inputs, kind), {"epochs": [], "evals": []})
         group["epochs"] += [e["seconds"] for e in results["history"] if e.get("seconds")]
         group["evals"] += [e["seconds"] for e in results.get("evaluations") or [] if e.get("seconds")]
-    lines, typical, charged_all, counted = [], 0.0, 0.0, [0, 0]
+    lines: list[str] = []
+    typical = charged_all = 0.0  # every epoch and evaluation at its group's median, and at its charge
+    n_epochs = n_evals = 0
     for (hidden, inputs, kind), measured in sorted(groups.items()):
         key = {"autograd": "autograd_s", "composite": "composite_s"}.get(kind)
         charged = epoch_seconds(bench, hidden, batch_size, fast and kind in ("triton", "two_pass"), examples,
@@ -263,24 +265,25 @@ def against_runs(cfg: DictConfig, bench: dict[str, Any], batch_size: int, runs: 
             if key == "composite_s" and (timed is None or math.isnan(timed)) else ""
         text = (f"{hidden} units on {inputs} inputs, {kind} step: an epoch {_seconds(epoch)} (median of "
                 f"{len(measured['epochs']):,}) against {_seconds(charged)} charged{untimed} ({epoch / charged:.2f}x)")
-        typical, charged_all = typical + epoch * len(measured["epochs"]), charged_all + charged * len(measured["epochs"])
-        counted[0] += len(measured["epochs"])
+        n_epochs += len(measured["epochs"])
+        typical += epoch * len(measured["epochs"])
+        charged_all += charged * len(measured["epochs"])
         if measured["evals"] and per_feature:
             evaluation, charged_eval = statistics.median(measured["evals"]), per_feature * hidden
             text += (f", an evaluation {_seconds(evaluation)} (median of {len(measured['evals']):,}) against "
                      f"{_seconds(charged_eval)} ({evaluation / charged_eval:.2f}x)")
+            n_evals += len(measured["evals"])
             typical += evaluation * len(measured["evals"])
             charged_all += charged_eval * len(measured["evals"])
-            counted[1] += len(measured["evals"])
         lines.append(text)
     if not lines:
         return []
-    # each count at its group's median: the cost model over the work the runs did, apart from caps and pauses
-    evals = f" and {counted[1]:,} evaluations" if counted[1] else ""
+    # the cost model over the work the runs did, apart from the caps (and, by the medians, from pauses)
+    evals = f" and {n_evals:,} evaluations" if n_evals else ""
     k = int((bench.get("side_by_side") or {}).get("jobs", 1))
     return [f"- The benchmark against the runs ({bench_path}; measured over charged: above 1, the runs were slower "
             f"than the plan assumed, on shared or slower cores): " + "; ".join(lines),
-            f"- In all, the {counted[0]:,} epochs{evals} the runs logged, each at its group's median, come to "
+            f"- In all, the {n_epochs:,} epochs{evals} the runs logged, each at its group's median, come to "
             f"{typical / 3600:.2f} job-hours against {charged_all / 3600:.2f} charged ({typical / charged_all:.2f}x)"
             + (f"; {k} jobs at once, as the benchmark timed them, make that about {typical / k / 3600:.2f} hours of wall "
                f"time" if k > 1 else "")]
