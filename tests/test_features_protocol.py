@@ -101,6 +101,26 @@ def test_figure6_and_the_claims_read_the_analysis_own_numbers(features):
         assert (user.work / "reports" / png).stat().st_size > 1000, png
     recon = json.loads((runs / "reconstruction.json").read_text())["models"]
     assert {"0:da0.5", "1:scheda", "0:composite_alternating", "1:da2"} <= set(recon)
+    # scale=smoke evaluates every epoch: its alternating runs' evaluations follow both groups' epochs
+    assert "every epoch is a switch; an alternating run's evaluations follow each group's epochs in turn." in report
+
+
+def test_figure7_says_which_groups_epochs_the_evaluations_follow():
+    """Evaluated every 10 epochs, an alternating run of two groups is only ever seen after the second
+    group's epoch (0-based epoch 9, 19, ...): the caption says so, by the model's own rule."""
+    from scheda.model.network import CompositeDA, alternating_group
+    from scheda.protocol.features_report import _evaluated_after
+
+    model = CompositeDA(6, 4, [0.2, 0.4], "alternating")
+    for epoch in range(5):
+        model.set_epoch(epoch)
+        assert model.active == alternating_group(epoch, 2) == epoch % 2
+    followed = {alternating_group(e - 1, 2) for e in (10, 20, 30, 40, 50)}
+    assert _evaluated_after(followed, [0.2, 0.4]) == (
+        "; every evaluation of an alternating run follows an epoch of the group at nu 0.4 only (the curve shows "
+        "the model as such an epoch left it)")
+    assert _evaluated_after({0, 1}, [0.2, 0.4]).endswith("follow each group's epochs in turn")
+    assert _evaluated_after(set(), [0.2, 0.4]) == ""
 
 
 def test_a_rerun_trains_nothing_and_an_analysis_goes_on_from_where_it_stood(features):

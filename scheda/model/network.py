@@ -90,6 +90,11 @@ class DenoisingAutoencoder(nn.Module):
         return self.W.detach()
 
 
+def alternating_group(epoch: int, groups: int) -> int:
+    """The group an alternating composite DA trains in its (0-based) ``epoch``: each in turn."""
+    return epoch % groups
+
+
 class CompositeDA(DenoisingAutoencoder):
     """The composite DA (the paper's Section 5): the hidden units are split into S equal groups;
     group s sees the input corrupted at its own level ``group_nus[s]`` (``None``: the schedule's
@@ -109,7 +114,7 @@ class CompositeDA(DenoisingAutoencoder):
 
     def set_epoch(self, epoch: int) -> None:
         """The group trained in this (0-based) epoch, when alternating."""
-        self.active = epoch % len(self.groups) if self.update == "alternating" else None
+        self.active = alternating_group(epoch, len(self.groups)) if self.update == "alternating" else None
 
     def training_loss(self, x: torch.Tensor, noise, nu, generator: torch.Generator) -> torch.Tensor:
         """Each group corrupts the input at its own level."""

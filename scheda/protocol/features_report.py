@@ -327,8 +327,22 @@ def _best_da(models, seed):
     return min(das, key=lambda e: e["val_error"]) if das else None
 
 
+def _evaluated_after(followed: set[int], nus) -> str:
+    """Which groups' epochs the alternating runs' evaluations followed: with an evaluation every even
+    number of epochs and two groups, all of them follow the same group's."""
+    if not followed:
+        return ""
+    if len(followed) == len(nus):
+        return "; an alternating run's evaluations follow each group's epochs in turn"
+    named = " and ".join(f"nu {fmt(nus[g])}" for g in sorted(followed))
+    which = "the group" if len(followed) == 1 else "the groups"
+    return (f"; every evaluation of an alternating run follows an epoch of {which} at {named} only (the curve "
+            f"shows the model as such an epoch left it)")
+
+
 def _composite(s, models, continued, seeds, path, claims) -> list[str]:
     from scheda.analysis.core import pyplot, save_png
+    from scheda.model.network import alternating_group
 
     lines = ["## The composite DA (Section 5)", "",
              f"Hidden units in {len(s.composite_nus)} equal groups trained at nu {', '.join(fmt(nu) for nu in s.composite_nus)}"
@@ -362,6 +376,7 @@ def _composite(s, models, continued, seeds, path, claims) -> list[str]:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     drawn = False
+    followed: set[int] = set()  # the groups whose epoch an alternating run's evaluations came after
     for update, colour in zip(s.updates, ("tab:blue", "tab:orange")):
         for k, seed in enumerate(seeds):
             e = models.get(seed, {}).get("composite", {}).get(update)
@@ -369,6 +384,9 @@ def _composite(s, models, continued, seeds, path, claims) -> list[str]:
             if not results:
                 continue
             points = [(v["epoch"], 100 * v["test_error"]) for v in results.get("evaluations", [])]
+            if update == "alternating":
+                # an evaluation at (1-based) epoch e follows 0-based epoch e - 1
+                followed |= {alternating_group(epoch - 1, len(s.composite_nus)) for epoch, _ in points}
             if points:
                 ax.plot(*zip(*points), color=colour, alpha=0.8, label=update if k == 0 else None)
                 drawn = True
@@ -380,9 +398,8 @@ def _composite(s, models, continued, seeds, path, claims) -> list[str]:
         png = path.with_name(f"{path.stem}_figure7.png")
         fig.tight_layout()
         save_png(fig, png)
-        lines += ["", f"![figure 7]({png.name})", "",
-                  "Figure 7: each seed's curve; an alternating run trains one group per epoch, so every epoch is a "
-                  "switch (the evaluations, every scale.da.eval_every epochs, fall on both groups' epochs)."]
+        lines += ["", f"![figure 7]({png.name})", "", "Figure 7: each seed's curve; an alternating run trains one group "
+                  "per epoch, so every epoch is a switch" + _evaluated_after(followed, s.composite_nus) + "."]
     else:
         plt.close(fig)
     return lines + [""]
