@@ -1,25 +1,9 @@
 
 import pytest
-import torch
 
-from scheda.analysis.core import closest_counts, max_cosine_similarity, run_label
+from scheda.analysis.core import run_label
 
 from helpers import STAGES, TINY, compose_cfg, run_module
-
-
-def test_every_feature_is_closest_to_itself():
-    g = torch.Generator().manual_seed(0)
-    a = torch.rand(500, 12, generator=g)
-    b = torch.rand(500, 9, generator=g)
-    assert closest_counts(a, {"self": a, "other": b}, chunk_size=64) == {"self": 12, "other": 0}
-    assert closest_counts(a, {"other": b, "self": a.clone()}) == {"other": 0, "self": 12}
-
-
-def test_chunked_cosine_similarity_matches_direct():
-    g = torch.Generator().manual_seed(1)
-    a, b = torch.rand(300, 7, generator=g), torch.rand(300, 5, generator=g)
-    direct = torch.nn.functional.normalize(a.double(), dim=0).T @ torch.nn.functional.normalize(b.double(), dim=0)
-    torch.testing.assert_close(max_cosine_similarity(a, b, chunk_size=37), direct.max(1).values)
 
 
 def _runs(cifar_arrays, tmp_path):
@@ -52,7 +36,12 @@ def test_run_labels_and_scripts(cifar_arrays, tmp_path):
     table = (tmp_path / "t2.md").read_text().splitlines()
     assert table[0] == "| nu | C_nu for ScheDA(0.5->0.2) | C_nu for DA(0.3)* |"
     assert table[2].startswith("| 0.3 | 0 |") and table[3].startswith("| 0.5 | 8 |")  # itself: all 8 units
-    assert sum(int(row.split("|")[3]) for row in table[2:]) == 8
+    assert table[4].startswith("| tied | 0 |")
+    assert sum(int(row.split("|")[3]) for row in table[2:]) == 8  # the baseline's units, tied ones included
+    proc = run_module("scheda.analysis.feature_similarity", [
+        "--reference", runs["scheda"], "--da", f"0.3={runs['da']}", f"0.5={runs['scheda']}", "--measure", "correlation"])
+    assert proc.returncode == 0, proc.stderr
+    assert "| 0.5 | 8 |" in proc.stdout
 
 
 def test_concatenation_grid_from_a_fused_sweep(cifar_arrays, tmp_path):

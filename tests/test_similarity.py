@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from scheda.analysis.similarity import closest, compare, moments
+from scheda.analysis.similarity import MEASURES, TIE, closest, compare, moments
 
 
 def hsic_unbiased(K: np.ndarray, L: np.ndarray) -> float:
@@ -74,10 +74,38 @@ def test_a_unit_that_never_varies_correlates_with_nothing():
 def test_closest_counts_winners_and_the_margin_by_which_they_win():
     best = {"0.1": np.array([0.9, 0.2, 0.5, 0.7]), "0.7": np.array([0.8, 0.6, 0.5, 0.1])}
     c = closest(best)
-    assert c.counts == {"0.1": 3, "0.7": 1}  # a tie goes to the first candidate
+    assert c.counts == {"0.1": 2, "0.7": 1} and c.tied == 1  # a tie goes to neither candidate
     assert c.mean_best == pytest.approx((0.9 + 0.6 + 0.5 + 0.7) / 4)
     assert c.median_margin == pytest.approx(np.median([0.1, 0.4, 0.0, 0.6]))
-    assert c.share(["0.7"]) == pytest.approx(0.25)
+    assert c.share(["0.7"]) == pytest.approx(1 / 3)  # of the units that have a closest candidate
+    # a lead of a hair above TIE is a lead
+    assert closest({"a": np.array([0.5 + 10 * TIE]), "b": np.array([0.5])}).counts == {"a": 1, "b": 0}
+
+
+def test_every_unit_is_closest_to_itself():
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.rand(500, 12, generator=g), torch.rand(500, 9, generator=g)
+    for measure in MEASURES:
+        for order in (("self", "other"), ("other", "self")):
+            pairs = {"self": compare(a, a.clone(), chunk_size=64), "other": compare(a, b, chunk_size=64)}
+            c = closest({k: pairs[k].best[measure] for k in order})
+            assert (c.counts["self"], c.counts["other"], c.tied) == (12, 0, 0), (measure, order)
+
+
+def test_a_unit_saturated_on_every_input_is_tied_not_given_to_the_first_candidate():
+    """Trained sigmoid DAs have units that are 1 on every input. Such a unit of the reference has
+    the same cosine with every candidate's saturated unit and correlation 0 with all: under either
+    measure it has no closest DA. Before ties were counted apart, argmax gave it to the first
+    candidate (DA(0.7) in Table 2), which pushes the share with high nu up."""
+    g = torch.Generator().manual_seed(5)
+    ones = torch.ones(300, 1)
+    ref = torch.cat([ones, torch.rand(300, 3, generator=g)], 1)
+    high = torch.cat([ones, torch.rand(300, 4, generator=g)], 1)  # first, as nu 0.7 is
+    low = torch.cat([ones.clone(), ref[:, 1:].clone(), torch.rand(300, 2, generator=g)], 1)
+    for measure in MEASURES:
+        c = closest({"0.7": compare(ref, high).best[measure], "0.1": compare(ref, low).best[measure]})
+        assert (c.counts, c.tied) == ({"0.7": 0, "0.1": 3}, 1), measure
+        assert c.share(["0.7"]) == 0.0
 
 
 @pytest.mark.cuda

@@ -1,22 +1,16 @@
-"""Analysis of learnt features (Geras & Sutton 2015, Sections 4.1.2-4.1.3): run labels,
-filter images, and the feature-similarity count of Table 2.
-
-Feature similarity: each hidden unit's activation vector over a data set is compared by
-cosine similarity with every unit of several other models; C_nu counts the reference units
-whose most similar unit belongs to DA(nu). Similarities are accumulated as chunked matrix
-products over the data points (H_ref x H_other at a time), never a Python loop over units.
+"""Analysis of learnt features (Geras & Sutton 2015, Sections 4.1.2-4.1.3): run labels, the
+models of a sweep, heat maps and figures. Table 2's similarities and counts are
+:mod:`scheda.analysis.similarity`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
-
 import numpy as np
 
 from scheda.runs.rundir import read_results
 from scheda.utils.errors import DataError
-from scheda.utils.lazy import lazy, no_grad
+from scheda.utils.lazy import lazy
 
 torch = lazy("torch", globals())
 
@@ -32,33 +26,6 @@ def run_label(run_dir: str | Path) -> str:
     if len(levels) == 1:
         return f"DA({levels[0]:g})"
     return "ScheDA(" + "->".join(f"{nu:g}" for nu in levels) + ")"
-
-
-@no_grad
-def column_norms(x: torch.Tensor, chunk_size: int = 8192) -> torch.Tensor:
-    return torch.sqrt(sum((x[i:i + chunk_size].double() ** 2).sum(0) for i in range(0, x.shape[0], chunk_size)))
-
-
-@no_grad
-def max_cosine_similarity(reference: torch.Tensor, other: torch.Tensor, chunk_size: int = 8192) -> torch.Tensor:
-    """For every column (feature) of ``reference`` [N, Hr], its largest cosine similarity with
-    a column of ``other`` [N, Ho]; both hold activations over the same N data points."""
-    if reference.shape[0] != other.shape[0]:
-        raise ValueError("activations must be over the same data points")
-    dots = torch.zeros(reference.shape[1], other.shape[1], dtype=torch.float64, device=reference.device)
-    for i in range(0, reference.shape[0], chunk_size):
-        dots += reference[i:i + chunk_size].double().T @ other[i:i + chunk_size].double()
-    norms = column_norms(reference, chunk_size)[:, None] * column_norms(other, chunk_size)[None, :]
-    return (dots / norms.clamp_min(1e-300)).max(dim=1).values
-
-
-def closest_counts(reference: torch.Tensor, candidates: Mapping[str, torch.Tensor],
-                   chunk_size: int = 8192) -> dict[str, int]:
-    """C_label: how many reference features have their most similar feature in ``candidates[label]``."""
-    labels = list(candidates)
-    best = torch.stack([max_cosine_similarity(reference, candidates[k], chunk_size) for k in labels])
-    winner = best.argmax(dim=0).cpu().numpy()
-    return {label: int(np.sum(winner == i)) for i, label in enumerate(labels)}
 
 
 def sweep_models(sweep_dir: str | Path) -> list[tuple[dict, Path]]:

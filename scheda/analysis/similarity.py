@@ -27,6 +27,12 @@ from scheda.utils.lazy import lazy, no_grad
 torch = lazy("torch", globals())
 
 MEASURES = ("cosine", "correlation")  # unit by unit; CKA compares whole representations
+# A unit whose two most similar candidates score within TIE of each other has no closest one: it
+# is counted apart, not given to whichever candidate comes first. A sigmoid unit saturated at 1 on
+# every input is 1 in float32 (trained CIFAR-10 DAs at 500 units have 1 to 14 such): its cosine
+# with any candidate's saturated unit is exactly the same, and its correlation is 0 with every
+# unit. Float64 products of float32 activations round far below 1e-9; a real lead is far above.
+TIE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -144,25 +150,28 @@ def flops(n: int, pairs: list[tuple[int, int]], models: list[int]) -> float:
 @dataclass(frozen=True)
 class Closest:
     """Table 2 for one reference and one measure: how many of its units have their most similar
-    unit in each candidate, the mean of those best similarities, and the median margin between
-    the winning candidate and the runner-up (how narrowly a count is decided)."""
+    unit in each candidate, how many have none (``tied``: see TIE), the mean of their best
+    similarities, and the median margin between the winning candidate and the runner-up (how
+    narrowly a count is decided)."""
 
     counts: dict[str, int]
+    tied: int
     mean_best: float
     median_margin: float
 
     def share(self, labels: Sequence[str]) -> float:
-        """The fraction of the reference's units whose closest candidate is one of ``labels``."""
-        total = sum(self.counts.values())
-        return sum(self.counts[k] for k in labels) / total if total else float("nan")
+        """The fraction of the reference's units with a closest candidate whose closest is one of ``labels``."""
+        decided = sum(self.counts.values())
+        return sum(self.counts[k] for k in labels) / decided if decided else float("nan")
 
 
-def closest(best: Mapping[str, np.ndarray]) -> Closest:
+def closest(best: Mapping[str, np.ndarray], tie: float = TIE) -> Closest:
     """``best[label]``: each reference unit's best similarity in candidate ``label`` (one measure)."""
     labels = list(best)
     stacked = np.stack([np.asarray(best[k], dtype=np.float64) for k in labels])  # [candidates, H_ref]
     winner = stacked.argmax(0)
     ordered = np.sort(stacked, axis=0)
-    margin = ordered[-1] - ordered[-2] if len(labels) > 1 else np.full(stacked.shape[1], np.nan)
-    return Closest({k: int(np.sum(winner == i)) for i, k in enumerate(labels)}, float(ordered[-1].mean()),
-                   float(np.median(margin)))
+    margin = ordered[-1] - ordered[-2] if len(labels) > 1 else np.full(stacked.shape[1], np.inf)
+    decided = margin > tie
+    return Closest({k: int(np.sum(decided & (winner == i))) for i, k in enumerate(labels)}, int(np.sum(~decided)),
+                   float(ordered[-1].mean()), float(np.median(margin)) if len(labels) > 1 else float("nan"))

@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scheda.analysis.similarity import MEASURES, closest, compare_all
+from scheda.analysis.similarity import MEASURES, TIE, closest, compare_all
 from scheda.protocol.jobs import fmt
 from scheda.utils.io import atomic_write_json
 from scheda.utils.lazy import lazy
@@ -106,6 +106,11 @@ class Analysis:
             return {split: model.encode_dataset(self.inputs(cfg, split)) for split in splits}
 
     # --- the pieces ---------------------------------------------------------------------------
+    def _similarity_key(self, wanted: dict[str, str]) -> dict[str, Any]:
+        """The checkpoints a seed's Table 2 is computed from, and the rule that counts its ties: a
+        piece counted by another rule is counted again."""
+        return {**{name: self._rel(path) for name, path in wanted.items()}, "tie": TIE}
+
     def _read(self, path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
         """A piece computed from the same checkpoints, or None."""
         try:
@@ -132,7 +137,7 @@ class Analysis:
         """Table 2 of one seed on each split: every reference against every candidate DA, plus the
         partner's DA(max nu) as the candidate in place of this seed's own (a continuation starts from
         it), and the seed-to-seed CKA of each DA(nu) (the ceiling)."""
-        key = {name: self._rel(path) for name, path in wanted.items()}
+        key = self._similarity_key(wanted)
         todo = [split for split in SPLITS if self._read(self.folder / f"similarity_{split}_seed{seed}.json", key) is None]
         if not todo:
             return
@@ -164,7 +169,7 @@ class Analysis:
                     for measure in MEASURES:
                         # the count's labels are the candidates' nu (the replacement counts as DA(max nu))
                         c = closest({fmt(self.s.nus[i]): pairs[chosen[i]].best[measure] for i in range(len(chosen))})
-                        out[name][measure] = {"counts": c.counts, "mean_best": c.mean_best,
+                        out[name][measure] = {"counts": c.counts, "tied": c.tied, "mean_best": c.mean_best,
                                               "median_margin": c.median_margin, "share_high": c.share(self.s.high)}
                 refs[ref] = out
             ceiling = {fmt(nu): every[(f"da{fmt(nu)}", f"da_star{fmt(nu)}")].cka for nu in self.s.nus}
@@ -244,7 +249,7 @@ class Analysis:
             wanted = self.similarity_models(seed)
             if wanted is None:
                 continue
-            key = {name: self._rel(path) for name, path in wanted.items()}
+            key = self._similarity_key(wanted)
             for split in SPLITS:
                 found = self._read(self.folder / f"similarity_{split}_seed{seed}.json", key)
                 if found is not None:

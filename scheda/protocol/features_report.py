@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 from omegaconf import DictConfig
 
+from scheda.analysis.similarity import TIE
 from scheda.protocol.jobs import count, fmt, pct
 from scheda.runs.rundir import checkpoint_name
 from scheda.utils import stats
@@ -154,7 +155,10 @@ def _table2(cfg, s, analysis, seeds, claims) -> list[str]:
              "partner (another initialisation). ScheDA, the jump and the same start continue this seed's own "
              f"DA({fmt(s.nu0)}), which is among the candidates (as in the paper, whose DA(nu) share ScheDA's "
              "initialisation and whose DA* do not); the tables after them give the counts with the partner's "
-             f"DA({fmt(s.nu0)}) in its place.", ""]
+             f"DA({fmt(s.nu0)}) in its place. A unit whose two most similar DAs score within "
+             f"{TIE:g} of each other has no closest DA (a unit saturated on every input scores alike with "
+             "every DA's saturated unit, and correlates with none): it is counted as tied, not given to the "
+             "first DA, and the share below is of the units that have a closest DA.", ""]
     for split in ("train", "val"):
         refs = _refs(analysis, split, seeds)
         if not refs:
@@ -179,6 +183,8 @@ def _table2(cfg, s, analysis, seeds, claims) -> list[str]:
                              for r in names]
                     paper_cells = [_paper_count(paper, r, nu) for r in paper_cols]
                     lines.append(f"| {fmt(nu)} | " + " | ".join(cells) + "".join(f" | {c}" for c in paper_cells) + " |")
+                cells = [mean_sd([refs[seed][r][start][measure]["tied"] for seed in refs], 1) for r in names]
+                lines.append("| tied | " + " | ".join(cells) + " |" + " — |" * len(paper_cols))
                 for label, field, digits in (("mean best similarity", "mean_best", 3),
                                              ("median margin, winner over runner-up", "median_margin", 4),
                                              (f"share with nu >= {fmt(s.summary_nu)}", "share_high", 3)):
