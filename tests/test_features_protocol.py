@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from helpers import TINY_PROTOCOL, User, readme_commands, rows_of, smoke_cfg
+from scheda.runs.rundir import FINAL_STATUSES, best_evaluation, read_results
 
 HIDDEN = 16  # scale=smoke's
 pytestmark = pytest.mark.xdist_group("features_protocol")  # one worker: the fixture runs once
@@ -198,3 +199,29 @@ def test_the_estimate_costs_the_composite_by_the_step_that_trains_it():
     assert (train_hours(composite_s=1.5) - train_hours()) * 3600 == pytest.approx(composites * 3 * 0.5)
     momentum = "overrides=['optim.momentum=0.9']"
     assert (train_hours(momentum, autograd_s=3.0) - train_hours(momentum)) * 3600 == pytest.approx(composites * 3 * 2.0)
+
+
+def test_the_report_names_every_model_and_cell_read_at_the_edge_of_the_c_grid(features):
+    """A model or a concatenation whose chosen C lies at the grid's edge might do better with a
+    wider grid: the report lists exactly those the runs' and the analysis' own records mark."""
+    user, _ = features
+    runs = user.work / "outputs" / "reproduce" / "smoke"
+    report = (user.work / "reports" / "features_smoke.md").read_text()
+    models = report.split("## Every model")[1].split("\n## ")[0]
+    marked = 0  # the table's reported models (its folders hold no others) read at an evaluation at the edge
+    for folder in ("da", "feature_da", "continue", "feature_continue"):
+        for run in (runs / folder).iterdir():
+            results = read_results(run) if run.is_dir() else None
+            best = best_evaluation(results) if results and results.get("status") in FINAL_STATUSES else None
+            marked += bool(best and best.get("at_edge"))
+    [line] = [row for row in models.splitlines() if row.startswith("- ")]
+    assert marked, "the smoke grid chooses an edge somewhere: the check below compares something"
+    assert line.startswith(f"- Read with the classifier's setting at the edge of its grid ({marked}): "), line
+    chosen = re.findall(r"\(seed \d+, epoch \d+: C=([\d.]+)\)", line)
+    assert len(chosen) == marked and set(chosen) <= {"0.0625", "4"}  # the smoke grid's ends, 2^-4 and 2^2
+    cells = {(c["low"], c["high"]) for c in json.loads((runs / "feature_analysis" / "concat_0_1.json").read_text())["cells"]
+             if c["at_edge"]}
+    figure6 = report.split("## Figure 6")[1].split("\n## ")[0]
+    [line] = [row for row in figure6.splitlines() if row.startswith("- Cells read with the classifier's setting")]
+    assert cells, "the smoke grid chooses an edge somewhere: the check below compares something"
+    assert set(re.findall(r"DA\(([\d.]+)\) \+ DA\(([\d.]+)\)", line)) == cells

@@ -103,7 +103,7 @@ def section(scale: DictConfig, selection: dict[str, Any], continued: dict[str, A
     return lines
 
 
-def _edge_of(entry: dict[str, Any]) -> str | None:
+def edge_of(entry: dict[str, Any]) -> str | None:
     """The classifier's chosen setting where the evaluation a model is read at chose the edge of
     its grid (scheda.evaluation.evaluate: ``at_edge``), else None."""
     results = read_results(Path(entry["run"])) if entry.get("run") else None
@@ -119,7 +119,7 @@ def classifier_edges(selection: dict[str, Any], continued: dict[str, Any], seede
     wider grid. Fine-tuned rows train their own output layer, and have no such choice."""
     seeds = [str(s) for s in seeded.get("seeds", [])]
     raw = selection.get("raw")
-    edges = [f"the raw inputs ({chosen})"] if raw and (chosen := _edge_of(raw)) else []
+    edges = [f"the raw inputs ({chosen})"] if raw and (chosen := edge_of(raw)) else []
     for hidden, sel in selection["hidden"].items():
         for key, label, entry in _rows(hidden, sel, continued.get(hidden, {})):
             if key.startswith("finetune"):
@@ -129,7 +129,7 @@ def classifier_edges(selection: dict[str, Any], continued: dict[str, Any], seede
                     e["epoch"]: e for rule in ("hidden", "own_best")
                     if (e := seeded.get(rule, {}).get(hidden, {}).get(key, {}).get(s)) is not None}
                 for epoch, e in sorted(read.items()):
-                    chosen = _edge_of(e)
+                    chosen = edge_of(e)
                     if chosen:
                         edges.append(f"{label} ({hidden} hidden units, seed {s}, epoch {epoch}: {chosen})")
     if not edges:

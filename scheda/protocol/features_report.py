@@ -13,6 +13,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from scheda.analysis.similarity import TIE
+from scheda.protocol.convergence import edge_of
 from scheda.protocol.jobs import count, fmt, pct
 from scheda.runs.rundir import checkpoint_name
 from scheda.utils import stats
@@ -131,11 +132,19 @@ def _models_table(s, models, continued, seeds) -> list[str]:
              "stopped by the rule at its cap, not converged), per seed, and the mean ± sd over seeds.", "",
              "| Model | " + " | ".join(f"seed {seed}" for seed in seeds) + " | mean ± sd (n) |",
              "|---|" + "---|" * (len(seeds) + 1)]
+    edges = []
     for label, _, by_seed in _every_model(s, models, continued, seeds):
         entries = list(by_seed.values())
         cells = [f"{pct(e['test_error'])} ({e['epoch']}{_stopped(e)})" if e else "not finished" for e in entries]
         done = [e["test_error"] for e in entries if e]
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {mean_sd(done, scale=100)} ({len(done)}) |")
+        edges += [f"{label} (seed {seed}, epoch {e['epoch']}: {chosen})" for seed, e in by_seed.items()
+                  if e and (chosen := edge_of(e))]
+    if edges:
+        lines += ["", f"- Read with the classifier's setting at the edge of its grid ({len(edges)}): {', '.join(edges)}. "
+                      f"Their errors might be lower with a wider grid (classifier.c_log2_min/max)."]
+    else:
+        lines += ["", "- The classifier's chosen setting lies inside its grid for every finished model."]
     return lines + [""]
 
 
@@ -303,8 +312,12 @@ def _figure6(cfg, s, models, continued, analysis, path, claims) -> list[str]:
                      + f" | {mean_sd(alone[fmt(x)], scale=100)} |")
     off = [100 * float(np.mean([cell(p, x, y) for i, x in enumerate(levels) for y in levels[i + 1:]])) for p in per_pair]
     diag = [100 * float(np.mean([cell(p, x, x) for x in levels])) for p in per_pair]
+    edges = sorted({(c["low"], c["high"]) for cells in per_pair.values() for c in cells.values() if c.get("at_edge")})
     diff, verdict, n = paired_text(off, diag)
-    lines += ["", f"- Pairs of different nu against pairs of the same nu (mean test error of each, per initialisation "
+    lines += ["", "- Cells read with the classifier's setting at the edge of its grid: "
+                  + (", ".join(f"DA({lo}) + DA({hi})" for lo, hi in edges) + " (in at least one pair; their errors "
+                     "might be lower with a wider grid)" if edges else "none") + "."]
+    lines += [f"- Pairs of different nu against pairs of the same nu (mean test error of each, per initialisation "
                   f"pair): {diff}, {count(n, 'pair')}: {verdict}."]
     claims.append(claim_row("Pairs of different nu beat pairs of the same nu (Figure 6; test error, different − same)",
                             "lower", off, diag, "points", "lower"))
