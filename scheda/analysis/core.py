@@ -6,6 +6,7 @@ models of a sweep, heat maps and figures. Table 2's similarities and counts are
 from __future__ import annotations
 
 from pathlib import Path
+
 import numpy as np
 
 from scheda.runs.rundir import read_results
