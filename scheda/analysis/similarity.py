@@ -31,7 +31,8 @@ MEASURES = ("cosine", "correlation")  # unit by unit; CKA compares whole represe
 # is counted apart, not given to whichever candidate comes first. A sigmoid unit saturated at 1 on
 # every input is 1 in float32 (trained CIFAR-10 DAs of 500 units have 1 to 9, and up to 14 within
 # 1e-6 of constant): its cosine with any candidate's saturated unit is exactly the same, and its
-# correlation is 0 with every unit. Float64 products of float32 activations round far below 1e-9; a real lead is far above.
+# correlation is 0 with every unit. Float64 products of float32 activations round far below
+# 1e-9; a real lead is far above.
 TIE = 1e-9
 
 
