@@ -132,7 +132,13 @@ def classifier_edges(selection: dict[str, Any], continued: dict[str, Any], seede
                     chosen = edge_of(e)
                     if chosen:
                         edges.append(f"{label} ({hidden} hidden units, seed {s}, epoch {epoch}: {chosen})")
+    return ["", edges_line(edges, "every reported model and seed")]
+
+
+def edges_line(edges: list[str], every: str) -> str:
+    """The report's line on the models read at the edge of the classifier's grid (``every``: what
+    the line covers when there are none)."""
     if not edges:
-        return ["", "- The classifier's chosen setting lies inside its grid for every reported model and seed."]
-    return ["", f"- Read with the classifier's setting at the edge of its grid ({len(edges)}): {', '.join(edges)}. "
-                f"Their errors might be lower with a wider grid (classifier.c_log2_min/max)."]
+        return f"- The classifier's chosen setting lies inside its grid for {every}."
+    return (f"- Read with the classifier's setting at the edge of its grid ({len(edges)}): {', '.join(edges)}. "
+            f"Their errors might be lower with a wider grid (classifier.c_log2_min/max).")

@@ -13,7 +13,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from scheda.analysis.similarity import TIE
-from scheda.protocol.convergence import edge_of
+from scheda.protocol.convergence import edge_of, edges_line
 from scheda.protocol.jobs import count, fmt, pct
 from scheda.runs.rundir import checkpoint_name
 from scheda.utils import stats
@@ -140,12 +140,7 @@ def _models_table(s, models, continued, seeds) -> list[str]:
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {mean_sd(done, scale=100)} ({len(done)}) |")
         edges += [f"{label} (seed {seed}, epoch {e['epoch']}: {chosen})" for seed, e in by_seed.items()
                   if e and (chosen := edge_of(e))]
-    if edges:
-        lines += ["", f"- Read with the classifier's setting at the edge of its grid ({len(edges)}): {', '.join(edges)}. "
-                      f"Their errors might be lower with a wider grid (classifier.c_log2_min/max)."]
-    else:
-        lines += ["", "- The classifier's chosen setting lies inside its grid for every finished model."]
-    return lines + [""]
+    return lines + ["", edges_line(edges, "every finished model"), ""]
 
 
 # --- Table 2 ------------------------------------------------------------------------------------
