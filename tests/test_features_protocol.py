@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from omegaconf import OmegaConf
 
 from helpers import TINY_PROTOCOL, User, readme_commands, rows_of, smoke_cfg
 from scheda.runs.rundir import FINAL_STATUSES, best_evaluation, read_results
@@ -52,6 +53,18 @@ def test_every_model_trains_and_the_grid_s_own_runs_are_shared(features):
             assert 0 < float(cell.split(" (")[0]) < 100, (name, cell)
     assert re.search(r"plan for table=features scale=smoke: \d+ jobs \(feature_models 12, feature_continue 8\)",
                      first.output), first.output[-3000:]
+
+
+def test_each_phase_started_its_twice_the_units_models_first(features):
+    """A phase ends with its slowest job: the launcher got the double-size models first, as Hydra's
+    job numbers (the order it started them in) say; the rest in the order planned."""
+    user, _ = features
+    runs = user.work / "outputs" / "reproduce" / "smoke"
+    for folder, double in (("feature_da", "da_h32"), ("feature_continue", "scheda_h32")):
+        num = {run.name: OmegaConf.load(run / ".hydra" / "hydra.yaml").hydra.job.num
+               for run in (runs / folder).iterdir() if (run / ".hydra").is_dir()}
+        first = sorted(num, key=num.get)[:2]
+        assert all(name.startswith(double) for name in first) and len(num) > 2, (folder, num)
 
 
 def test_table2_counts_add_up_to_the_units_under_every_measure_and_split(features):

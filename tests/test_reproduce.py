@@ -250,6 +250,31 @@ def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch
     assert job_file.schedule.nu == 0.3 and job_file.defaults[0] == {"override /schedule": "constant"}
 
 
+def test_a_phase_starts_the_jobs_with_the_most_work_left_first(tmp_path):
+    """A phase ends with its slowest job: on fewer workers than jobs, the launcher is given the most
+    work left first (units x models x epochs to the cap, less the newest checkpoint a job resumes
+    from: a fused grid's per model too), equals in the order planned; a fine-tuning counts one epoch."""
+    from scheda.protocol.jobs import JobSpec
+
+    def job(name, hidden, epochs=None, **values):
+        return JobSpec(name, "p", values={"model.hidden": hidden, **values}, meta={"epochs": epochs} if epochs else {})
+
+    jobs = [job("small", 10, 7), job("big", 20, 7), job("fused", 10, 4, **{"trainer.parallel.nu": [0.1, 0.2, 0.3]}),
+            job("resumed", 20, 10), job("equal", 10, **{"schedule.epochs": 7}), job("finetune", 30),
+            job("fused_resumed", 10, 9, **{"trainer.parallel.seed": [1, 2]})]
+    for name, files in (("resumed", ("epoch_00003.pt", "epoch_00006.pt", "epoch_00009.pt.tmp")),
+                        ("fused_resumed", ("epoch_00005_batch_000007.pt",))):
+        folder = tmp_path / "p" / name / ("checkpoints" if name == "resumed" else "models/nu0.1/checkpoints")
+        folder.mkdir(parents=True)
+        for f in files:
+            (folder / f).write_bytes(b"")
+    work = {j.name: launch.work_left(j, tmp_path / "p" / j.name) for j in jobs}
+    assert work == {"small": 70, "big": 140, "fused": 120, "resumed": 80, "equal": 70, "finetune": 30,
+                    "fused_resumed": 80}
+    assert [j.name for j in launch.longest_first(jobs, tmp_path / "p")] == [
+        "big", "fused", "resumed", "fused_resumed", "small", "equal", "finetune"]
+
+
 def test_a_continuation_of_another_checkpoint_is_refused(tmp_path):
     cfg = smoke_cfg(*FIXED)
     selection = {"hidden": {"16": {"by_nu": {"0.5": {"checkpoint": str(tmp_path / "da" / "a" / "epoch_00002.pt"),

@@ -3,7 +3,8 @@ configs (``<out_dir>/jobs/protocol_job/<name>.yaml``), so the user's Hydra launc
 joblib, submitit) runs its jobs, with run directories ``<out_dir>/<phase>/<name>``; it runs in a
 process of its own, forked from a server that imported the training code once (scheda.utils.fork). A job whose
 results.json says completed (or diverged: a result too) is not rerun; one that was killed
-resumes from its latest checkpoint; a finished job run with other settings is refused."""
+resumes from its latest checkpoint; a finished job run with other settings is refused. The
+launcher is given the jobs with the most work left first (:func:`longest_first`)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from scheda.protocol.slurm import (
     scheduler_states,
 )
 from scheda.runs.reentry import has_checkpoint, keeps_init_from, reentry
-from scheda.runs.rundir import FINAL_STATUSES, KILLED, read_results, run_status
+from scheda.runs.rundir import CHECKPOINT_RE, FINAL_STATUSES, KILLED, read_results, run_status
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,27 @@ def _same_start(found: str | None, wanted: str, out_dir: Path) -> bool:
     except ValueError:
         return Path(found) == Path(wanted)
     return Path(found).parts[-len(inside):] == inside
+
+
+def work_left(job: JobSpec, run_dir: Path) -> int:
+    """What ``job`` has left to train, in epochs of one hidden unit (units x models x epochs): at
+    its cap (``meta["epochs"]``, else its schedule's), less the epochs of the newest checkpoint it
+    resumes from. The rule of training to convergence may stop any job sooner; the cap is the one
+    bound known before it runs. A job without epochs (a fine-tuning: its preset's) counts one."""
+    hidden = int(job.values.get("model.hidden", job.meta.get("hidden")) or 1)
+    models = len(job.values.get("trainer.parallel.nu") or job.values.get("trainer.parallel.seed") or [None])
+    epochs = int(job.meta.get("epochs") or job.values.get("schedule.epochs") or 1)
+    folders = [run_dir / "checkpoints", *sorted((run_dir / "models").glob("*/checkpoints"))]
+    done = max((int(m.group(1)) for folder in folders if folder.is_dir() for p in folder.iterdir()
+                if (m := CHECKPOINT_RE.match(p.name))), default=0)
+    return hidden * models * max(epochs - done, 1)
+
+
+def longest_first(jobs: list[JobSpec], phase_dir: Path) -> list[JobSpec]:
+    """A phase's jobs in the order a launcher starts them: the most work left first (stable among
+    equals). A phase ends with its slowest job, so on fewer workers than jobs (joblib's n_jobs, a
+    busy Slurm queue) the longest job started last would leave the others idle at the end."""
+    return sorted(jobs, key=lambda job: -work_left(job, phase_dir / job.name))
 
 
 def launcher_overrides(cfg: DictConfig) -> list[str]:
@@ -126,7 +148,7 @@ def run_phase(cfg: DictConfig, out_dir: Path, phase: str, jobs: list[JobSpec],
     jobs_dir = out_dir / "jobs"
     phase_dir = out_dir / phase
     todo = []
-    for job in jobs:
+    for job in longest_first(jobs, phase_dir):
         action = job_action(phase_dir / job.name, job)
         if action == "done":
             continue
