@@ -443,7 +443,10 @@ def _reconstruction(s, models, continued, analysis, seeds, path, claims) -> list
     lines = ["## Reconstruction (Section 4.1, Figure 2)", "",
              "Per model at its reported epoch: the training loss of that epoch (its own nu's corruption, mean per "
              "image, summed over the inputs), the reconstruction error of the clean training images (the same input "
-             "for every model), and the test error; mean ± sd over seeds.", "",
+             "for every model), and the test error; mean ± sd over seeds. A model trained at nu saw about a "
+             "fraction nu of each image zeroed, so clean images give its units inputs about 1 / (1 − nu) times "
+             "larger than in training: its clean error measures that mismatch as well as its features. Compare it "
+             f"between models that ended at the same nu (DA({fmt(s.nu_final)}), ScheDA, the jump).", "",
              "| Model | Training loss at its epoch (nu) | Clean reconstruction error | Test error % |", "|---|---|---|---|"]
     for label, key, entries in _every_model(s, models, continued, seeds):
         losses = [_training_loss(e) for e in entries.values() if e]
