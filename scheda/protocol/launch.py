@@ -31,7 +31,7 @@ from scheda.protocol.slurm import (
     record_scheduler_states,
     scheduler_states,
 )
-from scheda.runs.reentry import has_checkpoint, keeps_init_from, reentry
+from scheda.runs.reentry import checkpoint_files, has_checkpoint, keeps_init_from, reentry
 from scheda.runs.rundir import CHECKPOINT_RE, FINAL_STATUSES, KILLED, read_results, run_status
 
 log = logging.getLogger(__name__)
@@ -87,9 +87,7 @@ def work_left(job: JobSpec, run_dir: Path) -> int:
     hidden = int(job.values.get("model.hidden", job.meta.get("hidden")) or 1)
     models = len(job.values.get("trainer.parallel.nu") or job.values.get("trainer.parallel.seed") or [None])
     epochs = int(job.meta.get("epochs") or job.values.get("schedule.epochs") or 1)
-    folders = [run_dir / "checkpoints", *sorted((run_dir / "models").glob("*/checkpoints"))]
-    done = max((int(m.group(1)) for folder in folders if folder.is_dir() for p in folder.iterdir()
-                if (m := CHECKPOINT_RE.match(p.name))), default=0)
+    done = max((int(m.group(1)) for p in checkpoint_files(run_dir) if (m := CHECKPOINT_RE.match(p.name))), default=0)
     return hidden * models * max(epochs - done, 1)
 
 

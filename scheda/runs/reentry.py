@@ -173,12 +173,17 @@ def check_resume_config(cfg: Any, resume: str | Path) -> dict[str, Any] | None:
     return saved
 
 
+def checkpoint_files(run_dir: Path) -> list[Path]:
+    """Every file in a run's checkpoint folders: its own, and each model's of a fused sweep."""
+    folders = [run_dir / "checkpoints", *sorted((run_dir / "models").glob("*/checkpoints"))]
+    return [p for folder in folders if folder.is_dir() for p in folder.iterdir()]
+
+
 def has_checkpoint(run_dir: Path) -> bool:
     """Whether a stopped run left something to resume from: a training checkpoint, or fine-tuning's
     (a stand-alone fine-tuning writes no epoch_*.pt)."""
-    folders = [run_dir / "checkpoints", *sorted((run_dir / "models").glob("*/checkpoints"))]
     return any(CHECKPOINT_RE.match(p.name) or p.name in (FINETUNE_LAST, FINETUNE_INIT)
-               for folder in folders if folder.is_dir() for p in folder.iterdir())
+               for p in checkpoint_files(run_dir))
 
 
 def reentry(status: str | None, checkpointed: bool, error: str | None = None) -> tuple[str, str]:
