@@ -69,8 +69,8 @@ def test_each_layer_2_stands_on_its_own_seed_s_layer_1(stacked):
             assert not (original / "checkpoints" / f"epoch_{best['epoch']:05d}.pt").exists()
     assert len(list((runs / "stack_base").glob("ckpt_*/"))) == 3
     tuned = sorted(p.name for p in (runs / "stack_seed_finetune").glob("on_*/"))
-    assert tuned == [f"on_{b}_finetune_{k}_h16_seed{s}" for b, k in (("da", "da"), ("scheda", "da"), ("scheda", "scheda"))
-                     for s in (1, 2)]
+    assert tuned == sorted(f"on_{b}_finetune_{k}_h16_seed{s}" for b, k in (
+        ("da", "da"), ("scheda", "da"), ("scheda", "scheda"), ("same_start", "da")) for s in (1, 2))
 
 
 def test_the_report_s_numbers_are_the_runs_own(stacked):
@@ -91,7 +91,7 @@ def test_the_report_s_numbers_are_the_runs_own(stacked):
     per_seed = {name: [float(x) for x in cells[1].split(", ")] for name, cells in models.items() if name != "Model"}
     questions = section.split("### The four questions")[1]
     comparisons = rows_of(questions)
-    assert len([c for c in comparisons if c != "Comparison"]) == 12
+    assert len([c for c in comparisons if c != "Comparison"]) == 13
     for name, cells in comparisons.items():
         if name == "Comparison":
             continue

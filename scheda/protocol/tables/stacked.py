@@ -38,7 +38,7 @@ from scheda.utils.errors import ConfigError
 # epochs without the schedule: a copy of table1's that keeps its checkpoints, stack_base)
 BASES = ("da", "scheda", "same_start")
 CONTINUES = {"da": [], "scheda": ["scheda"], "same_start": []}  # the layer-2 continuations planned on each base
-FINETUNED = ("da", "scheda")  # the bases whose stacks are fine-tuned
+FINETUNED = ("da", "scheda", "same_start")  # the bases whose stacks are fine-tuned (each its best DA, a ScheDA its best too)
 SAME_START = "control"  # the control kind the same_start base copies (scheda.protocol.kinds.control.SameStart)
 
 
@@ -260,11 +260,13 @@ class StackFinetune(StackPhase):
                 layer.continued.setdefault(h, {}).update(found)
 
     def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
-        """Three stacks per seed (costed as a fine-tuning of layer 1's size: the stack's layer 2 adds
-        a fraction of layer 1's work)."""
+        """Per seed, a stack per fine-tuned base and one more per layer-2 continuation on it (DA + DA,
+        ScheDA + DA, ScheDA + ScheDA, same start + DA), each costed as a fine-tuning of layer 1's
+        size (the stack's layer 2 adds a fraction of layer 1's work)."""
         if cfg.scale.finetune is None:
             return []
-        return [{"phase": self.name, "finetune": True, "hidden": settings(cfg).hidden}] * (3 * len(cfg.scale.seeds))
+        stacks = sum(1 + len(CONTINUES[base]) for base in FINETUNED)
+        return [{"phase": self.name, "finetune": True, "hidden": settings(cfg).hidden}] * (stacks * len(cfg.scale.seeds))
 
 
 @register_phase
@@ -309,7 +311,7 @@ ROWS = {  # key -> label; a key is <base>.<row of that base's layer 2>, or l1.<r
     "scheda.scheda.jump": "ScheDA + jump (layer 2's DA(nu0) straight to the final nu)",
     "l1.finetune_da": "DA, fine-tuned", "l1.finetune_scheda": "ScheDA, fine-tuned",
     "da.finetune_da": "DA + DA, fine-tuned", "scheda.finetune_da": "ScheDA + DA, fine-tuned",
-    "scheda.finetune_scheda": "ScheDA + ScheDA, fine-tuned",
+    "scheda.finetune_scheda": "ScheDA + ScheDA, fine-tuned", "same_start.finetune_da": "Same start + DA, fine-tuned",
 }
 QUESTIONS = [  # (question, [(a, b): a - b in test error])
     ("Does a second layer help (each stack against its own first layer)?",
@@ -321,8 +323,10 @@ QUESTIONS = [  # (question, [(a, b): a - b in test error])
      "the epochs it trains past its start (its controls)?",
      [("scheda.scheda", "scheda.da"), ("scheda.scheda", "scheda.scheda.control"),
       ("scheda.scheda", "scheda.scheda.jump")]),
-    ("And after fine-tuning the whole stack?",
+    ("And after fine-tuning the whole stack (and is the first layer's schedule still more than its epochs: against "
+     "the same start + DA, fine-tuned too)?",
      [("scheda.finetune_scheda", "da.finetune_da"), ("scheda.finetune_da", "da.finetune_da"),
+      ("scheda.finetune_da", "same_start.finetune_da"),
       ("da.finetune_da", "l1.finetune_da"), ("scheda.finetune_scheda", "l1.finetune_scheda")]),
 ]
 
@@ -455,6 +459,6 @@ def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
                          f"{spread} | {interval(m)} | {p_value} | {c['verdict']} |")
         lines += ["", f"Answer: {answer(rows, pairs, s0)}", ""]
     lines.append("The same start of layer 1 is table1's control trained again with its checkpoints kept (`stack_base/`, "
-                 "the same values and seed: its errors are table1's control's); only a DA is stacked on it, and it is not "
-                 "fine-tuned.")
+                 "the same values and seed: its errors are table1's control's); only a DA is stacked on it, and that "
+                 "stack is fine-tuned as the others are.")
     return lines
