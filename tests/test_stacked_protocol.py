@@ -140,6 +140,18 @@ def test_bad_stacked_settings_are_refused_before_any_job(tmp_path, override, mes
     assert not (tmp_path / "out" / "da").exists()  # no job ran
 
 
+def test_the_estimate_counts_every_stack_the_table_fine_tuned(stacked):
+    """The plan's fine-tunings of stacks are the ones the table ran: four stacks (DA + DA, ScheDA + DA,
+    ScheDA + ScheDA, same start + DA) for each of the three seeds."""
+    from scheda.protocol.tables import phases_of
+
+    _, _, _, runs = stacked
+    ran = [p.name for folder in ("stack_finetune", "stack_seed_finetune") for p in (runs / folder).glob("on_*/")]
+    cfg = smoke_cfg("table=stacked", SEEDS)
+    planned = [i for phase in phases_of(cfg) if phase.name == "stack_finetune" for i in phase.estimate(cfg)]
+    assert len(planned) == len(ran) == 4 * 3, ran
+
+
 def test_the_estimate_costs_layer_2_on_layer_1_s_units():
     from scheda.protocol import estimate
 
