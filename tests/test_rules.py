@@ -46,12 +46,28 @@ CASES = {
                                    "trainer.patience counts evaluations without a new best"),
     "finetune_fused_needs_plain_sgd": (["finetune.enabled=true", "finetune.momentum=0.9"],
                                        "finetune.fused=true trains every learning rate at once with plain SGD"),
+    # on a CPU without bf16 arithmetic (the fixture below takes it away)
+    "bf16_needs_bf16_arithmetic": (["trainer.device=cpu", "trainer.precision=bf16"],
+                                   "trainer.precision=bf16: this CPU has neither AVX512-BF16 nor AMX"),
 }
+NEEDS_A_CPU = {"cuda_settings_need_a_cuda_device", "bf16_needs_bf16_arithmetic"}
+
+
+@pytest.fixture
+def no_bf16_cpu(monkeypatch):
+    """A CPU without AVX512-BF16 or AMX, whatever this one has."""
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+
+
+@pytest.fixture
+def bf16_cpu(monkeypatch):
+    """A CPU with AVX512-BF16, whatever this one has."""
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
 NEEDS_CUDA = {"the_step_can_train_the_run"}  # off CUDA the device rule refuses the Triton step first
 CUDA = torch.device("cuda")
 # Every reason a CUDA graph refuses a run (rules.the_step_can_train_the_run), each alone.
 GRAPH_REFUSALS = [
-    (["trainer.precision=bf16"], "trainer.cuda_graph=true needs the fused step"),
     (["trainer.step=autograd"], "trainer.cuda_graph=true needs the fused step"),
     (["model.loss=squared_error"], "trainer.cuda_graph=true needs the fused step"),
     (["optim.momentum=0.9"], "trainer.cuda_graph=true needs plain SGD"),
@@ -62,7 +78,7 @@ GRAPH_REFUSALS = [
 
 # Every reason the Triton step refuses a run (rules.the_step_can_train_the_run), each alone.
 TRITON_REFUSALS = [
-    (["trainer.precision=bf16"], "trainer.step=triton needs the plain fused step"),
+    (["trainer.precision=bf16"], "trainer.step=triton computes its products in fp32"),
     (["model.loss=squared_error"], "trainer.step=triton needs the plain fused step"),
     (["optim.momentum=0.9"], "trainer.step=triton needs the plain fused step"),
     (["noise=salt_pepper"], "trainer.step=triton needs the masking noise"),
@@ -81,13 +97,13 @@ def _cfg(cifar_arrays, overrides):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_each_rule_refuses_its_config_and_only_its_own(cifar_arrays, name):
+def test_each_rule_refuses_its_config_and_only_its_own(cifar_arrays, name, no_bf16_cpu):
     overrides, message = CASES[name]
     cfg = _cfg(cifar_arrays, [o for o in overrides if not o.startswith("resume=")])
     if name == "resume_or_init_from":
         cfg.resume = "RUN"
     typed = typed_config(cfg)
-    device = torch.device("cpu") if name == "cuda_settings_need_a_cuda_device" else CUDA
+    device = torch.device("cpu") if name in NEEDS_A_CPU else CUDA
     assert [rule.__name__ for rule in rules.RULES if rule(typed, device)] == [name]
     assert getattr(rules, name)(typed, device).startswith(message)
 
@@ -95,7 +111,7 @@ def test_each_rule_refuses_its_config_and_only_its_own(cifar_arrays, name):
 # resume= reads the run it continues before anything else (scheda.runs.reentry), so its rule is
 # checked on the typed config above; off CUDA the device rule refuses the CUDA-graph and Triton cases first.
 @pytest.mark.parametrize("name", sorted(set(CASES) - NEEDS_CUDA - {"resume_or_init_from"}))
-def test_a_broken_rule_stops_the_run_before_any_file(cifar_arrays, tmp_path, name):
+def test_a_broken_rule_stops_the_run_before_any_file(cifar_arrays, tmp_path, name, no_bf16_cpu):
     overrides, message = CASES[name]
     out = tmp_path / "run"
     out.mkdir()
@@ -108,8 +124,7 @@ def test_a_broken_rule_stops_the_run_before_any_file(cifar_arrays, tmp_path, nam
     assert results["status"] == "failed" and message in results["error"]
 
 
-@pytest.mark.parametrize("overrides", [["model.loss=squared_error"], ["optim.momentum=0.9"], ["trainer.step=autograd"],
-                                       ["trainer.precision=bf16"]])
+@pytest.mark.parametrize("overrides", [["model.loss=squared_error"], ["optim.momentum=0.9"], ["trainer.step=autograd"]])
 def test_a_fused_sweep_is_refused_before_its_data_for_each_step_it_cannot_share(cifar_arrays, overrides):
     """Every setting without the plain fused step refuses trainer.parallel among the rules, not
     once the data are loaded and the step is built."""
@@ -149,7 +164,7 @@ def test_step_triton_refuses_each_run_its_kernels_cannot_take(cifar_arrays, over
     ([], "triton"),
     (["trainer.step=fused"], "fused"),
     (["trainer.step=autograd"], "autograd"),
-    *[(overrides, "autograd" if "bf16" in overrides[0] or "loss" in overrides[0] else "fused")
+    *[(overrides, "autograd" if "loss" in overrides[0] else "fused")
       for overrides, _ in TRITON_REFUSALS],
 ])
 def test_step_auto_is_the_triton_step_only_where_its_kernels_can_take_the_run(cifar_arrays, overrides, kind):
@@ -240,3 +255,40 @@ def test_a_run_recorded_before_a_key_existed_resumes_as_it_trained(cifar_arrays)
         old[group].pop(name)
     assert config_changes(old, new)[0] == []
     assert config_changes(old, {**new, "evaluate": {**new["evaluate"], "layers": "all"}})[0] == ["evaluate.layers"]
+
+
+# bf16 products (scheda.training.products): the settings a bf16 run may combine with.
+BF16_SETTINGS = [[], ["trainer.parallel.seed=[1,2]"], ["trainer.parallel.lr=[0.1,0.2]"], ["optim.momentum=0.9"],
+                 ["model.activation=relu"], ["schedule=random_uniform"], ["trainer.step=fused"],
+                 ["trainer.step=autograd"], ["model.loss=squared_error"], ["noise=gaussian"],
+                 ["trainer.step=triton"], ["trainer.step=fused", "model.loss=squared_error"]]
+
+
+@pytest.mark.parametrize("overrides", BF16_SETTINGS)
+def test_bf16_refuses_nothing_on_cuda_that_it_accepts_on_the_cpu(cifar_arrays, bf16_cpu, overrides):
+    """The bf16 torch step is the same code on both devices: its rules (the CUDA-only settings
+    aside) refuse the same runs on a CPU with bf16 arithmetic as on a CUDA device, and the step they
+    leave is the same torch step in bf16 (CUDA adds only its graph)."""
+    typed = typed_config(_cfg(cifar_arrays, ["trainer.precision=bf16", *overrides]))
+    cpu = torch.device("cpu")
+
+    def refused(device):
+        return [rule.__name__ for rule in rules.RULES
+                if rule.__name__ != "cuda_settings_need_a_cuda_device" and rule(typed, device)]
+
+    assert refused(CUDA) == refused(cpu)
+    if not refused(cpu):
+        on_cpu, on_cuda = rules.choose_step(typed, cpu), rules.choose_step(typed, CUDA)
+        assert (on_cpu.kind, on_cpu.precision) == (on_cuda.kind, on_cuda.precision)
+        assert on_cpu.precision == "bf16"
+        assert on_cpu.kind == ("autograd" if {"trainer.step=autograd", "model.loss=squared_error"} & set(overrides)
+                               else "fused")
+
+
+def test_bf16_on_a_cpu_without_bf16_arithmetic_is_one_line_naming_fp32(cifar_arrays, tmp_path, no_bf16_cpu):
+    """Before any data or training: the run fails with one line that names the fix."""
+    out = tmp_path / "run"
+    out.mkdir()
+    with pytest.raises(ConfigError, match=r"use trainer.precision=fp32$"):
+        run(_cfg(cifar_arrays, ["trainer.device=cpu", "trainer.precision=bf16"]), out)
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "results.json"]

@@ -19,31 +19,31 @@ from typing import Callable
 import torch
 
 from scheda.model.schedule import options_with_nu_key
+from scheda.training.products import bf16_refusal
 from scheda.training.step import TWO_PASS_PRECISIONS, TWO_PASS_ROWS, FinetuneChoice, StepChoice
 from scheda.utils.errors import ConfigError
 
 from scheda.planning.run_config import RunConfig
 
-FUSED_STEP = "model.name=da, model.loss=cross_entropy, trainer.precision fp32 or tf32"
+FUSED_STEP = "model.name=da, model.loss=cross_entropy, trainer.precision fp32, tf32 or bf16"
 PLAIN_SGD = "optim.momentum=0 and optim.weight_decay=0"
 TRITON_STEP = "the masking noise, one noise level per epoch"
 CUDA_STEPS = ("triton", "two_pass")
 
 
 def _fused(config: RunConfig) -> bool:
-    """Whether the hand-written step can train the models: a tied cross-entropy DA in fp32 or tf32
-    (or tf32x3, the two-pass step's), and trainer.step not autograd."""
-    return (config.model.name == "da" and config.model.loss == "cross_entropy" and config.trainer.step != "autograd"
-            and config.trainer.precision != "bf16")
+    """Whether the hand-written step can train the models: a tied cross-entropy DA in any precision
+    (bf16: its products, scheda.training.products; tf32x3: the two-pass step's), trainer.step not autograd."""
+    return config.model.name == "da" and config.model.loss == "cross_entropy" and config.trainer.step != "autograd"
 
 
 def _composite_step(config: RunConfig) -> bool:
     """Whether the composite DA's hand-written step (scheda.training.step.CompositeStep) can train
-    the run: a cross-entropy composite DA with plain SGD, one model, fp32 or tf32, trainer.step not
-    autograd (no Triton form, no CUDA graph: it runs eager)."""
+    the run: a cross-entropy composite DA with plain SGD, one model, fp32, tf32 or bf16, trainer.step
+    not autograd (no Triton form, no CUDA graph: it runs eager)."""
     return (config.model.name == "composite" and config.model.loss == "cross_entropy" and _plain_sgd(config)
             and not _parallel(config) and config.trainer.step != "autograd"
-            and config.trainer.precision in ("fp32", "tf32"))
+            and config.trainer.precision in ("fp32", "tf32", "bf16"))
 
 
 def _plain_sgd(config: RunConfig) -> bool:
@@ -75,6 +75,9 @@ def _triton_refusal(config: RunConfig, step: str = "triton") -> str | None:
     fixed for the epoch; triton must be installed."""
     if not (_fused(config) and _plain_sgd(config)):
         return f"trainer.step={step} needs the plain fused step: {FUSED_STEP}, {PLAIN_SGD}"
+    if config.trainer.precision == "bf16":
+        return (f"trainer.step={step} computes its products in fp32 (or tf32x3), not trainer.precision=bf16: use "
+                f"trainer.step=auto or fused (bf16 products in the torch step)")
     if config.noise.name != "masking" or config.schedule.per_minibatch:
         return f"trainer.step={step} needs {TRITON_STEP}: use trainer.step=auto (it then runs the torch step) or fused"
     if importlib.util.find_spec("triton") is None:
@@ -91,6 +94,15 @@ def cuda_settings_need_a_cuda_device(config: RunConfig, device: torch.device) ->
     return None
 
 
+def bf16_needs_bf16_arithmetic(config: RunConfig, device: torch.device) -> str | None:
+    """bf16 where the device has no bf16 arithmetic would be emulated, slower than fp32: said before
+    any training (scheda.training.products.bf16_refusal)."""
+    if config.trainer.precision != "bf16" or not config.model.trains:
+        return None
+    refusal = bf16_refusal(device)
+    return f"trainer.precision=bf16: {refusal}: use trainer.precision=fp32" if refusal else None
+
+
 def the_step_can_train_the_run(config: RunConfig, device: torch.device) -> str | None:
     """A step asked for by name (trainer.step; trainer.cuda_graph=true) is one that can train the run:
     the fused step a tied cross-entropy DA, the Triton steps the plain fused step with the masking
@@ -98,8 +110,8 @@ def the_step_can_train_the_run(config: RunConfig, device: torch.device) -> str |
     (``trainer.precision=tf32x3`` names its products, so it needs it)."""
     t = config.trainer
     if t.step == "fused" and config.model.name == "composite" and not _composite_step(config):
-        return (f"trainer.step=fused trains a composite DA of cross-entropy alone, with plain SGD ({PLAIN_SGD}) in fp32 "
-                f"or tf32: use trainer.step=auto (it then runs autograd) or autograd")
+        return (f"trainer.step=fused trains a composite DA of cross-entropy alone, with plain SGD ({PLAIN_SGD}) in fp32, "
+                f"tf32 or bf16: use trainer.step=auto (it then runs autograd) or autograd")
     if t.step == "fused" and not (_fused(config) or _composite_step(config)):
         return f"trainer.step=fused needs {FUSED_STEP}: use trainer.step=auto (it then runs autograd) or autograd"
     if t.step in CUDA_STEPS:
@@ -210,7 +222,7 @@ def patience_needs_evaluations(config: RunConfig, device: torch.device) -> str |
 
 
 RULES: tuple[Callable[[RunConfig, torch.device], str | None], ...] = (
-    cuda_settings_need_a_cuda_device, the_step_can_train_the_run, parallel_needs_the_fused_step,
+    cuda_settings_need_a_cuda_device, bf16_needs_bf16_arithmetic, the_step_can_train_the_run, parallel_needs_the_fused_step,
     parallel_nu_needs_a_noise_level, parallel_trains, resume_or_init_from, standalone_needs_init_from, finetune_output_needs_a_linear_classifier, finetune_output_needs_the_top_codes,
     finetune_output_needs_an_evaluation,
     raw_needs_evaluation, raw_has_no_encoder_to_finetune, patience_needs_evaluations, finetune_fused_needs_plain_sgd,

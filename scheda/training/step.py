@@ -7,7 +7,7 @@ the chosen step from it for the models it holds, and nothing here decides again:
 
 * :class:`AutogradStep` (called as M = 1 through :class:`OneModel`): ``model.training_loss``
   (corrupt, reconstruct), ``backward``, ``optimizer.step``. Serves every option (any noise,
-  squared error, any optimizer settings, bf16 autocast).
+  squared error, any optimizer settings; bf16 as autocast).
 * :class:`GraphedStep`: the batched step below captured once in a CUDA graph and replayed per
   minibatch (launch-bound at minibatch 20).
 * :class:`BatchedStep` (one model is M = 1; :class:`FusedStep` calls it as :class:`AutogradStep`
@@ -22,7 +22,8 @@ the chosen step from it for the models it holds, and nothing here decides again:
   intermediate lives in buffers allocated once (fresh multi-megabyte tensors per step cost
   page faults that are a large share of a CPU step), the stacked operands are written in
   place, and the loss is accumulated on the device. Five products of n x d x H per step:
-  the minimum for a tied DA.
+  the minimum for a tied DA, computed in fp32 or, ``trainer.precision=bf16``, in bf16 with the
+  weights kept in fp32 (scheda.training.products).
 * :class:`CompositeStep`: the composite DA's update written out the same way, one model, plain
   SGD, eager (each group's encoder product on its own corruption).
 * :class:`TritonStep`: the same update with the masking noise, its elementwise work in four
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from scheda.model.noise import Corruption, mask_threshold
 from scheda.model.optim import SGD
 from scheda.training.graphs import graphs_for, undone
+from scheda.training.products import products_for
 from scheda.utils.lazy import lazy, no_grad
 
 torch = lazy("torch", globals())
@@ -138,7 +140,7 @@ class BatchedStep(LossSums):
     optimiser steps); a sweep needs plain SGD, fused into the product."""
 
     def __init__(self, models: list[network.DenoisingAutoencoder], optimizers: list[SGD],
-                 noises: list[Corruption], batch_size: int, device: torch.device):
+                 noises: list[Corruption], batch_size: int, device: torch.device, precision: str = "fp32"):
         # What the plan chose this step for (scheda.planning.rules refuses every run without it).
         if not all(map(self.supports, models, optimizers)) or (len(models) > 1 and not all(map(plain_sgd, optimizers))):
             raise ValueError("the batched step trains tied cross-entropy DAs with one SGD group (plain SGD for several)")
@@ -166,6 +168,7 @@ class BatchedStep(LossSums):
         self.logits = torch.empty(M, n, d, **f32)
         self.tmp_d = torch.empty(M, n, d, **f32)
         self.tmp_h = torch.empty(M, n, H, **f32)
+        self.products = products_for(precision, self.W, n)  # the four products, fp32 or bf16 (fp32 weights)
         self._lrs: tuple[float, ...] | None = None
         self._neg_lr = torch.zeros(M, **f32)
         self.neg_lr()
@@ -188,7 +191,7 @@ class BatchedStep(LossSums):
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> torch.Tensor:
         """``idx``: [M, n] rows of ``x_all`` per model; returns the M minibatch losses."""
         M, n = idx.shape
-        W, b, b_prime = self.W, self.b, self.b_prime
+        b, b_prime = self.b, self.b_prime
         # The first M*n rows of the buffer, contiguous: ``self.x[:, :n]`` is not when n < batch_size
         # (a partial last minibatch), and index_select into its reshape would fill a copy.
         x = self.x.view(-1)[: M * n * self.x.shape[2]].view(M, n, -1)
@@ -197,18 +200,20 @@ class BatchedStep(LossSums):
         dh, h = A[:, :n], A[:, n:]
         x_tilde, dz = B[:, :n], B[:, n:]
         logits, tmp_d, tmp_h = self.logits[:, :n], self.tmp_d[:, :n], self.tmp_h[:, :n]
+        products = self.products
         for k in range(M):  # each model's corruption from its own generator
             self.noises[k](x[k], nus[k], generators[k], out=x_tilde[k])
-        torch.baddbmm(b.unsqueeze(1), x_tilde, W.transpose(1, 2), out=h)
+        products.begin()
+        products.encode(x_tilde, b.unsqueeze(1), h)
         if self.activation == "sigmoid":
             h.sigmoid_()
         else:
             h.relu_()
-        torch.baddbmm(b_prime.unsqueeze(1), h, W, out=logits)
+        products.decode(h, b_prime.unsqueeze(1), logits)
         loss = summed_cross_entropy(logits, x, tmp_d, batched=True) / n
         torch.sigmoid(logits, out=dz)
         dz.sub_(x)
-        torch.bmm(dz, W.transpose(1, 2), out=dh)
+        products.backward(dz, dh)
         if self.activation == "sigmoid":
             torch.mul(h, h, out=tmp_h)
             dh.mul_(torch.sub(h, tmp_h, out=tmp_h))  # s'(a) = h (1 - h)
@@ -219,10 +224,11 @@ class BatchedStep(LossSums):
             b.add_(dh.sum(1) * scale[:, None])
             b_prime.add_(dz.sum(1) * scale[:, None])
             A.mul_(scale[:, None, None])  # -lr_k/n folded into [dh; h]: W += [dh; h]^T [x~; dz]
-            W.baddbmm_(A.transpose(1, 2), B)
+            products.update(A, B)
         else:  # one model, an optimiser with state: the mean gradient, then its step
             m = self.models[0]
-            torch.bmm(A.transpose(1, 2), B, out=m.W.grad.unsqueeze(0)).div_(n)
+            products.gradient(A, B, m.W.grad.unsqueeze(0))
+            m.W.grad.div_(n)
             torch.sum(dh[0], 0, out=m.b.grad).div_(n)
             torch.sum(dz[0], 0, out=m.b_prime.grad).div_(n)
             self.optimizers[0].step()
@@ -242,47 +248,51 @@ class CompositeStep(LossSums):
     ``scripts/bench_train.py`` (``composite_s``, ``composite_autograd_s``)."""
 
     def __init__(self, model: network.CompositeDA, optimizer: SGD, noise: Corruption, batch_size: int,
-                 device: torch.device):
+                 device: torch.device, precision: str = "fp32"):
         if not (isinstance(model, network.CompositeDA) and model.loss_name == "cross_entropy"
                 and isinstance(optimizer, SGD) and len(optimizer.param_groups) == 1 and plain_sgd(optimizer)):
             raise ValueError("the composite step trains a cross-entropy composite DA with plain SGD")
         self.model, self.optimizer, self.noise = model, optimizer, noise
-        n, d, G = batch_size, model.n_input, len(model.groups)
+        n, d = batch_size, model.n_input
         f32 = dict(dtype=model.W.dtype, device=device)
-        self.x_tilde = torch.empty(G, n, d, **f32)
-        self.h = [torch.empty(n, g.stop - g.start, **f32) for g in model.groups]
-        self.dh = [torch.empty(n, g.stop - g.start, **f32) for g in model.groups]
+        # Per group, [dh_g; h_g] and [x~_g; dz]: its update is one product, as BatchedStep's is.
+        self.A = [torch.empty(1, 2 * n, g.stop - g.start, **f32) for g in model.groups]
+        self.B = [torch.empty(1, 2 * n, d, **f32) for g in model.groups]
+        self.products = [products_for(precision, model.W.data[rows].unsqueeze(0), n) for rows in model.groups]
         self.x, self.logits, self.dz, self.tmp = (torch.empty(n, d, **f32) for _ in range(4))
         self._init_loss_sums(1, device)
 
     @no_grad
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> torch.Tensor:
         m, n = self.model, idx.shape[1]
-        W, b, b_prime = m.W.data, m.b.data, m.b_prime.data
+        b, b_prime = m.b.data, m.b_prime.data
         x, logits, dz, tmp = self.x[:n], self.logits[:n], self.dz[:n], self.tmp[:n]
+        groups = [(rows, self.A[g][:, :2 * n], self.B[g][:, :2 * n], self.products[g]) for g, rows in enumerate(m.groups)]
         torch.index_select(x_all, 0, idx[0], out=x)
         logits.copy_(b_prime.expand_as(logits))
-        for g, (rows, group_nu) in enumerate(zip(m.groups, m.group_nus)):
-            x_tilde, h = self.x_tilde[g, :n], self.h[g][:n]
-            self.noise(x, nus[0] if group_nu is None else float(group_nu), generators[0], out=x_tilde)
-            torch.addmm(b[rows], x_tilde, W[rows].T, out=h)
+        for (rows, A, B, products), group_nu in zip(groups, m.group_nus):
+            self.noise(x, nus[0] if group_nu is None else float(group_nu), generators[0], out=B[0, :n])
+            products.begin()
+            products.encode(B[:, :n], b[rows], A[:, n:])
+            h = A[0, n:]
             h.sigmoid_() if m.activation == "sigmoid" else h.relu_()
-            logits.addmm_(h, W[rows])
+            products.decode(A[:, n:], logits.unsqueeze(0), logits.unsqueeze(0))  # adds h_g W_g to the logits
         loss = (summed_cross_entropy(logits, x, tmp) / n).unsqueeze(0)
         torch.sigmoid(logits, out=dz)
         dz.sub_(x)
         scale = -self.optimizer.param_groups[0]["lr"] / n
-        for g, rows in enumerate(m.groups):  # every dh from the weights before the update
-            h, dh = self.h[g][:n], self.dh[g][:n]
-            torch.mm(dz, W[rows].T, out=dh)
+        for rows, A, B, products in groups:  # every dh from the weights before the update
+            products.backward(dz.unsqueeze(0), A[:, :n])
+            dh, h = A[0, :n], A[0, n:]
             dh.mul_(h - h * h) if m.activation == "sigmoid" else dh.mul_(h > 0)
         b_prime.add_(dz.sum(0), alpha=scale)
-        for g, rows in enumerate(m.groups):
+        for g, (rows, A, B, products) in enumerate(groups):
             if m.active is not None and g != m.active:
                 continue
-            h, dh, x_tilde = self.h[g][:n], self.dh[g][:n], self.x_tilde[g, :n]
-            b[rows].add_(dh.sum(0), alpha=scale)
-            W[rows].addmm_(dh.T, x_tilde, alpha=scale).addmm_(h.T, dz, alpha=scale)  # in place: no H_g x d temporary
+            b[rows].add_(A[0, :n].sum(0), alpha=scale)
+            B[0, n:].copy_(dz)
+            A.mul_(scale)  # -lr/n folded into [dh_g; h_g]: W_g += [dh_g; h_g]^T [x~_g; dz]
+            products.update(A, B)
         self.loss_sums.add_(loss, alpha=n)
         return loss
 
@@ -291,8 +301,8 @@ class FusedStep(BatchedStep):
     """The fused step of one model: the batched step with M = 1, called like :class:`AutogradStep`."""
 
     def __init__(self, model: network.DenoisingAutoencoder, optimizer: SGD, noise: Corruption,
-                 batch_size: int, device: torch.device):
-        super().__init__([model], [optimizer], [noise], batch_size, device)
+                 batch_size: int, device: torch.device, precision: str = "fp32"):
+        super().__init__([model], [optimizer], [noise], batch_size, device, precision)
         self.model, self.optimizer, self.noise = model, optimizer, noise
 
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nu, generator: torch.Generator) -> torch.Tensor:
@@ -509,7 +519,8 @@ class StepChoice:
     and built by the loop for the models it holds (again when a fused sweep's model drops out):
     ``kind`` is the autograd step (one model), the hand-written fused step, the Triton step or
     its two-pass form; ``cuda_graph`` captures the fused or Triton step in CUDA graphs;
-    ``precision`` is the products' (bf16: autograd under autocast). Every step it builds is called
+    ``precision`` is the products' (bf16: the torch step's in bf16 with fp32 weights,
+    scheda.training.products; autograd's under autocast). Every step it builds is called
     as ``step(x_all, idx [M, rows], nus, generators)`` with ``rows`` at most its ``minibatches``
     minibatches, and keeps the M summed losses (:class:`LossSums`)."""
 
@@ -556,9 +567,10 @@ class StepChoice:
             if len(models) > 1 or self.cuda_graph:
                 raise ValueError("the composite step trains one model, uncaptured (scheda.planning.rules refuses "
                                  "the rest)")
-            return _built(CompositeStep(models[0], optimizers[0], noises[0], batch_size, x_all.device), self, None)
+            return _built(CompositeStep(models[0], optimizers[0], noises[0], batch_size, x_all.device, self.precision),
+                          self, None)
         if self.kind != "autograd":
-            step = BatchedStep(models, optimizers, noises, batch_size, x_all.device)
+            step = BatchedStep(models, optimizers, noises, batch_size, x_all.device, self.precision)
             if not self.cuda_graph:
                 return _built(step, self, None)
             graphed = GraphedStep(step, x_all, generators)

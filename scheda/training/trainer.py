@@ -91,7 +91,9 @@ class TrainerConfig(Component):
     triton: Optional[bool] = None
     two_pass: Optional[bool] = None
     # fp32 | tf32 (CUDA matmuls in TF32) | tf32x3 (the two-pass step's products in three-pass TF32:
-    # tensor cores at near-fp32 accuracy) | bf16 (autocast; autograd step)
+    # tensor cores at near-fp32 accuracy) | bf16 (the fused and composite steps' products in bf16 with
+    # fp32 weights and elementwise work, scheda.training.products; autocast under trainer.step=autograd;
+    # refused where the device has no bf16 arithmetic: a CPU without AVX512-BF16 or AMX)
     precision: str = "fp32"
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
