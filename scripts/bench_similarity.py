@@ -20,9 +20,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from scheda.analysis.similarity import compare_all, flops  # noqa: E402
+from scheda.analysis.similarity import compare_all, flops
 
 
 def activations(n: int, hidden: int, seed: int, device: str) -> torch.Tensor:

@@ -22,9 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import scheda  # noqa: E402
+import scheda
 
 
 def epoch_seconds(run: "scheda.Run") -> float:

@@ -97,12 +97,16 @@ def product_flops(n, H, M=1) -> dict[str, int]:
     return {"encode": one, "decode": one, "dh": one, "update": 2 * one}
 
 
-def product_rates(n, H, device, seconds=0.5, M=1) -> dict[str, float]:
+def product_rates(n, H, device, seconds=0.5, M=1, precision="fp32") -> dict[str, float]:
     """Each of the step's products for M models at its best FLOP/s, called as the steps call it
     (batched products over W [M, H, d] and its transpose view; the biases added by baddbmm in
     scheda.training.step.BatchedStep, by a kernel after bmm in TritonStep: the faster form
     counts; the update in place), each timed for ``seconds``: no epoch of these steps can run a
-    product faster than its rate here."""
+    product faster than its rate here. ``precision="bf16"``: the products as
+    scheda.training.products.Bf16Products calls them (bf16 operands and outputs, the biases and
+    the update's addition to the fp32 weights outside the product)."""
+    if precision == "bf16":
+        return bf16_product_rates(n, H, device, seconds, M)
     g = torch.Generator(device=device).manual_seed(0)
     x = torch.rand(M, n, D, device=device, generator=g)
     W = torch.rand(M, H, D, device=device, generator=g)
@@ -117,6 +121,29 @@ def product_rates(n, H, device, seconds=0.5, M=1) -> dict[str, float]:
              "update": [lambda: W.baddbmm_(A.transpose(1, 2), B, alpha=1e-30)]}
     flops = product_flops(n, H, M)
     return {name: max(best_rate(call, flops[name], device, seconds) for call in forms) for name, forms in calls.items()}
+
+
+def bf16_product_rates(n, H, device, seconds=0.5, M=1) -> dict[str, float]:
+    g = torch.Generator(device=device).manual_seed(0)
+
+    def rand(*shape):
+        return torch.rand(*shape, device=device, generator=g).bfloat16()
+
+    x, W, h, dz = rand(M, n, D), rand(M, H, D), rand(M, n, H), rand(M, n, D)
+    A, B = rand(M, 2 * n, H), rand(M, 2 * n, D)
+    out_h, out_d, out_w = rand(M, n, H), rand(M, n, D), rand(M, H, D)
+    calls = {"encode": lambda: torch.bmm(x, W.transpose(1, 2), out=out_h),
+             "decode": lambda: torch.bmm(h, W, out=out_d),
+             "dh": lambda: torch.bmm(dz, W.transpose(1, 2), out=out_h),
+             "update": lambda: torch.bmm(A.transpose(1, 2), B, out=out_w)}
+    flops = product_flops(n, H, M)
+    return {name: best_rate(call, flops[name], device, seconds) for name, call in calls.items()}
+
+
+# Bytes a weight each minibatch at the least: fp32, three products read W and the update reads and
+# writes it (5 x 4); bf16, three products read its bf16 copy and the update reads and writes the
+# fp32 weights (3 x 2 + 2 x 4; the copy's own write and the widened update left out: a floor).
+WEIGHT_BYTES = {"fp32": 20, "tf32": 20, "bf16": 14}
 
 
 def best_rates(measured: list[dict[str, float]]) -> dict[str, float]:
@@ -137,12 +164,14 @@ def bandwidth(device, numel=None, seconds=0.5) -> float:
     return best_rate(lambda: b.copy_(a), 2 * a.numel() * 4, device, seconds)
 
 
-def peak_rate(device, seconds=0.5) -> float:
+def peak_rate(device, seconds=0.5, precision="fp32") -> float:
     """FLOP/s of a large square product at the precision set now (torch.backends.cuda.matmul
-    .allow_tf32): the device's dense peak as torch reaches it, which no epoch's products beat."""
+    .allow_tf32; bf16 operands for bf16): the device's dense peak as torch reaches it, which no
+    epoch's products beat."""
     size = 8192 if device.type == "cuda" else 1536
     g = torch.Generator(device=device).manual_seed(0)
-    a, b = (torch.rand(size, size, device=device, generator=g) for _ in range(2))
+    a, b = (torch.rand(size, size, device=device, generator=g).to(torch.bfloat16 if precision == "bf16" else torch.float32)
+            for _ in range(2))
     out = torch.empty_like(a)
     return best_rate(lambda: torch.mm(a, b, out=out), 2 * size ** 3, device, seconds)
 
@@ -434,6 +463,58 @@ def job_costs(data, bs, H, device, step, tries: int = 3) -> dict[str, float]:
     return {"job_start_s": min(starts), "data_load_s": min(loads), "build_s": min(builds)}
 
 
+def steps_of(precision: str, steps: dict[str, dict], default: str) -> tuple[str, dict[str, dict]]:
+    """The default step and the steps a row of ``precision`` times: bf16 is the torch step's (the
+    Triton steps compute in fp32), eager on a CPU and graphed on CUDA."""
+    if precision != "bf16":
+        return default, steps
+    bf16 = {label: {**step, "precision": "bf16"} for label, step in steps.items() if label in ("eager", "graphed")}
+    return ("graphed" if "graphed" in bf16 else "eager"), bf16
+
+
+def interleaved(data, args, device, chosen: dict[str, tuple[str, dict]], rows: list[dict], beaten: list[str]) -> list[dict]:
+    """Each (H, minibatch) row's default step in every precision, timed ``args.rounds`` times in
+    turn, so that a busy minute slows one round of each, not one precision: per round the ratio of
+    each precision's epoch to the first precision's, their median and spread; and each precision's
+    median epoch over its own product floor (its row's, measured above). A timing under its row's
+    largest floor fails the run as the rows' do."""
+    from statistics import median
+
+    first, out = args.precisions[0], []
+    row_of = {(r["precision"], r["hidden"], r["batch_size"]): r for r in rows if "error" not in r}
+    for H in args.hidden:
+        for bs in args.batch_sizes:
+            if not all((p, H, bs) in row_of for p in args.precisions):
+                continue
+            n_batches = row_of[(first, H, bs)]["timed_batches"]
+            times = {p: [] for p in args.precisions}
+            for _ in range(args.rounds):
+                for p in args.precisions:
+                    set_precision(p)
+                    label, steps = chosen[p]
+                    seconds = scheda_epoch(data, n_batches, bs, H, device, **steps[label])
+                    times[p].append(seconds)
+                    if seconds < row_of[(p, H, bs)]["floor_s"]:
+                        beaten.append(f"interleaved {p} H {H} batch {bs}: {seconds:.4g} s < floor "
+                                      f"{row_of[(p, H, bs)]['floor_s']:.4g} s")
+            entry = {"hidden": H, "batch_size": bs, "rounds": args.rounds, "timed_batches": n_batches,
+                     "steps": {p: chosen[p][0] for p in args.precisions}, "epoch_s": times,
+                     "median_s": {p: median(t) for p, t in times.items()},
+                     "over_product_floor": {p: median(t) / row_of[(p, H, bs)]["product_floor_s"]
+                                            for p, t in times.items()}, f"over_{first}": {}}
+            for p in args.precisions[1:]:
+                ratios = [a / b for a, b in zip(times[p], times[first])]
+                entry[f"over_{first}"][p] = {"median": median(ratios), "min": min(ratios), "max": max(ratios),
+                                             "per_round": ratios}
+            out.append(entry)
+            print(f"interleaved H {H} batch {bs}, {args.rounds} rounds: "
+                  + ", ".join(f"{p} {entry['median_s'][p]:.3g} s ({entry['over_product_floor'][p]:.2f}x its product "
+                              f"floor)" for p in args.precisions) + "; "
+                  + ", ".join(f"{p}/{first} {r['median']:.3f} (median; {r['min']:.3f} to {r['max']:.3f})"
+                              for p, r in entry[f"over_{first}"].items()), flush=True)
+    return out
+
+
 def set_precision(precision: str) -> None:
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
@@ -444,9 +525,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hidden", type=int, nargs="+", default=[1000, 2000])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[128, 512])
-    parser.add_argument("--precisions", nargs="+", default=["fp32"], choices=["fp32", "tf32"],
-                        help="tf32: CUDA products in TF32 (trainer.precision=tf32); the torch step, autograd and "
-                             "naive loops are timed in the first precision only")
+    parser.add_argument("--precisions", nargs="+", default=["fp32"], choices=["fp32", "tf32", "bf16"],
+                        help="tf32: CUDA products in TF32 (trainer.precision=tf32); bf16: the torch step's products in "
+                             "bf16 (trainer.precision=bf16); the torch step, autograd and naive loops are timed in the "
+                             "first precision only")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="with several precisions: each row's default step timed this many times in every "
+                             "precision, interleaved, and the median of the per-round ratios to the first printed "
+                             "with its spread (a busy minute slows one round, not the median)")
     parser.add_argument("--batches", type=int, default=None, help="timed minibatches (default: ~8 s of work each)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--n", type=int, default=N, help="examples per epoch (CIFAR-10's training split: 45000)")
@@ -479,8 +565,13 @@ def main(argv=None) -> int:
     N = args.n
     device = torch.device(args.device)
     cuda = device.type == "cuda"
-    if not cuda and args.precisions != ["fp32"]:
+    if not cuda and "tf32" in args.precisions:
         parser.error("--precisions tf32 needs --device cuda (TF32 is a CUDA matmul mode)")
+    if "bf16" in args.precisions:
+        from scheda.training.products import bf16_refusal
+
+        if bf16_refusal(device):
+            parser.error(f"--precisions bf16: {bf16_refusal(device)}")
     g = torch.Generator().manual_seed(0)
     data = torch.randint(0, 256, (N, D), dtype=torch.uint8, generator=g).to(device).float().div_(255)
     name = torch.cuda.get_device_name(device) if cuda else cpu_name()
@@ -490,7 +581,7 @@ def main(argv=None) -> int:
     peaks = {}
     for precision in args.precisions:
         set_precision(precision)
-        peaks[precision] = peak_rate(device, rate_s)
+        peaks[precision] = peak_rate(device, rate_s, precision)
     node_s = node_seconds(device) if cuda else None
     triton = cuda and not args.no_triton
     kernels = {M: kernels_per_minibatch(M, 64, 20, device) for M in {1, args.grid or 1}} if triton else {}
@@ -514,16 +605,18 @@ def main(argv=None) -> int:
     if triton:
         steps["triton"] = dict(kind="triton", cuda_graph=True)
         steps["two_pass"] = dict(kind="two_pass", cuda_graph=True)  # its own kernels: not the default yet
-    default = "triton" if triton else "graphed" if cuda else "eager"
+    cuda_default = default = "triton" if triton else "graphed" if cuda else "eager"
+    all_steps = steps
     for precision in args.precisions:
         set_precision(precision)
         first = precision == args.precisions[0]
+        default, steps = steps_of(precision, all_steps, cuda_default)
         for H in args.hidden:
             for bs in args.batch_sizes:
                 try:
                     # The shape rate is measured around the timings and the best kept: a busy machine
                     # only slows a measurement down, so the floor stays a floor when the load changes.
-                    measured = [product_rates(bs, H, device, rate_s)]
+                    measured = [product_rates(bs, H, device, rate_s, precision=precision)]
                     n_batches = timed_batches(args.batches or max(4, int(8 * max(measured[0].values())
                                                                          / (10 * bs * D * H))), bs)
                     times = {}
@@ -533,7 +626,10 @@ def main(argv=None) -> int:
                     if "two_pass" in times:  # three-pass TF32 beside fp32, the same kernels (its seeds: compare_precision)
                         times["two_pass_tf32x3"] = scheda_epoch(data, n_batches, bs, H, device, kind="two_pass",
                                                                 cuda_graph=True, precision="tf32x3")
-                    measured.append(product_rates(bs, H, device, rate_s))
+                    measured.append(product_rates(bs, H, device, rate_s, precision=precision))
+                    if precision == "bf16" and not first:  # the composite DA's step in bf16 too
+                        times["composite"] = scheda_epoch(data, n_batches, bs, H, device, composite=True, kind="fused",
+                                                          precision="bf16")
                     if first:
                         times["autograd"] = scheda_epoch(data, n_batches, bs, H, device, kind="autograd")
                         # the composite DA's own step (CPU and CUDA alike: eager) and its autograd
@@ -545,13 +641,13 @@ def main(argv=None) -> int:
                     if args.finetune:  # one rate with autograd, and the paper's five fused (the default)
                         times["finetune"] = finetune_epoch(data, n_batches, bs, H, device)
                         times["finetune_grid"] = finetune_epoch(data, n_batches, bs, H, device, rates=FINETUNE_RATES)
-                    measured.append(product_rates(bs, H, device, rate_s))
+                    measured.append(product_rates(bs, H, device, rate_s, precision=precision))
                     rates = best_rates(measured)
                     minibatches = math.ceil(N / bs)
                     flops = 10 * N * D * H
                     floors = {"product": product_floor(rates, bs, H, minibatches), "shape": flops / max(rates.values()),
                               "peak": flops / peaks[precision],
-                              "bytes": minibatches * 5 * 4 * H * D / bandwidth(device, H * D, rate_s)}
+                              "bytes": minibatches * WEIGHT_BYTES[precision] * H * D / bandwidth(device, H * D, rate_s)}
                     if kernels.get(1):
                         floors["launch"] = kernels[1] * node_s * minibatches
                     largest = max(floors.values())
@@ -568,9 +664,10 @@ def main(argv=None) -> int:
                         M = args.grid
                         row["grid_s"] = scheda_epoch(data, n_batches, bs, H, device, models=M, **steps[default])
                         # its own floors: the batched products of M models, M models' weights streamed
-                        row["grid_floor_s"] = max(product_floor(product_rates(bs, H, device, rate_s, M), bs, H, minibatches, M),
+                        row["grid_floor_s"] = max(product_floor(product_rates(bs, H, device, rate_s, M, precision), bs, H, minibatches, M),
                                                   M * floors["peak"],
-                                                  minibatches * 5 * 4 * M * H * D / bandwidth(device, M * H * D, rate_s),
+                                                  minibatches * WEIGHT_BYTES[precision] * M * H * D
+                                                  / bandwidth(device, M * H * D, rate_s),
                                                   (kernels.get(M) or 0) * (node_s or 0) * minibatches)
                         row["grid_over_one"] = row["grid_s"] / times[default]
                         row["grid_over_floor"] = row["grid_s"] / row["grid_floor_s"]
@@ -614,8 +711,11 @@ def main(argv=None) -> int:
         r = timed[0]
         report["grid"] = {"hidden": r["hidden"], "batch_size": r["batch_size"], "models": args.grid,
                           "one_s": r["default_s"], "grid_s": r["grid_s"], "grid_over_one": r["grid_over_one"]}
+    if len(args.precisions) > 1:
+        report["interleaved"] = interleaved(data, args, device, {p: steps_of(p, all_steps, cuda_default)
+                                                                 for p in args.precisions}, rows, beaten)
     set_precision(args.precisions[0])
-    report.update(job_costs(data, args.batch_sizes[0], args.hidden[0], device, steps[default], args.job_tries))
+    report.update(job_costs(data, args.batch_sizes[0], args.hidden[0], device, all_steps[cuda_default], args.job_tries))
     print("per job: start {job_start_s:.2f} s, data load {data_load_s:.2f} s, step build {build_s:.3f} s".format(**report))
     if args.lr_search_run:
         report["lr_search"] = search = lr_search_of_run(args.lr_search_run, device, args.data_root)

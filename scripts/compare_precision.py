@@ -73,23 +73,56 @@ def _model_record(run: Path, precision: str) -> dict:
             "loss": [h["loss"] for h in results["history"]], "seconds": results["seconds"], "step": ran}
 
 
-def chain(precision: str, seeds: list[int], overrides: list[str], then: list[str], runs: Path,
-          threads: int | None) -> dict:
-    """The DA sweep over the seeds, then each seed's continuation: every model's record, and the
-    chain's wall seconds."""
+def chain(precision: str, seed: int, overrides: list[str], then: list[str], runs: Path, threads: int | None) -> dict:
+    """One seed's DA, then its continuation: each model's record (its reconstruction error too), and
+    the chain's wall seconds."""
     start = time.perf_counter()
-    sweep = runs / precision / "da"
-    _train(precision, [*overrides, f"trainer.parallel.seed=[{','.join(map(str, seeds))}]"], sweep, threads)
-    out = {"da": [_model_record(sweep / "models" / str(k), precision) for k in range(len(seeds))]}
+    da = runs / precision / f"da_seed{seed}"
+    _train(precision, [*overrides, f"seed={seed}"], da, threads)
+    out = {"da": _model_record(da, precision)}
+    out["da"]["reconstruction"] = reconstruction_error(da)
     if then:
-        out["then"] = []
-        for k, seed in enumerate(seeds):
-            run = runs / precision / f"then_seed{seed}"
-            kept = [o for o in overrides if not o.split("=")[0].lstrip("+~").startswith("schedule")]  # --then's schedule
-            _train(precision, [*kept, *then, f"seed={seed}", f"init_from={sweep / 'models' / str(k)}"], run, threads)
-            out["then"].append(_model_record(run, precision))
+        run = runs / precision / f"then_seed{seed}"
+        kept = [o for o in overrides if not o.split("=")[0].lstrip("+~").startswith("schedule")]  # --then's schedule
+        _train(precision, [*kept, *then, f"seed={seed}", f"init_from={da}"], run, threads)
+        out["then"] = _model_record(run, precision)
+        out["then"]["reconstruction"] = reconstruction_error(run)
     out["wall_seconds"] = time.perf_counter() - start
     return out
+
+
+def record_seed(seed: int, precisions: tuple[str, str], settings: dict, runs: Path, side_by_side: bool) -> dict:
+    """Both precisions' chains of one seed (side by side, a thread each, or one after the other)."""
+    chains: dict[str, dict] = {}
+    errors: list[BaseException] = []
+
+    def run_chain(precision: str) -> None:
+        try:
+            chains[precision] = chain(precision, seed, settings["overrides"], settings["then"], runs,
+                                      1 if side_by_side else None)
+        except BaseException as exc:  # noqa: BLE001 - raised below, in the main thread
+            errors.append(exc)
+
+    if side_by_side:
+        workers = [threading.Thread(target=run_chain, args=(p,)) for p in precisions]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    else:
+        for p in precisions:
+            run_chain(p)
+    if errors:
+        raise errors[0]
+    return {"seed": seed, **settings, "side_by_side": side_by_side, "commit": _commit(), **chains}
+
+
+def _commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parent, check=True).stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def reconstruction_error(run: Path) -> float:
@@ -115,67 +148,92 @@ def compare(a: list[float], b: list[float], low: float, high: float) -> dict:
             "margin": [low, high], "within_margin": bool(s.has_interval and low <= s.low and s.high <= high)}
 
 
-def figure(result: dict, precision: str, seed_index: int, path: Path) -> None:
-    """One seed's training loss per epoch in both precisions, the continuation after the DA."""
+def figure(records: list[dict], precision: str, path: Path) -> None:
+    """The first seed's training loss per epoch in both precisions, the continuation after the DA."""
     from scheda.analysis.core import pyplot, save_png
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
+    record = records[0]
     for name, style in (("fp32", "-"), (precision, "--")):
-        chain = result[name]
-        loss = list(chain["models"]["da"][seed_index]["loss"])
-        if "then" in chain["models"]:
-            loss += chain["models"]["then"][seed_index]["loss"]
+        loss = list(record[name]["da"]["loss"]) + list(record[name].get("then", {}).get("loss", []))
         ax.plot(range(1, len(loss) + 1), loss, style, label=name)
-    da_epochs = result["fp32"]["models"]["da"][seed_index]["epochs"]
-    if "then" in result["fp32"]["models"]:
+    if "then" in record["fp32"]:
+        da_epochs = record["fp32"]["da"]["epochs"]
         ax.axvline(da_epochs + 0.5, color="grey", lw=0.8)
         ax.text(da_epochs + 1, ax.get_ylim()[1], " continuation", va="top", fontsize=8, color="grey")
     ax.set_xlabel("epoch")
     ax.set_ylabel("training loss per image")
-    ax.set_title(f"seed {result['seeds'][seed_index]}: {precision} against fp32")
+    ax.set_title(f"seed {record['seed']}: {precision} against fp32")
     ax.legend()
     fig.tight_layout()
     save_png(fig, path)
 
 
 def _interval(c: dict, unit: str) -> str:
+    if c["low"] is None:
+        return f"{c['mean']:+.2f}{unit} (one seed: no interval)"
     return f"{c['mean']:+.2f}{unit} [{c['low']:+.2f}, {c['high']:+.2f}]"
 
 
-def report(result: dict, precision: str, figure_path: Path | None) -> str:
+def summary(records: list[dict], precision: str, margin: float, recon_margin: float) -> dict:
+    """The paired differences over the seeds recorded, for each model, and the verdict: equal only
+    where every interval lies within its margin; with fewer than 2 seeds, not resolved."""
+    out: dict = {"seeds": [r["seed"] for r in records], "difference": {}}
+    for m in [m for m in ("da", "then") if m in records[0]["fp32"]]:
+        test = {p: [r[p][m]["test_error"] for r in records] for p in ("fp32", precision)}
+        recon = {p: [r[p][m]["reconstruction"] for r in records] for p in ("fp32", precision)}
+        allowed = recon_margin / 100 * summarize(recon["fp32"]).mean
+        out["difference"][m] = {"of": f"{precision} - fp32",
+                                "test_error": compare(test[precision], test["fp32"], -margin, margin),
+                                "reconstruction": compare(recon[precision], recon["fp32"], -allowed, allowed)}
+    out["resolved"] = len(records) >= 2
+    out["equal"] = out["resolved"] and all(d[k]["within_margin"] for d in out["difference"].values()
+                                           for k in ("test_error", "reconstruction"))
+    walls = {p: sum(r[p]["wall_seconds"] for r in records) for p in ("fp32", precision)}
+    out["wall_seconds"], out["speedup"] = walls, walls["fp32"] / walls[precision]
+    return out
+
+
+def report(records: list[dict], result: dict, precision: str, records_dir: Path, figure_path: Path | None,
+           wanted: int) -> str:
     """The comparison as Markdown: per-seed values, the paired intervals and the verdicts."""
-    seeds, models = result["seeds"], [m for m in ("da", "then") if m in result["fp32"]["models"]]
+    first = records[0]
     names = {"da": "DA", "then": "continuation"}
+    seeds = result["seeds"]
     lines = [f"# {precision} products against fp32, paired by seed", "",
-             f"Written by `scripts/compare_precision.py` from `{result['out']}`.", "",
-             f"- Runs: `{' '.join(result['overrides'])}`" + (f", then per seed `{' '.join(result['then'])}` "
-                                                              f"from its DA's final checkpoint" if result["then"] else ""),
-             f"- Seeds {', '.join(map(str, seeds))}; each pair shares its initialisation, minibatches and masks.",
+             f"Written by `scripts/compare_precision.py` from the per-seed records in `{records_dir}/` "
+             f"({len(records)} of the {wanted} seeds planned: {', '.join(map(str, seeds))}).", "",
+             f"- Runs: `{' '.join(first['overrides'])}`" + (f", then per seed `{' '.join(first['then'])}` from "
+                                                            f"its DA's final checkpoint" if first["then"] else ""),
+             "- Each pair shares its seed: its initialisation, minibatches and masks.",
              f"- Called equal, fixed before the runs: the 95 % t-interval of the paired test-error difference within "
-             f"±{result['margin']:g} points, and that of the reconstruction error within ±{result['recon_margin']:g} % "
-             f"of fp32's mean.",
-             f"- Wall time of each chain ({'side by side, one thread each' if result['side_by_side'] else 'one after the other'}): "
-             + ", ".join(f"{p} {result[p]['wall_seconds'] / 60:.1f} min" for p in ("fp32", precision)), ""]
-    for m in models:
-        lines += [f"## {names[m]}", "", f"| seed | fp32 test error % | {precision} | fp32 reconstruction | {precision} |",
-                  "|---|---|---|---|---|"]
-        for k, seed in enumerate(seeds):
-            a, b = result["fp32"]["models"][m][k], result[precision]["models"][m][k]
-            lines.append(f"| {seed} | {a['test_error']:.2f} | {b['test_error']:.2f} | {a['reconstruction']:.2f} | "
-                         f"{b['reconstruction']:.2f} |")
-        c = result["difference"][m]
-        lines += ["", f"- test error {precision} − fp32: {_interval(c['test_error'], ' points')}, sign-flip p "
-                      f"{c['test_error']['sign_flip_p']:.3g}: {'within' if c['test_error']['within_margin'] else 'NOT within'} "
-                      f"±{result['margin']:g} points",
-                  f"- reconstruction error {precision} − fp32: {_interval(c['reconstruction'], '')} (margin "
-                  f"±{c['reconstruction']['margin'][1]:.2f}): {'within' if c['reconstruction']['within_margin'] else 'NOT within'}",
-                  ""]
-    verdict = "equal" if result["equal"] else "NOT shown equal"
-    lines += ["## Verdict", "", f"{precision} and fp32 are **{verdict}** by the rule above "
-              f"({', '.join(names[m] for m in models)}).", ""]
+             f"±{first['margin']:g} points, and that of the reconstruction error of the clean training split within "
+             f"±{first['recon_margin']:g} % of fp32's mean, for every model.",
+             f"- Wall time over the seeds ({'side by side, one thread each' if first['side_by_side'] else 'one after the other'}): "
+             + ", ".join(f"{p} {result['wall_seconds'][p] / 60:.1f} min" for p in ("fp32", precision))
+             + f" ({result['speedup']:.2f}x, evaluations included)", ""]
+    for m, d in result["difference"].items():
+        lines += [f"## {names[m]}", "", f"| seed | fp32 test error % | {precision} | fp32 reconstruction | {precision} "
+                  f"| epochs |", "|---|---|---|---|---|---|"]
+        for r in records:
+            a, b = r["fp32"][m], r[precision][m]
+            lines.append(f"| {r['seed']} | {a['test_error']:.2f} | {b['test_error']:.2f} | {a['reconstruction']:.2f} | "
+                         f"{b['reconstruction']:.2f} | {a['epochs']} |")
+        t, c = d["test_error"], d["reconstruction"]
+        lines += ["", f"- test error {precision} − fp32: {_interval(t, ' points')}, sign-flip p {t['sign_flip_p']:.3g}: "
+                      f"{'within' if t['within_margin'] else 'NOT within'} ±{first['margin']:g} points",
+                  f"- reconstruction error {precision} − fp32: {_interval(c, '')} (margin ±{c['margin'][1]:.2f}): "
+                  f"{'within' if c['within_margin'] else 'NOT within'}", ""]
+    if not result["resolved"]:
+        verdict = "not resolved (fewer than 2 seeds: no interval)"
+    else:
+        verdict = ("**equal**" if result["equal"] else "**not shown equal**") + f" by the rule above, n = {len(records)}"
+        if len(records) < wanted:
+            verdict += f" of the {wanted} seeds planned (the rest not run yet)"
+    lines += ["## Verdict", "", f"{precision} against fp32: {verdict}.", ""]
     if figure_path:
-        lines += [f"![loss curves]({figure_path.name})", ""]
+        lines += [f"![loss curves of seed {first['seed']}]({figure_path.name})", ""]
     return "\n".join(lines)
 
 
@@ -193,76 +251,64 @@ def main(argv=None) -> int:
     parser.add_argument("--side-by-side", action="store_true",
                         help="both precisions at once, one thread each (as two protocol jobs share 2 cores)")
     parser.add_argument("--runs", type=Path, default=Path("outputs/precision"))
-    parser.add_argument("--out", type=Path, default=None, help="the comparison as JSON")
+    parser.add_argument("--records", type=Path, default=None,
+                        help="a folder of one small JSON record per seed (default RUNS/records): a seed recorded "
+                             "there is not trained again, and the summary reads every record in it")
+    parser.add_argument("--max-seeds", type=int, default=None,
+                        help="train at most this many seeds not yet recorded, then summarise (a block that fits)")
+    parser.add_argument("--out", type=Path, default=None, help="the summary as JSON")
     parser.add_argument("--report", type=Path, default=None, help="the comparison as Markdown")
     parser.add_argument("--figure", type=Path, default=None, help="the first seed's loss curves (PNG)")
     parser.add_argument("overrides", nargs="*", help="the run's overrides (after --)")
     args = parser.parse_args(argv)
     if len(args.seeds) < 2:
         parser.error("--seeds needs at least two seeds for an interval")
-    overrides = [*args.overrides, *STEP_OF.get(args.precision, [])]
-    then = shlex.split(args.then)
+    records_dir = args.records or args.runs / "records"
+    settings = {"precision": args.precision, "overrides": [*args.overrides, *STEP_OF.get(args.precision, [])],
+                "then": shlex.split(args.then), "margin": args.margin, "recon_margin": args.recon_margin}
     precisions = ("fp32", args.precision)
-    result = {"overrides": overrides, "then": then, "seeds": args.seeds, "margin": args.margin,
-              "recon_margin": args.recon_margin, "side_by_side": args.side_by_side,
-              "out": str(args.out) if args.out else None}
-    chains: dict[str, dict] = {}
-    errors: list[BaseException] = []
-
-    def run_chain(precision: str) -> None:
-        try:
-            chains[precision] = chain(precision, args.seeds, overrides, then, args.runs,
-                                      1 if args.side_by_side else None)
-        except BaseException as exc:  # noqa: BLE001 - raised below, in the main thread
-            errors.append(exc)
-
-    if args.side_by_side:
-        threads = [threading.Thread(target=run_chain, args=(p,)) for p in precisions]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    else:
-        for p in precisions:
-            run_chain(p)
-    if errors:
-        raise errors[0]
-    result["difference"] = {}
-    for m in chains["fp32"]:
-        if m == "wall_seconds":
+    trained = 0
+    for seed in args.seeds:
+        path = records_dir / f"seed_{seed}.json"
+        if path.exists():
+            print(f"seed {seed}: recorded in {path}, not trained again", flush=True)
             continue
-        for p in precisions:
-            folder = {"da": lambda k: args.runs / p / "da" / "models" / str(k),
-                      "then": lambda k: args.runs / p / f"then_seed{args.seeds[k]}"}[m]
-            for k, record in enumerate(chains[p][m]):
-                record["reconstruction"] = reconstruction_error(folder(k))
-        a = [r["test_error"] for r in chains[args.precision][m]]
-        b = [r["test_error"] for r in chains["fp32"][m]]
-        ra = [r["reconstruction"] for r in chains[args.precision][m]]
-        rb = [r["reconstruction"] for r in chains["fp32"][m]]
-        recon = args.recon_margin / 100 * summarize(rb).mean
-        result["difference"][m] = {"of": f"{args.precision} - fp32",
-                                   "test_error": compare(a, b, -args.margin, args.margin),
-                                   "reconstruction": compare(ra, rb, -recon, recon)}
-    for p in precisions:
-        result[p] = {"wall_seconds": chains[p].pop("wall_seconds"), "models": chains[p]}
-    result["equal"] = all(d[key]["within_margin"] for d in result["difference"].values()
-                          for key in ("test_error", "reconstruction"))
-    result["speedup"] = result["fp32"]["wall_seconds"] / result[args.precision]["wall_seconds"]
+        if args.max_seeds is not None and trained >= args.max_seeds:
+            continue
+        record = record_seed(seed, precisions, settings, args.runs, args.side_by_side)
+        atomic_write_json(path, record)
+        trained += 1
+        print(f"seed {seed}: " + "; ".join(f"{m} fp32 {record['fp32'][m]['test_error']:.2f} %, {args.precision} "
+                                           f"{record[args.precision][m]['test_error']:.2f} %"
+                                           for m in ("da", "then") if m in record["fp32"])
+              + f" (recorded in {path})", flush=True)
+    records = []
+    for seed in args.seeds:
+        path = records_dir / f"seed_{seed}.json"
+        if path.exists():
+            record = json.loads(path.read_text())
+            differs = [k for k in settings if record.get(k) != settings[k]]
+            if differs:
+                raise SystemExit(f"{path} was recorded with other {', '.join(differs)}: give the same settings, or "
+                                 f"another --records folder")
+            records.append(record)
+    if not records:
+        raise SystemExit(f"no seed recorded in {records_dir}")
+    result = {**settings, "records": str(records_dir), **summary(records, args.precision, args.margin,
+                                                                  args.recon_margin)}
     for m, d in result["difference"].items():
-        s, r = d["test_error"], d["reconstruction"]
-        print(f"{m}: {args.precision} - fp32 test error over seeds {args.seeds}: {s['mean']:+.2f} points "
-              f"[{s['low']:+.2f}, {s['high']:+.2f}] (95% t), sign-flip p {s['sign_flip_p']:.3g}; reconstruction "
-              f"{r['mean']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}]")
-    print(f"chains {result['fp32']['wall_seconds']:.0f} s (fp32) and {result[args.precision]['wall_seconds']:.0f} s; "
-          f"{'equal' if result['equal'] else 'NOT shown equal'} (test error within +-{args.margin:g} points, "
-          f"reconstruction within +-{args.recon_margin:g} %)")
+        t, r = d["test_error"], d["reconstruction"]
+        print(f"{m}: {args.precision} - fp32 over seeds {result['seeds']}: test error {_interval(t, ' points')}, "
+              f"reconstruction {_interval(r, '')}")
+    print(f"{'not resolved (one seed)' if not result['resolved'] else 'equal' if result['equal'] else 'NOT shown equal'}"
+          f" (test error within +-{args.margin:g} points, reconstruction within +-{args.recon_margin:g} %); "
+          f"n = {len(records)} of {len(args.seeds)}")
     if args.out:
         atomic_write_json(args.out, result)
     if args.figure:
-        figure(result, args.precision, 0, args.figure)
+        figure(records, args.precision, args.figure)
     if args.report:
-        text = report(result, args.precision, args.figure).encode()
+        text = report(records, result, args.precision, records_dir, args.figure, len(args.seeds)).encode()
         atomic_write(args.report, lambda f: f.write(text))
     return 0
 

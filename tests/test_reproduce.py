@@ -659,7 +659,7 @@ def test_device_hours_count_everything_a_run_pays_each_from_its_measured_cost():
 
 
 @pytest.mark.parametrize("override", ["trainer.cuda_graph=false", "trainer.step=fused", "trainer.step=autograd",
-                                      "trainer.fused=false", "trainer.precision=bf16"])
+                                      "trainer.fused=false"])
 def test_device_hours_use_the_fast_step_unless_the_runs_cannot_use_it(override):
     from scheda.protocol import estimate
 
@@ -673,6 +673,31 @@ def test_device_hours_use_the_fast_step_unless_the_runs_cannot_use_it(override):
                                                         "graphed_s": float("nan")}]}
     assert estimate.estimate(smoke_cfg(*FIXED, "scale.control=false", "scale.finetune=null"), cpu, 20)["train_hours"] \
         * 3600 == pytest.approx(6 * 4.0)  # measured without a graph: eager
+
+
+def test_device_hours_of_bf16_runs_are_charged_the_bf16_rows(tmp_path, cifar_arrays):
+    """Runs that train in bf16 (``scale.train`` or ``overrides`` may say so) are charged the
+    benchmark's bf16 rows, the step that will run, and the plan says so; a benchmark without bf16
+    rows is one line naming the command that measures them, before anything runs."""
+    from scheda.protocol import estimate
+
+    rows = [{"precision": "fp32", "hidden": 16, "batch_size": 20, "eager_s": 4.0, "default_s": 4.0},
+            {"precision": "bf16", "hidden": 16, "batch_size": 20, "eager_s": 2.5, "default_s": 2.5}]
+    bench = {"device_name": "CPU", "n": 1000, "rows": rows}
+    base = [*FIXED, "scale.control=false", "scale.finetune=null"]
+    assert estimate.estimate(smoke_cfg(*base), bench, 20)["train_hours"] * 3600 == pytest.approx(6 * 4.0)
+    for cfg in (smoke_cfg(*base, "overrides=['trainer.precision=bf16']"),
+                smoke_cfg(*base, "scale.train=['trainer.precision=bf16']")):
+        est = estimate.estimate(cfg, bench, 20)
+        assert est["train_hours"] * 3600 == pytest.approx(6 * 2.5) and est["precision"] == "bf16"
+        assert "device-hours in bf16 on CPU" in estimate.describe(cfg, est, "b.json")
+    fp32_only = tmp_path / "fp32.json"
+    fp32_only.write_text(json.dumps({**bench, "rows": rows[:1]}))
+    proc = reproduce(tmp_path, cifar_arrays, *base, f"bench={fp32_only}", "dry_run=true",
+                     "overrides=['trainer.precision=bf16']")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert f"bench={fp32_only} has no bf16 rows, and the runs train in bf16: run python scripts/bench_train.py " \
+           "--precisions fp32 bf16" in proc.stderr
 
 
 def test_device_hours_of_runs_trained_by_autograd_use_its_timing():

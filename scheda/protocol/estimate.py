@@ -49,8 +49,27 @@ def load_bench(path: str | Path) -> dict[str, Any]:
     return bench
 
 
+def runs_precision(cfg: DictConfig) -> str:
+    """The precision the table's runs train in, as their composed trainer says (``scale.train`` may
+    name it): bf16, or fp32 for the rest (tf32 is timed as fp32's rows, under CUDA's TF32 switch)."""
+    return "bf16" if typed("trainer", job_config(cfg).trainer).precision == "bf16" else "fp32"
+
+
+def for_precision(bench: dict[str, Any], precision: str, path: str | None = None) -> dict[str, Any]:
+    """The benchmark with the rows of ``precision`` alone: the runs are charged the step that will
+    run. fp32 keeps every row as before (older files name no precision); bf16 needs rows of its own."""
+    if precision == "fp32":
+        return bench
+    rows = [r for r in bench["rows"] if r.get("precision") == precision]
+    if not rows:
+        raise ConfigError(f"bench={path or 'the benchmark'} has no {precision} rows, and the runs train in {precision}: "
+                          f"run python scripts/bench_train.py --precisions fp32 {precision} --json FILE")
+    return {**bench, "rows": rows}
+
+
 def bench_row(bench: dict[str, Any], hidden: int, batch_size: int) -> dict[str, Any]:
-    """The measured row nearest ``hidden`` at this minibatch, in fp32 (the runs' default precision)."""
+    """The measured row nearest ``hidden`` at this minibatch, in fp32 (the runs' default precision;
+    a benchmark of bf16 rows alone, :func:`for_precision`'s, gives those)."""
     rows = [r for r in bench["rows"] if r.get("precision", "fp32") == "fp32"] or bench["rows"]
     rows = [r for r in rows if r["batch_size"] == batch_size] or rows
     return min(rows, key=lambda r: abs(r["hidden"] - hidden))
@@ -126,15 +145,19 @@ def fast_step(cfg: DictConfig) -> bool:
     """Whether the runs get the device's default step (the Triton step graphed on CUDA), unless
     their composed trainer turns it off or cannot take it."""
     t = typed("trainer", job_config(cfg).trainer)  # typed: 0.2's step flags read as trainer.step
-    return t.step in ("auto", "triton") and t.cuda_graph is not False and t.precision != "bf16"
+    return t.step in ("auto", "triton") and t.cuda_graph is not False
 
 
 def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> dict[str, Any]:
-    """Jobs, model-epochs, evaluations and (with a benchmark) device-hours of ``cfg``'s scale."""
+    """Jobs, model-epochs, evaluations and (with a benchmark) device-hours of ``cfg``'s scale, each
+    epoch charged at the runs' own precision (:func:`for_precision`)."""
     p = items(cfg)
+    precision = runs_precision(cfg)
+    if bench is not None:
+        bench = for_precision(bench, precision, cfg.get("bench"))
     fast, examples, inputs = fast_step(cfg), train_examples(cfg), int(cfg.table.get("inputs", INPUTS))
     out: dict[str, Any] = {"jobs": {}, "model_epochs": {}, "evaluations": 0, "finetune_jobs": p["finetune_jobs"],
-                           "checkpoint_bytes": 0}
+                           "checkpoint_bytes": 0, "precision": precision}
     seconds_train = seconds_eval = 0.0
     for item in p["items"]:
         phase = item["phase"]
@@ -215,7 +238,8 @@ def describe(cfg: DictConfig, est: dict[str, Any], bench_path: str | None) -> st
     if est["finetune_jobs"]:
         parts.append(part("fine-tuning", "finetune_hours", est["finetune_measured"]))
     jobs_at_once = f", {est['side_by_side']} jobs side by side as timed" if est.get("side_by_side", 1) > 1 else ""
-    return (text + f"; about {est['device_hours']:.2f} device-hours on {est['device']}{jobs_at_once} "
+    precision = f" in {est['precision']}" if est.get("precision", "fp32") != "fp32" else ""
+    return (text + f"; about {est['device_hours']:.2f} device-hours{precision} on {est['device']}{jobs_at_once} "
             f"({', '.join(parts)}; from {bench_path})")
 
 
@@ -232,6 +256,7 @@ def against_runs(cfg: DictConfig, bench: dict[str, Any], batch_size: int, runs: 
     from scheda.runs.rundir import read_results
 
     fast, examples = fast_step(cfg), train_examples(cfg)
+    bench = for_precision(bench, runs_precision(cfg), bench_path)
     per_feature = search_share(cfg) * bench["lr_search"]["seconds"] / bench["lr_search"]["features"] \
         if bench.get("lr_search") else None
     groups: dict[tuple[int, int, str], dict[str, list[float]]] = {}
