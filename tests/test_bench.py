@@ -159,3 +159,42 @@ def test_bench_stack_times_a_stacked_layer_beside_a_one_layer_da_of_its_shape(tm
     row = json.loads(out.read_text())
     assert row["hidden"] == [12, 7] and row["ratio"] == pytest.approx(row["stacked_epoch_s"] / row["plain_epoch_s"])
     assert len(row["timed"]["stacked"]) == len(row["timed"]["plain"]) == 1 and "a one-layer DA 12 -> 7" in proc.stdout
+
+
+@pytest.mark.skipif(__import__("scheda.training.products", fromlist=["x"]).bf16_refusal(torch.device("cpu")) is not None,
+                    reason="this CPU has no bf16 arithmetic")
+def test_bf16_rows_and_their_interleaved_ratio_to_fp32_are_measured_in_one_run(bench, monkeypatch, tmp_path):
+    """``--precisions fp32 bf16`` on a CPU: a row per precision (bf16's products timed in bf16, its
+    step the torch step in bf16), then every row's default step timed in both precisions in turn,
+    ``--rounds`` times, with the median of the per-round ratios and its spread."""
+    built = []
+    real = bench.scheda_epoch
+
+    def records_the_step(*args, **step):
+        built.append(step.get("precision", "fp32"))
+        return real(*args, **step)
+
+    monkeypatch.setattr(bench, "scheda_epoch", records_the_step)
+    monkeypatch.setattr(bench, "job_costs", lambda *a, **k: {"job_start_s": 0.0, "data_load_s": 0.0, "build_s": 0.0})
+    out = tmp_path / "bench.json"
+    bench.main(["--device", "cpu", "--hidden", "16", "--batch-sizes", "8", "--batches", "2", "--n", "96",
+                "--skip-naive", "--rate-seconds", "0.01", "--job-tries", "1", "--precisions", "fp32", "bf16",
+                "--rounds", "3", "--json", str(out)])
+    saved = json.loads(out.read_text())
+    assert [r["precision"] for r in saved["rows"]] == ["fp32", "bf16"]
+    bf16 = saved["rows"][1]
+    assert bf16["default_step"] == "eager" and set(bf16["product_gflops"]) == {"encode", "decode", "dh", "update"}
+    assert "autograd_s" not in bf16 and "composite_s" in bf16  # bf16's own steps only
+    [entry] = saved["interleaved"]
+    ratios = entry["over_fp32"]["bf16"]
+    assert len(entry["epoch_s"]["fp32"]) == len(entry["epoch_s"]["bf16"]) == len(ratios["per_round"]) == 3
+    assert ratios["per_round"] == pytest.approx([b / f for b, f in zip(entry["epoch_s"]["bf16"], entry["epoch_s"]["fp32"])])
+    assert ratios["min"] <= ratios["median"] <= ratios["max"]
+    assert built.count("bf16") >= 1 + 3 + 1  # the row's step, three rounds, the composite's
+
+
+def test_bf16_rows_are_refused_in_one_line_where_the_cpu_has_no_bf16(bench, monkeypatch):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    with pytest.raises(SystemExit):
+        bench.main(["--device", "cpu", "--precisions", "fp32", "bf16"])

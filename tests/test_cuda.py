@@ -70,6 +70,26 @@ def test_graphed_step_equals_the_eager_step_and_advances_the_generator_alike():
     assert torch.equal(g_g.get_state(), g_e.get_state())
 
 
+def test_the_bf16_step_graphed_is_its_eager_step_and_follows_fp32_on_cuda():
+    """The CPU's bf16 torch step on CUDA (the same code, scheda.training.products): captured in a
+    graph it replays its eager self, and it stays within bf16's rounding of the fp32 step."""
+    (m_e, o_e), (m_g, o_g), (m_32, o_32) = _model(), _model(), _model()
+    x = _data()
+    gens = [torch.Generator(device=CUDA).manual_seed(5) for _ in range(3)]
+    eager = BatchedStep([m_e], [o_e], [masking], 20, CUDA, "bf16")
+    graphed = GraphedStep(BatchedStep([m_g], [o_g], [masking], 20, CUDA, "bf16"), x, [gens[1]])
+    graphed.prepare()
+    fp32 = BatchedStep([m_32], [o_32], [masking], 20, CUDA)
+    for i in range(11):
+        idx = torch.arange(i * 20, min(i * 20 + 20, 203), device=CUDA).unsqueeze(0)  # the last has 3 rows
+        loss = eager(x, idx, [0.3], [gens[0]])
+        torch.testing.assert_close(graphed(x, idx, [0.3], [gens[1]]), loss, rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(loss, fp32(x, idx, [0.3], [gens[2]]), rtol=2e-2, atol=0.05)
+    assert m_e.W.dtype == torch.float32 and not torch.equal(m_e.W, m_32.W)
+    torch.testing.assert_close(m_g.W, m_e.W, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(m_e.W, m_32.W, rtol=0, atol=2e-2 * m_32.W.abs().max().item())
+
+
 def _sweep(K, d=64, H=24):
     models = [DenoisingAutoencoder(d, H, generator=torch.Generator().manual_seed(k)).to(CUDA) for k in range(K)]
     opts = [SGD(m.parameters(), lr=0.05 * (k + 1)) for k, m in enumerate(models)]

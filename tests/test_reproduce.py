@@ -686,8 +686,9 @@ def test_device_hours_of_bf16_runs_are_charged_the_bf16_rows(tmp_path, cifar_arr
     bench = {"device_name": "CPU", "n": 1000, "rows": rows}
     base = [*FIXED, "scale.control=false", "scale.finetune=null"]
     assert estimate.estimate(smoke_cfg(*base), bench, 20)["train_hours"] * 3600 == pytest.approx(6 * 4.0)
-    for cfg in (smoke_cfg(*base, "overrides=['trainer.precision=bf16']"),
-                smoke_cfg(*base, "scale.train=['trainer.precision=bf16']")):
+    named_by_the_scale = smoke_cfg(*base)
+    named_by_the_scale.scale.train.append("trainer.precision=bf16")
+    for cfg in (smoke_cfg(*base, "overrides=['trainer.precision=bf16']"), named_by_the_scale):
         est = estimate.estimate(cfg, bench, 20)
         assert est["train_hours"] * 3600 == pytest.approx(6 * 2.5) and est["precision"] == "bf16"
         assert "device-hours in bf16 on CPU" in estimate.describe(cfg, est, "b.json")
