@@ -189,3 +189,16 @@ def test_a_bf16_run_and_sweep_record_their_step_and_resume_as_the_golden_run(cif
     for k in range(2):
         model = json.loads((tmp_path / "sweep" / "models" / str(k) / "results.json").read_text())
         assert (model["step"]["kind"], model["step"]["precision"]) == ("fused", "bf16")
+
+
+def test_a_tables_jobs_name_the_precision_that_trained_them():
+    """The report's jobs table (scheda.protocol.launch.step_text): a DA trained in bf16 says so; a
+    fine-tuning job names its own step, which computes in fp32 whatever trainer.precision says."""
+    from scheda.protocol.launch import step_text
+    from scheda.training.step import FinetuneChoice
+
+    da = {"step": StepChoice("fused", precision="bf16").describe(), "config": {"finetune": {"standalone": False}}}
+    tuned = {"step": StepChoice("fused", precision="bf16").describe(),
+             "config": {"finetune": {"standalone": True}}, "plan": {"finetune_step": FinetuneChoice().describe()}}
+    assert step_text(da) == "fused, bf16"
+    assert step_text(tuned) == "fused" and FinetuneChoice().describe()["precision"] == "fp32"

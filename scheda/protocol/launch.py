@@ -196,6 +196,9 @@ def step_text(results: dict[str, Any]) -> str:
     """The step that trained a run, as the report's jobs table names it (its fallback too); "" for
     a run that trained none or predates the record."""
     step = results.get("step")
+    finetune = ((results.get("config") or {}).get("finetune") or {})
+    if finetune.get("standalone") and (results.get("plan") or {}).get("finetune_step"):
+        step = results["plan"]["finetune_step"]  # a fine-tuning job trains by its own step
     if not step:
         return ""
     text = f"{step['kind']}{', graphed' if step.get('cuda_graph') else ''}"

@@ -608,7 +608,9 @@ class FinetuneChoice:
     cuda_graph: bool = False
 
     def describe(self) -> dict:
-        return {"kind": "fused" if self.fused else "autograd", "cuda_graph": self.cuda_graph}
+        """What results.json records: fine-tuning computes in fp32 whatever trainer.precision says
+        (its products are its own, scheda.training.finetune; bf16 products are the DA steps')."""
+        return {"kind": "fused" if self.fused else "autograd", "cuda_graph": self.cuda_graph, "precision": "fp32"}
 
 
 class GraphedStep(LossSums):
