@@ -200,5 +200,17 @@ def test_a_tables_jobs_name_the_precision_that_trained_them():
     da = {"step": StepChoice("fused", precision="bf16").describe(), "config": {"finetune": {"standalone": False}}}
     tuned = {"step": StepChoice("fused", precision="bf16").describe(),
              "config": {"finetune": {"standalone": True}}, "plan": {"finetune_step": FinetuneChoice().describe()}}
+    raw = {"step": StepChoice("fused", precision="bf16").describe(), "config": {"model": {"name": "raw"}}}
     assert step_text(da) == "fused, bf16"
     assert step_text(tuned) == "fused" and FinetuneChoice().describe()["precision"] == "fp32"
+    assert step_text(raw) == ""  # trained nothing
+
+
+def test_a_tables_report_head_names_the_precisions_its_jobs_trained_in():
+    """scheda.protocol.report's head line, from the jobs' rows (scheda.protocol.launch.job_statuses):
+    a bf16 table's DAs and its fine-tuning's own fp32, counted; nothing for jobs that trained none."""
+    from scheda.protocol.report import _precisions
+
+    rows = [{"precision": "bf16"}] * 5 + [{"precision": "fp32"}] * 2 + [{"precision": None}]
+    assert _precisions(rows) == ["- Trained in: bf16 products over fp32 weights (5 jobs), fp32 (2 jobs)"]
+    assert _precisions([{"precision": None}]) == []

@@ -192,13 +192,21 @@ def run_phase(cfg: DictConfig, out_dir: Path, phase: str, jobs: list[JobSpec],
     return {"skipped": len(jobs) - len(todo), "run": len(todo)}
 
 
+def trained_by(results: dict[str, Any]) -> dict[str, Any] | None:
+    """The step record of what trained a run: its DA step, or a fine-tuning job's own step; None for
+    a run that trained none (the raw baseline) or predates the record."""
+    finetune = ((results.get("config") or {}).get("finetune") or {})
+    if finetune.get("standalone") and (results.get("plan") or {}).get("finetune_step"):
+        return results["plan"]["finetune_step"]
+    if ((results.get("config") or {}).get("model") or {}).get("name") == "raw":
+        return None
+    return results.get("step")
+
+
 def step_text(results: dict[str, Any]) -> str:
     """The step that trained a run, as the report's jobs table names it (its fallback too); "" for
     a run that trained none or predates the record."""
-    step = results.get("step")
-    finetune = ((results.get("config") or {}).get("finetune") or {})
-    if finetune.get("standalone") and (results.get("plan") or {}).get("finetune_step"):
-        step = results["plan"]["finetune_step"]  # a fine-tuning job trains by its own step
+    step = trained_by(results)
     if not step:
         return ""
     text = f"{step['kind']}{', graphed' if step.get('cuda_graph') else ''}"
@@ -220,7 +228,7 @@ def job_statuses(jobs: list[JobSpec], out_dir: Path) -> list[dict[str, Any]]:
             error = f"{said}; {error}" if error else said
         rows.append({"name": job.name, "phase": job.phase, "status": status, "error": error,
                      "seconds": results.get("seconds"), "device": results.get("device"),
-                     "step": step_text(results)})
+                     "step": step_text(results), "precision": (trained_by(results) or {}).get("precision")})
     return rows
 
 

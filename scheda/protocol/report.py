@@ -82,6 +82,7 @@ def write_report(cfg: DictConfig, sections: list[str], statuses: list[dict], inf
              f"jobs: {info['job_seconds'] / 60:.1f} min",
              _against_estimate(info, table.name), *info.get("checked", []),
              f"- Runs: `{info['out_dir']}`; written {info['date']}; commit {info['commit']}",
+             *_precisions(statuses),
              *_unfinished(statuses, info.get("running")),
              f"- Scale: {scale.description.strip()}", "", *sections]
     lines += ["", "## Jobs", "", "| Job | Phase | Status | Minutes | Step | Error |", "|---|---|---|---|---|---|"]
@@ -93,6 +94,20 @@ def write_report(cfg: DictConfig, sections: list[str], statuses: list[dict], inf
               OWNER.format(info["protocol_id"]), ""]
     atomic_write(path, lambda f: f.write("\n".join(lines).encode()))
     return path
+
+
+def _precisions(statuses: list[dict[str, Any]]) -> list[str]:
+    """The line naming the precisions the table's jobs trained in (trainer.precision; fine-tuning
+    computes in fp32): one table can mix them only if it was resumed under another setting."""
+    counts: dict[str, int] = {}
+    for row in statuses:
+        if row.get("precision"):
+            counts[row["precision"]] = counts.get(row["precision"], 0) + 1
+    if not counts:
+        return []
+    named = {"bf16": "bf16 products over fp32 weights"}
+    return ["- Trained in: " + ", ".join(f"{named.get(p, p)} ({n} job{'s' if n != 1 else ''})"
+                                         for p, n in sorted(counts.items()))]
 
 
 def results_section(cfg: DictConfig, selection: dict[str, Any], continued: dict[str, Any], seeded: dict[str, Any],
