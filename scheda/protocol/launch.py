@@ -203,6 +203,13 @@ def trained_by(results: dict[str, Any]) -> dict[str, Any] | None:
     return results.get("step")
 
 
+def precision_of(results: dict[str, Any]) -> str | None:
+    """The precision a run trained in (a step recorded before precisions were: fp32, the only one
+    fine-tuning and the steps then had by default); None for a run that trained none."""
+    step = trained_by(results)
+    return step.get("precision", "fp32") if step else None
+
+
 def step_text(results: dict[str, Any]) -> str:
     """The step that trained a run, as the report's jobs table names it (its fallback too); "" for
     a run that trained none or predates the record."""
@@ -228,7 +235,7 @@ def job_statuses(jobs: list[JobSpec], out_dir: Path) -> list[dict[str, Any]]:
             error = f"{said}; {error}" if error else said
         rows.append({"name": job.name, "phase": job.phase, "status": status, "error": error,
                      "seconds": results.get("seconds"), "device": results.get("device"),
-                     "step": step_text(results), "precision": (trained_by(results) or {}).get("precision")})
+                     "step": step_text(results), "precision": precision_of(results)})
     return rows
 
 
