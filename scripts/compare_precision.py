@@ -208,6 +208,7 @@ def report(records: list[dict], result: dict, precision: str, records_dir: Path,
              f"- Runs: `{' '.join(first['overrides'])}`" + (f", then per seed `{' '.join(first['then'])}` from "
                                                             f"its DA's final checkpoint" if first["then"] else ""),
              "- Each pair shares its seed: its initialisation, minibatches and masks.",
+             f"- Command (it trains the seeds not recorded yet, then rewrites this page): `{result['command']}`",
              f"- Called equal, fixed before the runs: the 95 % t-interval of the paired test-error difference within "
              f"±{first['margin']:g} points, and that of the reconstruction error of the clean training split within "
              f"±{first['recon_margin']:g} % of fp32's mean, for every model.",
@@ -294,7 +295,11 @@ def main(argv=None) -> int:
             records.append(record)
     if not records:
         raise SystemExit(f"no seed recorded in {records_dir}")
-    result = {**settings, "records": str(records_dir), **summary(records, args.precision, args.margin,
+    given = list(sys.argv[1:] if argv is None else argv)
+    if "--max-seeds" in given:  # how much one invocation trains, not what the comparison is
+        del given[given.index("--max-seeds"):given.index("--max-seeds") + 2]
+    command = " ".join(shlex.quote(a) for a in ["python", "scripts/compare_precision.py", *given])
+    result = {**settings, "records": str(records_dir), "command": command, **summary(records, args.precision, args.margin,
                                                                   args.recon_margin, len(args.seeds))}
     for m, d in result["difference"].items():
         t, r = d["test_error"], d["reconstruction"]
