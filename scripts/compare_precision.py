@@ -70,7 +70,8 @@ def _model_record(run: Path, precision: str) -> dict:
         # the run trained with another step than the one compared: its errors are not this precision's
         raise SystemExit(f"{run} did not train in {precision}: {ran.get('fallback') or ran}")
     return {"test_error": 100 * results["evaluations"][-1]["test_error"], "epochs": results["epochs"],
-            "loss": [h["loss"] for h in results["history"]], "seconds": results["seconds"], "step": ran}
+            "loss": [h["loss"] for h in results["history"]], "seconds": results["seconds"], "step": ran,
+            "epoch_seconds": [h["seconds"] for h in results["history"]]}
 
 
 def chain(precision: str, seed: int, overrides: list[str], then: list[str], runs: Path, threads: int | None) -> dict:
@@ -193,6 +194,13 @@ def summary(records: list[dict], precision: str, margin: float, recon_margin: fl
                                            for k in ("test_error", "reconstruction"))
     walls = {p: sum(r[p]["wall_seconds"] for r in records) for p in ("fp32", precision)}
     out["wall_seconds"], out["speedup"] = walls, walls["fp32"] / walls[precision]
+    # an epoch's time, the median over every epoch of every seed's DA: a pause or a busy minute weighs
+    # one epoch, where it weighs the wall time whole (records from before epoch_seconds: none)
+    epochs = {p: [t for r in records for t in r[p]["da"].get("epoch_seconds", [])] for p in ("fp32", precision)}
+    if all(epochs.values()):
+        from statistics import median
+
+        out["da_epoch_seconds"] = {p: median(t) for p, t in epochs.items()}
     return out
 
 
@@ -214,7 +222,10 @@ def report(records: list[dict], result: dict, precision: str, records_dir: Path,
              f"±{first['recon_margin']:g} % of fp32's mean, for every model.",
              f"- Wall time over the seeds ({'side by side, one thread each' if first['side_by_side'] else 'one after the other'}): "
              + ", ".join(f"{p} {result['wall_seconds'][p] / 60:.1f} min" for p in ("fp32", precision))
-             + f" ({result['speedup']:.2f}x, evaluations included)", ""]
+             + f" ({result['speedup']:.2f}x, evaluations included)"
+             + ("; a DA epoch at the median, " + ", ".join(f"{p} {t:.1f} s" for p, t in result["da_epoch_seconds"].items())
+                + f" ({result['da_epoch_seconds'][precision] / result['da_epoch_seconds']['fp32']:.2f} of fp32's)"
+                if "da_epoch_seconds" in result else ""), ""]
     for m, d in result["difference"].items():
         lines += [f"## {names[m]}", "", f"| seed | fp32 test error % | {precision} | fp32 reconstruction | {precision} "
                   f"| epochs |", "|---|---|---|---|---|---|"]
