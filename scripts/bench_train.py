@@ -642,6 +642,9 @@ def main(argv=None) -> int:
                         times["finetune"] = finetune_epoch(data, n_batches, bs, H, device)
                         times["finetune_grid"] = finetune_epoch(data, n_batches, bs, H, device, rates=FINETUNE_RATES)
                     measured.append(product_rates(bs, H, device, rate_s, precision=precision))
+                    # the peak too, around the timings: measured once at the start it was a busy moment's
+                    # (52 GFLOP/s beside a second copy, 2026-12-02) and a floor above the step it bounds
+                    peaks[precision] = max(peaks[precision], peak_rate(device, rate_s, precision))
                     rates = best_rates(measured)
                     minibatches = math.ceil(N / bs)
                     flops = 10 * N * D * H
