@@ -10,11 +10,13 @@ not lost to bf16's 8-bit mantissa), every product's operands are rounded to bf16
 with fp32 accumulation (oneDNN on a CPU with AVX512-BF16 or AMX, tensor cores on CUDA), and the
 elementwise work (the biases, the sigmoid and its derivative, the loss) stays fp32.
 
-Where the time goes (scripts/bench_train.py, H 500, minibatch 20, one thread of a 2-core EPYC):
-each of the three n x d x H products 0.42 ms in bf16 against 1.08 in fp32, the update 0.69
-against 1.7; the price is two passes over W a minibatch, the bf16 copy of W the products read
-(0.16 ms) and the update added into the fp32 weights (the bf16 product widened first, 0.13 ms,
-then added, 0.17 ms: the mixed-dtype add alone takes 0.50).
+Where the time goes (H 500, minibatch 20, one thread of the 2-core EPYC, torch's profiler over the
+step): the three n x d x H products 0.66-0.68 ms each in bf16 against 1.24-1.46 in fp32, the update
+1.06 against 1.65; the price is two passes over W a minibatch, the bf16 copy of W the products read
+and the update added into the fp32 weights (the bf16 product widened first, then added: the
+mixed-dtype add in one op was no faster), 1.3 ms in all. Alone, with W in the cache, a bf16 product
+takes 0.45 ms: inside the step those passes evict W's bf16 copy. The step's epoch against fp32's
+and against its products' floor: docs/performance.md.
 """
 
 from __future__ import annotations
