@@ -192,7 +192,8 @@ def summary(records: list[dict], precision: str, margin: float, recon_margin: fl
     out["resolved"] = len(records) >= max(2, planned)
     out["equal"] = out["resolved"] and all(d[k]["within_margin"] for d in out["difference"].values()
                                            for k in ("test_error", "reconstruction"))
-    walls = {p: sum(r[p]["wall_seconds"] for r in records) for p in ("fp32", precision)}
+    # a seed's chains stopped together for a while (``paused_seconds``, said in its record) ran that much less
+    walls = {p: sum(r[p]["wall_seconds"] - r.get("paused_seconds", 0) for r in records) for p in ("fp32", precision)}
     out["wall_seconds"], out["speedup"] = walls, walls["fp32"] / walls[precision]
     # an epoch's time, the median over every epoch of every seed's DA: a pause or a busy minute weighs
     # one epoch, where it weighs the wall time whole (records from before epoch_seconds: none)
