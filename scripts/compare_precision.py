@@ -229,11 +229,11 @@ def report(records: list[dict], result: dict, precision: str, records_dir: Path,
                 if "da_epoch_seconds" in result else ""), ""]
     for m, d in result["difference"].items():
         lines += [f"## {names[m]}", "", f"| seed | fp32 test error % | {precision} | fp32 reconstruction | {precision} "
-                  f"| epochs |", "|---|---|---|---|---|---|"]
+                  f"| fp32 last epoch's training loss | {precision} | epochs |", "|---|---|---|---|---|---|---|---|"]
         for r in records:
             a, b = r["fp32"][m], r[precision][m]
             lines.append(f"| {r['seed']} | {a['test_error']:.2f} | {b['test_error']:.2f} | {a['reconstruction']:.2f} | "
-                         f"{b['reconstruction']:.2f} | {a['epochs']} |")
+                         f"{b['reconstruction']:.2f} | {a['loss'][-1]:.2f} | {b['loss'][-1]:.2f} | {a['epochs']} |")
         t, c = d["test_error"], d["reconstruction"]
         lines += ["", f"- test error {precision} − fp32: {_interval(t, ' points')}, sign-flip p {t['sign_flip_p']:.3g}: "
                       f"{'within' if t['within_margin'] else 'NOT within'} ±{first['margin']:g} points",
