@@ -130,15 +130,12 @@ def reconstruction_error(run: Path) -> float:
     """The model's summed cross-entropy of the clean training split, mean per image (fp32)."""
     import torch
 
+    from scheda.analysis.core import clean_reconstruction_error
     from scheda.data import load_dataset
     from scheda.training.checkpoint import load_run_model
 
     cfg, model, _ = load_run_model(run)
-    x = load_dataset(cfg.dataset).tensor("train", torch.device("cpu"))
-    with torch.no_grad():
-        total = sum(float(model.loss(x[i:i + 8192], x[i:i + 8192])) * x[i:i + 8192].shape[0]
-                    for i in range(0, x.shape[0], 8192))
-    return total / x.shape[0]
+    return clean_reconstruction_error(model, load_dataset(cfg.dataset).tensor("train", torch.device("cpu")))
 
 
 def compare(a: list[float], b: list[float], low: float, high: float) -> dict:

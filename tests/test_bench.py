@@ -11,6 +11,7 @@ import json
 import pytest
 import torch
 
+from scheda.training.products import bf16_refusal
 from helpers import REPO
 
 
@@ -161,8 +162,7 @@ def test_bench_stack_times_a_stacked_layer_beside_a_one_layer_da_of_its_shape(tm
     assert len(row["timed"]["stacked"]) == len(row["timed"]["plain"]) == 1 and "a one-layer DA 12 -> 7" in proc.stdout
 
 
-@pytest.mark.skipif(__import__("scheda.training.products", fromlist=["x"]).bf16_refusal(torch.device("cpu")) is not None,
-                    reason="this CPU has no bf16 arithmetic")
+@pytest.mark.skipif(bf16_refusal(torch.device("cpu")) is not None, reason="this CPU has no bf16 arithmetic")
 def test_bf16_rows_and_their_interleaved_ratio_to_fp32_are_measured_in_one_run(bench, monkeypatch, tmp_path):
     """``--precisions fp32 bf16`` on a CPU: a row per precision (bf16's products timed in bf16, its
     step the torch step in bf16), then every row's default step timed in both precisions in turn,

@@ -16,6 +16,16 @@ from scheda.utils.lazy import lazy
 torch = lazy("torch", globals())
 
 
+def clean_reconstruction_error(model, x: torch.Tensor, chunk: int = 8192) -> float:
+    """``model``'s loss of the clean inputs ``x`` (no noise: the same input whatever nu it trained at),
+    mean per image, in chunks without gradients: what the features table and the precision
+    comparison report as a model's reconstruction error."""
+    with torch.no_grad():
+        total = sum(float(model.loss(x[i:i + chunk], x[i:i + chunk])) * x[i:i + chunk].shape[0]
+                    for i in range(0, x.shape[0], chunk))
+    return total / x.shape[0]
+
+
 def run_label(run_dir: str | Path) -> str:
     """DA(nu) for a single noise level, ScheDA(nu0 -> ... -> nuT) for a schedule."""
     data = read_results(Path(run_dir))

@@ -15,6 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from scheda.analysis.core import clean_reconstruction_error
 from scheda.analysis.similarity import MEASURES, TIE, closest, compare_all
 from scheda.protocol.jobs import fmt
 from scheda.utils.io import atomic_write_json
@@ -226,11 +227,7 @@ class Analysis:
         todo = [name for name in models if name not in kept]
         for name in todo:
             cfg, model = self.load_model(models[name])
-            x = self.inputs(cfg, "train")
-            with torch.no_grad():
-                total = sum(float(model.loss(x[i:i + 8192], x[i:i + 8192])) * x[i:i + 8192].shape[0]
-                            for i in range(0, x.shape[0], 8192))
-            kept[name] = {"checkpoint": key[name], "clean_train": total / x.shape[0]}
+            kept[name] = {"checkpoint": key[name], "clean_train": clean_reconstruction_error(model, self.inputs(cfg, "train"))}
             atomic_write_json(path, {"models": kept})
 
     def _all_entries(self):
