@@ -73,9 +73,10 @@ def test_table2_counts_add_up_to_the_units_under_every_measure_and_split(feature
     for split in ("train", "val"):
         for seed in (0, 1):
             doc = json.loads((runs / f"similarity_{split}_seed{seed}.json").read_text())
-            assert doc["partner"] == 1 - seed
+            assert doc["candidates"] == 1 - seed  # another initialisation's DAs
             for ref, found in doc["refs"].items():
-                for start in [k for k in ("own", "other") if k in found]:
+                assert ("own_start" in found) == (ref in ("scheda", "jump", "same_start"))
+                for start in [k for k in ("other", "own_start") if k in found]:
                     for measure in ("cosine", "correlation"):
                         m = found[start][measure]
                         assert sum(m["counts"].values()) + m["tied"] == HIDDEN, (split, seed, ref, start, measure)
@@ -85,7 +86,8 @@ def test_table2_counts_add_up_to_the_units_under_every_measure_and_split(feature
                 assert all(-1.5 < v <= 1 + 1e-9 for v in found["cka"].values())  # debiased CKA can dip below 0
             assert set(doc["ceiling"]) == {"0.3", "0.4", "0.5"}
     report = (user.work / "reports" / "features_smoke.md").read_text()
-    table = report.split("### cosine, train split (2 seeds; own starting DA among the candidates)")[1].split("\n### ")[0]
+    table = report.split("### cosine, train split (2 reference seeds; candidates of another initialisation)")[1].split(
+        "\n### ")[0]
     rows = rows_of(table)
     head = rows["nu"]
     assert head[:5] == ["ScheDA", "jump", "same start", "DA*(0.3)", "DA*(0.5)"] and "paper ScheDA" in head

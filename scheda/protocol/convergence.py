@@ -105,7 +105,9 @@ def section(scale: DictConfig, selection: dict[str, Any], continued: dict[str, A
 
 def edge_of(entry: dict[str, Any]) -> str | None:
     """The classifier's chosen setting where the evaluation a model is read at chose the edge of
-    its grid (scheda.evaluation.evaluate: ``at_edge``), else None."""
+    its grid (scheda.evaluation.evaluate: ``at_edge``), else None (a block's record keeps it: ``edge``)."""
+    if "edge" in entry:
+        return entry["edge"]
     results = read_results(Path(entry["run"])) if entry.get("run") else None
     evaluations = (results or {}).get("evaluations", [])
     found = next((e for e in evaluations if e["epoch"] == entry.get("epoch", evaluations[-1]["epoch"] if evaluations

@@ -54,22 +54,27 @@ class Analysis:
             return str(path)
 
     def similarity_models(self, seed: int) -> dict[str, str] | None:
-        """The checkpoints one seed's Table 2 reads: its DAs (the candidates), its continuations,
-        and its partner's DA(min nu) and DA(max nu) (DA*); None until every one is there."""
-        s, own, other = self.s, self.models.get(str(seed), {}), self.models.get(str(self.s.partner(seed)), {})
+        """The checkpoints one reference seed's Table 2 reads: its continuations, its DA(min nu) and
+        DA(max nu) (DA*: of another initialisation than the candidates, as the paper's), the candidates
+        (the DAs of the seed it is compared with: another initialisation) and its own DAs for the
+        ceiling; None until every one is there."""
+        s = self.s
+        own, other = self.models.get(str(seed), {}), self.models.get(str(s.candidates_of(seed)), {})
         cont = self.continued.get(str(seed), {})
-        wanted = {f"da{fmt(nu)}": checkpoint_of(own.get("da", {}).get(fmt(nu))) for nu in s.nus}
+        wanted = {f"da{fmt(nu)}": checkpoint_of(other.get("da", {}).get(fmt(nu))) for nu in s.nus}
         wanted.update({name: checkpoint_of(cont.get(name)) for name in ("scheda", "jump", "same_start")})
-        wanted["da_star_low"] = checkpoint_of(other.get("da", {}).get(fmt(s.nu_final)))
-        wanted["da_star_high"] = checkpoint_of(other.get("da", {}).get(fmt(s.nu0)))
-        wanted.update({f"da_star{fmt(nu)}": checkpoint_of(other.get("da", {}).get(fmt(nu))) for nu in s.nus})
+        wanted["da_star_low"] = checkpoint_of(own.get("da", {}).get(fmt(s.nu_final)))
+        wanted["da_star_high"] = checkpoint_of(own.get("da", {}).get(fmt(s.nu0)))
+        wanted.update({f"own{fmt(nu)}": checkpoint_of(own.get("da", {}).get(fmt(nu))) for nu in s.da_levels(seed)})
         return None if None in wanted.values() else wanted
 
     def concat_models(self, a: int, b: int) -> dict[str, str] | None:
-        """Every DA of both seeds of an initialisation pair; None until every one is there."""
-        wanted = {f"{seed}:{fmt(nu)}": checkpoint_of(self.models.get(str(seed), {}).get("da", {}).get(fmt(nu)))
-                  for seed in (a, b) for nu in self.s.nus}
-        return None if None in wanted.values() else wanted
+        """The DAs Figure 6's cells of the pair (a, b) read; None until every one is there."""
+        wanted = {}
+        for lo, hi, x, y in self.s.concat_cells(a, b):
+            for seed, nu in ((x, lo), (y, hi)):
+                wanted[f"{seed}:{fmt(nu)}"] = checkpoint_of(self.models.get(str(seed), {}).get("da", {}).get(fmt(nu)))
+        return None if not wanted or None in wanted.values() else wanted
 
     # --- loading models and data --------------------------------------------------------------
     def device(self):
@@ -110,7 +115,7 @@ class Analysis:
     def _similarity_key(self, wanted: dict[str, str]) -> dict[str, Any]:
         """The checkpoints a seed's Table 2 is computed from, and the rule that counts its ties: a
         piece counted by another rule is counted again."""
-        return {**{name: self._rel(path) for name, path in wanted.items()}, "tie": TIE}
+        return {**{name: self._rel(path) for name, path in wanted.items()}, "tie": TIE, "candidates": "other initialisation"}
 
     def _read(self, path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
         """A piece computed from the same checkpoints, or None."""
@@ -123,7 +128,7 @@ class Analysis:
     def run(self) -> None:
         """Every piece whose models are there and that is not done yet."""
         started = time.perf_counter()
-        for seed in self.s.seeds:
+        for seed in self.s.references:
             wanted = self.similarity_models(seed)
             if wanted is not None:
                 self.similarity(seed, wanted)
@@ -135,66 +140,67 @@ class Analysis:
         log.info("feature analysis: %.1f s", time.perf_counter() - started)
 
     def similarity(self, seed: int, wanted: dict[str, str]) -> None:
-        """Table 2 of one seed on each split: every reference against every candidate DA, plus the
-        partner's DA(max nu) as the candidate in place of this seed's own (a continuation starts from
-        it), and the seed-to-seed CKA of each DA(nu) (the ceiling)."""
+        """Table 2 of one reference seed on each split: every reference against every candidate DA
+        (another initialisation's), plus the reference's own DA(max nu) as the candidate in place of
+        the other's (a continuation starts from it), and the CKA of the seed's DA(nu) against the
+        candidate DA(nu) at every nu both have (the ceiling: the same setting, another initialisation)."""
         key = self._similarity_key(wanted)
         todo = [split for split in SPLITS if self._read(self.folder / f"similarity_{split}_seed{seed}.json", key) is None]
         if not todo:
             return
         t = time.perf_counter()
-        by_path: dict[str, dict[str, Any]] = {}  # DA*(min nu) is also da_star<min nu>: encoded once
+        by_path: dict[str, dict[str, Any]] = {}  # DA*(max nu) is also the own start: encoded once
         for path in wanted.values():
             if path not in by_path:
                 by_path[path] = self.encode(path, todo)
         acts = {name: by_path[path] for name, path in wanted.items()}
+        own_levels = self.s.da_levels(seed)
         for split in todo:
             x = {name: a[split] for name, a in acts.items()}
             candidates = [f"da{fmt(nu)}" for nu in self.s.nus]
-            swap = f"da_star{fmt(self.s.nu0)}"
-            ceiling_pairs = {f"da{fmt(nu)}": f"da_star{fmt(nu)}" for nu in self.s.nus}
+            start = f"own{fmt(self.s.nu0)}"
+            ceiling_pairs = {f"own{fmt(nu)}": f"da{fmt(nu)}" for nu in own_levels}
             known: dict = {}  # each model's moments, once
-            every = compare_all({r: x[r] for r in REFERENCES}, {c: x[c] for c in [*candidates, swap]}, known=known)
+            every = compare_all({r: x[r] for r in REFERENCES}, {c: x[c] for c in [*candidates, start]}, known=known)
             every.update(compare_all({a: x[a] for a in ceiling_pairs}, {b: x[b] for b in ceiling_pairs.values()},
                                      known=known, only=set(ceiling_pairs.items())))
             refs: dict[str, Any] = {}
             for ref in REFERENCES:
-                pairs = {c: every[(ref, c)] for c in [*candidates, swap]}
-                sets = {"own": candidates}
-                if ref in CONTINUATIONS:  # the start replaced by another seed's DA(max nu)
-                    sets["other"] = [swap if c == f"da{fmt(self.s.nu0)}" else c for c in candidates]
+                pairs = {c: every[(ref, c)] for c in [*candidates, start]}
+                sets = {"other": candidates}
+                if ref in CONTINUATIONS:  # the other's DA(max nu) replaced by the continuation's own start
+                    sets["own_start"] = [start if c == f"da{fmt(self.s.nu0)}" else c for c in candidates]
                 out: dict[str, Any] = {"cka": {c: pairs[c].cka for c in candidates}}
-                out["cka_other_start"] = pairs[swap].cka
+                out["cka_own_start"] = pairs[start].cka
                 for name, chosen in sets.items():
                     out[name] = {}
                     for measure in MEASURES:
-                        # the count's labels are the candidates' nu (the replacement counts as DA(max nu))
+                        # the count's labels are the candidates' nu (the own start counts as DA(max nu))
                         c = closest({fmt(self.s.nus[i]): pairs[chosen[i]].best[measure] for i in range(len(chosen))})
                         out[name][measure] = {"counts": c.counts, "tied": c.tied, "mean_best": c.mean_best,
                                               "median_margin": c.median_margin, "share_high": c.share(self.s.high)}
                 refs[ref] = out
-            ceiling = {fmt(nu): every[(f"da{fmt(nu)}", f"da_star{fmt(nu)}")].cka for nu in self.s.nus}
+            ceiling = {fmt(nu): every[(f"own{fmt(nu)}", f"da{fmt(nu)}")].cka for nu in own_levels}
             atomic_write_json(self.folder / f"similarity_{split}_seed{seed}.json",
-                              {"key": key, "seed": seed, "partner": self.s.partner(seed), "split": split,
+                              {"key": key, "seed": seed, "candidates": self.s.candidates_of(seed), "split": split,
                                "n": int(next(iter(x.values())).shape[0]), "refs": refs, "ceiling": ceiling,
                                "seconds": time.perf_counter() - t})
             log.info("feature analysis: seed %d's similarities on %s (%.1f s)", seed, split, time.perf_counter() - t)
 
     def concatenations(self, a: int, b: int, wanted: dict[str, str]) -> None:
-        """Figure 6 for one initialisation pair: seed a's DA(nu_i) beside seed b's DA(nu_j), each
-        unordered pair of levels once (the lower nu from seed a), evaluated as any representation
-        (the runs' own classifier and C grid), the file written after every cell."""
+        """Figure 6 for one initialisation pair: a DA of one seed beside a DA of the other, each
+        unordered pair of levels its DAs allow once (``Settings.concat_cells``), evaluated as any
+        representation (the runs' own classifier and C grid), the file written after every cell."""
         from scheda.evaluation.evaluate import evaluate_features, labels_of
 
         key = {name: self._rel(path) for name, path in wanted.items()}
         path = self.folder / f"concat_{a}_{b}.json"
         saved = self._read(path, key) or {"key": key, "pair": [a, b], "cells": []}
         done = {(c["low"], c["high"]) for c in saved["cells"]}
-        levels = sorted(self.s.nus)
-        todo = [(lo, hi) for i, lo in enumerate(levels) for hi in levels[i:] if (fmt(lo), fmt(hi)) not in done]
+        todo = [cell for cell in self.s.concat_cells(a, b) if (fmt(cell[0]), fmt(cell[1])) not in done]
         if not todo:
             return
-        run_cfg, _ = self.load_model(wanted[f"{a}:{fmt(levels[0])}"])
+        run_cfg, _ = self.load_model(next(iter(wanted.values())))
         data = self.data(run_cfg)
         features: dict[str, dict[str, Any]] = {}
 
@@ -203,17 +209,17 @@ class Analysis:
                 features[name] = self.encode(wanted[name], ("train", "val", "test"))
             return features[name]
 
-        for lo, hi in todo:
+        for lo, hi, x, y in todo:
             t = time.perf_counter()
-            parts = [feats(f"{a}:{fmt(lo)}"), feats(f"{b}:{fmt(hi)}")]
+            parts = [feats(f"{x}:{fmt(lo)}"), feats(f"{y}:{fmt(hi)}")]
             joined = {split: torch.cat([part[split] for part in parts], dim=1) for split in ("train", "val", "test")}
             result = evaluate_features(joined, labels_of(data), run_cfg.classifier, self.device())
-            saved["cells"].append({"low": fmt(lo), "high": fmt(hi), "val_error": result["val_error"],
+            saved["cells"].append({"low": fmt(lo), "high": fmt(hi), "seeds": [x, y], "val_error": result["val_error"],
                                    "test_error": result["test_error"], "params": result["params"],
                                    "at_edge": result["at_edge"], "seconds": time.perf_counter() - t})
             atomic_write_json(path, saved)
-            log.info("feature analysis: DA(%s) of seed %d + DA(%s) of seed %d: test %.2f %% (%.1f s)", fmt(lo), a,
-                     fmt(hi), b, 100 * result["test_error"], time.perf_counter() - t)
+            log.info("feature analysis: DA(%s) of seed %d + DA(%s) of seed %d: test %.2f %% (%.1f s)", fmt(lo), x,
+                     fmt(hi), y, 100 * result["test_error"], time.perf_counter() - t)
 
     def reconstruction(self) -> None:
         """Every reported model's reconstruction error of the clean training split (no noise: the
@@ -242,7 +248,7 @@ class Analysis:
     def load(self) -> dict[str, Any]:
         """Every piece computed from the checkpoints the table reports now."""
         out: dict[str, Any] = {"similarity": {split: {} for split in SPLITS}, "concat": {}, "reconstruction": {}}
-        for seed in self.s.seeds:
+        for seed in self.s.references:
             wanted = self.similarity_models(seed)
             if wanted is None:
                 continue

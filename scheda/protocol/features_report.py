@@ -18,6 +18,8 @@ from scheda.protocol.jobs import count, fmt, pct
 from scheda.runs.rundir import checkpoint_name
 from scheda.utils import stats
 
+from scheda.protocol.tables.features import LAYOUTS
+
 MODEL_ROWS = (("scheda", "ScheDA"), ("jump", "One jump to min nu"), ("same_start", "Same start, trained on"),
               ("da2", "DA(max nu), twice the units"), ("scheda2", "ScheDA, twice the units"))
 REF_LABELS = {"scheda": "ScheDA", "jump": "jump", "same_start": "same start", "da_star_low": "DA*(min nu)",
@@ -89,9 +91,12 @@ def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
              f"trained on at {fmt(s.nu0)}; the composite DA with groups at nu "
              f"{' and '.join(fmt(nu) for nu in s.composite_nus)} ({s.hidden // len(s.composite_nus)} units each), "
              f"updated {' or '.join(s.updates)}. Every model trained to convergence under the scale's rule "
-             f"(patience {cfg.scale.patience}) and read at its best validation epoch. Seeds "
-             f"{', '.join(seeds)}, each a new initialisation of every model; initialisation pairs "
-             f"{', '.join(f'({a}, {b})' for a, b in s.pairs)}: each one's DAs are the other's DA*.", ""]
+             f"(patience {cfg.scale.patience}, caps: DAs {cfg.scale.da.epochs} epochs, continuations "
+             f"{cfg.scale.scheda.max_epochs}) and read at its best validation epoch. Seeds "
+             f"{', '.join(seeds)}, each a new initialisation of every model it trains: "
+             + "; ".join(f"{', '.join(map(str, group))}: {LAYOUTS[layout].says}" for layout, group in s.groups)
+             + ". Table 2 compares "
+             + ", ".join(f"seed {r}'s references with seed {c}'s DAs" for r, c in s.comparisons) + ".", ""]
     claims: list[tuple[str, str, str, int, str]] = []  # (the paper's claim, its number, ours, n, the verdict)
     lines += _models_table(s, models, continued, seeds)
     lines += _table2(cfg, s, analysis, seeds, claims)
@@ -109,18 +114,31 @@ def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
 
 # --- models -------------------------------------------------------------------------------------
 
+def trains(s, seed: str, key: str) -> bool:
+    """Whether ``seed`` trains the model the analysis calls ``key`` (da0.7, scheda, composite_joint, ...)."""
+    seed_ = int(seed)
+    if key in ("da2", "scheda2"):
+        return s.has(seed_, "double")
+    if key.startswith("da") and key[2:3].isdigit():
+        return float(key[2:]) in s.da_levels(seed_)
+    if key.startswith("composite_"):
+        return s.has(seed_, "composite")
+    if key == "scheda":
+        return s.has(seed_, "reference") or s.has(seed_, "scheda")
+    return s.has(seed_, "reference")
+
+
 def _every_model(s, models, continued, seeds) -> list[tuple[str, str, dict[str, Any]]]:
-    """(label, name in the analysis' files, entry per seed) of every model the table trains."""
+    """(label, name in the analysis' files, entry per seed that trains it) of every model the table trains."""
     rows = [(f"DA({fmt(nu)})", f"da{fmt(nu)}", {seed: models.get(seed, {}).get("da", {}).get(fmt(nu)) for seed in seeds})
             for nu in s.nus]
     for key, label in MODEL_ROWS:
-        if key in ("da2", "scheda2") and not s.double:
-            continue
         src = models if key == "da2" else continued
         rows.append((_named(s, label), key, {seed: src.get(seed, {}).get(key) for seed in seeds}))
     rows += [(f"Composite DA, {u}", f"composite_{u}",
               {seed: models.get(seed, {}).get("composite", {}).get(u) for seed in seeds}) for u in s.updates]
-    return rows
+    rows = [(label, key, {seed: e for seed, e in by_seed.items() if trains(s, seed, key)}) for label, key, by_seed in rows]
+    return [row for row in rows if row[2]]
 
 
 def _stopped(e: dict[str, Any]) -> str:
@@ -129,13 +147,15 @@ def _stopped(e: dict[str, Any]) -> str:
 
 def _models_table(s, models, continued, seeds) -> list[str]:
     lines = ["## Every model", "", "Test error % at each model's best validation epoch (that epoch; \"cap\": not "
-             "stopped by the rule at its cap, not converged), per seed, and the mean ± sd over seeds.", "",
+             "stopped by the rule at its cap, not converged), per seed (—: the seed does not train it), and the mean ± "
+             "sd over seeds.", "",
              "| Model | " + " | ".join(f"seed {seed}" for seed in seeds) + " | mean ± sd (n) |",
              "|---|" + "---|" * (len(seeds) + 1)]
     edges = []
-    for label, _, by_seed in _every_model(s, models, continued, seeds):
+    for label, key, by_seed in _every_model(s, models, continued, seeds):
         entries = list(by_seed.values())
-        cells = [f"{pct(e['test_error'])} ({e['epoch']}{_stopped(e)})" if e else "not finished" for e in entries]
+        cells = [("—" if seed not in by_seed else f"{pct(by_seed[seed]['test_error'])} ({by_seed[seed]['epoch']}"
+                  f"{_stopped(by_seed[seed])})" if by_seed[seed] else "not finished") for seed in seeds]
         done = [e["test_error"] for e in entries if e]
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {mean_sd(done, scale=100)} ({len(done)}) |")
         edges += [f"{label} (seed {seed}, epoch {e['epoch']}: {chosen})" for seed, e in by_seed.items()
@@ -152,14 +172,16 @@ def _refs(analysis, split, seeds):
 def _table2(cfg, s, analysis, seeds, claims) -> list[str]:
     paper = (cfg.table.paper or {}).get("table2") or {}
     lines = ["## Table 2: which DA(nu) holds each unit's most similar unit (Section 4.1.3)", "",
-             "For every hidden unit of a reference model, the DA(nu) of the same seed holding its most similar unit: "
+             "For every hidden unit of a reference model, the candidate DA(nu) holding its most similar unit: "
              "by the **cosine** of raw activation vectors (the paper's measure; sigmoid activations are all positive, "
              "so unrelated units can score near 1), and by their **correlation** (the same, centred). Counts are "
-             f"mean ± sd over seeds of {s.hidden} units; the paper's are of 2000. DA* is a DA of the seed's pair "
-             "partner (another initialisation). ScheDA, the jump and the same start continue this seed's own "
-             f"DA({fmt(s.nu0)}), which is among the candidates (as in the paper, whose DA(nu) share ScheDA's "
-             "initialisation and whose DA* do not); the tables after them give the counts with the partner's "
-             f"DA({fmt(s.nu0)}) in its place. A unit whose two most similar DAs score within "
+             f"mean ± sd over reference seeds of {s.hidden} units; the paper's are of 2000. Every reference (ScheDA, "
+             f"the jump and the same start, which continue the reference seed's DA({fmt(s.nu0)}), and DA*: the "
+             "reference seed's own DAs) is matched against the candidate DAs of **another initialisation** (the seed it "
+             "is compared with), so no candidate shares a reference's initial weights (the paper's DA(nu) shared "
+             "ScheDA's, and its DA* did not). The tables after them give the counts with the continuation's own "
+             f"starting DA({fmt(s.nu0)}) in place of the other's (its start among the candidates). A unit whose two "
+             "most similar DAs score within "
              f"{TIE:g} of each other has no closest DA (a unit saturated on every input scores alike with "
              "every DA's saturated unit, and correlates with none): it is counted as tied, not given to the "
              "first DA, and the share below is of the units that have a closest DA.", ""]
@@ -171,13 +193,13 @@ def _table2(cfg, s, analysis, seeds, claims) -> list[str]:
             continue
         n = len(refs)
         for measure in ("cosine", "correlation"):
-            for start in ("own", "other"):
-                names = [r for r in REF_LABELS if start == "own" or r in ("scheda", "jump", "same_start")]
+            for start in ("other", "own_start"):
+                names = [r for r in REF_LABELS if start == "other" or r in ("scheda", "jump", "same_start")]
                 head = [_named(s, REF_LABELS[r]) for r in names]
-                title = ("own starting DA among the candidates" if start == "own" else
-                         f"the partner's DA({fmt(s.nu0)}) in place of the own start")
-                lines += [f"### {measure}, {split} split ({count(n, 'seed')}; {title})", ""]
-                paper_cols = [r for r in names if r in PAPER_COLUMN and paper and start == "own" and measure == "cosine"
+                title = ("candidates of another initialisation" if start == "other" else
+                         f"the own starting DA({fmt(s.nu0)}) in place of the other's")
+                lines += [f"### {measure}, {split} split ({count(n, 'reference seed')}; {title})", ""]
+                paper_cols = [r for r in names if r in PAPER_COLUMN and paper and start == "other" and measure == "cosine"
                               and split == "train"]
                 lines += ["| nu | " + " | ".join(head) + "".join(f" | paper {_named(s, REF_LABELS[r])}" for r in paper_cols)
                           + " |",
@@ -203,8 +225,8 @@ def _table2(cfg, s, analysis, seeds, claims) -> list[str]:
                      f"trained at its final nu (Table 2, cosine, train)", _paper_share_diff(paper, s, "da_star_low")),
                     ("jump", "(ours) if that mix is the mechanism, the jump (as good as ScheDA) holds the same mix: "
                      "ScheDA − jump near 0 (cosine, train)", "—")):
-                a = [100 * refs[seed]["scheda"]["own"]["cosine"]["share_high"] for seed in refs]
-                b = [100 * refs[seed][other]["own"]["cosine"]["share_high"] for seed in refs]
+                a = [100 * refs[seed]["scheda"]["other"]["cosine"]["share_high"] for seed in refs]
+                b = [100 * refs[seed][other]["other"]["cosine"]["share_high"] for seed in refs]
                 claims.append(claim_row(claim, paper_diff, a, b, "points of %",
                                         "higher" if other == "da_star_low" else "parity"))
     return lines
@@ -221,15 +243,16 @@ def _paper_count(paper, ref: str, nu: float) -> str:
 def _cka(s, refs, ceilings, split) -> list[str]:
     names = list(REF_LABELS)
     lines = [f"### Debiased linear CKA, {split} split ({count(len(refs), 'seed')})", "",
-             "Between whole representations (1: the same up to rotation and scale); the ceiling: DA(nu) against "
-             "DA*(nu), the same setting from another initialisation.", "",
+             "Between whole representations (1: the same up to rotation and scale), each reference against each "
+             "candidate DA; the ceiling: the reference seed's DA(nu) against the candidate DA(nu), the same setting "
+             "from another initialisation (at the levels both seeds train).", "",
              "| nu | " + " | ".join(_named(s, REF_LABELS[r]) for r in names) + " | ceiling |", "|---|" + "---|" * (len(names) + 1)]
     for nu in s.nus[::-1]:
         cells = [mean_sd([refs[seed][r]["cka"][f"da{fmt(nu)}"] for seed in refs], 3) for r in names]
         ceiling = mean_sd([c for c in (ceilings.get(seed, {}).get(fmt(nu)) for seed in refs) if c is not None], 3)
         lines.append(f"| {fmt(nu)} | " + " | ".join(cells) + f" | {ceiling} |")
-    lines.append(f"| partner's DA({fmt(s.nu0)}) | " + " | ".join(
-        mean_sd([refs[seed][r]["cka_other_start"] for seed in refs], 3) if r in ("scheda", "jump", "same_start") else "—"
+    lines.append(f"| own start DA({fmt(s.nu0)}) | " + " | ".join(
+        mean_sd([refs[seed][r]["cka_own_start"] for seed in refs], 3) if r in ("scheda", "jump", "same_start") else "—"
         for r in names) + " | — |")
     return lines + [""]
 
@@ -237,21 +260,21 @@ def _cka(s, refs, ceilings, split) -> list[str]:
 def _summary_tests(s, refs, split) -> list[str]:
     """The summary fixed before any run, paired by seed: ScheDA against the jump, DA*(min nu) and the same start."""
     seeds = list(refs)
-    lines = [f"### The summary, paired by seed ({split} split): share of units whose closest DA has nu >= "
+    lines = [f"### The summary, paired by reference seed ({split} split): share of units whose closest DA has nu >= "
              f"{fmt(s.summary_nu)}", "", "| Measure | Candidates | Comparison | Difference [95 % interval] | n | "
              "Verdict |", "|---|---|---|---|---|---|"]
     for measure in ("cosine", "correlation"):
-        for start in ("own", "other"):
+        for start in ("other", "own_start"):
             for other in ("jump", "da_star_low", "same_start"):
-                if start == "other" and other == "da_star_low":
+                if start == "own_start" and other == "da_star_low":
                     continue  # DA*(min nu) starts from no candidate
                 a = [100 * refs[seed]["scheda"][start][measure]["share_high"] for seed in seeds]
-                b_start = start if other != "da_star_low" else "own"
+                b_start = start if other != "da_star_low" else "other"
                 b = [100 * refs[seed][other][b_start][measure]["share_high"] for seed in seeds]
                 diff, verdict, n = paired_text(a, b, "points of %")
                 label = _named(s, REF_LABELS[other])
-                lines.append(f"| {measure} | {'own start' if start == 'own' else 'partner start'} | ScheDA − {label} | "
-                             f"{diff} | {n} | {verdict} |")
+                lines.append(f"| {measure} | {'another initialisation' if start == 'other' else 'own start among them'} "
+                             f"| ScheDA − {label} | {diff} | {n} | {verdict} |")
     return lines + [""]
 
 
@@ -274,16 +297,17 @@ def _figure6(cfg, s, models, continued, analysis, path, claims) -> list[str]:
 
     paper = (cfg.table.paper or {}).get("figure6") or {}
     levels = sorted(s.nus)
-    cells_per_pair = len(levels) * (len(levels) + 1) // 2
     lines = ["## Figure 6: DAs of two initialisations side by side (Section 4.1.2)", "",
-             f"For an initialisation pair (a, b): seed a's DA(nu_i) concatenated with seed b's DA(nu_j) ({2 * s.hidden} "
-             f"features), evaluated as any representation (the runs' classifier, C chosen on validation). Both orders "
-             f"of two levels are one pair: each unordered pair is evaluated once (the lower nu from seed a) and its "
-             f"mirror cell shows the same number. Test error %, mean over the pairs complete so far.", ""]
+             f"For an initialisation pair (a, b): a DA(nu_i) of one seed concatenated with a DA(nu_j) of the other "
+             f"({2 * s.hidden} features), evaluated as any representation (the runs' classifier, C chosen on "
+             f"validation). Both orders of two levels are one pair: each unordered pair is evaluated once (the lower nu "
+             f"from seed a where both seeds have the levels) and its mirror cell shows the same number; a pair whose "
+             f"seeds do not both train a level has no cell there (—). Test error %, mean over the pairs that have the "
+             f"cell.", ""]
     per_pair = {}
     for a, b in s.pairs:
         doc = analysis["concat"].get(f"{a}_{b}")
-        if doc and len(doc["cells"]) == cells_per_pair:
+        if doc and len(doc["cells"]) == len(s.concat_cells(a, b)):
             per_pair[(a, b)] = {(c["low"], c["high"]): c for c in doc["cells"]}
     if not per_pair:
         return lines + ["Not computed yet (an initialisation pair's DAs have not all finished, or the "
@@ -291,22 +315,34 @@ def _figure6(cfg, s, models, continued, analysis, path, claims) -> list[str]:
 
     def cell(pair, x, y, field="test_error"):
         lo, hi = sorted((x, y))
-        return per_pair[pair][(fmt(lo), fmt(hi))][field]
+        got = per_pair[pair].get((fmt(lo), fmt(hi)))
+        return None if got is None else got[field]
 
-    matrix = [[100 * float(np.mean([cell(p, x, y) for p in per_pair])) for y in levels] for x in levels]
+    def mean_cell(x, y):
+        values = [v for v in (cell(p, x, y) for p in per_pair) if v is not None]
+        return 100 * float(np.mean(values)) if values else float("nan")
+
+    matrix = [[mean_cell(x, y) for y in levels] for x in levels]
     png = path.with_name(f"{path.stem}_figure6.png")
     heat_map(matrix, levels, levels, f"test error (%) of two {s.hidden}-unit DAs concatenated", png,
              "nu of the second seed's DA", "nu of the first seed's DA")
-    alone = {fmt(nu): [models[str(seed)]["da"][fmt(nu)]["test_error"] for pair in per_pair for seed in pair]
-             for nu in levels}
+    alone = {fmt(nu): [e["test_error"] for pair in per_pair for seed in pair
+                       if (e := models.get(str(seed), {}).get("da", {}).get(fmt(nu)))] for nu in levels}
     lines += [f"![figure 6]({png.name})", "",
               "| nu | " + " | ".join(fmt(nu) for nu in levels) + f" | DA(nu) alone ({s.hidden} units) |",
               "|---|" + "---|" * (len(levels) + 1)]
     for i, x in enumerate(levels):
-        lines.append(f"| {fmt(x)} | " + " | ".join(f"{matrix[i][j]:.2f}" for j in range(len(levels)))
+        lines.append(f"| {fmt(x)} | " + " | ".join("—" if np.isnan(matrix[i][j]) else f"{matrix[i][j]:.2f}"
+                                                   for j in range(len(levels)))
                      + f" | {mean_sd(alone[fmt(x)], scale=100)} |")
-    off = [100 * float(np.mean([cell(p, x, y) for i, x in enumerate(levels) for y in levels[i + 1:]])) for p in per_pair]
-    diag = [100 * float(np.mean([cell(p, x, x) for x in levels])) for p in per_pair]
+    def mean_of(p, cells):
+        values = [v for v in (cell(p, x, y) for x, y in cells) if v is not None]
+        return 100 * float(np.mean(values)) if values else None
+
+    off_cells = [(x, y) for i, x in enumerate(levels) for y in levels[i + 1:]]
+    both = [(mean_of(p, off_cells), mean_of(p, [(x, x) for x in levels])) for p in per_pair]
+    off = [o for o, d in both if o is not None and d is not None]
+    diag = [d for o, d in both if o is not None and d is not None]
     edges = sorted({(c["low"], c["high"]) for cells in per_pair.values() for c in cells.values() if c.get("at_edge")})
     diff, verdict, n = paired_text(off, diag)
     lines += ["", "- Cells read with the classifier's setting at the edge of its grid: "
@@ -319,13 +355,14 @@ def _figure6(cfg, s, models, continued, analysis, path, claims) -> list[str]:
     best, double = [], []
     for pair in per_pair:
         chosen = min(per_pair[pair].values(), key=lambda c: c["val_error"])
-        twice = [continued.get(str(seed), {}).get("scheda2") for seed in pair]
-        if s.double and all(twice):
+        trained = [seed for seed in pair if s.has(seed, "double")]
+        twice = [continued.get(str(seed), {}).get("scheda2") for seed in trained]
+        if twice and all(twice):
             best.append(100 * chosen["test_error"])
             double.append(100 * float(np.mean([e["test_error"] for e in twice])))
-    if s.double:
+    if any(s.has(seed, "double") for pair in s.pairs for seed in pair):
         diff, verdict, n = paired_text(double, best)
-        lines.append(f"- ScheDA of {2 * s.hidden} units (the mean of the pair's two seeds) against the pair's best "
+        lines.append(f"- ScheDA of {2 * s.hidden} units (the mean of the pair's seeds that train it) against the pair's best "
                      f"concatenation of two {s.hidden}-unit DAs (chosen on validation): {diff}, {count(n, 'pair')}: {verdict}.")
         paper_text = (f"{paper['scheda']} against {paper['best_concat']} %" if paper.get("scheda") else "lower")
         claims.append(claim_row("ScheDA of twice the units beats the best concatenation of two DAs (the paper's fair "
@@ -392,7 +429,8 @@ def _composite(s, models, continued, seeds, path, claims) -> list[str]:
     drawn = False
     followed: set[int] = set()  # the groups whose epoch an alternating run's evaluations came after
     for update, colour in zip(s.updates, ("tab:blue", "tab:orange")):
-        for k, seed in enumerate(seeds):
+        labelled = False
+        for seed in seeds:
             e = models.get(seed, {}).get("composite", {}).get(update)
             results = _results(e)
             if not results:
@@ -402,8 +440,8 @@ def _composite(s, models, continued, seeds, path, claims) -> list[str]:
                 # an evaluation at (1-based) epoch e follows 0-based epoch e - 1
                 followed |= {alternating_group(epoch - 1, len(s.composite_nus)) for epoch, _ in points}
             if points:
-                ax.plot(*zip(*points), color=colour, alpha=0.8, label=update if k == 0 else None)
-                drawn = True
+                ax.plot(*zip(*points), color=colour, alpha=0.8, label=None if labelled else update)
+                drawn = labelled = True
     if drawn:
         ax.set_xlabel("epoch")
         ax.set_ylabel("test error (%)")
@@ -420,8 +458,11 @@ def _composite(s, models, continued, seeds, path, claims) -> list[str]:
 
 
 def _results(e: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The model's results.json, or the curves a block's record keeps of it."""
     if not e:
         return None
+    if "results" in e:
+        return e["results"]
     try:
         return json.loads((Path(e["run"]) / "results.json").read_text())
     except (OSError, ValueError):
@@ -486,7 +527,7 @@ def _reconstruction(s, models, continued, analysis, seeds, path, claims) -> list
             claims.append(claim_row(_named(s, claim), paper, a, b, unit or "(summed over inputs)", expect))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    first = seeds[0]
+    first = next((seed for seed in seeds if s.has(int(seed), "candidates")), seeds[0])  # a seed with every DA
     for nu in s.nus:
         results = _results(models.get(first, {}).get("da", {}).get(fmt(nu)))
         if results and results.get("history"):
@@ -517,11 +558,16 @@ def _filters(s, models, continued, seeds, path) -> list[str]:
     from scheda.loggers.base import filter_grid, normalised_filters
     from scheda.training.checkpoint import load_run_model
 
-    first = seeds[0]
+    first = next((seed for seed in seeds if s.has(int(seed), "reference")), None)
+    if first is None:
+        return []
     own, cont = models.get(first, {}), continued.get(first, {})
     panels = [(f"DA({fmt(s.nu_final)})", own.get("da", {}).get(fmt(s.nu_final))),
               (f"DA({fmt(s.nu0)})", own.get("da", {}).get(fmt(s.nu0))), ("ScheDA", cont.get("scheda")),
               (f"jump to {fmt(s.nu_final)}", cont.get("jump"))]
+    if all(e and "run" not in e for _, e in panels):
+        return ["## Filters (Figures 3-4)", "", "Not drawn: this report is built from the blocks' records, which keep "
+                "no checkpoint (each block's own report, beside its run folder, draws them).", ""]
     if not all(e and e.get("checkpoint") for _, e in panels):
         return ["## Filters (Figures 3-4)", "", "Not drawn yet: the first seed's models have not all finished.", ""]
     cfg, _, _ = load_run_model(panels[0][1]["checkpoint"])

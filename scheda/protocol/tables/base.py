@@ -82,6 +82,16 @@ class Phase(ABC):
     def check(self, cfg: DictConfig) -> None:
         """Whatever of the table and scale it plans from, checked before any training."""
 
+    def record(self, p: Progress) -> Any:
+        """What it found, as small JSON that ``restore`` reads back with no run folder (a block's
+        record: scheda.protocol.blocks); None while it is not complete. A phase that keeps no record
+        leaves this as it is, and its table cannot declare blocks."""
+        raise NotImplementedError(f"phase {self.name} keeps no record")
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        """``p.found[self.name]`` from the records of several blocks (their ``record`` payloads)."""
+        raise NotImplementedError(f"phase {self.name} keeps no record")
+
 
 REGISTRY: dict[str, Phase] = {}
 

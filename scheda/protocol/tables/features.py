@@ -24,7 +24,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from scheda.protocol import phases
-from scheda.protocol.jobs import JobSpec, fmt
+from scheda.protocol.jobs import JobSpec, count, fmt
 from scheda.protocol.kinds import kind_of
 from scheda.protocol.kinds.da import DA
 from scheda.protocol.tables.base import REPORT, Phase, Progress, register_phase
@@ -37,13 +37,48 @@ log = logging.getLogger(__name__)
 
 
 
+# What a seed of a group trains (each model at its best validation epoch is what the analysis reads):
+#   reference:  DA(max nu), DA(min nu), ScheDA from DA(max nu), the jump and the same start: Table 2's rows
+#   candidates: a DA at every nu: Table 2's columns (another initialisation's than the references')
+#   ends:       DA(max nu) and DA(min nu) alone;  scheda: ScheDA from DA(max nu) alone
+#   composite:  the composite DA under each update rule
+#   double:     DA(max nu) with twice the units and its ScheDA: Figure 6's fair comparison
+ROLES = ("reference", "candidates", "ends", "scheda", "composite", "double")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a group of seeds lays out the table's models: each seed's roles, Table 2's comparisons
+    (reference seed, candidate seed) and Figure 6's initialisation pairs, by position in the group."""
+
+    seeds: int  # how many a group of this layout takes
+    roles: tuple[tuple[str, ...], ...]  # by position
+    comparisons: tuple[tuple[int, int], ...]
+    concat: tuple[tuple[int, int], ...]
+    says: str
+
+
+LAYOUTS = {
+    "pairs": Layout(2, (("reference", "candidates", "composite", "double"),) * 2, ((0, 1), (1, 0)), ((0, 1),),
+                    "each seed trains every model; each one's references against the other's DAs, both ways"),
+    "table2": Layout(2, (("reference",), ("candidates",)), ((0, 1),), ((0, 1),),
+                     "the first seed's references (DA(max nu), DA(min nu), ScheDA, the jump, the same start) against "
+                     "the second's DAs at every nu"),
+    "composite": Layout(1, (("candidates", "composite", "scheda"),), (), (),
+                        "one seed's DAs at every nu, its ScheDA and its composite DAs"),
+    "double": Layout(2, (("ends", "double"), ("candidates",)), (), ((0, 1),),
+                     "the first seed's DA(max nu) of twice the units and its ScheDA against the best concatenation "
+                     "of a DA of each seed (the first's DA(max nu) and DA(min nu), the second's at every nu)"),
+}
+
+
 @dataclass(frozen=True)
 class Settings:
     """``table.features`` resolved against the scale: what every phase of the table plans from."""
 
     nus: tuple[float, ...]  # largest first
     delta_nu: float
-    seeds: tuple[int, ...]
+    seeds: tuple[int, ...]  # every group's, in order
     hidden: int
     lr: float
     K: int
@@ -52,6 +87,10 @@ class Settings:
     double: bool
     summary_nu: float
     grid_seed: int  # the seed the grid tables' jobs run with (scale.seeds' first)
+    roles: dict[int, frozenset[str]]  # what each seed trains (ROLES)
+    comparisons: tuple[tuple[int, int], ...]  # Table 2: (reference seed, candidate seed)
+    pairs: tuple[tuple[int, int], ...]  # Figure 6's initialisation pairs: (seed a, seed b)
+    groups: tuple[tuple[str, tuple[int, ...]], ...]  # (layout, seeds)
 
     @property
     def nu0(self) -> float:
@@ -61,19 +100,68 @@ class Settings:
     def nu_final(self) -> float:
         return self.nus[-1]
 
-    @property
-    def pairs(self) -> list[tuple[int, int]]:
-        """Consecutive seeds: each one's DAs are the other's DA*, and Figure 6's initialisation pair."""
-        return [(self.seeds[i], self.seeds[i + 1]) for i in range(0, len(self.seeds), 2)]
+    def has(self, seed: int, role: str) -> bool:
+        return role in self.roles.get(seed, ())
 
-    def partner(self, seed: int) -> int:
-        a, b = next(p for p in self.pairs if seed in p)
-        return b if seed == a else a
+    def da_levels(self, seed: int) -> list[float]:
+        """The nu of every DA ``seed`` trains (largest first)."""
+        if self.has(seed, "candidates"):
+            return list(self.nus)
+        wanted = set()
+        if self.has(seed, "reference") or self.has(seed, "ends"):
+            wanted |= {self.nu0, self.nu_final}
+        if self.has(seed, "scheda"):
+            wanted.add(self.nu0)
+        return [nu for nu in self.nus if nu in wanted]
+
+    def candidates_of(self, reference: int) -> int:
+        return next(c for r, c in self.comparisons if r == reference)
+
+    @property
+    def references(self) -> list[int]:
+        return [r for r, _ in self.comparisons]
+
+    def concat_cells(self, a: int, b: int) -> list[tuple[float, float, int, int]]:
+        """Figure 6's cells of the initialisation pair (a, b) that its DAs allow: (low nu, high nu, the
+        seed whose DA(low) is taken, the seed whose DA(high) is): each unordered pair of levels once,
+        the lower from seed a where a has it and b has the higher, else the other way round."""
+        levels = sorted(self.nus)
+        have = {seed: set(self.da_levels(seed)) for seed in (a, b)}
+        cells = []
+        for i, lo in enumerate(levels):
+            for hi in levels[i:]:
+                for x, y in ((a, b), (b, a)):
+                    if lo in have[x] and hi in have[y]:
+                        cells.append((lo, hi, x, y))
+                        break
+        return cells
 
     @property
     def high(self) -> list[str]:
         """The candidates the pre-registered summary counts: nu >= summary_nu."""
         return [fmt(nu) for nu in self.nus if nu >= self.summary_nu - 1e-9]
+
+
+def _groups(f) -> list[tuple[str, list[int]]]:
+    """(layout, seeds) of every group: ``table.features.groups``, else ``seeds`` paired."""
+    if f.groups is None:
+        seeds = [int(s) for s in f.seeds]
+        if len(seeds) < 2 or len(seeds) % 2:
+            raise ConfigError(f"table.features.seeds={seeds}: give an even number (2 or more) of different seeds >= 0: "
+                              f"consecutive ones pair up (each one's references against the other's DAs, Figure 6's "
+                              f"initialisation pairs)")
+        return [("pairs", seeds[i:i + 2]) for i in range(0, len(seeds), 2)]
+    out = []
+    for group in f.groups:
+        layout, seeds = group.get("layout"), [int(s) for s in group.get("seeds") or []]
+        if layout not in LAYOUTS or len(seeds) != LAYOUTS[layout].seeds:
+            known = ", ".join(f"{name} ({count(lay.seeds, 'seed')})" for name, lay in LAYOUTS.items())
+            raise ConfigError(f"table.features.groups has {dict(group)}: give each group a layout and its seeds, "
+                              f"one of {known}")
+        out.append((layout, seeds))
+    if not out:
+        raise ConfigError("table.features.groups=[]: give at least one group (or null: table.features.seeds in pairs)")
+    return out
 
 
 def settings(cfg: DictConfig) -> Settings:
@@ -83,10 +171,20 @@ def settings(cfg: DictConfig) -> Settings:
     nus = sorted({float(nu) for nu in f.nu}, reverse=True)
     if len(nus) < 2 or len(nus) != len(f.nu) or not all(0 <= nu < 1 for nu in nus):
         raise ConfigError(f"table.features.nu={list(f.nu)}: give two or more different masking levels in [0, 1)")
-    seeds = [int(s) for s in f.seeds]
-    if len(seeds) < 2 or len(seeds) % 2 or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-        raise ConfigError(f"table.features.seeds={seeds}: give an even number (2 or more) of different seeds >= 0: "
-                          f"consecutive ones pair up (each other's DA*, Figure 6's initialisation pairs)")
+    groups = _groups(f)
+    seeds = [seed for _, group in groups for seed in group]
+    if len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise ConfigError(f"table.features' seeds {seeds}: give different seeds >= 0 (a seed is one initialisation of "
+                          f"every model it trains; in one group only)")
+    roles: dict[int, frozenset[str]] = {}
+    comparisons, pairs = [], []
+    for layout, group in groups:
+        lay = LAYOUTS[layout]
+        # table.features.double switches off the pairs' double-size models; other layouts name theirs
+        roles.update({seed: frozenset(r) - ({"double"} if layout == "pairs" and not f.double else set())
+                      for seed, r in zip(group, lay.roles)})
+        comparisons += [(group[a], group[b]) for a, b in lay.comparisons]
+        pairs += [(group[a], group[b]) for a, b in lay.concat]
     levels = (nus[0] - nus[-1]) / f.delta_nu
     if f.delta_nu <= 0 or abs(levels - round(levels)) > 1e-6:
         raise ConfigError(f"table.features.delta_nu={f.delta_nu} must step from {fmt(nus[0])} down to {fmt(nus[-1])} "
@@ -103,7 +201,8 @@ def settings(cfg: DictConfig) -> Settings:
         raise ConfigError(f"table.features.summary_nu={f.summary_nu} must lie in (0, {fmt(nus[0])}]")
     return Settings(tuple(nus), float(f.delta_nu), tuple(seeds), int(hidden),
                     float(f.lr if f.lr is not None else scale.da.lr[0]), int(scale.scheda.K[0]), tuple(composite),
-                    tuple(f.composite_updates), bool(f.double), float(f.summary_nu), int(scale.seeds[0]))
+                    tuple(f.composite_updates), bool(f.double), float(f.summary_nu), int(scale.seeds[0]),
+                    roles, tuple(comparisons), tuple(pairs), tuple((layout, tuple(g)) for layout, g in groups))
 
 
 def _own(s: Settings, job: JobSpec, seed: int, folder: str, grid: list[JobSpec], **meta: Any) -> JobSpec:
@@ -141,11 +240,13 @@ def model_jobs(cfg: DictConfig) -> list[JobSpec]:
     grid = phases.da_jobs(cfg.scale, raw=False)
     jobs = []
     for seed in s.seeds:
-        jobs += [_own(s, _da_job(cfg, s, s.hidden, nu), seed, "feature_da", grid, model="da") for nu in s.nus]
-        if s.double:
+        jobs += [_own(s, _da_job(cfg, s, s.hidden, nu), seed, "feature_da", grid, model="da")
+                 for nu in s.da_levels(seed)]
+        if s.has(seed, "double"):
             jobs.append(_own(s, _da_job(cfg, s, 2 * s.hidden, s.nu0), seed, "feature_da", grid, model="da2"))
-        jobs += [_own(s, _composite_job(cfg, s, u), seed, "feature_da", [], model="composite", update=u)
-                 for u in s.updates]
+        if s.has(seed, "composite"):
+            jobs += [_own(s, _composite_job(cfg, s, u), seed, "feature_da", [], model="composite", update=u)
+                     for u in s.updates]
     return jobs
 
 
@@ -168,6 +269,53 @@ def entry(out_dir: Path, job: JobSpec) -> dict[str, Any] | None:
     ckpt = run / "checkpoints" / checkpoint_name(best["epoch"])
     return {"run": str(run), "job": job.name, "epoch": best["epoch"], "nu": best.get("nu"),
             "checkpoint": str(ckpt) if ckpt.exists() else None, **errors(best, results), **stopping(results)}
+
+
+def portable(e: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A reported model's entry as a block's record keeps it: no path, but the classifier's edge
+    and the curves the report draws (each epoch's loss and nu, each evaluation's errors)."""
+    if e is None:
+        return None
+    from scheda.protocol.convergence import edge_of
+
+    results = read_results(Path(e["run"])) or {}
+    out = {k: v for k, v in e.items() if k not in ("run", "checkpoint")}
+    out["edge"] = edge_of(e)
+    out["results"] = {
+        "history": [{"epoch": h["epoch"], "loss": h["loss"], "nu": h.get("nu")} for h in results.get("history", [])],
+        "evaluations": [{"epoch": v["epoch"], "val_error": v["val_error"], "test_error": v["test_error"]}
+                        for v in results.get("evaluations", [])]}
+    return out
+
+
+def _entries(found: dict[str, Any]):
+    """Every entry of a phase's found (seed -> model -> entry, or -> group -> key -> entry)."""
+    for place in found.values():
+        for value in place.values():
+            if isinstance(value, dict) and "epoch" not in value:  # a group: da, composite
+                yield from value.values()
+            else:
+                yield value
+
+
+def _portable_found(found: dict[str, Any]) -> dict[str, Any] | None:
+    """A phase's found with every entry portable; None while any model has not finished."""
+    if any(e is None for e in _entries(found)):
+        return None
+
+    def walk(value):
+        if isinstance(value, dict) and "epoch" in value:
+            return portable(value)
+        return {k: walk(v) for k, v in value.items()} if isinstance(value, dict) else value
+    return walk(found)
+
+
+def _merged(payloads: list[Any]) -> dict[str, Any]:
+    """Several blocks' founds (seed -> ...) as one: each seed is one block's."""
+    out: dict[str, Any] = {}
+    for payload in payloads:
+        out.update(payload or {})
+    return out
 
 
 def _key(job: JobSpec) -> tuple[str, str]:
@@ -213,6 +361,21 @@ class FeatureModels(Phase):
                  **({"timing": composite} if job.meta["model"] == "composite" else {})}
                 for job in model_jobs(cfg)]
 
+    def record(self, p: Progress) -> dict[str, Any] | None:
+        return _portable_found(p.found[self.name])
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        p.found[self.name] = _merged(payloads)
+
+
+def trains_continuation(s: Settings, seed: int, model: str) -> bool:
+    """Whether ``seed`` trains the continuation ``model`` (scheda, jump, same_start, scheda2)."""
+    if model == "scheda2":
+        return s.has(seed, "double")
+    if model == "scheda":
+        return s.has(seed, "reference") or s.has(seed, "scheda")
+    return s.has(seed, "reference")
+
 
 def continuation_jobs(cfg: DictConfig, models: dict[str, Any] | None) -> list[JobSpec]:
     """Per seed, from its DA(max nu) (at its best validation epoch): ScheDA to min nu, the jump and
@@ -225,7 +388,7 @@ def continuation_jobs(cfg: DictConfig, models: dict[str, Any] | None) -> list[Jo
         place = (models or {}).get(str(seed), {})
         for model, hidden, start in (("scheda", s.hidden, place.get("da", {}).get(fmt(s.nu0))),
                                      ("scheda2", 2 * s.hidden, place.get("da2"))):
-            if model == "scheda2" and not s.double:
+            if not trains_continuation(s, seed, model):
                 continue
             if models is None:
                 start = {"checkpoint": "c", "epoch": scale.da.epochs, "nu": s.nu0}
@@ -236,7 +399,7 @@ def continuation_jobs(cfg: DictConfig, models: dict[str, Any] | None) -> list[Jo
                 if s.nu0 in scale.scheda.nu0 and hidden in scale.hidden else []  # table1's
             job = scheda.job(scale, hidden, start, s.nu0, s.delta_nu, s.K, s.nu_final)
             jobs.append(_own(s, job, seed, "feature_continue", grid, model=model))
-            if model != "scheda":
+            if model != "scheda" or not trains_continuation(s, seed, "jump"):
                 continue
             levels = job.meta["levels"]
             best = {"nu0": s.nu0, "nu": s.nu_final, "K": s.K, "epochs": levels * s.K, "epoch": levels * s.K,
@@ -272,6 +435,19 @@ class FeatureContinue(Phase):
                           "evals": epochs // every if every else job.meta.get("levels", 1)})
         return items
 
+    def record(self, p: Progress) -> dict[str, Any] | None:
+        planned = {(str(job.meta["seed"]), job.meta["model"])
+                   for job in continuation_jobs(p.cfg, p.found["feature_models"])}
+        found = p.found[self.name]
+        wanted = {(str(seed), model) for seed in settings(p.cfg).seeds for model in ("scheda", "jump", "same_start", "scheda2")
+                  if trains_continuation(settings(p.cfg), seed, model)}
+        if wanted - planned:  # a start that has not finished: its continuations are not planned yet
+            return None
+        return _portable_found(found)
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        p.found[self.name] = _merged(payloads)
+
 
 # --- the analysis -------------------------------------------------------------------------------
 
@@ -299,9 +475,31 @@ class FeatureAnalysis(Phase):
         """Figure 6's concatenations: per initialisation pair, one classifier search per unordered
         pair of noise levels on twice the units (the similarities' matrix products are seconds)."""
         s = settings(cfg)
-        cells = len(s.nus) * (len(s.nus) + 1) // 2
-        return [{"phase": self.name, "hidden": 2 * s.hidden, "epochs": 0, "models": 1, "evals": cells,
-                 "checkpoints": False, "job": False} for _pair in s.pairs]
+        return [{"phase": self.name, "hidden": 2 * s.hidden, "epochs": 0, "models": 1,
+                 "evals": len(s.concat_cells(a, b)), "checkpoints": False, "job": False} for a, b in s.pairs]
+
+    def record(self, p: Progress) -> dict[str, Any] | None:
+        """Every piece (each reference seed's similarities on both splits, each pair's cells, every
+        model's reconstruction), or None while one is missing."""
+        s, found = settings(p.cfg), p.found[self.name]
+        entries = sum(1 for place in (p.found["feature_models"], p.found["feature_continue"])
+                      for e in _entries(place) if e)
+        complete = (all(str(seed) in found["similarity"][split] for seed in s.references for split in found["similarity"])
+                    and all(f"{a}_{b}" in found["concat"] and len(found["concat"][f"{a}_{b}"]["cells"])
+                            == len(s.concat_cells(a, b)) for a, b in s.pairs)
+                    and len(found["reconstruction"]) == entries)
+        return found if complete else None
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        out: dict[str, Any] = {"similarity": {}, "concat": {}, "reconstruction": {}}
+        for payload in payloads:
+            for split, by_seed in (payload or {}).get("similarity", {}).items():
+                out["similarity"].setdefault(split, {}).update(by_seed)
+            out["concat"].update((payload or {}).get("concat", {}))
+            out["reconstruction"].update((payload or {}).get("reconstruction", {}))
+        for split in ("train", "val"):
+            out["similarity"].setdefault(split, {})
+        p.found[self.name] = out
 
     def report(self, p: Progress, path: Path) -> list[str]:
         from scheda.protocol.features_report import section
