@@ -105,6 +105,10 @@ class FeaturesConfig:
     double: bool = True  # DA(max nu) and its ScheDA with twice the units: Figure 6's fair comparison
     # The summary fixed before any run: the share of a model's units whose closest DA has nu >= this
     summary_nu: float = 0.4
+    # How the seeds' models are laid out: null pairs ``seeds`` (each seed every model, each pair both
+    # ways); else a list of groups, each ``{layout: <name>, seeds: [...]}`` (scheda.protocol.tables.features
+    # LAYOUTS), e.g. ``{layout: table2, seeds: [1, 2]}``: seed 1's references against seed 2's DAs.
+    groups: Optional[List[Dict[str, Any]]] = None
 
 
 @dataclass
@@ -117,6 +121,19 @@ class StackedConfig:
 
     hidden: Optional[int] = None  # layer 1's units (one of scale.hidden); null: scale.hidden's first
     top: Optional[int] = None  # layer 2's units; null: layer 1's
+
+
+@dataclass
+class BlocksConfig:
+    """A table cut into blocks (scheda.protocol.blocks): each runs in one invocation (``block=N``),
+    trains every model it reads in its own folder, and writes a small record to ``records``
+    (committed); the report is built from the records alone."""
+
+    records: str = MISSING  # the folder of every block's record (block_<N>/), e.g. docs/results/features_cpu
+    cut: str = MISSING  # how the table's work was cut to fit, and why (printed in the listing and the report)
+    hours: float = 2.0  # what a block may take by the plan's estimate (the listing checks each against it)
+    # Each block: ``{name: ..., set: {dotted.key: value, ...}}``, the values it sets over the table and scale
+    list: List[Dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -136,6 +153,9 @@ class TableConfig:
     paper: Any = field(default_factory=dict)
     features: Optional[FeaturesConfig] = None  # table=features' models (its phases read it)
     stacked: Optional[StackedConfig] = None  # table=stacked's layers (its phases read it)
+    # null: the table runs as one; else in blocks (block=N), a BlocksConfig (checked by scheda.protocol.blocks;
+    # a plain dict here, so that a config file or the command line can give it whole)
+    blocks: Any = None
 
 
 @dataclass
@@ -154,6 +174,8 @@ class ReproduceConfig:
     # Which of the table's phases launch (table.phases; each phase collects and reports either way)
     # and "report"; null: all of them (scheda.protocol.tables).
     phases: Optional[List[str]] = None
+    # A table with blocks (table.blocks) runs one per invocation: its index in table.blocks.list
+    block: Optional[int] = None
     stages: Optional[List[str]] = None  # 0.2's name of ``phases``: read as it until 0.4
 
 

@@ -52,10 +52,12 @@ def folder_id(out_dir: Path) -> str:
 
 
 def report_path(cfg: DictConfig, out_dir: Path) -> Path:
-    """``report_dir/<table>_<scale>.md``, unless that file reports another protocol folder's runs
+    """``report_dir/<table>_<scale>.md`` (``..._block_<N>.md`` for one block), unless that file reports another protocol folder's runs
     (another ``out_dir`` of the same table and scale): then ``<table>_<scale>_<out_dir's name>.md``
     (numbered if that too is another's). A report never overwrites another folder's."""
     stem = f"{cfg.table.name}_{cfg.scale.name}"
+    if cfg.get("block") is not None:  # one block of a table in blocks: the table's report is its records'
+        stem += f"_block_{cfg.block}"
     owner = OWNER.format(folder_id(out_dir))
     candidates = [stem, f"{stem}_{out_dir.name}", *(f"{stem}_{out_dir.name}_{i}" for i in range(2, 1000))]
     for name in candidates:

@@ -17,7 +17,6 @@ import contextlib
 import logging
 import os
 import shlex
-import subprocess
 import sys
 import time
 from datetime import datetime
@@ -35,7 +34,7 @@ from scheda.utils.environment import invoked_as
 from scheda.utils.interrupt import Interrupted, quiet_on_a_closed_pipe, terminate_as_interrupt
 from scheda.utils.io import atomic_write, print_line, shown_path
 from scheda.utils.lock import hold
-from scheda.protocol import estimate, launch, phases
+from scheda.protocol import blocks, estimate, launch, phases
 from scheda.protocol.config import register_protocol_configs
 from scheda.runs.rundir import FINAL_STATUSES, read_results
 from scheda.protocol.report import folder_id, report_path, write_report
@@ -55,10 +54,26 @@ register_protocol_configs()
 
 def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
     started = time.time()
+    commit = git_commit()  # the code that runs: the checkout may change while the jobs do
     if cfg.stages is not None:  # 0.2's name (CHANGELOG)
         log.warning("stages= is called phases= now: read as phases=%s", list(cfg.stages))
         cfg.phases = cfg.stages
     cfg.phases = chosen_phases(cfg)  # null: every phase of the table, and its report
+    blocks.check(cfg)
+    if blocks.declared(cfg):
+        if cfg.block is None:
+            return _without_block(cfg)
+        block = blocks.declared(cfg)[cfg.block]
+        record = blocks.read_record(cfg, block)
+        if record is not None and not cfg.dry_run:
+            log.info("block %d (%s) has its record (%s, %s): nothing to run; the table's report from the records: "
+                     "phases=[report] without block= (delete that folder to run the block again)", block.index,
+                     block.name, shown_path(blocks.record_dir(cfg, block)), record["date"])
+            return None
+        cfg = blocks.apply(cfg, block)
+        out_dir = Path(cfg.out_dir)
+        log.info("block %d (%s): %s; its runs in %s", block.index, block.name,
+                 ", ".join(f"{k}={v}" for k, v in block.values.items()), shown_path(out_dir))
     phases.check(cfg)
     for phase in phases_of(cfg):  # whatever each phase plans from, before any job
         phase.check(cfg)
@@ -79,8 +94,8 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
                 raise
             log.info("%s runs jobs in %s: a report of the jobs finished so far, writing nothing there",
                      busy.holder, shown_path(out_dir))
-            return _run_phases(cfg, out_dir, started, estimated, bench, batch, running=busy.holder)
-        return _run_phases(cfg, out_dir, started, estimated, bench, batch)
+            return _run_phases(cfg, out_dir, started, estimated, bench, batch, commit, running=busy.holder)
+        return _run_phases(cfg, out_dir, started, estimated, bench, batch, commit)
 
 
 def _record_invocation_config(cfg: DictConfig, out_dir: Path) -> None:
@@ -95,7 +110,7 @@ def _record_invocation_config(cfg: DictConfig, out_dir: Path) -> None:
 
 
 def _run_phases(cfg: DictConfig, out_dir: Path, started: float, estimated: dict[str, Any],
-                bench: dict[str, Any] | None, batch: int, running: str | None = None) -> Path | None:
+                bench: dict[str, Any] | None, batch: int, commit: str, running: str | None = None) -> Path | None:
     """Every phase planned, the chosen ones launched, every one collected; the report (its time
     beside ``estimated``, the plan's estimate, and the runs' epochs beside ``bench``'s).
     ``running``: another invocation, which holds ``out_dir`` and runs the table; this one only
@@ -129,8 +144,14 @@ def _run_phases(cfg: DictConfig, out_dir: Path, started: float, estimated: dict[
             "job_seconds": sum(s["seconds"] or 0 for s in statuses), "out_dir": shown_path(out_dir),
             "protocol_id": folder_id(out_dir), "running": running, "estimate": estimated, "bench": cfg.bench,
             "checked": checked,
-            "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": git_commit()}
+            "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": commit}
     path = report_path(cfg, out_dir)
+    block = blocks.declared(cfg)[cfg.block] if owner and cfg.get("block") is not None else None
+    if block is not None and not [s for s in statuses if s["status"] not in FINAL_STATUSES]:
+        written = blocks.write_record(cfg, block, progress, info, statuses)
+        if written is not None:
+            log.info("block %d (%s): its record is %s: commit it; the table's report from every record: "
+                     "phases=[report] without block=", block.index, block.name, shown_path(written))
     if REPORT in cfg.phases:
         write_report(cfg, [line for phase in table for line in phase.report(progress, path)], statuses, info, path)
         interim = not owner and any(s["status"] not in FINAL_STATUSES for s in statuses)
@@ -144,6 +165,30 @@ def _run_phases(cfg: DictConfig, out_dir: Path, started: float, estimated: dict[
                           *map(shlex.quote, sys.argv[1:])])
         raise SchedaError(f"{len(unfinished)} job{'s' if len(unfinished) > 1 else ''} did not finish: {listed}{more}; "
                           f"the report lists them; rerun to retry them (finished jobs are kept): {retry}")
+    return path
+
+
+def _without_block(cfg: DictConfig) -> Path | None:
+    """A table in blocks, invoked without block=: the listing (dry_run), the report from the
+    records alone (phases=[report]), or one line saying how to run it."""
+    if cfg.dry_run:
+        bench = estimate.load_bench(cfg.bench) if cfg.bench else None
+
+        def estimate_of(block_cfg: DictConfig) -> dict[str, Any]:
+            return estimate.estimate(block_cfg, bench, int(phases.job_config(block_cfg).trainer.batch_size))
+        for line in blocks.listing(cfg, estimate_of):
+            log.info("%s", line)
+        return None
+    if set(cfg.phases) != {REPORT}:
+        raise ConfigError(f"table={cfg.table.name} scale={cfg.scale.name} runs in blocks, one per invocation: give "
+                          f"block=N (0 to {len(blocks.declared(cfg)) - 1}); {blocks.listing_hint(cfg)}")
+    _report_dir_writable(cfg.report_dir)
+    progress, records = blocks.restored(cfg)
+    path = Path(cfg.report_dir) / f"{cfg.table.name}_{cfg.scale.name}.md"
+    table = phases_of(progress.cfg)
+    sections = [line for phase in table for line in phase.report(progress, path)]
+    blocks.write_report(progress.cfg, records, sections, path)
+    log.info("report from %d block records: %s", len(records), path)
     return path
 
 
@@ -169,11 +214,12 @@ def _report_dir_writable(report_dir: str) -> None:
 
 
 def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    """The checkout's short commit, ``-dirty`` when its tracked files differ from it; "unknown" for an
+    installed copy or without git (scheda.utils.environment.source_revision)."""
+    from scheda.utils.environment import source_revision
+
+    commit, dirty = source_revision()
+    return "unknown" if commit is None else commit[:7] + ("-dirty" if dirty else "")
 
 
 @hydra.main(version_base="1.3", config_path=CONFIGS, config_name="reproduce")
