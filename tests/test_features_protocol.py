@@ -94,7 +94,7 @@ def test_table2_counts_add_up_to_the_units_under_every_measure_and_split(feature
     for column in range(5):  # every reference's mean counts and ties add up to its units
         assert sum(mean_of(rows[nu][column]) for nu in ("0.3", "0.4", "0.5", "tied")) == pytest.approx(HIDDEN)
     assert rows["0.3"][5:] == ["444", "167", "72"]  # the paper's counts beside ours, by nu
-    assert "### Debiased linear CKA, val split (2 seeds)" in report
+    assert "### Debiased linear CKA, val split (2 reference seeds)" in report
 
 
 def test_figure6_and_the_claims_read_the_analysis_own_numbers(features):

@@ -120,12 +120,13 @@ def listing_hint(cfg: DictConfig) -> str:
             f"records and estimates")
 
 
-def apply(cfg: DictConfig, block: Block) -> DictConfig:
-    """The invocation's config for ``block``: its values set, its own folder under out_dir."""
+def apply(cfg: DictConfig, block: Block, out_dir: Path | None = None) -> DictConfig:
+    """The invocation's config for ``block``: its values set, its own folder under ``out_dir``
+    (the invocation's, resolved; by default ``cfg.out_dir`` as given)."""
     out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     for key, value in block.values.items():
         OmegaConf.update(out, key, value, merge=False)
-    out.out_dir = str(Path(cfg.out_dir) / f"{cfg.table.name}_{block.folder}")
+    out.out_dir = str(Path(out_dir if out_dir is not None else cfg.out_dir) / f"{cfg.table.name}_{block.folder}")
     out.block = block.index
     return out
 
@@ -184,8 +185,13 @@ def write_record(cfg: DictConfig, block: Block, progress: Progress, info: dict[s
         "phases": payloads,
     }
     folder = record_dir(cfg, block)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    temp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        temp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    except OSError as exc:
+        raise SchedaError(f"block {block.index}'s record cannot be written to {shown_path(folder)} ({exc.strerror}): "
+                          f"give table.blocks.records=<a folder you can write to> and run the same command again "
+                          f"(its runs are kept)") from None
     try:
         (temp / RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
         umask = os.umask(0)
@@ -194,6 +200,11 @@ def write_record(cfg: DictConfig, block: Block, progress: Progress, info: dict[s
         if folder.exists():
             shutil.rmtree(folder)
         os.replace(temp, folder)
+    except OSError as exc:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise SchedaError(f"block {block.index}'s record could not be written to {shown_path(folder)} "
+                          f"({exc.strerror}): free space there and run the same command again (its runs are kept)") \
+            from None
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise

@@ -85,7 +85,7 @@ def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
     seeds = [str(seed) for seed in s.seeds]
     lines = ["## What was trained", "",
              f"{s.hidden} hidden units (and {2 * s.hidden} where said), DA lr {fmt(s.lr)}; ScheDA "
-             f"{' -> '.join(fmt(nu) for nu in s.nus)} (delta nu {fmt(s.delta_nu)}, K {s.K}) from each seed's "
+             f"{fmt(s.nu0)} -> {fmt(round(s.nu0 - s.delta_nu, 6))} -> ... -> {fmt(s.nu_final)} (delta nu {fmt(s.delta_nu)}, K {s.K}) from a seed's "
              f"DA({fmt(s.nu0)}) at its best validation epoch, at the scale's ScheDA lr "
              f"{fmt(cfg.scale.scheda.lr)}; from the same checkpoint one jump to nu {fmt(s.nu_final)} and the same start "
              f"trained on at {fmt(s.nu0)}; the composite DA with groups at nu "
@@ -242,7 +242,7 @@ def _paper_count(paper, ref: str, nu: float) -> str:
 
 def _cka(s, refs, ceilings, split) -> list[str]:
     names = list(REF_LABELS)
-    lines = [f"### Debiased linear CKA, {split} split ({count(len(refs), 'seed')})", "",
+    lines = [f"### Debiased linear CKA, {split} split ({count(len(refs), 'reference seed')})", "",
              "Between whole representations (1: the same up to rotation and scale), each reference against each "
              "candidate DA; the ceiling: the reference seed's DA(nu) against the candidate DA(nu), the same setting "
              "from another initialisation (at the levels both seeds train).", "",

@@ -70,8 +70,9 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
                      "phases=[report] without block= (delete that folder to run the block again)", block.index,
                      block.name, shown_path(blocks.record_dir(cfg, block)), record["date"])
             return None
-        cfg = blocks.apply(cfg, block)
-        out_dir = Path(cfg.out_dir)
+        _report_dir_writable(str(blocks.settings(cfg).records), "table.blocks.records")
+        cfg = blocks.apply(cfg, block, out_dir)
+        out_dir = Path(cfg.out_dir)  # absolute, as the jobs' init_from paths must be
         log.info("block %d (%s): %s; its runs in %s", block.index, block.name,
                  ", ".join(f"{k}={v}" for k, v in block.values.items()), shown_path(out_dir))
     phases.check(cfg)
@@ -200,16 +201,17 @@ def describe_device(statuses: list[dict]) -> str:
     return f"jobs ran on {', '.join(used)} (this machine: {here})"
 
 
-def _report_dir_writable(report_dir: str) -> None:
-    """A ConfigError if ``report_dir`` could not be made or written to: the report is written after
-    the jobs, hours later. Nothing is made here (a refused run leaves no folder behind)."""
+def _report_dir_writable(report_dir: str, key: str = "report_dir") -> None:
+    """A ConfigError if ``report_dir`` (the value of ``key``) could not be made or written to: the
+    report (or a block's record) comes after the jobs, hours later. Nothing is made here (a refused
+    run leaves no folder behind)."""
     folder = Path(report_dir).absolute()
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     if not existing.is_dir():
-        raise ConfigError(f"report_dir={report_dir} cannot be made ({shown_path(existing)} is a file): give a folder "
+        raise ConfigError(f"{key}={report_dir} cannot be made ({shown_path(existing)} is a file): give a folder "
                           f"you can write to")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"report_dir={report_dir} cannot be written to ({shown_path(existing)}: no permission, or a "
+        raise ConfigError(f"{key}={report_dir} cannot be written to ({shown_path(existing)}: no permission, or a "
                           f"read-only file system): give a folder you can write to")
 
 

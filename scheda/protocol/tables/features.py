@@ -483,7 +483,7 @@ class FeatureAnalysis(Phase):
         model's reconstruction), or None while one is missing."""
         s, found = settings(p.cfg), p.found[self.name]
         entries = sum(1 for place in (p.found["feature_models"], p.found["feature_continue"])
-                      for e in _entries(place) if e)
+                      for e in _entries(place) if e and e.get("checkpoint"))
         complete = (all(str(seed) in found["similarity"][split] for seed in s.references for split in found["similarity"])
                     and all(f"{a}_{b}" in found["concat"] and len(found["concat"][f"{a}_{b}"]["cells"])
                             == len(s.concat_cells(a, b)) for a, b in s.pairs)
