@@ -11,7 +11,7 @@ from its folder where that was kept, and starts again where it was not.
 
 ``phases=[report]`` without ``block=`` builds the table's report from the records alone (no
 ``out_dir``, no checkpoint): each phase restores what it found from every record present
-(``Phase.record`` / ``Phase.restore``), over the blocks' values joined (lists concatenated).
+(``RecordedPhase.record`` / ``restore``), over the blocks' values joined (lists concatenated).
 ``dry_run=true`` without ``block=`` lists the blocks, which have records, and the estimate of each.
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scheda.protocol.tables import Phase, Progress, phases_of
+from scheda.protocol.tables import Progress, RecordedPhase, phases_of
 from scheda.utils.errors import ConfigError, SchedaError
 from scheda.utils.io import shown_path
 
@@ -101,10 +101,10 @@ def check(cfg: DictConfig) -> None:
     if cfg.block is not None and not 0 <= cfg.block < len(blocks):
         raise ConfigError(f"block={cfg.block}: table={cfg.table.name} scale={cfg.scale.name} has blocks 0 to "
                           f"{len(blocks) - 1}; {listing_hint(cfg)}")
-    unable = [phase.name for phase in phases_of(cfg) if type(phase).record is Phase.record]
+    unable = [phase.name for phase in phases_of(cfg) if not isinstance(phase, RecordedPhase)]
     if unable:
         raise ConfigError(f"table={cfg.table.name} declares blocks, but its phases {unable} keep no record "
-                          f"(Phase.record): run it as one (table.blocks=null)")
+                          f"(RecordedPhase): run it as one (table.blocks=null)")
     for block in blocks:
         for key in block.values:
             if OmegaConf.select(cfg, key, default=_MISSING) is _MISSING:

@@ -18,7 +18,7 @@ from scheda.protocol.jobs import count, fmt, pct
 from scheda.runs.rundir import checkpoint_name
 from scheda.utils import stats
 
-from scheda.protocol.tables.features import LAYOUTS
+from scheda.protocol.tables.features import LAYOUTS, trains_continuation
 
 MODEL_ROWS = (("scheda", "ScheDA"), ("jump", "One jump to min nu"), ("same_start", "Same start, trained on"),
               ("da2", "DA(max nu), twice the units"), ("scheda2", "ScheDA, twice the units"))
@@ -117,15 +117,13 @@ def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
 def trains(s, seed: str, key: str) -> bool:
     """Whether ``seed`` trains the model the analysis calls ``key`` (da0.7, scheda, composite_joint, ...)."""
     seed_ = int(seed)
-    if key in ("da2", "scheda2"):
+    if key == "da2":
         return s.has(seed_, "double")
     if key.startswith("da") and key[2:3].isdigit():
         return float(key[2:]) in s.da_levels(seed_)
     if key.startswith("composite_"):
         return s.has(seed_, "composite")
-    if key == "scheda":
-        return s.has(seed_, "reference") or s.has(seed_, "scheda")
-    return s.has(seed_, "reference")
+    return trains_continuation(s, seed_, key)
 
 
 def _every_model(s, models, continued, seeds) -> list[tuple[str, str, dict[str, Any]]]:

@@ -8,11 +8,12 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from scheda.protocol.tables.base import REGISTRY, REPORT, Phase, Progress, chosen_phases, phases_of, register_phase
+from scheda.protocol.tables.base import (REGISTRY, REPORT, Phase, Progress, RecordedPhase, chosen_phases, phases_of,
+                                         register_phase)
 
 # The grid tables' phases first (their order is the registry's); then any other module here.
 _BUILTIN = ("grid",)
 for _module in [*_BUILTIN, *sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name not in (*_BUILTIN, "base"))]:
     importlib.import_module(f"{__name__}.{_module}")
 
-__all__ = ["REGISTRY", "REPORT", "Phase", "Progress", "chosen_phases", "phases_of", "register_phase"]
+__all__ = ["REGISTRY", "REPORT", "Phase", "Progress", "RecordedPhase", "chosen_phases", "phases_of", "register_phase"]

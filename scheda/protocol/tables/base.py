@@ -82,15 +82,20 @@ class Phase(ABC):
     def check(self, cfg: DictConfig) -> None:
         """Whatever of the table and scale it plans from, checked before any training."""
 
-    def record(self, p: Progress) -> Any:
-        """What it found, as small JSON that ``restore`` reads back with no run folder (a block's
-        record: scheda.protocol.blocks); None while it is not complete. A phase that keeps no record
-        leaves this as it is, and its table cannot declare blocks."""
-        raise NotImplementedError(f"phase {self.name} keeps no record")
 
+
+class RecordedPhase(Phase):
+    """A phase that keeps what it found as a block's record (scheda.protocol.blocks): a table may
+    declare blocks only when every one of its phases is one of these."""
+
+    @abstractmethod
+    def record(self, p: Progress) -> Any:
+        """What it found, as small JSON that ``restore`` reads back with no run folder; None while it
+        is not complete (the block writes no record then)."""
+
+    @abstractmethod
     def restore(self, p: Progress, payloads: list[Any]) -> None:
         """``p.found[self.name]`` from the records of several blocks (their ``record`` payloads)."""
-        raise NotImplementedError(f"phase {self.name} keeps no record")
 
 
 REGISTRY: dict[str, Phase] = {}

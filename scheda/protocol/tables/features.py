@@ -27,7 +27,7 @@ from scheda.protocol import phases
 from scheda.protocol.jobs import JobSpec, count, fmt
 from scheda.protocol.kinds import kind_of
 from scheda.protocol.kinds.da import DA
-from scheda.protocol.tables.base import REPORT, Phase, Progress, register_phase
+from scheda.protocol.tables.base import REPORT, Progress, RecordedPhase, register_phase
 from scheda.protocol.kinds.base import errors, stopping
 from scheda.runs.rundir import FINAL_STATUSES, best_evaluation, checkpoint_name, read_results
 from scheda.utils.errors import ConfigError, SchedaError
@@ -324,7 +324,7 @@ def _key(job: JobSpec) -> tuple[str, str]:
 
 
 @register_phase
-class FeatureModels(Phase):
+class FeatureModels(RecordedPhase):
     """Per seed: DA(nu) at every nu, DA(max nu) at twice the units, the composite DA per update rule."""
 
     name = "feature_models"
@@ -412,7 +412,7 @@ def continuation_jobs(cfg: DictConfig, models: dict[str, Any] | None) -> list[Jo
 
 
 @register_phase
-class FeatureContinue(Phase):
+class FeatureContinue(RecordedPhase):
     """Per seed: ScheDA, the jump and the same start from its DA(max nu); the double-size ScheDA."""
 
     name = "feature_continue"
@@ -452,7 +452,7 @@ class FeatureContinue(Phase):
 # --- the analysis -------------------------------------------------------------------------------
 
 @register_phase
-class FeatureAnalysis(Phase):
+class FeatureAnalysis(RecordedPhase):
     """Table 2 under three measures, Figure 6, the composite DA and reconstruction, from the models'
     reported checkpoints; trains nothing. Written to ``<out_dir>/feature_analysis/`` piece by piece;
     an invocation that does not run this phase (or only reads the folder) reports what is there."""
