@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO, TINY_PROTOCOL, User, rows_of, smoke_cfg
+from scheda.utils.errors import ConfigError
 
 pytestmark = pytest.mark.xdist_group("blocks")  # one worker: the fixture runs once
 
@@ -250,3 +251,44 @@ def test_a_records_folder_that_cannot_be_made_is_refused_before_any_job(tmp_path
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
         "error: table.blocks.records=afile/records cannot be made (afile is a file): give a folder you can write to")
     assert not (tmp_path / "outputs" / "reproduce" / "smoke" / "features_block_1").exists()
+
+
+# --- blocks that read one block's selection (tests/test_stacked_protocol.py runs them) -------------
+GRID = ["scheda-reproduce", "table=table1", "scale=smoke"]
+
+
+@pytest.mark.parametrize("blocks_value, message", [
+    ("{records: r, cut: c, selection: 0, list: [{name: a, set: {scale.seeds: [0]}}, {name: b, set: {scale.hidden: [8]}}]}",
+     "error: table.blocks.list[1] (b) sets no scale.seeds: with table.blocks.selection every block names its seeds "
+     "(the selection block's first selects; the others are further seeds)"),
+    ("{records: r, cut: c, selection: 0, list: [{name: a, set: {scale.seeds: [0, 1]}}, {name: b, set: {scale.seeds: [1]}}]}",
+     "error: table.blocks: seed 1 is in block 0 and in block 1 (b): give each seed to one block"),
+    ("{records: r, cut: c, selection: 2, list: [{name: a, set: {scale.seeds: [0]}}, {name: b, set: {scale.seeds: [1]}}]}",
+     "error: table.blocks.selection=2: give the index of the block that selects (0 to 1), or null for blocks that "
+     "each select their own"),
+])
+def test_bad_selection_blocks_are_one_line(tmp_path, blocks_value, message):
+    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", *GRID[1:], f"table.blocks={blocks_value}",
+                           "block=1"], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == message, proc.stderr[-2000:]
+
+
+def test_a_seed_block_is_estimated_by_what_its_seeds_add_to_the_selection_block():
+    """Block 1's plan beyond block 0's: the further seed's replicas (table1's three seed launches and
+    one fine-tuning per kind), none of the grid that block 0 trained."""
+    from scheda.protocol import blocks, estimate
+
+    cfg = smoke_cfg("table=table1", "table.blocks={records: r, cut: c, selection: 0, list: ["
+                                     "{name: a, set: {scale.seeds: [0]}}, {name: b, set: {scale.seeds: [1, 2]}}]}")
+    zero, one = blocks.declared(cfg)
+    assert blocks.apply(cfg, one).scale.seeds == [0, 1, 2] and blocks.apply(cfg, zero).scale.seeds == [0]
+    added = estimate.items(blocks.apply(cfg, one), blocks.beyond(cfg, one))
+    assert {item["phase"] for item in added["items"]} == {"seeds"}
+    whole = estimate.items(blocks.apply(cfg, one))
+    alone = estimate.items(blocks.apply(cfg, zero))
+    assert len(added["items"]) == len(whole["items"]) - len(alone["items"])
+    assert added["finetune_jobs"] == whole["finetune_jobs"] - alone["finetune_jobs"] == 2 * 2  # two kinds, two seeds
+    other = blocks.apply(cfg, zero)
+    other.scale.da.epochs = 7  # a block that changes more than its seeds has no plan beyond the selection's
+    with pytest.raises(ConfigError, match="sets only further seeds"):
+        estimate.items(blocks.apply(cfg, one), other)

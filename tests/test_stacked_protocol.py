@@ -111,6 +111,75 @@ def test_the_report_s_numbers_are_the_runs_own(stacked):
         assert float(mean) == pytest.approx(float(comparisons[f"{a} − {b}"][3].split(" ± ")[0]), abs=0.006)
 
 
+# The same table in blocks by seed: block 0 selects on seed 0, block 1 trains seeds 1 and 2 of what it chose,
+# reading block 0's choices from its record; the report from the two records against the one invocation's
+SEED_BLOCKS = ("table.blocks={records: records, cut: 'by seed, for the test', selection: 0, list: ["
+               "{name: s0, set: {scale.seeds: [0]}}, {name: s12, set: {scale.seeds: [1, 2]}}]}")
+
+
+@pytest.fixture(scope="module")
+def stacked_blocks(stacked):
+    user, command, _, _ = stacked
+    blocks = [command[0], *command[1:], SEED_BLOCKS, "out_dir=blocks", "report_dir=block_reports"]
+    early = user.run(blocks, *TINY_PROTOCOL, "block=1", check=False)
+    runs = [user.run(blocks, *TINY_PROTOCOL, f"block={b}") for b in range(2)]
+    shutil.rmtree(user.work / "blocks")  # a new machine: only the committed records are left
+    user.run(blocks, "phases=[report]")
+    return user, early, runs
+
+
+def _phases_sections(report: str, end: str) -> str:
+    """A report's sections from its Results to ``end``: what its phases wrote."""
+    return report.split("## Results", 1)[1].split(end, 1)[0]
+
+
+def test_a_seed_block_needs_the_selection_block_s_record_first(stacked_blocks):
+    _, early, _ = stacked_blocks
+    assert early.returncode == 1 and early.output.strip().splitlines()[-1] == (
+        "error: block 1 (s12) trains further seeds with the selection of block 0 (s0), which has no record in "
+        "records: run block=0 first")
+
+
+def test_the_stacked_table_in_blocks_reports_what_one_invocation_does(stacked_blocks):
+    """Block 1 trains only seeds 1 and 2 (layer 1's replicas, their same starts, every layer 2 and stack
+    on them), each phase seed 0 finished read from block 0's record; the report from the records alone
+    is the one invocation's, section for section."""
+    user, _, runs = stacked_blocks
+    assert "block 1 reads the selection of block 0 (s0, its record of " in runs[1].output
+    assert "it trains only seeds [1, 2] of the models that block chose" in runs[1].output
+    zero, one = (json.loads((user.work / "records" / f"block_{b}" / "record.json").read_text()) for b in range(2))
+    assert all(re.search(r"_seed[12]$", job["name"]) for job in one["jobs"]), [j["name"] for j in one["jobs"]]
+    assert {job["phase"] for job in one["jobs"]} == {"seed_da", "seed_continue", "seed_finetune", "stack_base",
+                                                     "stack_seed_da", "stack_seed_continue", "stack_seed_finetune"}
+    given = {"da", "continue", "control", "finetune", "stack_da", "stack_continue", "stack_control", "stack_finetune"}
+    assert {name for name, payload in one["phases"].items() if payload == {"from_block": 0}} == given
+    assert one["phases"]["stack_seeds"]["found"]["seeds"] == [1, 2] and one["phases"]["stack_seeds"]["found"]["chosen"] is None
+    assert zero["phases"]["stack_seeds"]["found"]["seeds"] == [0]
+    for b in range(2):
+        text = (user.work / "records" / f"block_{b}" / "record.json").read_text()
+        assert len(text) < 200_000 and str(user.work) not in text  # small, and no path of its machine
+    report = (user.work / "block_reports" / "stacked_smoke.md").read_text()
+    golden = (user.work / "reports" / "stacked_smoke.md").read_text()
+    assert "Built from the records of 2 of 2 blocks (records)" in report
+    assert _phases_sections(report, "\n## Configuration") == _phases_sections(golden, "\n## Jobs")
+    assert (user.work / "block_reports" / "stacked_smoke_figure2_h16.png").stat().st_size > 1000
+
+
+def test_blocks_that_both_hold_one_model_s_seed_are_refused_in_the_report(stacked_blocks, tmp_path):
+    """Two records that both hold seed 0's rows (blocks that each selected on it): one line."""
+    user, _, _ = stacked_blocks
+    shutil.copytree(user.work / "records", tmp_path / "records")
+    both = SEED_BLOCKS.replace("selection: 0, ", "").replace("scale.seeds: [1, 2]", "scale.seeds: [0]")
+    zero = json.loads((tmp_path / "records" / "block_0" / "record.json").read_text())
+    (tmp_path / "records" / "block_1" / "record.json").write_text(json.dumps({**zero, "block": 1, "name": "s12",
+                                                                             "values": {"scale.seeds": [0]}}))
+    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "table=stacked", "scale=smoke", both,
+                           "phases=[report]"], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+        "error: two blocks' records both hold the DA grid of 16 hidden units: a table's blocks share no hidden size "
+        "(table.blocks.list)"), proc.stderr[-2000:]
+
+
 @pytest.mark.parametrize("moved", [False, True], ids=["in place", "moved"])
 def test_a_rerun_trains_nothing_in_place_or_moved(stacked, tmp_path, moved):
     """The same command again reads every job; so does it on a copy of the folder elsewhere (each

@@ -9,6 +9,11 @@ measured time, as small JSON in ``<table.blocks.records>/block_<N>/record.json``
 invocation of a block whose record exists runs nothing and says so; an interrupted block resumes
 from its folder where that was kept, and starts again where it was not.
 
+With ``table.blocks.selection: K``, block K selects every hyper-parameter on the first of its seeds and
+every other block trains further seeds (its ``scale.seeds``) of the models K chose: it plans the table
+as one invocation with K's seeds and its own would, restores each phase all of whose jobs K finished
+from K's record (nothing of K's folder is needed) and trains the rest: its seeds' replicas.
+
 ``phases=[report]`` without ``block=`` builds the table's report from the records alone (no
 ``out_dir``, no checkpoint): each phase restores what it found from every record present
 (``RecordedPhase.record`` / ``restore``), over the blocks' values joined (lists concatenated).
@@ -37,6 +42,7 @@ log = logging.getLogger(__name__)
 
 RECORD = "record.json"
 VERSION = 1
+GIVEN = "from_block"  # a phase's payload in a block that read it from the selection block's record
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,41 @@ def check(cfg: DictConfig) -> None:
             if OmegaConf.select(cfg, key, default=_MISSING) is _MISSING:
                 raise ConfigError(f"table.blocks.list[{block.index}] ({block.name}) sets {key}, which is no key of "
                                   f"the config: name a key of the table or scale")
+    _check_selection(cfg, blocks)
+
+
+SEEDS = "scale.seeds"
+
+
+def _check_selection(cfg: DictConfig, blocks: list[Block]) -> None:
+    """``table.blocks.selection``: a block of the list; it and every other block set their seeds, no
+    seed in two blocks (the others' are further seeds of the selection block's models)."""
+    chosen = settings(cfg).selection
+    if chosen is None:
+        return
+    if not 0 <= chosen < len(blocks):
+        raise ConfigError(f"table.blocks.selection={chosen}: give the index of the block that selects (0 to "
+                          f"{len(blocks) - 1}), or null for blocks that each select their own")
+    seen: dict[int, str] = {}
+    for block in blocks:
+        seeds = block.values.get(SEEDS)
+        if not isinstance(seeds, list) or not seeds:
+            raise ConfigError(f"table.blocks.list[{block.index}] ({block.name}) sets no {SEEDS}: with "
+                              f"table.blocks.selection every block names its seeds (the selection block's first "
+                              f"selects; the others are further seeds)")
+        for seed in seeds:
+            if seed in seen:
+                raise ConfigError(f"table.blocks: seed {seed} is in block {seen[seed]} and in block {block.index} "
+                                  f"({block.name}): give each seed to one block")
+            seen[seed] = str(block.index)
+
+
+def selecting(cfg: DictConfig, block: Block) -> Block | None:
+    """The block whose selection ``block`` reads (``table.blocks.selection``), or None: it selects its own."""
+    chosen = settings(cfg).selection
+    if chosen is None or chosen == block.index:
+        return None
+    return declared(cfg)[chosen]
 
 
 _MISSING = object()
@@ -121,14 +162,23 @@ def listing_hint(cfg: DictConfig) -> str:
 
 
 def apply(cfg: DictConfig, block: Block, out_dir: Path | None = None) -> DictConfig:
-    """The invocation's config for ``block``: its values set, its own folder under ``out_dir``
-    (the invocation's, resolved; by default ``cfg.out_dir`` as given)."""
+    """The invocation's config for ``block``: its values set (a block that reads another's selection:
+    that block's seeds before its own), its own folder under ``out_dir`` (the invocation's, resolved;
+    by default ``cfg.out_dir`` as given)."""
     out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     for key, value in block.values.items():
         OmegaConf.update(out, key, value, merge=False)
-    out.out_dir = str(Path(out_dir if out_dir is not None else cfg.out_dir) / f"{cfg.table.name}_{block.folder}")
+    source = selecting(cfg, block)
+    if source is not None:  # further seeds of the selection block's models: its seeds first
+        OmegaConf.update(out, SEEDS, [*source.values[SEEDS], *block.values[SEEDS]], merge=False)
+    out.out_dir = str(Path(out_dir if out_dir is not None else cfg.out_dir) / folder_of(cfg, block))
     out.block = block.index
     return out
+
+
+def folder_of(cfg: DictConfig, block: Block) -> str:
+    """A block's run folder's name, under the invocation's out_dir: ``<table>_block_<N>``."""
+    return f"{cfg.table.name}_{block.folder}"
 
 
 def record_dir(cfg: DictConfig, block: Block) -> Path:
@@ -155,11 +205,15 @@ def read_record(cfg: DictConfig, block: Block) -> dict[str, Any] | None:
 
 
 def write_record(cfg: DictConfig, block: Block, progress: Progress, info: dict[str, Any],
-                 statuses: list[dict[str, Any]]) -> Path | None:
+                 statuses: list[dict[str, Any]], given: set[str] = frozenset()) -> Path | None:
     """The block's record, if every phase has all it needs (every job finished, the analysis done);
-    written whole or not at all (a temporary folder renamed). None, and nothing written, otherwise."""
-    payloads = {}
+    written whole or not at all (a temporary folder renamed). None, and nothing written, otherwise.
+    ``given``: the phases read from the selection block's record (kept there, named here)."""
+    payloads: dict[str, Any] = {}
     for phase in phases_of(progress.cfg):
+        if phase.name in given:  # read from the selection block's record, which keeps it
+            payloads[phase.name] = {GIVEN: progress.given_from}
+            continue
         payload = phase.record(progress)
         if payload is None:
             log.info("block %d (%s): phase %s is not complete, so no record yet; run the same command again",
@@ -193,7 +247,8 @@ def write_record(cfg: DictConfig, block: Block, progress: Progress, info: dict[s
                           f"give table.blocks.records=<a folder you can write to> and run the same command again "
                           f"(its runs are kept)") from None
     try:
-        (temp / RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        # in the order found (not sorted): the report from it keeps its rows in that order
+        (temp / RECORD).write_text(json.dumps(record, indent=1) + "\n")
         umask = os.umask(0)
         os.umask(umask)
         temp.chmod(0o777 & ~umask)  # a folder like any other (mkdtemp makes it private)
@@ -240,11 +295,54 @@ def restored(cfg: DictConfig) -> tuple[Progress, list[tuple[Block, dict[str, Any
     if not records:
         raise SchedaError(f"table={cfg.table.name} scale={cfg.scale.name} has no block's record in "
                           f"{settings(cfg).records}: run a block first (block=N; {listing_hint(cfg)})")
+    chosen = settings(cfg).selection
+    if chosen is not None and chosen not in {block.index for block, _ in records}:
+        source = declared(cfg)[chosen]
+        raise SchedaError(f"the records of table={cfg.table.name} scale={cfg.scale.name} hold further seeds of block "
+                          f"{chosen} ({source.name})'s selection, but not its record ({record_dir(cfg, source)}): "
+                          f"restore it from git, or run block={chosen}")
     both = joined(cfg, [block for block, _ in records])
     progress = Progress(both, Path(cfg.out_dir), owner=False)
     for phase in phases_of(both):
-        phase.restore(progress, [record["phases"].get(phase.name) for _, record in records])
+        payloads = []
+        for block, record in records:
+            payload = record["phases"].get(phase.name)
+            if payload is None:
+                raise SchedaError(f"block {block.index} ({block.name})'s record holds nothing of phase {phase.name}: "
+                                  f"delete {shown_path(record_dir(cfg, block))} and run block={block.index} again")
+            if not (isinstance(payload, dict) and GIVEN in payload):  # the selection block's is read
+                payloads.append(payload)
+        phase.restore(progress, payloads)
     return progress, records
+
+
+def given_record(cfg: DictConfig, block: Block) -> tuple[Block, dict[str, Any]] | None:
+    """For a block that reads another's selection: that block and its record (a missing one is one
+    line naming the block to run first)."""
+    source = selecting(cfg, block)
+    if source is None:
+        return None
+    record = read_record(cfg, source)
+    if record is None:
+        raise ConfigError(f"block {block.index} ({block.name}) trains further seeds with the selection of block "
+                          f"{source.index} ({source.name}), which has no record in {settings(cfg).records}: run "
+                          f"block={source.index} first")
+    return source, record
+
+
+def given_jobs(record: dict[str, Any]) -> set[tuple[str, str]]:
+    """(launch, name) of every job a block's record says it finished: a block reading its selection
+    plans them too, and reads them from the record instead of training them."""
+    from scheda.runs.rundir import FINAL_STATUSES
+
+    return {(job["phase"], job["name"]) for job in record["jobs"] if job["status"] in FINAL_STATUSES}
+
+
+def beyond(cfg: DictConfig, block: Block) -> DictConfig | None:
+    """The config of the selection block that ``block`` reads, or None: ``block`` costs what its
+    config plans beyond that one (scheda.protocol.estimate)."""
+    source = selecting(cfg, block)
+    return None if source is None else apply(cfg, source)
 
 
 def hours_of(record: dict[str, Any]) -> float:
@@ -253,13 +351,14 @@ def hours_of(record: dict[str, Any]) -> float:
 
 def listing(cfg: DictConfig, estimate_of) -> list[str]:
     """One line per block: its values, its record (with measured time) or none, and its estimate
-    (``estimate_of(block_cfg)``: the plan's), flagged where it exceeds table.blocks.hours."""
+    (``estimate_of(block_cfg, beyond)``: the plan's, beyond the selection block's config where it reads
+    that one's), flagged where it exceeds table.blocks.hours."""
     limit = float(settings(cfg).hours)
     lines = [f"table={cfg.table.name} scale={cfg.scale.name} runs in {len(declared(cfg))} blocks, one per invocation "
              f"(block=N), each at most {limit:g} hours by the plan; records in {settings(cfg).records}",
              f"  the cut: {' '.join(str(settings(cfg).cut).split())}"]
     for block in declared(cfg):
-        est = estimate_of(apply(cfg, block))
+        est = estimate_of(apply(cfg, block), beyond(cfg, block))
         record = read_record(cfg, block)
         hours = est.get("device_hours")
         planned = (f"{hours:.2f} h planned" + (f" (over {limit:g} h)" if hours > limit else "")

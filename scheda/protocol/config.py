@@ -121,6 +121,9 @@ class StackedConfig:
 
     hidden: Optional[int] = None  # layer 1's units (one of scale.hidden); null: scale.hidden's first
     top: Optional[int] = None  # layer 2's units; null: layer 1's
+    # Layer 2's grid where it is not layer 1's: scale values by dotted key, e.g. {da.nu: [0.7, 0.3]} (a
+    # scale whose layer-1 grid is pinned to table1's choice still searches layer 2's)
+    layer2: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -134,6 +137,10 @@ class BlocksConfig:
     hours: float = 2.0  # what a block may take by the plan's estimate (the listing checks each against it)
     # Each block: ``{name: ..., set: {dotted.key: value, ...}}``, the values it sets over the table and scale
     list: List[Dict[str, Any]] = field(default_factory=list)
+    # null: every block selects its own hyper-parameters (its own seeds, hidden sizes); else the index of
+    # the block that selects them (on the first of its scale.seeds): every other block trains further
+    # seeds (its scale.seeds, after the selection block's) with that block's choices, read from its record
+    selection: Optional[int] = None
 
 
 @dataclass

@@ -28,13 +28,21 @@ TRAIN_EXAMPLES = 45000  # CIFAR-10's training split: an epoch of the benchmark (
 INPUTS = 3072  # CIFAR-10's pixels: the benchmark's input size (scripts/bench_train.py) and Table 1's raw features
 
 
-def items(cfg: DictConfig) -> dict[str, Any]:
+def items(cfg: DictConfig, beyond: DictConfig | None = None) -> dict[str, Any]:
     """Per phase of the table (each phase's own estimate: scheda.protocol.tables): one item per
     model of a job, with its phase, hidden size, epochs and evaluations; fine-tuning jobs counted
-    apart (their cost is their preset's)."""
+    apart (their cost is their preset's). ``beyond``: a config whose items are left out, one for
+    one (a block that reads another block's selection trains what its seeds add to that block's)."""
     from scheda.protocol.tables import phases_of
 
     planned = [item for phase in phases_of(cfg) for item in phase.estimate(cfg)]
+    if beyond is not None:
+        for item in (item for phase in phases_of(beyond) for item in phase.estimate(beyond)):
+            if item not in planned:
+                raise ConfigError(f"the plan of table={cfg.table.name} holds no {item['phase']} model like the "
+                                  f"selection block's ({item}): a block that reads its selection sets only further "
+                                  f"seeds (scale.seeds)")
+            planned.remove(item)  # each of its items is one of cfg's: a block adds seeds to it
     return {"items": [i for i in planned if not i.get("finetune")],
             "finetune_jobs": sum(1 for i in planned if i.get("finetune"))}
 
@@ -148,10 +156,11 @@ def fast_step(cfg: DictConfig) -> bool:
     return t.step in ("auto", "triton") and t.cuda_graph is not False
 
 
-def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int) -> dict[str, Any]:
+def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int,
+             beyond: DictConfig | None = None) -> dict[str, Any]:
     """Jobs, model-epochs, evaluations and (with a benchmark) device-hours of ``cfg``'s scale, each
-    epoch charged at the runs' own precision (:func:`for_precision`)."""
-    p = items(cfg)
+    epoch charged at the runs' own precision (:func:`for_precision`); beyond ``beyond``'s (:func:`items`)."""
+    p = items(cfg, beyond)
     precision = runs_precision(cfg)
     if bench is not None:
         bench = for_precision(bench, precision, cfg.get("bench"))

@@ -5,7 +5,6 @@ its mean with a band (a bar in Figure 5) of one standard deviation."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +12,17 @@ import numpy as np
 from scheda.analysis.core import pyplot, save_png
 from scheda.protocol.jobs import fmt
 from scheda.protocol.kinds import CONTINUATION, kind_of, of_role
+from scheda.runs.rundir import read_results
+from scheda.utils.errors import SchedaError
+from scheda.utils.io import shown_path
 
 
 def _load(run: str) -> dict:
-    return json.loads((Path(run) / "results.json").read_text())
+    """A drawn run's results (one a block's record keeps as well: scheda.runs.rundir.read_results)."""
+    results = read_results(Path(run))
+    if results is None:
+        raise SchedaError(f"{shown_path(Path(run))} has no results.json: run its table again to draw its figures")
+    return results
 
 
 def figure2(sel: dict, continued: dict, seeded: dict, png: Path, hidden: int) -> bool:

@@ -34,10 +34,11 @@ from scheda.utils.environment import invoked_as
 from scheda.utils.interrupt import Interrupted, quiet_on_a_closed_pipe, terminate_as_interrupt
 from scheda.utils.io import atomic_write, print_line, shown_path
 from scheda.utils.lock import hold
-from scheda.protocol import blocks, estimate, launch, phases
+from scheda.protocol import blocks, estimate, launch, phases, recorded_runs
 from scheda.protocol.config import register_protocol_configs
 from scheda.runs.rundir import FINAL_STATUSES, read_results
 from scheda.protocol.report import folder_id, report_path, write_report
+from scheda.protocol.jobs import JobSpec
 from scheda.protocol.tables import REPORT, Progress, chosen_phases, phases_of
 from scheda.utils.lazy import lazy
 
@@ -60,6 +61,7 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
         cfg.phases = cfg.stages
     cfg.phases = chosen_phases(cfg)  # null: every phase of the table, and its report
     blocks.check(cfg)
+    given, beyond = None, None  # a block reading another's selection: that block's record, and its config
     if blocks.declared(cfg):
         if cfg.block is None:
             return _without_block(cfg)
@@ -71,6 +73,8 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
                      block.name, shown_path(blocks.record_dir(cfg, block)), record["date"])
             return None
         _report_dir_writable(str(blocks.settings(cfg).records), "table.blocks.records")
+        given = blocks.given_record(cfg, block)
+        beyond = blocks.beyond(cfg, block)
         cfg = blocks.apply(cfg, block, out_dir)
         out_dir = Path(cfg.out_dir)  # absolute, as the jobs' init_from paths must be
         log.info("block %d (%s): %s; its runs in %s", block.index, block.name,
@@ -80,8 +84,12 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
         phase.check(cfg)
     batch = int(phases.job_config(cfg).trainer.batch_size)  # as the runs compose it
     bench = estimate.load_bench(cfg.bench) if cfg.bench else None
-    estimated = estimate.estimate(cfg, bench, batch)
+    estimated = estimate.estimate(cfg, bench, batch, beyond)
     log.info("%s", estimate.describe(cfg, estimated, cfg.bench))
+    if given is not None:
+        log.info("block %d reads the selection of block %d (%s, its record of %s): it trains only seeds %s of the "
+                 "models that block chose", cfg.block, given[0].index, given[0].name, given[1]["date"],
+                 blocks.declared(cfg)[cfg.block].values[blocks.SEEDS])
     if cfg.dry_run:
         return None
     _report_dir_writable(cfg.report_dir)  # the report comes at the end: a folder it cannot go to is said now
@@ -95,8 +103,9 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
                 raise
             log.info("%s runs jobs in %s: a report of the jobs finished so far, writing nothing there",
                      busy.holder, shown_path(out_dir))
-            return _run_phases(cfg, out_dir, started, estimated, bench, batch, commit, running=busy.holder)
-        return _run_phases(cfg, out_dir, started, estimated, bench, batch, commit)
+            return _run_phases(cfg, out_dir, started, estimated, bench, batch, commit, running=busy.holder,
+                               given=given)
+        return _run_phases(cfg, out_dir, started, estimated, bench, batch, commit, given=given)
 
 
 def _record_invocation_config(cfg: DictConfig, out_dir: Path) -> None:
@@ -111,20 +120,24 @@ def _record_invocation_config(cfg: DictConfig, out_dir: Path) -> None:
 
 
 def _run_phases(cfg: DictConfig, out_dir: Path, started: float, estimated: dict[str, Any],
-                bench: dict[str, Any] | None, batch: int, commit: str, running: str | None = None) -> Path | None:
+                bench: dict[str, Any] | None, batch: int, commit: str, running: str | None = None,
+                given: tuple[blocks.Block, dict[str, Any]] | None = None) -> Path | None:
     """Every phase planned, the chosen ones launched, every one collected; the report (its time
     beside ``estimated``, the plan's estimate, and the runs' epochs beside ``bench``'s).
     ``running``: another invocation, which holds ``out_dir`` and runs the table; this one only
-    reads it, for an interim report."""
+    reads it, for an interim report. ``given``: the block whose selection this block reads, and its
+    record: each phase it recorded is restored from it, and each job it finished is planned but not
+    launched (:func:`_plan_given`)."""
     owner = running is None
     phases.check_scale_unchanged(cfg.scale, out_dir, keep=owner)
     progress = Progress(cfg, out_dir, owner=owner)
     invocation = launch.Invocation(out_dir, cfg, started, keep=owner)
     table = phases_of(cfg)
     launched: set[str] = set()  # the launches of the phases this invocation was asked to run
+    restored: set[str] = set()  # the phases read from the selection block's record
     try:
         for phase in table:
-            planned = phase.plan(progress)
+            planned = _plan_given(phase, progress, given, restored) if given else phase.plan(progress)
             for launch_name, jobs in planned.items():
                 if phase.name in cfg.phases:
                     launched.add(launch_name)
@@ -133,7 +146,8 @@ def _run_phases(cfg: DictConfig, out_dir: Path, started: float, estimated: dict[
                         progress.counts.append(launch.run_phase(cfg, out_dir, launch_name, jobs, invocation))
                         progress.launching = False
                 progress.jobs.setdefault(launch_name, []).extend(jobs)
-            phase.collect(progress)
+            if phase.name not in restored:
+                phase.collect(progress)
     finally:  # a stopped or failed invocation's time counts in the protocol's wall time too
         invocations = invocation.end(ran_jobs=progress.ran_jobs)
     statuses = launch.job_statuses(progress.all_jobs(), out_dir)
@@ -149,7 +163,7 @@ def _run_phases(cfg: DictConfig, out_dir: Path, started: float, estimated: dict[
     path = report_path(cfg, out_dir)
     block = blocks.declared(cfg)[cfg.block] if owner and cfg.get("block") is not None else None
     if block is not None and not [s for s in statuses if s["status"] not in FINAL_STATUSES]:
-        written = blocks.write_record(cfg, block, progress, info, statuses)
+        written = blocks.write_record(cfg, block, progress, info, statuses, restored)
         if written is not None:
             log.info("block %d (%s): its record is %s: commit it; the table's report from every record: "
                      "phases=[report] without block=", block.index, block.name, shown_path(written))
@@ -169,14 +183,45 @@ def _run_phases(cfg: DictConfig, out_dir: Path, started: float, estimated: dict[
     return path
 
 
+def _plan_given(phase, progress: Progress, given: tuple[blocks.Block, dict[str, Any]],
+                restored: set[str]) -> dict[str, list[JobSpec]]:
+    """A phase's plan in a block that reads another block's selection: the jobs that block's record
+    says it finished are set apart (``progress.given``: read, not trained); a phase all of whose jobs
+    it finished is restored from what its record keeps (``restored`` gains its name: it collects
+    nothing here), any other plans the rest here (the further seeds' jobs)."""
+    source, record = given
+    if progress.given_from is None:  # the first phase: every run that block's record keeps reads from it
+        progress.given_from, progress.given_dir = source.index, out_dir_of(progress, source)
+        for payload in record["phases"].values():
+            if isinstance(payload, dict) and "runs" in payload:
+                recorded_runs.remember(payload, progress)
+    planned = phase.plan(progress)
+    finished = blocks.given_jobs(record)
+    payload = record["phases"].get(phase.name)
+    if payload is not None and not (isinstance(payload, dict) and blocks.GIVEN in payload) and \
+            all((job.phase, job.name) in finished for jobs in planned.values() for job in jobs):
+        phase.restore(progress, [payload])
+        restored.add(phase.name)
+    out = {}
+    for launch_name, jobs in planned.items():
+        progress.given += [job for job in jobs if (job.phase, job.name) in finished]
+        out[launch_name] = [job for job in jobs if (job.phase, job.name) not in finished]
+    return out
+
+
+def out_dir_of(progress: Progress, block: blocks.Block) -> Path:
+    """Another block's folder, beside this block's."""
+    return recorded_runs.blocks_root(progress) / blocks.folder_of(progress.cfg, block)
+
+
 def _without_block(cfg: DictConfig) -> Path | None:
     """A table in blocks, invoked without block=: the listing (dry_run), the report from the
     records alone (phases=[report]), or one line saying how to run it."""
     if cfg.dry_run:
         bench = estimate.load_bench(cfg.bench) if cfg.bench else None
 
-        def estimate_of(block_cfg: DictConfig) -> dict[str, Any]:
-            return estimate.estimate(block_cfg, bench, int(phases.job_config(block_cfg).trainer.batch_size))
+        def estimate_of(block_cfg: DictConfig, beyond: DictConfig | None) -> dict[str, Any]:
+            return estimate.estimate(block_cfg, bench, int(phases.job_config(block_cfg).trainer.batch_size), beyond)
         for line in blocks.listing(cfg, estimate_of):
             log.info("%s", line)
         return None

@@ -196,7 +196,19 @@ def kept(results: dict[str, Any]) -> dict[str, Any] | None:
     return pick(results.get("evaluations") or [], at)
 
 
+_REMEMBERED: dict[Path, dict[str, Any]] = {}  # run folder -> its results, as a block's record kept them
+
+
+def remember_results(runs: Mapping[Path, dict[str, Any]]) -> None:
+    """Runs that :func:`read_results` answers for from now on without their folder: those a block's
+    record keeps (scheda.protocol.recorded_runs), for a report built from the records alone."""
+    _REMEMBERED.update({Path(run).absolute(): results for run, results in runs.items()})
+
+
 def read_results(run_dir: Path) -> dict[str, Any] | None:
+    remembered = _REMEMBERED.get(Path(run_dir).absolute())
+    if remembered is not None:
+        return remembered
     path = run_dir / "results.json"
     if not path.exists():
         return None

@@ -40,6 +40,16 @@ class Progress:
     counts: list[dict[str, int]] = field(default_factory=list)
     launching: bool = False
     owner: bool = True  # holds the out_dir: writes what it collects (an interim report reads only)
+    # A block that reads another's selection (table.blocks.selection): that block's index, and the jobs
+    # planned here that it trained (read from its record, not launched: not in ``jobs``)
+    given_from: int | None = None
+    given: list[JobSpec] = field(default_factory=list)
+    given_dir: Path | None = None  # that block's folder, where the given jobs ran
+
+    def run_dir(self, job: JobSpec) -> Path:
+        """Where a planned job's run is: in this out_dir, or the selection block's folder for a given one."""
+        given = self.given_dir is not None and any((g.phase, g.name) == (job.phase, job.name) for g in self.given)
+        return (self.given_dir if given else self.out_dir) / job.phase / job.name
 
     def all_jobs(self) -> list[JobSpec]:
         return [job for jobs in self.jobs.values() for job in jobs]

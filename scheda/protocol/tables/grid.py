@@ -10,12 +10,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scheda.protocol import phases, selection as select
+from scheda.protocol import phases, recorded_runs, selection as select
 from scheda.protocol.jobs import JobSpec, fmt
 from scheda.protocol.kinds import BASELINE, CONTROL, FINETUNE, kind_of, of_role
 from scheda.protocol.report import results_section
+from scheda.protocol.seed_report import RULES
 from scheda.protocol.seeds import Replicas
-from scheda.protocol.tables.base import Phase, Progress, register_phase
+from scheda.protocol.tables.base import Progress, RecordedPhase, register_phase
+from scheda.utils.errors import SchedaError
 from scheda.utils.io import atomic_write_json
 
 
@@ -32,6 +34,23 @@ def planned_continuations(cfg: DictConfig) -> list[JobSpec]:
     return _PLANNED[key]
 
 
+def _founds(p: Progress, payloads: list[Any]) -> list[Any]:
+    """What ``phase`` found in each block, read back from its records (scheda.protocol.recorded_runs)."""
+    return [recorded_runs.restored(payload, p) for payload in payloads]
+
+
+def _by_hidden(founds: list[dict[str, Any]], what: str) -> dict[str, Any]:
+    """Several blocks' ``hidden -> ...`` as one; a hidden size two blocks both hold is refused."""
+    out: dict[str, Any] = {}
+    for found in founds:
+        twice = sorted(set(out) & set(found))
+        if twice:
+            raise SchedaError(f"two blocks' records both hold {what} of {', '.join(twice)} hidden units: a table's "
+                              f"blocks share no hidden size (table.blocks.list)")
+        out.update(found)
+    return out
+
+
 def _continuations_at_every_nu(cfg: DictConfig) -> list[JobSpec]:
     scale = cfg.scale
     selection = {"hidden": {str(h): {"by_nu": {fmt(nu): {"checkpoint": "c", "epoch": scale.da.epochs, "nu": nu,
@@ -41,7 +60,7 @@ def _continuations_at_every_nu(cfg: DictConfig) -> list[JobSpec]:
 
 
 @register_phase
-class DAGrid(Phase):
+class DAGrid(RecordedPhase):
     """Phase 1: the DA grid (and the raw baseline), then the best DA per hidden size and nu."""
 
     name = "da"
@@ -67,9 +86,17 @@ class DAGrid(Phase):
                           "evals": models * (scale.da.epochs // scale.da.eval_every)})
         return items
 
+    def record(self, p: Progress) -> dict[str, Any] | None:
+        return recorded_runs.payload(p.selection, p)
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        founds = _founds(p, payloads)
+        p.selection = {"raw": next((f["raw"] for f in founds if f["raw"] is not None), None),
+                       "hidden": _by_hidden([f["hidden"] for f in founds], "the DA grid")}
+
 
 @register_phase
-class Continue(Phase):
+class Continue(RecordedPhase):
     """Phase 3: each continuation kind of the table from the selected DAs."""
 
     name = "continue"
@@ -92,9 +119,18 @@ class Continue(Phase):
                           "models": 1, "eager": kind.eager})
         return items
 
+    def record(self, p: Progress) -> dict[str, Any] | None:
+        """Each continuation kind's runs and best (its controls are Control's, the fine-tuned Finetune's)."""
+        return recorded_runs.payload({h: {name: {k: v for k, v in found.items() if k != "controls"}
+                                          for name, found in by_kind.items() if name in p.cfg.table.continuations}
+                                      for h, by_kind in p.continued.items()}, p)
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        p.continued = _by_hidden(_founds(p, payloads), "continuations")
+
 
 @register_phase
-class Control(Phase):
+class Control(RecordedPhase):
     """Phase 4: the controls of the best run of each controlled continuation kind."""
 
     name = "control"
@@ -119,9 +155,20 @@ class Control(Phase):
         return [{"phase": "control", "hidden": hidden, "epochs": epochs, "evals": epochs // K, "models": 1}
                 for (hidden, _), (epochs, K) in longest.items() for _control in of_role(CONTROL)]
 
+    def record(self, p: Progress) -> dict[str, Any] | None:
+        """The controls put beside each run they control."""
+        return recorded_runs.payload({h: {name: found["controls"] for name, found in by_kind.items()
+                                          if isinstance(found, dict) and "controls" in found}
+                                      for h, by_kind in p.continued.items()}, p)
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        for h, by_kind in _by_hidden(_founds(p, payloads), "controls").items():
+            for name, controls in by_kind.items():
+                p.continued[h][name]["controls"] = controls
+
 
 @register_phase
-class Finetune(Phase):
+class Finetune(RecordedPhase):
     """Phase 5: the fine-tuning of the best DA and the best ScheDA (``scale.finetune``)."""
 
     name = "finetune"
@@ -143,16 +190,26 @@ class Finetune(Phase):
         return [{"phase": "finetune", "finetune": True, "hidden": h}
                 for _kind in of_role(FINETUNE) for h in cfg.scale.hidden for _seed in cfg.scale.seeds]
 
+    def record(self, p: Progress) -> dict[str, Any] | None:
+        """Each fine-tuning kind's chosen result."""
+        names = {kind.name for kind in of_role(FINETUNE)}
+        return recorded_runs.payload({h: {name: e for name, e in by_kind.items() if name in names}
+                                      for h, by_kind in p.continued.items()}, p)
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        for h, found in _by_hidden(_founds(p, payloads), "fine-tuning").items():
+            p.continued.setdefault(h, {}).update(found)
+
 
 @register_phase
-class Seeds(Phase):
+class Seeds(RecordedPhase):
     """The further seeds (scheda.protocol.seeds): every reported model trained again per seed,
     in three launches (SUBPHASES). Writes the table's report, which reads every phase."""
 
     name = "seeds"
 
     def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
-        p.seed_plan = Replicas(p.cfg.scale, p.out_dir, p.selection, p.continued, p.all_jobs())
+        p.seed_plan = Replicas(p.cfg.scale, p.out_dir, p.selection, p.continued, p.all_jobs() + p.given)
         return p.seed_plan.jobs
 
     def collect(self, p: Progress) -> None:
@@ -187,6 +244,35 @@ class Seeds(Phase):
                 items += [{"phase": "seeds", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1}] \
                     * (copies * further)
         return items
+
+    def record(self, p: Progress) -> dict[str, Any] | None:
+        """Each reported model's errors per seed (a block that reads another's selection holds the
+        selection seed's too, as read from that block's record: its own records none without further seeds)."""
+        return recorded_runs.payload(p.seeded, p)
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        """The blocks' seeds as one: a block's hidden sizes, or its further seeds of the same models; a
+        model's seed that two blocks both hold must be the same in both (the selection seed's, read)."""
+        founds = _founds(p, payloads)
+        first = {f["selection_seed"] for f in founds}
+        if len(first) != 1:
+            raise SchedaError(f"the blocks' records were selected on different seeds ({sorted(first)}): a table's "
+                              f"blocks share the selection seed (the first of scale.seeds)")
+        seeded: dict[str, Any] = {"seeds": list(dict.fromkeys(s for f in founds for s in f["seeds"])),
+                                  "selection_seed": founds[0]["selection_seed"]}
+        for rule in RULES:
+            merged = seeded.setdefault(rule, {})
+            for found in founds:
+                for h, rows in found[rule].items():
+                    for key, by_seed in rows.items():
+                        row = merged.setdefault(h, {}).setdefault(key, {})
+                        differ = sorted(s for s in set(row) & set(by_seed) if row[s] != by_seed[s])
+                        if differ:
+                            raise SchedaError(f"two blocks' records hold seed {', '.join(differ)} of {key} ({h} hidden "
+                                              f"units) differently: a table's blocks share no seed of a model "
+                                              f"(table.blocks.list)")
+                        row.update(by_seed)
+        p.seeded = seeded
 
     def report(self, p: Progress, path: Path) -> list[str]:
         return results_section(p.cfg, p.selection, p.continued, p.seeded, path)

@@ -14,6 +14,11 @@ layer-2 DA(nu0)s of the ScheDA and the controls of its best, the fine-tuning of 
 ScheDA + DA, ScheDA + ScheDA), and every further seed's replicas of the reported ones
 (scheda.protocol.seeds, each on that seed's own layer 1). The report answers the issue's four
 questions, each comparison paired by seed with its interval.
+
+Every phase keeps a block's record (scheda.protocol.blocks): the table runs in blocks by seed
+(``table.blocks.selection``), the selection block training layer 2's grid on seed 0's layer 1 and
+every other block its seeds' replicas of what it chose; ``table.stacked.layer2`` gives layer 2 a grid
+of its own where the scale pins layer 1's to table1's choice.
 """
 
 from __future__ import annotations
@@ -25,14 +30,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from scheda.protocol import phases, selection as select
+from scheda.protocol import phases, recorded_runs, selection as select
 from scheda.protocol.jobs import JobSpec, pct
-from scheda.protocol.kinds import kind_of
+from scheda.protocol.kinds import FINETUNE, kind_of, of_role
 from scheda.protocol.seed_report import interval, paired_verdict
 from scheda.protocol.seeds import BEST, Replicas, read_outcome
-from scheda.protocol.tables.base import REGISTRY, Phase, Progress, register_phase
+from scheda.protocol.tables.base import REGISTRY, Progress, RecordedPhase, register_phase
 from scheda.utils import stats
-from scheda.utils.errors import ConfigError
+from scheda.utils.errors import ConfigError, SchedaError
 
 # Layer 1: table1's best DA and best ScheDA, and the ScheDA's same start trained on (its control, the
 # epochs without the schedule: a copy of table1's that keeps its checkpoints, stack_base)
@@ -59,6 +64,10 @@ def settings(cfg: DictConfig) -> Settings:
     top = int(st.top if st.top is not None else hidden)
     if top < 1:
         raise ConfigError(f"table.stacked.top={top}: layer 2 needs at least one unit")
+    for key in st.get("layer2") or {}:
+        if OmegaConf.select(scale, key, default=None) is None or key.split(".")[0] in ("hidden", "seeds", "train"):
+            raise ConfigError(f"table.stacked.layer2 sets {key}: give a key of layer 2's grid in the scale (da.nu, "
+                              f"da.lr, da.epochs, scheda.nu0, scheda.K, ...)")
     if "scheda" not in cfg.table.continuations:
         raise ConfigError(f"table.continuations={list(cfg.table.continuations)}: a stacked table's layer 1 "
                           f"includes the best ScheDA: keep scheda")
@@ -66,9 +75,12 @@ def settings(cfg: DictConfig) -> Settings:
 
 
 def layer_view(cfg: DictConfig, continuations: list[str]) -> DictConfig:
-    """``cfg`` as the grid phases would see a table of layer 2 alone: ``top`` hidden units, no raw
-    baseline, ``continuations`` (what the layer-2 jobs and their estimate are planned from)."""
+    """``cfg`` as the grid phases would see a table of layer 2 alone: ``top`` hidden units, its grid
+    (``table.stacked.layer2`` over the scale's), no raw baseline, ``continuations`` (what the layer-2
+    jobs and their estimate are planned from)."""
     view = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    for key, value in (cfg.table.stacked.get("layer2") or {}).items():
+        OmegaConf.update(view.scale, key, value, merge=False)
     view.scale.hidden = [settings(cfg).top]
     view.table.raw = False
     view.table.continuations = continuations
@@ -86,7 +98,7 @@ def layer1(p: Progress) -> dict[str, dict[int, Path]]:
     for row in p.seed_plan.rows if p.seed_plan else []:
         if row.hidden == h and row.key in runs:
             runs[row.key].update({seed: run for seed, (run, _) in row.replicas.items()})
-    copies = {seed: p.out_dir / job.phase / job.name for seed, job in base_jobs(p).items()}
+    copies = {seed: p.run_dir(job) for seed, job in base_jobs(p).items()}
     if copies:
         runs["same_start"] = copies
     return runs
@@ -136,16 +148,44 @@ def _state(p: Progress) -> dict[str, Layer2]:
     return p.found.setdefault("stacked", {})
 
 
+def _restore_layers(p: Progress, phase: str, payloads: list[Any]) -> dict[str, Any]:
+    """Several blocks' ``base -> found`` of one phase as one; a base two blocks both selected on is refused."""
+    out: dict[str, Any] = {}
+    for payload in payloads:
+        for base, found in recorded_runs.restored(payload, p).items():
+            if base in out:
+                raise SchedaError(f"two blocks' records both hold {phase} on the {base} base: a stacked table's "
+                                  f"blocks select once (table.blocks.selection)")
+            out[base] = found
+    return out
+
+
 def layer_estimate(cfg: DictConfig, grid: str, phase: str) -> list[dict[str, Any]]:
     """The grid phase's estimate of layer 2 on every base, as ``phase``'s, its inputs layer 1's units."""
     return [{**item, "phase": phase, "inputs": settings(cfg).hidden}
             for base in BASES for item in REGISTRY[grid].estimate(layer_view(cfg, CONTINUES[base]))]
 
 
-class StackPhase(Phase):
-    """One grid phase (``grid``) run as layer 2 on each base that has one."""
+class StackPhase(RecordedPhase):
+    """One grid phase (``grid``) run as layer 2 on each base that has one; its record is what it found
+    on each base (``found``/``keep``), read back into each base's layer (:func:`_restore_layers`)."""
 
     grid: str  # the grid phase it runs on the layer's codes
+
+    @abstractmethod
+    def found(self, layer: Layer2) -> dict[str, Any]:
+        """What it found on one base (hidden -> ...), as its record keeps it."""
+
+    @abstractmethod
+    def keep(self, layer: Layer2, found: dict[str, Any]) -> None:
+        """One base's ``found`` read back into its layer."""
+
+    def record(self, p: Progress) -> dict[str, Any] | None:
+        return recorded_runs.payload({base: self.found(layer) for base, layer in _state(p).items()}, p)
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        for base, found in _restore_layers(p, self.name, payloads).items():
+            self.keep(_state(p).setdefault(base, Layer2({"hidden": {}}, {}, [])), found)
 
     def check(self, cfg: DictConfig) -> None:
         settings(cfg)
@@ -171,11 +211,22 @@ class StackPhase(Phase):
 
 
 @register_phase
-class StackBase(Phase):
+class StackBase(RecordedPhase):
     """Layer 1's control base: table1's same start of its best ScheDA again, each seed's, keeping its
     checkpoints (a stack on it tells the ScheDA's schedule from its epochs past the DA)."""
 
     name = "stack_base"
+
+    def record(self, p: Progress) -> dict[str, Any] | None:
+        """Its runs (the report reads them as layer 1's same start): those it trained in this block."""
+        mine = {str(seed): {"run": str(p.run_dir(job))} for seed, job in base_jobs(p).items()
+                if p.run_dir(job).parent.parent == p.out_dir}
+        return recorded_runs.payload(mine, p)
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        """Nothing of its own to restore: its runs are read from each record (recorded_runs.restored)."""
+        for payload in payloads:
+            recorded_runs.remember(payload, p)
 
     def check(self, cfg: DictConfig) -> None:
         settings(cfg)
@@ -208,6 +259,12 @@ class StackDA(StackPhase):
         for layer in _state(p).values():
             layer.selection = select.select_das(_mine(layer, "stack_da"), p.out_dir)
 
+    def found(self, layer: Layer2) -> dict[str, Any]:
+        return layer.selection
+
+    def keep(self, layer: Layer2, found: dict[str, Any]) -> None:
+        layer.selection = found
+
 
 @register_phase
 class StackContinue(StackPhase):
@@ -223,6 +280,14 @@ class StackContinue(StackPhase):
     def collect(self, p: Progress) -> None:
         for layer in _state(p).values():
             layer.continued = select.select_continuations(_mine(layer, "stack_continue"), p.out_dir)
+
+    def found(self, layer: Layer2) -> dict[str, Any]:
+        """Each continuation kind's runs and best (its controls are StackControl's)."""
+        return {h: {name: {k: v for k, v in e.items() if k != "controls"} for name, e in by_kind.items() if "runs" in e}
+                for h, by_kind in layer.continued.items()}
+
+    def keep(self, layer: Layer2, found: dict[str, Any]) -> None:
+        layer.continued = found
 
 
 @register_phase
@@ -240,6 +305,15 @@ class StackControl(StackPhase):
             select.attach_controls(view, CONTINUES[base], layer.continued,
                                    select.select_continuations(_mine(layer, "stack_control"), p.out_dir),
                                    prefix=prefix(base))
+
+    def found(self, layer: Layer2) -> dict[str, Any]:
+        return {h: {name: e["controls"] for name, e in by_kind.items() if isinstance(e, dict) and "controls" in e}
+                for h, by_kind in layer.continued.items()}
+
+    def keep(self, layer: Layer2, found: dict[str, Any]) -> None:
+        for h, by_kind in found.items():
+            for name, controls in by_kind.items():
+                layer.continued[h][name]["controls"] = controls
 
 
 @register_phase
@@ -259,6 +333,15 @@ class StackFinetune(StackPhase):
             for h, found in select.select_continuations(_mine(layer, "stack_finetune"), p.out_dir).items():
                 layer.continued.setdefault(h, {}).update(found)
 
+    def found(self, layer: Layer2) -> dict[str, Any]:
+        """Each fine-tuned stack's chosen result."""
+        names = {kind.name for kind in of_role(FINETUNE)}
+        return {h: {name: e for name, e in by_kind.items() if name in names} for h, by_kind in layer.continued.items()}
+
+    def keep(self, layer: Layer2, found: dict[str, Any]) -> None:
+        for h, by_kind in found.items():
+            layer.continued.setdefault(h, {}).update(by_kind)
+
     def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
         """Per seed, a stack per fine-tuned base and one more per layer-2 continuation on it (DA + DA,
         ScheDA + DA, ScheDA + ScheDA, same start + DA), each costed as a fine-tuning of layer 1's
@@ -270,10 +353,46 @@ class StackFinetune(StackPhase):
 
 
 @register_phase
-class StackSeeds(Phase):
-    """Every further seed's replicas of each base's reported layer 2, on that seed's own layer 1."""
+class StackSeeds(RecordedPhase):
+    """Every further seed's replicas of each base's reported layer 2, on that seed's own layer 1; it
+    reads every row of the report (``models``), which its record keeps."""
 
     name = "stack_seeds"
+
+    def collect(self, p: Progress) -> None:
+        p.found[self.name] = models(p)
+
+    def record(self, p: Progress) -> dict[str, Any] | None:
+        """Every row per seed and what layer 2 chose; a block that reads another's selection keeps its
+        own seeds only (the selection seed's rows and choices are that block's)."""
+        found = p.found[self.name]
+        s0 = found["seeds"][0]
+        mine = [s for s in found["seeds"] if p.given_from is None or s != s0]
+        rows = {key: {str(seed): o for seed, o in by_seed.items() if seed in mine} for key, by_seed in found["rows"].items()}
+        return recorded_runs.payload({"seeds": mine, "rows": rows,
+                                      "chosen": found["chosen"] if p.given_from is None else None}, p)
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        """The blocks' rows as one (each seed one block's), the choices of the block that made them."""
+        seeds: list[int] = []
+        rows: dict[str, dict[int, Any]] = {}
+        chosen = None
+        for payload in payloads:
+            found = recorded_runs.restored(payload, p)
+            seeds += [int(s) for s in found["seeds"] if int(s) not in seeds]
+            for key, by_seed in found["rows"].items():
+                row = rows.setdefault(key, {})
+                twice = sorted(set(row) & {int(s) for s in by_seed})
+                if twice:
+                    raise SchedaError(f"two blocks' records both hold seed {twice[0]} of the stacked row {key}: a "
+                                      f"table's blocks share no seed (table.blocks.list)")
+                row.update({int(s): o for s, o in by_seed.items()})
+            if found["chosen"] is not None:
+                if chosen is not None:
+                    raise SchedaError("two blocks' records both hold layer 2's choices: a stacked table's blocks "
+                                      "select once (table.blocks.selection)")
+                chosen = found["chosen"]
+        p.found[self.name] = {"settings": settings(p.cfg), "seeds": seeds, "rows": rows, "chosen": chosen or {}}
 
     def check(self, cfg: DictConfig) -> None:
         settings(cfg)
@@ -298,7 +417,7 @@ class StackSeeds(Phase):
         return launches
 
     def report(self, p: Progress, path: Path) -> list[str]:
-        return section(p.cfg, models(p))
+        return section(p.cfg, p.found[self.name])
 
 
 # --- the report ---------------------------------------------------------------------------------
