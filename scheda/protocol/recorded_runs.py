@@ -1,15 +1,15 @@
 """The runs a block's record keeps (scheda.protocol.blocks), and read back as runs.
 
 A phase that reads its models from their run folders (the grid tables' selection, continuations,
-controls, fine-tuning and seeds) keeps in its record what it found with every path made relative
-to the folder of the block folders (no checkpoint: a checkpoint's name only), and a trimmed copy of each run's ``results.json`` it names: the curves and
-evaluations the report draws and reads, without the classifier's per-setting grid or the per-image
-answers of every evaluation (an entry keeps the per-image answers of the evaluation it reports).
-Paths are relative to the folder that holds the block folders, so that a block that reads another's
-selection (``table.blocks.selection``) names that block's runs as it did.
-Read back (:func:`restore`), each path points where the run was (``<out_dir>/<table>_block_<N>/...``)
-and :func:`scheda.runs.rundir.read_results` answers for it from the record: the report reads the
-same functions on the same paths, with no run folder and no checkpoint on disk.
+controls, fine-tuning and seeds; the stacked layers) keeps in its record what it found, with every
+path relative to the folder that holds the block folders (so a block that reads another's selection,
+``table.blocks.selection``, names that block's runs as it did; a checkpoint by its name only), and a
+trimmed copy of each run's ``results.json`` it names: the curves and evaluations the report draws and
+reads, without the classifier's per-setting grid or the per-image answers of every evaluation (an
+entry keeps those of the evaluation it reports). Read back (:func:`restored`), each path points where
+the run was (``<out_dir>/<table>_block_<N>/...``) and :func:`scheda.runs.rundir.read_results` answers
+for it from the record: the report reads the same functions on the same paths, with no run folder
+and no checkpoint on disk.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def trimmed(results: dict[str, Any]) -> dict[str, Any]:
 def portable(found: Any, out_dir: Path) -> tuple[Any, dict[str, dict[str, Any]]] | None:
     """``found`` with every path relative to ``out_dir``, and the trimmed results of every run it
     names (by that relative path); None while a run it names has no results (not finished)."""
-    runs: dict[str, dict[str, Any]] = {}
+    runs: dict[str, Path] = {}
     root = Path(out_dir).resolve()
 
     def relative(value: str) -> str:
@@ -59,7 +59,7 @@ def portable(found: Any, out_dir: Path) -> tuple[Any, dict[str, dict[str, Any]]]
                 if k in PATHS and isinstance(v, str):
                     out[k] = relative(v)
                     if k == "run":
-                        runs[out[k]] = Path(v)  # type: ignore[assignment]
+                        runs[out[k]] = Path(v)
                 else:
                     out[k] = walk(v)
             return out
@@ -70,25 +70,21 @@ def portable(found: Any, out_dir: Path) -> tuple[Any, dict[str, dict[str, Any]]]
     out = walk(found)
     kept = {}
     for name, run in runs.items():
-        results = read_results(Path(run))
+        results = read_results(run)
         if results is None:
             return None
         kept[name] = trimmed(results)
     return out, kept
 
 
-def restore(found: Any, runs: dict[str, dict[str, Any]], root: Path) -> Any:
-    """``found`` of a record with every path under ``root`` (where the block's runs were), each of
-    its runs answered from the record from now on."""
-    remember_results({root / name: results for name, results in runs.items()})
-
-    def walk(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: str(root / v) if k in PATHS and isinstance(v, str) else walk(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [walk(v) for v in value]
-        return value
-    return walk(found)
+def _paths_under(found: Any, root: Path) -> Any:
+    """``found`` of a record with every path under ``root``."""
+    if isinstance(found, dict):
+        return {k: str(root / v) if k in PATHS and isinstance(v, str) else _paths_under(v, root)
+                for k, v in found.items()}
+    if isinstance(found, list):
+        return [_paths_under(v, root) for v in found]
+    return found
 
 
 def blocks_root(p) -> Path:
@@ -114,5 +110,7 @@ def remember(record: dict[str, Any], p) -> None:
 
 
 def restored(record: dict[str, Any], p) -> Any:
-    """A phase's record (:func:`payload`) read back: its found, its runs where the block's were."""
-    return restore(record["found"], record["runs"], blocks_root(p))
+    """A phase's record (:func:`payload`) read back: its found with its paths where the block's were,
+    its runs read from it (:func:`remember`)."""
+    remember(record, p)
+    return _paths_under(record["found"], blocks_root(p))

@@ -135,9 +135,18 @@ def _run_phases(cfg: DictConfig, out_dir: Path, started: float, estimated: dict[
     table = phases_of(cfg)
     launched: set[str] = set()  # the launches of the phases this invocation was asked to run
     restored: set[str] = set()  # the phases read from the selection block's record
+    record: dict[str, Any] = {}
+    finished: set[tuple[str, str]] = set()
+    if given is not None:  # every run that block's record keeps is read from it
+        source, record = given
+        progress.given_from, progress.given_dir = source.index, out_dir_of(progress, source)
+        for payload in record["phases"].values():
+            if isinstance(payload, dict) and "runs" in payload:
+                recorded_runs.remember(payload, progress)
+        finished = blocks.given_jobs(record)
     try:
         for phase in table:
-            planned = _plan_given(phase, progress, given, restored) if given else phase.plan(progress)
+            planned = _plan_given(phase, progress, record, finished, restored) if given else phase.plan(progress)
             for launch_name, jobs in planned.items():
                 if phase.name in cfg.phases:
                     launched.add(launch_name)
@@ -183,20 +192,13 @@ def _run_phases(cfg: DictConfig, out_dir: Path, started: float, estimated: dict[
     return path
 
 
-def _plan_given(phase, progress: Progress, given: tuple[blocks.Block, dict[str, Any]],
+def _plan_given(phase, progress: Progress, record: dict[str, Any], finished: set[tuple[str, str]],
                 restored: set[str]) -> dict[str, list[JobSpec]]:
-    """A phase's plan in a block that reads another block's selection: the jobs that block's record
-    says it finished are set apart (``progress.given``: read, not trained); a phase all of whose jobs
-    it finished is restored from what its record keeps (``restored`` gains its name: it collects
-    nothing here), any other plans the rest here (the further seeds' jobs)."""
-    source, record = given
-    if progress.given_from is None:  # the first phase: every run that block's record keeps reads from it
-        progress.given_from, progress.given_dir = source.index, out_dir_of(progress, source)
-        for payload in record["phases"].values():
-            if isinstance(payload, dict) and "runs" in payload:
-                recorded_runs.remember(payload, progress)
+    """A phase's plan in a block that reads another block's selection (its ``record``): the jobs it
+    ``finished`` are set apart (``progress.given``: read, not trained); a phase all of whose jobs it
+    finished is restored from what its record keeps (``restored`` gains its name: it collects nothing
+    here), any other plans the rest here (the further seeds' jobs)."""
     planned = phase.plan(progress)
-    finished = blocks.given_jobs(record)
     payload = record["phases"].get(phase.name)
     if payload is not None and not (isinstance(payload, dict) and blocks.GIVEN in payload) and \
             all((job.phase, job.name) in finished for jobs in planned.values() for job in jobs):

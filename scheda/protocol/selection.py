@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from scheda.utils.errors import SchedaError
 from scheda.utils.io import atomic_write_json, shown_path
 from scheda.protocol.jobs import JobSpec
-from scheda.protocol.kinds import CONTROL, kind_of, of_role
+from scheda.protocol.kinds import CONTROL, FINETUNE, kind_of, of_role
 from scheda.protocol.launch import job_statuses
 from scheda.runs.rundir import FINAL_STATUSES, read_results, status_counts
 
@@ -71,6 +71,32 @@ def attach_controls(scale: DictConfig, kinds: Iterable[str], continued: dict[str
                 by_kind[name]["controls"] = {job.meta["kind"]: runs[prefix + job.name]
                                              for job in kind.controls(scale, int(hidden), best)
                                              if prefix + job.name in runs}
+
+
+def continuations_of(continued: dict[str, Any]) -> dict[str, Any]:
+    """``continued``'s continuation kinds, each its runs and best without its controls (a block's record
+    keeps the three parts apart, each the phase's that found it)."""
+    return {h: {name: {k: v for k, v in e.items() if k != "controls"} for name, e in by_kind.items() if "runs" in e}
+            for h, by_kind in continued.items()}
+
+
+def controls_of(continued: dict[str, Any]) -> dict[str, Any]:
+    """``continued``'s controls, by hidden size and the kind they control."""
+    return {h: {name: e["controls"] for name, e in by_kind.items() if "controls" in e}
+            for h, by_kind in continued.items()}
+
+
+def finetuned_of(continued: dict[str, Any]) -> dict[str, Any]:
+    """``continued``'s fine-tuning kinds' chosen results."""
+    names = {kind.name for kind in of_role(FINETUNE)}
+    return {h: {name: e for name, e in by_kind.items() if name in names} for h, by_kind in continued.items()}
+
+
+def put_controls(continued: dict[str, Any], controls: dict[str, Any]) -> None:
+    """:func:`controls_of`'s output back beside the runs they control."""
+    for h, by_kind in controls.items():
+        for name, found in by_kind.items():
+            continued[h][name]["controls"] = found
 
 
 def save_selection(out_dir: Path, selection: dict[str, Any]) -> None:

@@ -121,9 +121,7 @@ class Continue(RecordedPhase):
 
     def record(self, p: Progress) -> dict[str, Any] | None:
         """Each continuation kind's runs and best (its controls are Control's, the fine-tuned Finetune's)."""
-        return recorded_runs.payload({h: {name: {k: v for k, v in found.items() if k != "controls"}
-                                          for name, found in by_kind.items() if name in p.cfg.table.continuations}
-                                      for h, by_kind in p.continued.items()}, p)
+        return recorded_runs.payload(select.continuations_of(p.continued), p)
 
     def restore(self, p: Progress, payloads: list[Any]) -> None:
         p.continued = _by_hidden(_founds(p, payloads), "continuations")
@@ -157,14 +155,10 @@ class Control(RecordedPhase):
 
     def record(self, p: Progress) -> dict[str, Any] | None:
         """The controls put beside each run they control."""
-        return recorded_runs.payload({h: {name: found["controls"] for name, found in by_kind.items()
-                                          if isinstance(found, dict) and "controls" in found}
-                                      for h, by_kind in p.continued.items()}, p)
+        return recorded_runs.payload(select.controls_of(p.continued), p)
 
     def restore(self, p: Progress, payloads: list[Any]) -> None:
-        for h, by_kind in _by_hidden(_founds(p, payloads), "controls").items():
-            for name, controls in by_kind.items():
-                p.continued[h][name]["controls"] = controls
+        select.put_controls(p.continued, _by_hidden(_founds(p, payloads), "controls"))
 
 
 @register_phase
@@ -192,9 +186,7 @@ class Finetune(RecordedPhase):
 
     def record(self, p: Progress) -> dict[str, Any] | None:
         """Each fine-tuning kind's chosen result."""
-        names = {kind.name for kind in of_role(FINETUNE)}
-        return recorded_runs.payload({h: {name: e for name, e in by_kind.items() if name in names}
-                                      for h, by_kind in p.continued.items()}, p)
+        return recorded_runs.payload(select.finetuned_of(p.continued), p)
 
     def restore(self, p: Progress, payloads: list[Any]) -> None:
         for h, found in _by_hidden(_founds(p, payloads), "fine-tuning").items():

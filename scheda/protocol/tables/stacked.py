@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from scheda.protocol import phases, recorded_runs, selection as select
 from scheda.protocol.jobs import JobSpec, pct
-from scheda.protocol.kinds import FINETUNE, kind_of, of_role
+from scheda.protocol.kinds import kind_of
 from scheda.protocol.seed_report import interval, paired_verdict
 from scheda.protocol.seeds import BEST, Replicas, read_outcome
 from scheda.protocol.tables.base import REGISTRY, Progress, RecordedPhase, register_phase
@@ -283,8 +283,7 @@ class StackContinue(StackPhase):
 
     def found(self, layer: Layer2) -> dict[str, Any]:
         """Each continuation kind's runs and best (its controls are StackControl's)."""
-        return {h: {name: {k: v for k, v in e.items() if k != "controls"} for name, e in by_kind.items() if "runs" in e}
-                for h, by_kind in layer.continued.items()}
+        return select.continuations_of(layer.continued)
 
     def keep(self, layer: Layer2, found: dict[str, Any]) -> None:
         layer.continued = found
@@ -307,13 +306,10 @@ class StackControl(StackPhase):
                                    prefix=prefix(base))
 
     def found(self, layer: Layer2) -> dict[str, Any]:
-        return {h: {name: e["controls"] for name, e in by_kind.items() if isinstance(e, dict) and "controls" in e}
-                for h, by_kind in layer.continued.items()}
+        return select.controls_of(layer.continued)
 
     def keep(self, layer: Layer2, found: dict[str, Any]) -> None:
-        for h, by_kind in found.items():
-            for name, controls in by_kind.items():
-                layer.continued[h][name]["controls"] = controls
+        select.put_controls(layer.continued, found)
 
 
 @register_phase
@@ -335,8 +331,7 @@ class StackFinetune(StackPhase):
 
     def found(self, layer: Layer2) -> dict[str, Any]:
         """Each fine-tuned stack's chosen result."""
-        names = {kind.name for kind in of_role(FINETUNE)}
-        return {h: {name: e for name, e in by_kind.items() if name in names} for h, by_kind in layer.continued.items()}
+        return select.finetuned_of(layer.continued)
 
     def keep(self, layer: Layer2, found: dict[str, Any]) -> None:
         for h, by_kind in found.items():
