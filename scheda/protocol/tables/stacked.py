@@ -34,7 +34,7 @@ from scheda.protocol import phases, recorded_runs, selection as select
 from scheda.protocol.jobs import JobSpec, pct
 from scheda.protocol.kinds import kind_of
 from scheda.protocol.seed_report import interval, paired_verdict
-from scheda.protocol.seeds import BEST, Replicas, read_outcome
+from scheda.protocol.seeds import BEST, SUBPHASES, Replicas, read_outcome
 from scheda.protocol.tables.base import REGISTRY, Progress, RecordedPhase, register_phase
 from scheda.utils import stats
 from scheda.utils.errors import ConfigError, SchedaError
@@ -161,8 +161,10 @@ def _restore_layers(p: Progress, phase: str, payloads: list[Any]) -> dict[str, A
 
 
 def layer_estimate(cfg: DictConfig, grid: str, phase: str) -> list[dict[str, Any]]:
-    """The grid phase's estimate of layer 2 on every base, as ``phase``'s, its inputs layer 1's units."""
-    return [{**item, "phase": phase, "inputs": settings(cfg).hidden}
+    """The grid phase's estimate of layer 2 on every base, as ``phase``'s, its inputs layer 1's units
+    (a launch of its own, as the stacked phases name theirs: stack_seed_da ...)."""
+    return [{**item, "phase": phase, "inputs": settings(cfg).hidden,
+             **({"stage": f"stack_{item['stage']}"} if "stage" in item else {})}
             for base in BASES for item in REGISTRY[grid].estimate(layer_view(cfg, CONTINUES[base]))]
 
 
@@ -343,8 +345,10 @@ class StackFinetune(StackPhase):
         size (the stack's layer 2 adds a fraction of layer 1's work)."""
         if cfg.scale.finetune is None:
             return []
-        stacks = sum(1 + len(CONTINUES[base]) for base in FINETUNED)
-        return [{"phase": self.name, "finetune": True, "hidden": settings(cfg).hidden}] * (stacks * len(cfg.scale.seeds))
+        stacks, first = sum(1 + len(CONTINUES[base]) for base in FINETUNED), cfg.scale.seeds[0]
+        return [{"phase": self.name, "finetune": True, "hidden": settings(cfg).hidden,
+                 **({} if seed == first else {"stage": f"stack_{SUBPHASES[2]}"})}
+                for seed in cfg.scale.seeds for _stack in range(stacks)]
 
 
 @register_phase
