@@ -64,7 +64,11 @@ def settings(cfg: DictConfig) -> Settings:
     top = int(st.top if st.top is not None else hidden)
     if top < 1:
         raise ConfigError(f"table.stacked.top={top}: layer 2 needs at least one unit")
-    for key in st.get("layer2") or {}:
+    layer2 = st.get("layer2")
+    if layer2 is not None and not OmegaConf.is_dict(layer2):
+        raise ConfigError(f"table.stacked.layer2={layer2}: give layer 2's grid as a mapping of the scale's dotted keys, "
+                          f"e.g. table.stacked.layer2={{da.nu: [0.7, 0.3]}}, or null for layer 1's")
+    for key in layer2 or {}:
         if OmegaConf.select(scale, key, default=None) is None or key.split(".")[0] in ("hidden", "seeds", "train"):
             raise ConfigError(f"table.stacked.layer2 sets {key}: give a key of layer 2's grid in the scale (da.nu, "
                               f"da.lr, da.epochs, scheda.nu0, scheda.K, ...)")
