@@ -620,6 +620,37 @@ def test_device_hours_scale_with_the_hidden_units_and_the_fused_grid():
     assert est["model_epochs"] == {"da": 4, "continue": 2} and est["jobs"] == {"da": 2, "continue": 1}
 
 
+def test_a_launch_of_fewer_jobs_than_the_benchmark_ran_side_by_side_is_charged_its_jobs_whole_time():
+    """Timed as two jobs side by side, the device does two jobs' work in that time only while two
+    run: the DA launch's two DAs share it (the raw baseline's evaluation is free here), the lone
+    ScheDA of the continue launch takes its whole time with a slot idle."""
+    from scheda.protocol import estimate
+
+    cfg = smoke_cfg(*FIXED, "scale.hidden=[32]", "scale.control=false", "scale.finetune=null")
+    bench = {"device_name": "X", "n": 1000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 3.0}],
+             "side_by_side": {"jobs": 2, "threads": 1}}
+    est = estimate.estimate(cfg, bench, 20)
+    one = 2 * 3.0 * 32 / 16  # a job's 2 epochs at 32 units
+    assert est["train_hours"] * 3600 == pytest.approx(3 * one / 2)  # the work: 3 jobs on 2 slots
+    assert est["device_hours"] * 3600 == pytest.approx(one + one)  # DA launch: 2 at once; continue: 1 alone
+    assert est["idle_hours"] * 3600 == pytest.approx(one / 2)
+    assert "slots idle" not in estimate.describe(cfg, est, "b.json")  # 6 s: under the line's 0.01 h
+    assert "slots idle while a launch has fewer jobs than 2 or waits on its longest 0.25" in \
+        estimate.describe(cfg, {**est, "idle_hours": 0.25}, "b.json")
+    assert estimate.makespan([3.0, 1.0, 1.0, 1.0], 2) == 3.0 and estimate.makespan([1.0] * 3, 2) == 2.0
+    assert estimate.makespan([], 2) == 0.0 and estimate.makespan([2.0, 5.0], 1) == 7.0
+
+
+def test_the_seeds_phase_is_charged_as_its_three_launches_run_in_turn():
+    """The further seeds' DAs, then their continuations, then their fine-tuning: each a launch of its
+    own, so a seed's one DA is not charged as if it ran beside its own continuations."""
+    from scheda.protocol import estimate
+
+    p = estimate.items(smoke_cfg(*FIXED, "scale.seeds=[0, 1, 2]"))
+    assert {estimate.stage_of(i) for i in p["items"] if i["phase"] == "seeds"} == {"seed_da", "seed_continue"}
+    assert sorted(p["finetune_stages"]) == ["finetune"] * 2 + ["seed_finetune"] * 4  # 2 kinds x seeds 0 | 1, 2
+
+
 def test_device_hours_count_everything_a_run_pays_each_from_its_measured_cost():
     """Fine-tuning (every learning rate of the preset, its epochs as the scale sets them), each
     job's data load and step build, each phase's process start and the protocol's own, the C
@@ -653,8 +684,9 @@ def test_device_hours_count_everything_a_run_pays_each_from_its_measured_cost():
     # timed as two jobs side by side on one device (each time one job's while both run): the device does
     # two jobs' work in that time
     shared = estimate.estimate(cfg, {**bench, "side_by_side": {"jobs": 2, "threads": 1}}, 50)
-    assert shared["device_hours"] == pytest.approx(fused_est["device_hours"] / 2)
     assert shared["train_hours"] == pytest.approx(fused_est["train_hours"] / 2)
+    assert shared["device_hours"] == pytest.approx(fused_est["device_hours"] / 2 + shared["idle_hours"])
+    assert fused_est["device_hours"] / 2 < shared["device_hours"] < fused_est["device_hours"]
     assert "2 jobs side by side as timed" in estimate.describe(cfg, shared, "b.json")
 
 

@@ -200,6 +200,8 @@ def test_a_rerun_trains_nothing_in_place_or_moved(stacked, tmp_path, moved):
     ("table.stacked.hidden=17", "table.stacked.hidden=17"),
     ("table.stacked.top=0", "table.stacked.top=0"),
     ("table.continuations=[]", "keep scheda"),
+    ("table.stacked.layer2=3", "table.stacked.layer2=3: give layer 2's grid as a mapping"),
+    ("table.stacked.layer2={dx.nu: [0.3]}", "table.stacked.layer2 sets dx.nu: give a key of layer 2's grid"),
 ])
 def test_bad_stacked_settings_are_refused_before_any_job(tmp_path, override, message):
     proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "table=stacked", "scale=smoke",
@@ -207,6 +209,17 @@ def test_bad_stacked_settings_are_refused_before_any_job(tmp_path, override, mes
     assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out" / "da").exists()  # no job ran
+
+
+def test_layer_2_s_grid_is_set_from_the_command_line_and_leaves_layer_1_s():
+    """``table.stacked.layer2={da.nu: [...]}`` as a user types it (a new mapping, not keys appended
+    with +): layer 2 plans its grid, layer 1 the scale's."""
+    from scheda.protocol.tables.stacked import layer_view
+
+    cfg = smoke_cfg("table=stacked", "table.stacked.layer2={da.nu: [0.3], da.epochs: 5}")
+    view = layer_view(cfg, [])
+    assert list(view.scale.da.nu) == [0.3] and view.scale.da.epochs == 5
+    assert list(cfg.scale.da.nu) == [0.5, 0.3] and cfg.scale.da.epochs != 5
 
 
 def test_the_estimate_counts_every_stack_the_table_fine_tuned(stacked):
@@ -236,4 +249,4 @@ def test_the_estimate_costs_layer_2_on_layer_1_s_units():
     bench = {"rows": [{"hidden": 500, "batch_size": 20, "eager_s": 10.0}], "n": 45000, "inputs": 3072}
     train_da, _ = estimate.item_seconds(da, bench, 20, False)
     train_on, _ = estimate.item_seconds(on, bench, 20, False, inputs=on["inputs"])
-    assert train_on == pytest.approx(train_da * 500 / 3072)
+    assert train_on / on["epochs"] == pytest.approx(train_da / da["epochs"] * 500 / 3072)  # an epoch each

@@ -122,8 +122,11 @@ class StackedConfig:
     hidden: Optional[int] = None  # layer 1's units (one of scale.hidden); null: scale.hidden's first
     top: Optional[int] = None  # layer 2's units; null: layer 1's
     # Layer 2's grid where it is not layer 1's: scale values by dotted key, e.g. {da.nu: [0.7, 0.3]} (a
-    # scale whose layer-1 grid is pinned to table1's choice still searches layer 2's)
-    layer2: Dict[str, Any] = field(default_factory=dict)
+    # scale whose layer-1 grid is pinned to table1's choice still searches layer 2's); null: layer 1's.
+    # Typed Any, not Dict, so that table.stacked.layer2={da.nu: [0.7]} sets it from the command line (a
+    # typed mapping of the struct config refuses keys it does not hold); a non-mapping is refused in
+    # scheda.protocol.tables.stacked.settings
+    layer2: Any = None
 
 
 @dataclass

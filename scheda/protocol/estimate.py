@@ -44,7 +44,26 @@ def items(cfg: DictConfig, beyond: DictConfig | None = None) -> dict[str, Any]:
                                   f"seeds (scale.seeds)")
             planned.remove(item)  # each of its items is one of cfg's: a block adds seeds to it
     return {"items": [i for i in planned if not i.get("finetune")],
-            "finetune_jobs": sum(1 for i in planned if i.get("finetune"))}
+            "finetune_jobs": sum(1 for i in planned if i.get("finetune")),
+            "finetune_stages": [stage_of(i) for i in planned if i.get("finetune")]}
+
+
+def stage_of(item: dict[str, Any]) -> str:
+    """The launch that runs an item's job (``stage`` where a phase runs several in turn, as the
+    seeds phase does: seed_da, then seed_continue, then seed_finetune), else its phase."""
+    return item.get("stage", item["phase"])
+
+
+def makespan(seconds: list[float], slots: int) -> float:
+    """The wall time of one launch's jobs on ``slots`` jobs at once, each started in order as a slot
+    frees (Hydra's joblib launcher dispatches so): a launch of fewer jobs than slots leaves slots
+    idle, and one long job keeps the launch waiting while the others have finished."""
+    import heapq
+
+    free = [0.0] * max(1, slots)
+    for s in seconds:
+        heapq.heappush(free, heapq.heappop(free) + s)
+    return max(free)
 
 
 def load_bench(path: str | Path) -> dict[str, Any]:
@@ -167,7 +186,9 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int,
     fast, examples, inputs = fast_step(cfg), train_examples(cfg), int(cfg.table.get("inputs", INPUTS))
     out: dict[str, Any] = {"jobs": {}, "model_epochs": {}, "evaluations": 0, "finetune_jobs": p["finetune_jobs"],
                            "checkpoint_bytes": 0, "precision": precision}
-    seconds_train = seconds_eval = 0.0
+    seconds_train = seconds_eval = seconds_shared = 0.0
+    jobs_of: dict[str, list[float]] = {}  # launch -> each of its jobs' seconds, in plan order
+    per_job = job_seconds(bench, examples) if bench is not None else 0.0
     for item in p["items"]:
         phase = item["phase"]
         if item.get("job", True):  # an analysis' work is no job of its own
@@ -184,11 +205,16 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int,
             train, evals = item_seconds(item, bench, batch_size, fast, examples, search_share(cfg),
                                         item.get("inputs", inputs))
             seconds_train, seconds_eval = seconds_train + train, seconds_eval + evals
+            if item.get("job", True):
+                jobs_of.setdefault(stage_of(item), []).append(train + evals + per_job)
+            else:  # an analysis runs in the protocol's own process, on every core's threads
+                seconds_shared += train + evals
     if bench is None:
         return out
     jobs = sum(1 for item in p["items"] if item.get("job", True)) + p["finetune_jobs"]
     phases = len({item["phase"] for item in p["items"]}) + bool(p["finetune_jobs"])
-    seconds_jobs = jobs * job_seconds(bench, examples) + start_seconds(bench, jobs, phases, cfg.launcher)
+    starts = start_seconds(bench, jobs, phases, cfg.launcher)
+    seconds_jobs = jobs * per_job + starts
     seconds_finetune, finetune_measured = 0.0, True
     if p["finetune_jobs"]:
         lrs, epochs, fused = finetune_budget(cfg)
@@ -201,13 +227,19 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int,
             else:
                 per_rate = epoch_seconds(bench, hidden, batch_size, examples=examples, key="finetune_s", inputs=inputs)
             seconds_finetune += p["finetune_jobs"] / len(cfg.scale.hidden) * lrs * epochs * per_rate
+        for stage in p["finetune_stages"]:
+            jobs_of.setdefault(stage, []).append(seconds_finetune / p["finetune_jobs"] + per_job)
     # A benchmark timed as K jobs side by side on one device (bench_train.py --side-by-side K: each
-    # timing is one job's while K run) gives the device K jobs' work in that time.
+    # timing is one job's while K run) gives the device K jobs' work in that time, where K jobs can
+    # run: the launches run in turn, each of its jobs on one of K slots (:func:`makespan`), so a
+    # launch of one job takes that job's whole time; the processes' starts and the analyses are
+    # shared by every core.
     share = (bench.get("side_by_side") or {}).get("jobs", 1)
     total = seconds_train + seconds_eval + seconds_jobs + seconds_finetune
+    wall = sum(makespan(seconds, share) for seconds in jobs_of.values()) + (starts + seconds_shared) / share
     hours = {f"{part}_hours": seconds / 3600 / share for part, seconds in (
-        ("train", seconds_train), ("eval", seconds_eval), ("job", seconds_jobs), ("finetune", seconds_finetune),
-        ("device", total))}
+        ("train", seconds_train), ("eval", seconds_eval), ("job", seconds_jobs), ("finetune", seconds_finetune))}
+    hours.update(idle_hours=max(0.0, wall - total / share) / 3600, device_hours=max(wall, total / share) / 3600)
     out.update(device=bench.get("device_name", bench.get("device")), **hours, side_by_side=share,
                eval_measured="lr_search" in bench,
                jobs_measured="job_start_s" in bench, finetune_measured=finetune_measured)
@@ -246,6 +278,9 @@ def describe(cfg: DictConfig, est: dict[str, Any], bench_path: str | None) -> st
              part("jobs' start", "job_hours", est["jobs_measured"])]
     if est["finetune_jobs"]:
         parts.append(part("fine-tuning", "finetune_hours", est["finetune_measured"]))
+    if est.get("idle_hours", 0.0) >= 0.005:
+        parts.append(f"slots idle while a launch has fewer jobs than {est['side_by_side']} or waits on its longest "
+                     f"{est['idle_hours']:.2f}")
     jobs_at_once = f", {est['side_by_side']} jobs side by side as timed" if est.get("side_by_side", 1) > 1 else ""
     precision = f" in {est['precision']}" if est.get("precision", "fp32") != "fp32" else ""
     return (text + f"; about {est['device_hours']:.2f} device-hours{precision} on {est['device']}{jobs_at_once} "

@@ -15,7 +15,7 @@ from scheda.protocol.jobs import JobSpec, fmt
 from scheda.protocol.kinds import BASELINE, CONTROL, FINETUNE, kind_of, of_role
 from scheda.protocol.report import results_section
 from scheda.protocol.seed_report import RULES
-from scheda.protocol.seeds import Replicas
+from scheda.protocol.seeds import SUBPHASES, Replicas
 from scheda.protocol.tables.base import Progress, RecordedPhase, register_phase
 from scheda.utils.errors import SchedaError
 from scheda.utils.io import atomic_write_json
@@ -178,11 +178,13 @@ class Finetune(RecordedPhase):
             atomic_write_json(p.out_dir / f"continuations_{p.cfg.table.name}.json", p.continued)
 
     def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
-        """Every fine-tuning kind per hidden size and seed (the seeds' own included)."""
+        """Every fine-tuning kind per hidden size and seed (the further seeds' own, launched by the
+        seeds phase after their replicas: its seed_finetune)."""
         if cfg.scale.finetune is None:
             return []
-        return [{"phase": "finetune", "finetune": True, "hidden": h}
-                for _kind in of_role(FINETUNE) for h in cfg.scale.hidden for _seed in cfg.scale.seeds]
+        first = cfg.scale.seeds[0]
+        return [{"phase": "finetune", "finetune": True, "hidden": h, **({} if seed == first else {"stage": SUBPHASES[2]})}
+                for _kind in of_role(FINETUNE) for h in cfg.scale.hidden for seed in cfg.scale.seeds]
 
     def record(self, p: Progress) -> dict[str, Any] | None:
         """Each fine-tuning kind's chosen result."""
@@ -223,7 +225,7 @@ class Seeds(RecordedPhase):
             kinds = {job.meta["kind"] for job in runs}
             starts = {job.meta["kind"] for job in runs if "init_from" in job.values}
             das = min(len(scale.da.nu), 1 + len(starts))
-            da = {"phase": "seeds", "hidden": hidden, "epochs": scale.da.epochs,
+            da = {"phase": "seeds", "stage": SUBPHASES[0], "hidden": hidden, "epochs": scale.da.epochs,
                   "evals": scale.da.epochs // scale.da.eval_every}
             items += [{**da, "models": further, "evals": further * da["evals"]}] * das if scale.da.fused \
                 else [{**da, "models": 1}] * (das * further)
@@ -233,7 +235,8 @@ class Seeds(RecordedPhase):
                 evals = longest.meta.get("levels", epochs) if "trainer.patience" not in longest.values \
                     else epochs // longest.values["evaluate.every"]
                 copies = 1 + len(of_role(CONTROL)) if scale.control and kind_of(kind).controlled else 1
-                items += [{"phase": "seeds", "hidden": hidden, "epochs": epochs, "evals": evals, "models": 1}] \
+                items += [{"phase": "seeds", "stage": SUBPHASES[1], "hidden": hidden, "epochs": epochs, "evals": evals,
+                           "models": 1}] \
                     * (copies * further)
         return items
 

@@ -34,7 +34,7 @@ from scheda.protocol import phases, recorded_runs, selection as select
 from scheda.protocol.jobs import JobSpec, pct
 from scheda.protocol.kinds import kind_of
 from scheda.protocol.seed_report import interval, paired_verdict
-from scheda.protocol.seeds import BEST, Replicas, read_outcome
+from scheda.protocol.seeds import BEST, SUBPHASES, Replicas, read_outcome
 from scheda.protocol.tables.base import REGISTRY, Progress, RecordedPhase, register_phase
 from scheda.utils import stats
 from scheda.utils.errors import ConfigError, SchedaError
@@ -64,7 +64,11 @@ def settings(cfg: DictConfig) -> Settings:
     top = int(st.top if st.top is not None else hidden)
     if top < 1:
         raise ConfigError(f"table.stacked.top={top}: layer 2 needs at least one unit")
-    for key in st.get("layer2") or {}:
+    layer2 = st.get("layer2")
+    if layer2 is not None and not OmegaConf.is_dict(layer2):
+        raise ConfigError(f"table.stacked.layer2={layer2}: give layer 2's grid as a mapping of the scale's dotted keys, "
+                          f"e.g. table.stacked.layer2={{da.nu: [0.7, 0.3]}}, or null for layer 1's")
+    for key in layer2 or {}:
         if OmegaConf.select(scale, key, default=None) is None or key.split(".")[0] in ("hidden", "seeds", "train"):
             raise ConfigError(f"table.stacked.layer2 sets {key}: give a key of layer 2's grid in the scale (da.nu, "
                               f"da.lr, da.epochs, scheda.nu0, scheda.K, ...)")
@@ -161,8 +165,10 @@ def _restore_layers(p: Progress, phase: str, payloads: list[Any]) -> dict[str, A
 
 
 def layer_estimate(cfg: DictConfig, grid: str, phase: str) -> list[dict[str, Any]]:
-    """The grid phase's estimate of layer 2 on every base, as ``phase``'s, its inputs layer 1's units."""
-    return [{**item, "phase": phase, "inputs": settings(cfg).hidden}
+    """The grid phase's estimate of layer 2 on every base, as ``phase``'s, its inputs layer 1's units
+    (a launch of its own, as the stacked phases name theirs: stack_seed_da ...)."""
+    return [{**item, "phase": phase, "inputs": settings(cfg).hidden,
+             **({"stage": f"stack_{item['stage']}"} if "stage" in item else {})}
             for base in BASES for item in REGISTRY[grid].estimate(layer_view(cfg, CONTINUES[base]))]
 
 
@@ -343,8 +349,10 @@ class StackFinetune(StackPhase):
         size (the stack's layer 2 adds a fraction of layer 1's work)."""
         if cfg.scale.finetune is None:
             return []
-        stacks = sum(1 + len(CONTINUES[base]) for base in FINETUNED)
-        return [{"phase": self.name, "finetune": True, "hidden": settings(cfg).hidden}] * (stacks * len(cfg.scale.seeds))
+        stacks, first = sum(1 + len(CONTINUES[base]) for base in FINETUNED), cfg.scale.seeds[0]
+        return [{"phase": self.name, "finetune": True, "hidden": settings(cfg).hidden,
+                 **({} if seed == first else {"stage": f"stack_{SUBPHASES[2]}"})}
+                for seed in cfg.scale.seeds for _stack in range(stacks)]
 
 
 @register_phase
