@@ -639,6 +639,7 @@ def test_a_launch_of_fewer_jobs_than_the_benchmark_ran_side_by_side_is_charged_i
         estimate.describe(cfg, {**est, "idle_hours": 0.25}, "b.json")
     assert estimate.makespan([3.0, 1.0, 1.0, 1.0], 2) == 3.0 and estimate.makespan([1.0] * 3, 2) == 2.0
     assert estimate.makespan([], 2) == 0.0 and estimate.makespan([2.0, 5.0], 1) == 7.0
+    assert estimate.makespan([1.0, 1.0, 2.0], 2) == 2.0  # the longest first, as the launcher orders them
 
 
 def test_the_seeds_phase_is_charged_as_its_three_launches_run_in_turn():

@@ -55,13 +55,14 @@ def stage_of(item: dict[str, Any]) -> str:
 
 
 def makespan(seconds: list[float], slots: int) -> float:
-    """The wall time of one launch's jobs on ``slots`` jobs at once, each started in order as a slot
-    frees (Hydra's joblib launcher dispatches so): a launch of fewer jobs than slots leaves slots
+    """The wall time of one launch's jobs on ``slots`` jobs at once, the longest first, each on the
+    first slot to free (scheda.protocol.launch starts a phase's jobs by the most work left, and
+    Hydra's joblib launcher dispatches them so): a launch of fewer jobs than slots leaves slots
     idle, and one long job keeps the launch waiting while the others have finished."""
     import heapq
 
     free = [0.0] * max(1, slots)
-    for s in seconds:
+    for s in sorted(seconds, reverse=True):
         heapq.heappush(free, heapq.heappop(free) + s)
     return max(free)
 
@@ -187,7 +188,7 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int,
     out: dict[str, Any] = {"jobs": {}, "model_epochs": {}, "evaluations": 0, "finetune_jobs": p["finetune_jobs"],
                            "checkpoint_bytes": 0, "precision": precision}
     seconds_train = seconds_eval = seconds_shared = 0.0
-    jobs_of: dict[str, list[float]] = {}  # launch -> each of its jobs' seconds, in plan order
+    jobs_of: dict[str, list[float]] = {}  # launch -> each of its jobs' seconds
     per_job = job_seconds(bench, examples) if bench is not None else 0.0
     for item in p["items"]:
         phase = item["phase"]
@@ -231,7 +232,7 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int,
             jobs_of.setdefault(stage, []).append(seconds_finetune / p["finetune_jobs"] + per_job)
     # A benchmark timed as K jobs side by side on one device (bench_train.py --side-by-side K: each
     # timing is one job's while K run) gives the device K jobs' work in that time, where K jobs can
-    # run: the launches run in turn, each of its jobs on one of K slots (:func:`makespan`), so a
+    # run: the launches run in turn, their jobs on K slots (:func:`makespan`), so a
     # launch of one job takes that job's whole time; the processes' starts and the analyses are
     # shared by every core.
     share = (bench.get("side_by_side") or {}).get("jobs", 1)
