@@ -665,6 +665,9 @@ def test_a_lone_job_is_charged_as_the_benchmark_timed_one_alone_on_every_core():
     evaluations = (lone["hours"] * 3600 - train) / evals  # as many as the plan gives it
     assert after["launches"]["continue"]["hours"] * 3600 == pytest.approx(0.6 * train + 0.25 * evals * evaluations)
     assert after["idle_hours"] < before["idle_hours"] and after["device_hours"] < before["device_hours"]
+    assert "2 jobs side by side as timed (a launch of one job as timed alone on every core)" in \
+        estimate.describe(cfg, after, "b.json")
+    assert "as timed alone" not in estimate.describe(cfg, before, "b.json")
     line = estimate.by_launch(after)
     assert line.startswith("by launch, on 2 slots, the longest first: da ") and "continue" in line and "(1 job)" in line
 

@@ -319,6 +319,8 @@ def describe(cfg: DictConfig, est: dict[str, Any], bench_path: str | None) -> st
         parts.append(f"slots idle while a launch has fewer jobs than {est['side_by_side']} or waits on its longest "
                      f"{est['idle_hours']:.2f}")
     jobs_at_once = f", {est['side_by_side']} jobs side by side as timed" if est.get("side_by_side", 1) > 1 else ""
+    if jobs_at_once and est.get("alone_measured"):
+        jobs_at_once += " (a launch of one job as timed alone on every core)"
     precision = f" in {est['precision']}" if est.get("precision", "fp32") != "fp32" else ""
     return (text + f"; about {est['device_hours']:.2f} device-hours{precision} on {est['device']}{jobs_at_once} "
             f"({', '.join(parts)}; from {bench_path})")
