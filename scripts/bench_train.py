@@ -556,10 +556,13 @@ def main(argv=None) -> int:
     parser.add_argument("--side-by-side", type=int, default=1, metavar="K",
                         help="K copies of this benchmark at once, each with 1/K of the threads, as K protocol "
                              "jobs share one CPU (launcher=joblib n_jobs=K): each job's time, not one alone's")
+    parser.add_argument("--alone", action="store_true",
+                        help="with --side-by-side: also one copy alone on every thread, after them (a launch of one "
+                             "job gets every core): the plan charges such a launch at that copy's timings")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.side_by_side > 1:
-        return side_by_side(list(sys.argv[1:] if argv is None else argv), args.side_by_side, args.json)
+        return side_by_side(list(sys.argv[1:] if argv is None else argv), args.side_by_side, args.json, args.alone)
     if args.threads:
         torch.set_num_threads(args.threads)
     N = args.n
@@ -750,34 +753,50 @@ def _without(argv: list[str], flag: str) -> list[str]:
     return out
 
 
-def side_by_side(argv: list[str], jobs: int, json_path: Path | None) -> int:
+def side_by_side(argv: list[str], jobs: int, json_path: Path | None, alone: bool = False) -> int:
     """``jobs`` copies of this benchmark started together, each with 1/``jobs`` of the threads (as the
     protocol's ``launcher=joblib n_jobs=K`` shares a CPU; on a 2-core EPYC at H 500 an epoch took 4.9 s
     alone with both threads, 7.7 and 8.3 s for each of two side by side). The report is the slowest copy's (every timing, floor and
     check its own: a copy that beats its floor fails the run), with each copy's default step time and
-    ``side_by_side`` ({jobs, threads}), which the protocol's estimate divides its device-hours by."""
+    ``side_by_side`` ({jobs, threads}), which the protocol's estimate divides its device-hours by.
+    ``alone``: then one copy alone on every thread, its first row's timings kept as ``alone`` (the
+    plan's charge for a launch of one job, measured in the same run as the copies beside each other)."""
     import subprocess
     import tempfile
 
-    threads = max(1, torch.get_num_threads() // jobs)
+    every = torch.get_num_threads()
+    threads = max(1, every // jobs)
     rest = _without(_without(_without(argv, "--side-by-side"), "--json"), "--threads")
-    with tempfile.TemporaryDirectory() as tmp:
-        parts = [Path(tmp) / f"job{i}.json" for i in range(jobs)]
-        procs = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *rest, "--threads", str(threads),
-                                   "--json", str(part)]) for part in parts]
+    rest = [arg for arg in rest if arg != "--alone"]
+
+    def copies(n: int, each_threads: int, tmp: str, tag: str) -> tuple[list[int], list[dict]]:
+        parts = [Path(tmp) / f"{tag}{i}.json" for i in range(n)]
+        procs = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *rest, "--threads",
+                                   str(each_threads), "--json", str(part)]) for part in parts]
         codes = [proc.wait() for proc in procs]
-        reports = [json.loads(part.read_text()) for part in parts if part.exists()]
-    if len(reports) < jobs or not all(r["rows"] and "default_s" in r["rows"][0] for r in reports):
-        print(f"side by side: {jobs - len(reports)} of {jobs} copies wrote no timing (exit codes {codes})",
-              file=sys.stderr)
+        return codes, [json.loads(part.read_text()) for part in parts if part.exists()]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        codes, reports = copies(jobs, threads, tmp, "job")
+        lone_codes, lone = copies(1, every, tmp, "alone") if alone else ([], [])
+    timed = reports + lone
+    if len(timed) < jobs + alone or not all(r["rows"] and "default_s" in r["rows"][0] for r in timed):
+        print(f"side by side: {jobs + alone - len(timed)} of {jobs + alone} copies wrote no timing (exit codes "
+              f"{codes + lone_codes})", file=sys.stderr)
         return 1
     each = [r["rows"][0]["default_s"] for r in reports]
     report = reports[each.index(max(each))]
     report["side_by_side"] = {"jobs": jobs, "threads": threads, "default_s": each}
+    if lone:
+        row = lone[0]["rows"][0]
+        report["alone"] = {"threads": every, **{k: row[k] for k in ("hidden", "batch_size", "default_s", "eager_s",
+                                                                       "finetune_s", "finetune_grid_s") if k in row},
+                           **({"lr_search_s": lone[0]["lr_search"]["seconds"]} if lone[0].get("lr_search") else {})}
     write_json(json_path, report)
     print(f"side by side: {jobs} jobs of {threads} thread{'s' if threads != 1 else ''}, the first row's epoch "
-          + ", ".join(f"{t:.3g}" for t in each) + " s (the slowest copy's report kept)", flush=True)
-    return max(codes)
+          + ", ".join(f"{t:.3g}" for t in each) + " s (the slowest copy's report kept)"
+          + (f"; alone on {every}: {report['alone']['default_s']:.3g} s" if lone else ""), flush=True)
+    return max(codes + lone_codes)
 
 
 def cpu_libraries() -> dict[str, str]:

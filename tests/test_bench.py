@@ -97,14 +97,15 @@ def test_models_that_fill_the_card_keep_pass_ii_whole(bench):
 
 def test_side_by_side_times_each_of_k_copies_at_once_and_keeps_the_slowest(tmp_path):
     """--side-by-side 2: two copies of the benchmark started together with half the threads each (as two
-    protocol jobs share a CPU); the report is the slower copy's whole, with both copies' times."""
+    protocol jobs share a CPU); the report is the slower copy's whole, with both copies' times. --alone:
+    then one copy alone on every thread (a launch of one job), its first row's timings kept apart."""
     import subprocess
     import sys
 
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_train.py"), "--device", "cpu", "--hidden", "16",
                            "--batch-sizes", "8", "--batches", "2", "--n", "96", "--skip-naive", "--rate-seconds", "0.01",
-                           "--job-tries", "1", "--side-by-side", "2", "--json", str(out)],
+                           "--job-tries", "1", "--side-by-side", "2", "--alone", "--json", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     report = json.loads(out.read_text())
@@ -112,6 +113,9 @@ def test_side_by_side_times_each_of_k_copies_at_once_and_keeps_the_slowest(tmp_p
     assert side["jobs"] == 2 and side["threads"] == max(1, torch.get_num_threads() // 2) == report["threads"]
     assert len(side["default_s"]) == 2 and report["rows"][0]["default_s"] == max(side["default_s"])
     assert "side by side: 2 jobs of" in proc.stdout
+    alone = report["alone"]
+    assert alone["threads"] == torch.get_num_threads() and (alone["hidden"], alone["batch_size"]) == (16, 8)
+    assert alone["default_s"] > 0 and f"alone on {alone['threads']}: " in proc.stdout
 
 
 def test_an_evaluation_is_timed_on_a_trained_runs_own_features(bench, cifar_arrays, tmp_path):

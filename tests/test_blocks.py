@@ -231,16 +231,19 @@ def test_joined_blocks_concatenate_their_lists_and_refuse_differing_values():
         joined(cfg, [Block(0, "a", {"table.features.summary_nu": 0.4}), Block(1, "b", {"table.features.summary_nu": 0.3})])
 
 
-def test_every_committed_cpu_block_fits_its_hours_by_the_committed_benchmark(tmp_path):
-    """The cut of table=features scale=cpu is checked against the benchmark it was chosen by."""
-    bench = REPO / "docs" / "results" / "bench_train_cpu_h500_side_by_side_2026-12-01.json"
-    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "table=features", "scale=cpu",
+@pytest.mark.parametrize("table, blocks, bench", [
+    ("features", 11, "bench_train_cpu_h500_side_by_side_2026-12-01.json"),
+])
+def test_every_committed_cpu_block_fits_its_hours_by_the_committed_benchmark(tmp_path, table, blocks, bench):
+    """Each cpu cut in blocks is checked against the benchmark it was chosen by (its table.blocks.cut)."""
+    bench = REPO / "docs" / "results" / bench
+    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", f"table={table}", "scale=cpu",
                            "dry_run=true", f"bench={bench}", f"table.blocks.records={tmp_path / 'none'}"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     output = proc.stdout + proc.stderr
     planned = [float(h) for h in re.findall(r"block \d+ \S+: .*; (\d+\.\d+) h planned", output)]
-    assert len(planned) == 11 and max(planned) <= 2.0 and "(over 2 h)" not in output, output[-3000:]
+    assert len(planned) == blocks and max(planned) <= 2.0 and "(over 2 h)" not in output, output[-3000:]
 
 
 def test_a_records_folder_that_cannot_be_made_is_refused_before_any_job(tmp_path):

@@ -309,6 +309,10 @@ def test_launchers(monkeypatch):
     monkeypatch.setattr(launch.os, "cpu_count", lambda: 8)
     assert launch.launcher_overrides(smoke_cfg("launcher=joblib", "n_jobs=4")) == [
         "hydra/launcher=joblib", "hydra.launcher.n_jobs=4", "trainer.num_threads=2"]
+    # a launch of fewer jobs than n_jobs shares the cores among its own: one job gets all 8, three get 2 each
+    assert launch.launcher_overrides(smoke_cfg("launcher=joblib", "n_jobs=4"), jobs=1)[-1] == "trainer.num_threads=8"
+    assert launch.launcher_overrides(smoke_cfg("launcher=joblib", "n_jobs=4"), jobs=3)[-1] == "trainer.num_threads=2"
+    assert launch.launcher_overrides(smoke_cfg("launcher=joblib", "n_jobs=2"), jobs=9)[-1] == "trainer.num_threads=4"
     assert launch.launcher_overrides(smoke_cfg("launcher=submitit_slurm",
                                                  "launcher_overrides=['hydra.launcher.partition=gpu']")) == [
         "hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu"]
@@ -640,6 +644,32 @@ def test_a_launch_of_fewer_jobs_than_the_benchmark_ran_side_by_side_is_charged_i
     assert estimate.makespan([3.0, 1.0, 1.0, 1.0], 2) == 3.0 and estimate.makespan([1.0] * 3, 2) == 2.0
     assert estimate.makespan([], 2) == 0.0 and estimate.makespan([2.0, 5.0], 1) == 7.0
     assert estimate.makespan([1.0, 1.0, 2.0], 2) == 2.0  # the longest first, as the launcher orders them
+
+
+def test_a_lone_job_is_charged_as_the_benchmark_timed_one_alone_on_every_core():
+    """scheda.protocol.launch gives a launch of one job every core; a benchmark with a copy timed
+    alone (bench_train.py --side-by-side 2 --alone) charges it at that copy's epoch and evaluation,
+    holding the whole device (no slot idle); the DA launch's two jobs keep the side-by-side timings."""
+    from scheda.protocol import estimate
+
+    cfg = smoke_cfg(*FIXED, "scale.hidden=[32]", "scale.control=false", "scale.finetune=null")
+    side = {"device_name": "X", "n": 1000, "rows": [{"hidden": 16, "batch_size": 20, "eager_s": 3.0, "default_s": 3.0}],
+            "lr_search": {"n": 1000, "features": 16, "seconds": 4.0}, "side_by_side": {"jobs": 2, "threads": 1}}
+    both = {**side, "alone": {"threads": 2, "hidden": 16, "batch_size": 20, "default_s": 1.8, "lr_search_s": 1.0}}
+    before, after = estimate.estimate(cfg, side, 20), estimate.estimate(cfg, both, 20)
+    assert estimate.alone_factors(both, 20) == pytest.approx({"train": 0.6, "eval": 0.25, "finetune": 0.6})
+    assert estimate.alone_factors(side, 20) is None and not before["alone_measured"] and after["alone_measured"]
+    da, lone = before["launches"]["da"], before["launches"]["continue"]
+    assert after["launches"]["da"] == da and lone["jobs"] == 1
+    train, evals = 2 * 3.0 * 32 / 16, 4.0 / 16 * 32 * 4 / 17  # the ScheDA's 2 epochs, an evaluation's C search
+    evaluations = (lone["hours"] * 3600 - train) / evals  # as many as the plan gives it
+    assert after["launches"]["continue"]["hours"] * 3600 == pytest.approx(0.6 * train + 0.25 * evals * evaluations)
+    assert after["idle_hours"] < before["idle_hours"] and after["device_hours"] < before["device_hours"]
+    assert "2 jobs side by side as timed (a launch of one job as timed alone on every core)" in \
+        estimate.describe(cfg, after, "b.json")
+    assert "as timed alone" not in estimate.describe(cfg, before, "b.json")
+    line = estimate.by_launch(after)
+    assert line.startswith("by launch, on 2 slots, the longest first: da ") and "continue" in line and "(1 job)" in line
 
 
 def test_the_seeds_phase_is_charged_as_its_three_launches_run_in_turn():

@@ -187,8 +187,8 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int,
     fast, examples, inputs = fast_step(cfg), train_examples(cfg), int(cfg.table.get("inputs", INPUTS))
     out: dict[str, Any] = {"jobs": {}, "model_epochs": {}, "evaluations": 0, "finetune_jobs": p["finetune_jobs"],
                            "checkpoint_bytes": 0, "precision": precision}
-    seconds_train = seconds_eval = seconds_shared = 0.0
-    jobs_of: dict[str, list[float]] = {}  # launch -> each of its jobs' seconds
+    seconds_shared = 0.0
+    charged: list[tuple[str, float, float]] = []  # each job's launch, training and evaluation seconds
     per_job = job_seconds(bench, examples) if bench is not None else 0.0
     for item in p["items"]:
         phase = item["phase"]
@@ -205,9 +205,8 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int,
             # a layer stacked on another takes that layer's units as its inputs
             train, evals = item_seconds(item, bench, batch_size, fast, examples, search_share(cfg),
                                         item.get("inputs", inputs))
-            seconds_train, seconds_eval = seconds_train + train, seconds_eval + evals
             if item.get("job", True):
-                jobs_of.setdefault(stage_of(item), []).append(train + evals + per_job)
+                charged.append((stage_of(item), train, evals))
             else:  # an analysis runs in the protocol's own process, on every core's threads
                 seconds_shared += train + evals
     if bench is None:
@@ -216,7 +215,7 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int,
     phases = len({item["phase"] for item in p["items"]}) + bool(p["finetune_jobs"])
     starts = start_seconds(bench, jobs, phases, cfg.launcher)
     seconds_jobs = jobs * per_job + starts
-    seconds_finetune, finetune_measured = 0.0, True
+    seconds_finetune, finetune_measured, finetune_each = 0.0, True, 0.0
     if p["finetune_jobs"]:
         lrs, epochs, fused = finetune_budget(cfg)
         for hidden in cfg.scale.hidden:  # the best DA and the best ScheDA of each size, per seed
@@ -228,23 +227,60 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int,
             else:
                 per_rate = epoch_seconds(bench, hidden, batch_size, examples=examples, key="finetune_s", inputs=inputs)
             seconds_finetune += p["finetune_jobs"] / len(cfg.scale.hidden) * lrs * epochs * per_rate
-        for stage in p["finetune_stages"]:
-            jobs_of.setdefault(stage, []).append(seconds_finetune / p["finetune_jobs"] + per_job)
+        finetune_each = seconds_finetune / p["finetune_jobs"]
     # A benchmark timed as K jobs side by side on one device (bench_train.py --side-by-side K: each
     # timing is one job's while K run) gives the device K jobs' work in that time, where K jobs can
-    # run: the launches run in turn, their jobs on K slots (:func:`makespan`), so a
-    # launch of one job takes that job's whole time; the processes' starts and the analyses are
+    # run: the launches run in turn, their jobs on K slots (:func:`makespan`), so a launch of fewer
+    # jobs leaves slots idle and one long job keeps it waiting. A launch of one job gets every core
+    # (scheda.protocol.launch): charged at the benchmark's copy timed alone where it has one
+    # (--alone), that job holds the whole device. The processes' starts and the analyses are
     # shared by every core.
     share = (bench.get("side_by_side") or {}).get("jobs", 1)
+    stages = [stage for stage, _, _ in charged] + list(p["finetune_stages"])
+    alone = alone_factors(bench, batch_size) if share > 1 else None
+    seconds_train = seconds_eval = 0.0
+    jobs_of: dict[str, list[float]] = {}  # launch -> each of its jobs' seconds
+    for stage, train, evals in charged:
+        lone = alone is not None and stages.count(stage) == 1
+        if lone:
+            train, evals = train * alone["train"], evals * alone["eval"]
+        seconds_train, seconds_eval = seconds_train + train * (share if lone else 1), \
+            seconds_eval + evals * (share if lone else 1)
+        jobs_of.setdefault(stage, []).append(train + evals + per_job)
+    seconds_finetune = 0.0
+    for stage in p["finetune_stages"]:
+        lone = alone is not None and stages.count(stage) == 1
+        each = finetune_each * (alone["finetune"] if lone else 1)
+        seconds_finetune += each * (share if lone else 1)
+        jobs_of.setdefault(stage, []).append(each + per_job)
     total = seconds_train + seconds_eval + seconds_jobs + seconds_finetune
-    wall = sum(makespan(seconds, share) for seconds in jobs_of.values()) + (starts + seconds_shared) / share
+    launches = {stage: makespan(seconds, share) for stage, seconds in jobs_of.items()}
+    wall = sum(launches.values()) + (starts + seconds_shared) / share
     hours = {f"{part}_hours": seconds / 3600 / share for part, seconds in (
         ("train", seconds_train), ("eval", seconds_eval), ("job", seconds_jobs), ("finetune", seconds_finetune))}
     hours.update(idle_hours=max(0.0, wall - total / share) / 3600, device_hours=max(wall, total / share) / 3600)
     out.update(device=bench.get("device_name", bench.get("device")), **hours, side_by_side=share,
+               alone_measured=alone is not None,
+               launches={stage: {"jobs": len(jobs_of[stage]), "hours": seconds / 3600} for stage, seconds in launches.items()},
                eval_measured="lr_search" in bench,
                jobs_measured="job_start_s" in bench, finetune_measured=finetune_measured)
     return out
+
+
+def alone_factors(bench: dict[str, Any], batch_size: int) -> dict[str, float] | None:
+    """A lone job's training, evaluation and fine-tuning time over one beside others, from the
+    benchmark's copy timed alone on every thread (``alone``, bench_train.py --side-by-side K --alone)
+    against the side-by-side row of its size; None where it has none (a lone job is then charged
+    at the side-by-side timings: an upper bound)."""
+    lone = bench.get("alone")
+    if not lone or not lone.get("default_s"):
+        return None
+    row = bench_row(bench, int(lone.get("hidden", bench["rows"][0]["hidden"])), int(lone.get("batch_size", batch_size)))
+    train = lone["default_s"] / row.get("default_s", row.get("eager_s"))
+    search = (bench.get("lr_search") or {}).get("seconds")
+    evals = lone["lr_search_s"] / search if search and lone.get("lr_search_s") else train
+    tune = lone["finetune_s"] / row["finetune_s"] if lone.get("finetune_s") and row.get("finetune_s") else train
+    return {"train": train, "eval": evals, "finetune": tune}
 
 
 def checkpoint_bytes(hidden: int, inputs: int) -> int:
@@ -283,9 +319,23 @@ def describe(cfg: DictConfig, est: dict[str, Any], bench_path: str | None) -> st
         parts.append(f"slots idle while a launch has fewer jobs than {est['side_by_side']} or waits on its longest "
                      f"{est['idle_hours']:.2f}")
     jobs_at_once = f", {est['side_by_side']} jobs side by side as timed" if est.get("side_by_side", 1) > 1 else ""
+    if jobs_at_once and est.get("alone_measured"):
+        jobs_at_once += " (a launch of one job as timed alone on every core)"
     precision = f" in {est['precision']}" if est.get("precision", "fp32") != "fp32" else ""
     return (text + f"; about {est['device_hours']:.2f} device-hours{precision} on {est['device']}{jobs_at_once} "
             f"({', '.join(parts)}; from {bench_path})")
+
+
+def by_launch(est: dict[str, Any]) -> str | None:
+    """Where a plan's wall time goes: each launch's (a phase, or a stage of one) hours and jobs, the
+    longest first, so a cut can be chosen by what it saves; None without a benchmark."""
+    launches = est.get("launches")
+    if not launches:
+        return None
+    order = sorted(launches.items(), key=lambda kv: -kv[1]["hours"])
+    k = est.get("side_by_side", 1)
+    return (f"by launch, on {k} slot{'s' if k != 1 else ''}, the longest first: " + ", ".join(
+        f"{stage} {v['hours']:.2f} h ({v['jobs']} job{'s' if v['jobs'] != 1 else ''})" for stage, v in order))
 
 
 def against_runs(cfg: DictConfig, bench: dict[str, Any], batch_size: int, runs: list[dict[str, Any]],

