@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -188,7 +189,7 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int,
     out: dict[str, Any] = {"jobs": {}, "model_epochs": {}, "evaluations": 0, "finetune_jobs": p["finetune_jobs"],
                            "checkpoint_bytes": 0, "precision": precision}
     seconds_shared = 0.0
-    charged: list[tuple[str, float, float]] = []  # each job's launch, training and evaluation seconds
+    charged: list[tuple[str, dict[str, float]]] = []  # each job's launch and seconds by part (train, eval, finetune)
     per_job = job_seconds(bench, examples) if bench is not None else 0.0
     for item in p["items"]:
         phase = item["phase"]
@@ -206,7 +207,7 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int,
             train, evals = item_seconds(item, bench, batch_size, fast, examples, search_share(cfg),
                                         item.get("inputs", inputs))
             if item.get("job", True):
-                charged.append((stage_of(item), train, evals))
+                charged.append((stage_of(item), {"train": train, "eval": evals}))
             else:  # an analysis runs in the protocol's own process, on every core's threads
                 seconds_shared += train + evals
     if bench is None:
@@ -236,23 +237,18 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int,
     # (--alone), that job holds the whole device. The processes' starts and the analyses are
     # shared by every core.
     share = (bench.get("side_by_side") or {}).get("jobs", 1)
-    stages = [stage for stage, _, _ in charged] + list(p["finetune_stages"])
+    charged += [(stage, {"finetune": finetune_each}) for stage in p["finetune_stages"]]
+    jobs_in = Counter(stage for stage, _ in charged)
     alone = alone_factors(bench, batch_size) if share > 1 else None
-    seconds_train = seconds_eval = 0.0
+    spent = {"train": 0.0, "eval": 0.0, "finetune": 0.0}  # device-seconds of each part, times share
     jobs_of: dict[str, list[float]] = {}  # launch -> each of its jobs' seconds
-    for stage, train, evals in charged:
-        lone = alone is not None and stages.count(stage) == 1
-        if lone:
-            train, evals = train * alone["train"], evals * alone["eval"]
-        seconds_train, seconds_eval = seconds_train + train * (share if lone else 1), \
-            seconds_eval + evals * (share if lone else 1)
-        jobs_of.setdefault(stage, []).append(train + evals + per_job)
-    seconds_finetune = 0.0
-    for stage in p["finetune_stages"]:
-        lone = alone is not None and stages.count(stage) == 1
-        each = finetune_each * (alone["finetune"] if lone else 1)
-        seconds_finetune += each * (share if lone else 1)
-        jobs_of.setdefault(stage, []).append(each + per_job)
+    for stage, parts in charged:
+        lone = alone is not None and jobs_in[stage] == 1  # it holds the whole device, at the alone timings
+        for part, seconds in parts.items():
+            parts[part] = seconds * (alone[part] if lone else 1)
+            spent[part] += parts[part] * (share if lone else 1)
+        jobs_of.setdefault(stage, []).append(sum(parts.values()) + per_job)
+    seconds_train, seconds_eval, seconds_finetune = spent["train"], spent["eval"], spent["finetune"]
     total = seconds_train + seconds_eval + seconds_jobs + seconds_finetune
     launches = {stage: makespan(seconds, share) for stage, seconds in jobs_of.items()}
     wall = sum(launches.values()) + (starts + seconds_shared) / share

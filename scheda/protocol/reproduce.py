@@ -86,8 +86,9 @@ def reproduce(cfg: DictConfig, out_dir: Path) -> Path | None:
     bench = estimate.load_bench(cfg.bench) if cfg.bench else None
     estimated = estimate.estimate(cfg, bench, batch, beyond)
     log.info("%s", estimate.describe(cfg, estimated, cfg.bench))
-    if estimate.by_launch(estimated):
-        log.info("%s", estimate.by_launch(estimated))
+    launches = estimate.by_launch(estimated)
+    if launches:
+        log.info("%s", launches)
     if given is not None:
         log.info("block %d reads the selection of block %d (%s, its record of %s): it trains only seeds %s of the "
                  "models that block chose", cfg.block, given[0].index, given[0].name, given[1]["date"],
