@@ -233,6 +233,7 @@ def test_joined_blocks_concatenate_their_lists_and_refuse_differing_values():
 
 @pytest.mark.parametrize("table, blocks, bench", [
     ("features", 11, "bench_train_cpu_h500_side_by_side_2026-12-01.json"),
+    ("stacked", 6, "bench_train_cpu_h500_side_by_side_alone_2026-12-03.json"),
 ])
 def test_every_committed_cpu_block_fits_its_hours_by_the_committed_benchmark(tmp_path, table, blocks, bench):
     """Each cpu cut in blocks is checked against the benchmark it was chosen by (its table.blocks.cut)."""

@@ -7,6 +7,7 @@ import json
 import re
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -214,6 +215,46 @@ def test_under_the_rule_every_job_trains_to_convergence_up_to_its_cap(tmp_path):
     # seeds continue from each seed's DA at the selection seed's best epoch, which pruning would remove
     with pytest.raises(ConfigError, match=r"trainer.keep_checkpoints=1: scheda-reproduce .* keeps every one: drop it"):
         phases.check(smoke_cfg("overrides=['trainer.keep_checkpoints=1']"))
+
+
+def test_a_scale_runs_the_controls_it_names_each_keeping_its_best_epoch(tmp_path):
+    """scale.control: true (every kind), false, or a list of kinds; each control keeps its newest
+    checkpoint and its best epoch's (a stacked layer stands on the same start). A control finished
+    before controls kept checkpoints is the same result (what a run keeps on disk is not what it trains)."""
+    from scheda.protocol import estimate
+
+    cfg = smoke_cfg("scale.patience=3", "scale.scheda.max_epochs=9")
+    best = {"nu0": 0.5, "nu": 0.3, "K": 1, "epochs": 2, "epoch": 2, "start_checkpoint": "/ck/2.pt", "start_epoch": 2,
+            "run": "r"}
+    continued = {"16": {"scheda": {"best": best}}}
+    both = phases.control_jobs(cfg.scale, ["scheda"], continued)
+    assert [job.meta["kind"] for job in both] == ["control", "jump"]
+    assert all((job.values["trainer.checkpoint_every"], job.values["trainer.keep_checkpoints"]) == (1, 1) for job in both)
+    one = smoke_cfg("scale.patience=3", "scale.scheda.max_epochs=9", "scale.control=[control]")
+    assert [job.name for job in phases.control_jobs(one.scale, ["scheda"], continued)] == [both[0].name]
+    assert phases.control_jobs(smoke_cfg("scale.control=[]").scale, ["scheda"], continued) == []
+    counted = {c: sum(item["phase"] == "control" for item in estimate.items(smoke_cfg(f"scale.control={c}"))["items"])
+               for c in ("true", "[jump]", "false")}
+    assert counted["true"] == 2 * counted["[jump]"] > 0 == counted["false"]
+    for bad in ("[jmp]", "jump", "[control,3]"):
+        proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "scale=smoke", f"scale.control={bad}",
+                               "dry_run=true"], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+        last = proc.stderr.strip().splitlines()[-1]
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert last.startswith("error: scale.control=") and last.endswith(
+            ": give true (every control), false (none) or a list of control kinds, e.g. scale.control=[control] "
+            "(of control, jump)"), last
+    job = both[0]
+    config = OmegaConf.create()
+    for key, value in {**job.values, "trainer.checkpoint_every": 0, "trainer.keep_checkpoints": None}.items():
+        OmegaConf.update(config, key, value)
+    fake_run(tmp_path / "control" / job.name, [ev(1, 0.3), ev(2, 0.2)], checkpoints=(2,),
+             **OmegaConf.to_container(config))
+    assert launch.job_action(tmp_path / "control" / job.name, job) == "done"
+    config.schedule.nu = 0.4  # what it trains is held to the job's values still
+    fake_run(tmp_path / "other" / job.name, [ev(1, 0.3)], checkpoints=(1,), **OmegaConf.to_container(config))
+    with pytest.raises(ConfigError, match="was run with schedule.nu=0.4, this scale says 0.5"):
+        launch.job_action(tmp_path / "other" / job.name, job)
 
 
 def test_unfinished_jobs_resume_and_finished_ones_are_kept(tmp_path, monkeypatch):

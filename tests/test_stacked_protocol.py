@@ -46,7 +46,7 @@ def test_each_layer_2_stands_on_its_own_seed_s_layer_1(stacked):
         assert config_of(job)["stack_on"] == best_scheda["run"]
     replicas = sorted((runs / "stack_seed_da").glob("on_*_seed*/"))
     assert len(replicas) == 6  # the layer 2 on the best DA, the best ScheDA and its same start; seeds 1 and 2
-    below_of = {"da": ("seed_da", "da_"), "scheda": ("seed_continue", "scheda_"), "same": ("stack_base", "ckpt_control_")}
+    below_of = {"da": ("seed_da", "da_"), "scheda": ("seed_continue", "scheda_"), "same": ("seed_continue", "control_")}
     for job in replicas:
         base, seed = job.name.split("_")[1], job.name.rsplit("_seed", 1)[1]
         below = Path(config_of(job)["stack_on"])
@@ -58,16 +58,16 @@ def test_each_layer_2_stands_on_its_own_seed_s_layer_1(stacked):
         cfg = config_of(job)
         assert Path(cfg["stack_on"]).name.endswith(f"_seed{seed}")
         assert Path(cfg["init_from"]).parent.parent.name.startswith("on_scheda_da_")
-    # the same start of layer 1: table1's control trained again, its checkpoints kept, the same model
-    for copy in sorted((runs / "stack_base").glob("ckpt_*/")):
-        name = copy.name.removeprefix("ckpt_")
-        original = runs / ("control" if "_seed" not in name else "seed_continue") / name
-        assert best_test(copy) == best_test(original)
-        best = min(json.loads((copy / "results.json").read_text())["evaluations"], key=lambda e: (e["val_error"], e["epoch"]))
-        assert (copy / "checkpoints" / f"epoch_{best['epoch']:05d}.pt").exists()
-        if best["epoch"] < json.loads((original / "results.json").read_text())["epochs"]:  # table1's kept its last only
-            assert not (original / "checkpoints" / f"epoch_{best['epoch']:05d}.pt").exists()
-    assert len(list((runs / "stack_base").glob("ckpt_*/"))) == 3
+    # the same start of layer 1: table1's control of its best ScheDA and each seed's replica, which keep
+    # their newest checkpoint and their best epoch's (the one the layer above stands on)
+    control = json.loads((runs / "continuations_stacked.json").read_text())["16"]["scheda"]["controls"]["control"]
+    same = [runs / "control" / Path(control["run"]).name,
+            *sorted((runs / "seed_continue").glob("control_*_seed*/"))]
+    assert len(same) == 3 and not list(runs.glob("*/ckpt_*"))
+    for run in same:
+        best = min(json.loads((run / "results.json").read_text())["evaluations"], key=lambda e: (e["val_error"], e["epoch"]))
+        kept = sorted(p.name for p in (run / "checkpoints").glob("epoch_*.pt"))
+        assert f"epoch_{best['epoch']:05d}.pt" in kept and len(kept) <= 2, kept
     tuned = sorted(p.name for p in (runs / "stack_seed_finetune").glob("on_*/"))
     assert tuned == sorted(f"on_{b}_finetune_{k}_h16_seed{s}" for b, k in (
         ("da", "da"), ("scheda", "da"), ("scheda", "scheda"), ("same_start", "da")) for s in (1, 2))
@@ -149,8 +149,8 @@ def test_the_stacked_table_in_blocks_reports_what_one_invocation_does(stacked_bl
     assert "it trains only seeds [1, 2] of the models that block chose" in runs[1].output
     zero, one = (json.loads((user.work / "records" / f"block_{b}" / "record.json").read_text()) for b in range(2))
     assert all(re.search(r"_seed[12]$", job["name"]) for job in one["jobs"]), [j["name"] for j in one["jobs"]]
-    assert {job["phase"] for job in one["jobs"]} == {"seed_da", "seed_continue", "seed_finetune", "stack_base",
-                                                     "stack_seed_da", "stack_seed_continue", "stack_seed_finetune"}
+    assert {job["phase"] for job in one["jobs"]} == {"seed_da", "seed_continue", "seed_finetune", "stack_seed_da",
+                                                     "stack_seed_continue", "stack_seed_finetune"}
     given = {"da", "continue", "control", "finetune", "stack_da", "stack_continue", "stack_control", "stack_finetune"}
     assert {name for name, payload in one["phases"].items() if payload == {"from_block": 0}} == given
     assert one["phases"]["stack_seeds"]["found"]["seeds"] == [1, 2] and one["phases"]["stack_seeds"]["found"]["chosen"] is None
@@ -202,6 +202,8 @@ def test_a_rerun_trains_nothing_in_place_or_moved(stacked, tmp_path, moved):
     ("table.continuations=[]", "keep scheda"),
     ("table.stacked.layer2=3", "table.stacked.layer2=3: give layer 2's grid as a mapping"),
     ("table.stacked.layer2={dx.nu: [0.3]}", "table.stacked.layer2 sets dx.nu: give a key of layer 2's grid"),
+    ("scale.control=[jump]", "scale.control=['jump']: a stacked table's layer 1 includes the ScheDA's same start "
+                             "(its control control): give scale.control=true or a list with control"),
 ])
 def test_bad_stacked_settings_are_refused_before_any_job(tmp_path, override, message):
     proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "table=stacked", "scale=smoke",
@@ -222,6 +224,36 @@ def test_layer_2_s_grid_is_set_from_the_command_line_and_leaves_layer_1_s():
     assert list(cfg.scale.da.nu) == [0.5, 0.3] and cfg.scale.da.epochs != 5
 
 
+def test_a_layer_1_run_without_its_reported_epoch_s_checkpoint_is_one_line(tmp_path):
+    """A same start finished before controls kept their best epoch's checkpoint: no layer can stand on
+    it, so the stacked table names it and the fix; one that kept it, or has not finished, passes."""
+    from scheda.protocol.tables.stacked import check_kept
+    from scheda.utils.errors import SchedaError
+
+    run = tmp_path / "control" / "control_h16_nu0.5_4ep"
+    (run / "checkpoints").mkdir(parents=True)
+    evaluations = [{"epoch": e, "val_error": v, "test_error": 0.5} for e, v in ((1, 0.4), (2, 0.3), (3, 0.35), (4, 0.36))]
+    results = {"status": "running", "stopped_by": "patience", "evaluations": evaluations}
+    (run / "results.json").write_text(json.dumps(results))
+    (run / "checkpoints" / "epoch_00004.pt").write_bytes(b"x")
+    check_kept(run)  # not finished: its layer 2 waits for it
+    (run / "results.json").write_text(json.dumps({**results, "status": "completed"}))
+    with pytest.raises(SchedaError, match=r"control_h16_nu0.5_4ep reports its model at epoch 2 and kept no checkpoint "
+                                          r"there \(trained before its kind kept one\), so no layer can stand on it: "
+                                          r"delete that run to train it again"):
+        check_kept(run)
+    (run / "checkpoints" / "epoch_00002.pt").write_bytes(b"x")
+    check_kept(run)
+    check_kept(tmp_path / "elsewhere")  # a run a block's record holds, its folder on another machine
+
+
+def test_the_report_leaves_out_the_controls_its_scale_does_not_run():
+    from scheda.protocol.tables.stacked import not_run
+
+    assert not_run(smoke_cfg("table=stacked")) == set()
+    assert not_run(smoke_cfg("table=stacked", "scale.control=[control]")) == {"scheda.scheda.jump"}
+
+
 def test_the_estimate_counts_every_stack_the_table_fine_tuned(stacked):
     """The plan's fine-tunings of stacks are the ones the table ran: four stacks (DA + DA, ScheDA + DA,
     ScheDA + ScheDA, same start + DA) for each of the three seeds."""
@@ -240,10 +272,8 @@ def test_the_estimate_costs_layer_2_on_layer_1_s_units():
     cfg = smoke_cfg("table=stacked", "scale=cpu")
     items = estimate.items(cfg)["items"]
     stacked = [i for i in items if i["phase"].startswith("stack_")]
-    assert {i["phase"] for i in stacked} == {"stack_base", "stack_da", "stack_continue", "stack_control", "stack_seeds"}
-    assert all(i["inputs"] == 500 for i in stacked if i["phase"] != "stack_base")
-    base = [i for i in stacked if i["phase"] == "stack_base"]  # layer 1's same start per seed, on the pixels
-    assert len(base) == 6 and all("inputs" not in i and i["hidden"] == 500 for i in base)
+    assert {i["phase"] for i in stacked} == {"stack_da", "stack_continue", "stack_control", "stack_seeds"}
+    assert all(i["inputs"] == 500 for i in stacked)
     da = next(i for i in items if i["phase"] == "da" and i["hidden"])
     on = next(i for i in stacked if i["phase"] == "stack_da")
     bench = {"rows": [{"hidden": 500, "batch_size": 20, "eager_s": 10.0}], "n": 45000, "inputs": 3072}

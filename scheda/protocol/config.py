@@ -73,7 +73,8 @@ class ScaleConfig:
     increasing: LevelGridConfig = field(default_factory=LevelGridConfig)
     random_nu: RandomNuConfig = field(default_factory=RandomNuConfig)
     schedules: Dict[str, Any] = field(default_factory=dict)  # name -> ScheduleGridConfig (typed by the protocol's check)
-    control: bool = False
+    # The controls: true (every kind), false, or a list of kinds, e.g. [control] (kinds/base.py control_kinds)
+    control: Any = False
     # Training to convergence (every trained model: the DA grid, continuations, controls, the further
     # seeds): stop once this many evaluations brought no new best validation error, up to the caps
     # (da.epochs, <continuation>.max_epochs, random_nu.epochs); a model the rule has not stopped by its cap is

@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 LAUNCHERS = ("basic", "joblib", "submitit_slurm", "submitit_local")
 POLL_S = 5.0  # how often the protocol looks at a running phase
+# What a run keeps on disk, not what it trains or reports: a finished run kept otherwise is the same result
+# (a control run before controls kept their best epoch's checkpoint is still done; table=stacked asks it for one)
+ON_DISK = ("trainer.checkpoint_every", "trainer.keep_checkpoints")
 
 
 def job_action(run_dir: Path, job: JobSpec) -> str:
@@ -49,6 +52,8 @@ def job_action(run_dir: Path, job: JobSpec) -> str:
     if results is not None and "config" in results:
         config = OmegaConf.create(results["config"])
         for key, value in job.values.items():
+            if key in ON_DISK:
+                continue
             found = OmegaConf.select(config, key)
             if key == "init_from":  # a run resumed before its record kept its start says none (older scheda)
                 if not _same_start(found, value, run_dir.parent.parent) and not (found is None and config.get("resume")):

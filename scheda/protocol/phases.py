@@ -21,7 +21,7 @@ from scheda.utils.errors import ConfigError
 from scheda.runs.rundir import flatten
 from scheda.utils.io import atomic_write
 from scheda.protocol.jobs import JobSpec, fmt, rule_values
-from scheda.protocol.kinds import FINETUNE, continuation, kind_of, of_role
+from scheda.protocol.kinds import FINETUNE, continuation, control_kinds, kind_of, of_role
 from scheda.protocol.kinds.da import DA, DAFused, Raw
 from scheda.protocol.kinds.schedule import ScheduleKind
 from scheda.protocol.launch import launcher_overrides
@@ -35,6 +35,7 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError(f"table={cfg.table.name} has no scale={cfg.scale.name}: use scale="
                           f"{' | '.join(cfg.table.scales)} (configs/table_scale/{cfg.table.name}_<scale>.yaml)")
     check_seeds(cfg.scale)
+    control_kinds(cfg.scale)
     if cfg.scale.patience is not None and cfg.scale.patience < 1:
         raise ConfigError(f"scale.patience={cfg.scale.patience} must be >= 1 (evaluations without a new best) or null")
     check_job_overrides(cfg, da_jobs(cfg.scale, cfg.table.raw))
@@ -174,8 +175,8 @@ def continuation_jobs(scale: DictConfig, kinds: Iterable[str], selection: dict[s
 
 def control_jobs(scale: DictConfig, kinds: Iterable[str], continued: dict[str, Any]) -> list[JobSpec]:
     """The controls (scheda.protocol.kinds.control) of the best run of each ``controlled``
-    continuation kind per hidden size; none where ``scale.control`` is off."""
-    if not scale.control:
+    continuation kind per hidden size, of the kinds ``scale.control`` names."""
+    if not control_kinds(scale):
         return []
     jobs: dict[str, JobSpec] = {}
     for hidden, by_kind in continued.items():

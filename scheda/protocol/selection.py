@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from scheda.utils.errors import SchedaError
 from scheda.utils.io import atomic_write_json, shown_path
 from scheda.protocol.jobs import JobSpec
-from scheda.protocol.kinds import CONTROL, FINETUNE, kind_of, of_role
+from scheda.protocol.kinds import FINETUNE, control_kinds, kind_of, of_role
 from scheda.protocol.launch import job_statuses
 from scheda.runs.rundir import FINAL_STATUSES, read_results, status_counts
 
@@ -59,10 +59,11 @@ def attach_controls(scale: DictConfig, kinds: Iterable[str], continued: dict[str
                     controls: dict[str, Any], prefix: str = "") -> None:
     """Put each finished control beside the run it controls: ``continued[h][kind]["controls"]``
     (``prefix``: before its kind's name of each control job, as a stacked layer names its jobs)."""
-    if not scale.control:
+    kinds = control_kinds(scale)
+    if not kinds:
         return
     for hidden, by_kind in continued.items():
-        runs = {Path(e["run"]).name: e for control in of_role(CONTROL)
+        runs = {Path(e["run"]).name: e for control in kinds
                 for e in controls.get(hidden, {}).get(control.name, {}).get("runs", [])}
         for name in kinds:
             best = by_kind.get(name, {}).get("best")

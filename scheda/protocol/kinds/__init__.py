@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from scheda.utils.errors import ConfigError
 from scheda.protocol.kinds.base import (BASELINE, CONTINUATION, CONTROL, FINETUNE, GRID, REGISTRY, JobKind,
-                                        of_role, register_kind)
+                                        control_kinds, of_role, register_kind)
 from scheda.protocol.kinds.schedule import ScheduleKind
 
 # The built-in kinds first, in the order the protocol lists them; then any other module here.
@@ -44,5 +44,5 @@ def continuation(name: str, scale: DictConfig) -> JobKind:
                       f"scale.schedules.{name}")
 
 
-__all__ = ["BASELINE", "CONTINUATION", "CONTROL", "FINETUNE", "GRID", "JobKind", "continuation", "kind_of",
+__all__ = ["BASELINE", "CONTINUATION", "CONTROL", "FINETUNE", "GRID", "JobKind", "continuation", "control_kinds", "kind_of",
            "of_role", "register_kind"]

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 
 from scheda.runs.rundir import best_evaluation, checkpoint_name, params_of
 from scheda.protocol.jobs import JobSpec, count, fmt
+from scheda.utils.errors import ConfigError
 
 # What a kind is to the protocol (its phase): each role is planned, selected and reported in its own way.
 BASELINE = "baseline"  # raw pixels: no training, evaluated once
@@ -184,3 +185,16 @@ class ControlKind(JobKind):
 def of_role(role: str) -> list[JobKind]:
     """The registered kinds of one role, in the order they were registered."""
     return [kind for kind in REGISTRY.values() if kind.role == role]
+
+
+def control_kinds(scale: DictConfig) -> list[ControlKind]:
+    """The control kinds a scale runs (``scale.control``): true, every one; false or null, none; a
+    list of their names, those (a table whose questions need the same start only skips the jump)."""
+    chosen, every = scale.get("control"), of_role(CONTROL)
+    if chosen is None or isinstance(chosen, bool):
+        return every if chosen else []
+    names = [kind.name for kind in every]
+    if isinstance(chosen, str) or not all(isinstance(name, str) and name in names for name in chosen):
+        raise ConfigError(f"scale.control={chosen}: give true (every control), false (none) or a list of control "
+                          f"kinds, e.g. scale.control=[{names[0]}] (of {', '.join(names)})")
+    return [kind for kind in every if kind.name in chosen]

@@ -10,7 +10,8 @@ through the seed, the same training stream (common random numbers):
 Under the rule of training to convergence (``scale.patience``) each control trains until its
 validation error stops improving, up to the cap of the run it controls (``max_epochs`` of its
 kind's grid): the schedule is then compared with the same start trained to convergence, at
-nu0 and at the final nu.
+nu0 and at the final nu. Each keeps two checkpoints, its newest (a resume's) and its best on
+validation's (the model it reports, which a stacked layer stands on: table=stacked's same start).
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ class FromTheStart(ControlKind):
         return JobSpec(f"{self.name}_h{hidden}_nu{fmt(best['nu0'])}{tag}_{epochs}ep", "control",
                        groups={"schedule": "constant"},
                        values={"model.hidden": hidden, "optim.lr": grid.lr, "init_from": best["start_checkpoint"],
-                               "evaluate.every": best["K"], "trainer.checkpoint_every": 0,
-                               "schedule.nu": nu, "schedule.epochs": epochs, **rule_values(patience)},
+                               "evaluate.every": best["K"], "trainer.checkpoint_every": best["K"],
+                               "trainer.keep_checkpoints": 1, "schedule.nu": nu, "schedule.epochs": epochs,
+                               **rule_values(patience)},
                        meta={"kind": self.name, "hidden": hidden, "nu0": best["nu0"], "K": best["K"],
                              "start_epoch": best["start_epoch"], "start_checkpoint": best["start_checkpoint"],
                              "nu": nu, "epochs": epochs})

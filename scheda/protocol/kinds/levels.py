@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from scheda.model.schedule import level_count
 from scheda.utils.errors import ConfigError
 from scheda.protocol.jobs import JobSpec, continuation_values, fmt
-from scheda.protocol.kinds.base import CONTROL, ContinuationKind, of_role, register_kind
+from scheda.protocol.kinds.base import ContinuationKind, control_kinds, register_kind
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class LevelKind(ContinuationKind):
                   "start_epoch": start["epoch"], "start_checkpoint": start["checkpoint"]})
 
     def controls(self, scale: DictConfig, hidden: int, best: dict[str, Any]) -> list[JobSpec]:
-        return [control.job(scale[self.name], hidden, best, scale.patience) for control in of_role(CONTROL)]
+        return [control.job(scale[self.name], hidden, best, scale.patience) for control in control_kinds(scale)]
 
     def cap(self, scale: DictConfig) -> str | None:
         epochs = scale[self.name].get("max_epochs")

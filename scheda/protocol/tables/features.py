@@ -405,8 +405,7 @@ def continuation_jobs(cfg: DictConfig, models: dict[str, Any] | None) -> list[Jo
             best = {"nu0": s.nu0, "nu": s.nu_final, "K": s.K, "epochs": levels * s.K, "epoch": levels * s.K,
                     "start_checkpoint": start["checkpoint"], "start_epoch": start["epoch"]}
             for control, name in (("control", "same_start"), ("jump", "jump")):
-                job = kind_of(control).job(scale.scheda, hidden, best, scale.patience)
-                job.values["trainer.checkpoint_every"] = job.values["evaluate.every"]  # its best epoch is analysed
+                job = kind_of(control).job(scale.scheda, hidden, best, scale.patience)  # keeps its best epoch's
                 jobs.append(_own(s, job, seed, "feature_continue", [], model=name))
     return jobs
 

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from scheda.protocol import phases, recorded_runs, selection as select
 from scheda.protocol.jobs import JobSpec, fmt
-from scheda.protocol.kinds import BASELINE, CONTROL, FINETUNE, kind_of, of_role
+from scheda.protocol.kinds import BASELINE, FINETUNE, control_kinds, kind_of, of_role
 from scheda.protocol.report import results_section
 from scheda.protocol.seed_report import RULES
 from scheda.protocol.seeds import SUBPHASES, Replicas
@@ -142,7 +142,8 @@ class Control(RecordedPhase):
 
     def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
         """Each control at the length of its kind's longest continuation, evaluated every K epochs."""
-        if not cfg.scale.control:
+        kinds = control_kinds(cfg.scale)
+        if not kinds:
             return []
         longest: dict[tuple[int, str], tuple[int, int]] = {}  # (hidden, kind) -> (epochs, K) of its longest run
         for job in planned_continuations(cfg):
@@ -151,7 +152,7 @@ class Control(RecordedPhase):
                 epochs = job.meta.get("epochs", cfg.scale.random_nu.epochs)
                 longest[(hidden, kind.name)] = max(longest.get((hidden, kind.name), (0, 1)), (epochs, job.meta["K"]))
         return [{"phase": "control", "hidden": hidden, "epochs": epochs, "evals": epochs // K, "models": 1}
-                for (hidden, _), (epochs, K) in longest.items() for _control in of_role(CONTROL)]
+                for (hidden, _), (epochs, K) in longest.items() for _control in kinds]
 
     def record(self, p: Progress) -> dict[str, Any] | None:
         """The controls put beside each run they control."""
@@ -234,7 +235,7 @@ class Seeds(RecordedPhase):
                 epochs = longest.meta.get("epochs", scale.random_nu.epochs)
                 evals = longest.meta.get("levels", epochs) if "trainer.patience" not in longest.values \
                     else epochs // longest.values["evaluate.every"]
-                copies = 1 + len(of_role(CONTROL)) if scale.control and kind_of(kind).controlled else 1
+                copies = 1 + len(control_kinds(scale)) if kind_of(kind).controlled else 1
                 items += [{"phase": "seeds", "stage": SUBPHASES[1], "hidden": hidden, "epochs": epochs, "evals": evals,
                            "models": 1}] \
                     * (copies * further)

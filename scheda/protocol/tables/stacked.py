@@ -6,12 +6,12 @@ Layer 1 is the grid tables' best DA and best ScheDA of one hidden size (``table.
 the table's first phases are table1's (``da`` ... ``seeds``, in the same out_dir), so where table1
 ran at this scale its models are read, not trained again, and each seed's layer 1 is the model
 table1 reports for that seed (``stack_on`` reads it at its best validation epoch); a third base is
-the ScheDA's same start trained on (table1's control, trained again by ``stack_base`` keeping its
-checkpoints), which tells the first layer's schedule from its epochs. On each, layer 2 is the same
-protocol on the layer's codes, one ``stack_<phase>`` per grid phase: the scale's DA grid over nu and
-lr on each (``on_da_*``, ``on_scheda_*``, ``on_same_start_*``), the scale's ScheDA grid from the
-layer-2 DA(nu0)s of the ScheDA and the controls of its best, the fine-tuning of the stacks (DA + DA,
-ScheDA + DA, ScheDA + ScheDA), and every further seed's replicas of the reported ones
+the ScheDA's same start trained on (table1's control, which keeps its best epoch's checkpoint), which
+tells the first layer's schedule from its epochs. On each, layer 2 is the same protocol on the
+layer's codes, one ``stack_<phase>`` per grid phase: the scale's DA grid over nu and lr on each
+(``on_da_*``, ``on_scheda_*``, ``on_same_start_*``), the scale's ScheDA grid from the layer-2
+DA(nu0)s of the ScheDA and the controls of its best, the fine-tuning of the stacks (DA + DA, ScheDA +
+DA, ScheDA + ScheDA), and every further seed's replicas of the reported ones
 (scheda.protocol.seeds, each on that seed's own layer 1). The report answers the issue's four
 questions, each comparison paired by seed with its interval.
 
@@ -32,19 +32,21 @@ from omegaconf import DictConfig, OmegaConf
 
 from scheda.protocol import phases, recorded_runs, selection as select
 from scheda.protocol.jobs import JobSpec, pct
-from scheda.protocol.kinds import kind_of
+from scheda.protocol.kinds import CONTROL, control_kinds, kind_of, of_role
 from scheda.protocol.seed_report import interval, paired_verdict
 from scheda.protocol.seeds import BEST, SUBPHASES, Replicas, read_outcome
 from scheda.protocol.tables.base import REGISTRY, Progress, RecordedPhase, register_phase
+from scheda.runs.rundir import checkpoint_name, kept, read_results
 from scheda.utils import stats
 from scheda.utils.errors import ConfigError, SchedaError
+from scheda.utils.io import shown_path
 
-# Layer 1: table1's best DA and best ScheDA, and the ScheDA's same start trained on (its control, the
-# epochs without the schedule: a copy of table1's that keeps its checkpoints, stack_base)
+# Layer 1: table1's best DA and best ScheDA, and the ScheDA's same start trained on (its control: the
+# epochs without the schedule)
 BASES = ("da", "scheda", "same_start")
 CONTINUES = {"da": [], "scheda": ["scheda"], "same_start": []}  # the layer-2 continuations planned on each base
 FINETUNED = ("da", "scheda", "same_start")  # the bases whose stacks are fine-tuned (each its best DA, a ScheDA its best too)
-SAME_START = "control"  # the control kind the same_start base copies (scheda.protocol.kinds.control.SameStart)
+SAME_START = "control"  # the control kind the same_start base is (scheda.protocol.kinds.control.SameStart)
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,9 @@ def settings(cfg: DictConfig) -> Settings:
     if "scheda" not in cfg.table.continuations:
         raise ConfigError(f"table.continuations={list(cfg.table.continuations)}: a stacked table's layer 1 "
                           f"includes the best ScheDA: keep scheda")
+    if SAME_START not in [kind.name for kind in control_kinds(scale)]:
+        raise ConfigError(f"scale.control={scale.control}: a stacked table's layer 1 includes the ScheDA's same start "
+                          f"(its control {SAME_START}): give scale.control=true or a list with {SAME_START}")
     return Settings(hidden, top)
 
 
@@ -92,39 +97,34 @@ def layer_view(cfg: DictConfig, continuations: list[str]) -> DictConfig:
 
 
 def layer1(p: Progress) -> dict[str, dict[int, Path]]:
-    """Per base, each seed's layer-1 run: the selection seed's selected one, the further seeds'
-    the replicas table1's seeds phase planned (runs not finished yet included: their layer 2
-    fails in one line until they are)."""
+    """Per base, each seed's layer-1 run: the selection seed's selected one (the same start: its
+    ScheDA's control, which keeps its best epoch's checkpoint), the further seeds' the replicas
+    table1's seeds phase planned (runs not finished yet included: their layer 2 fails in one line
+    until they are)."""
     h, s0 = str(settings(p.cfg).hidden), int(p.cfg.scale.seeds[0])
     sel = p.selection.get("hidden", {}).get(h)
-    firsts = {"da": sel["best"] if sel else None, "scheda": p.continued.get(h, {}).get("scheda", {}).get("best")}
+    scheda = p.continued.get(h, {}).get("scheda", {})
+    firsts = {"da": sel["best"] if sel else None, "scheda": scheda.get("best"),
+              "same_start": scheda.get("controls", {}).get(SAME_START)}
     runs = {base: {s0: Path(e["run"])} for base, e in firsts.items() if e}
+    bases = {"da": "da", "scheda": "scheda", f"scheda.{SAME_START}": "same_start"}  # a seeds row's key -> its base
     for row in p.seed_plan.rows if p.seed_plan else []:
-        if row.hidden == h and row.key in runs:
-            runs[row.key].update({seed: run for seed, (run, _) in row.replicas.items()})
-    copies = {seed: p.run_dir(job) for seed, job in base_jobs(p).items()}
-    if copies:
-        runs["same_start"] = copies
+        if row.hidden == h and bases.get(row.key) in runs:
+            runs[bases[row.key]].update({seed: run for seed, (run, _) in row.replicas.items()})
     return runs
 
 
-def base_jobs(p: Progress) -> dict[int, JobSpec]:
-    """Per seed, table1's same-start control of its best ScheDA as a job of ``stack_base`` that keeps
-    a checkpoint at each evaluation (table1's keeps none, so no layer can stand on its best epoch):
-    the same values otherwise, so it trains the same model (seed 0's from the selection, the further
-    seeds' from table1's replicas)."""
-    h, s0 = settings(p.cfg).hidden, int(p.cfg.scale.seeds[0])
-    best = p.continued.get(str(h), {}).get("scheda", {}).get("best")
-    if best is None or not p.cfg.scale.control:
-        return {}
-    [control] = [job for job in kind_of("scheda").controls(p.cfg.scale, h, best) if job.meta["kind"] == SAME_START]
-    found = {s0: control}
-    replicas = {job.name: job for job in (p.seed_plan.jobs.get("seed_continue", []) if p.seed_plan else [])}
-    found.update({seed: replicas[f"{control.name}_seed{seed}"] for seed in map(int, p.cfg.scale.seeds[1:])
-                  if f"{control.name}_seed{seed}" in replicas})
-    return {seed: JobSpec(f"ckpt_{job.name}", "stack_base", dict(job.groups),
-                          {**job.values, "trainer.checkpoint_every": job.values["evaluate.every"]}, dict(job.meta))
-            for seed, job in found.items()}
+def check_kept(run: Path) -> None:
+    """A finished layer-1 run keeps the checkpoint of the epoch it reports, which its layer 2 stands
+    on (a control trained before controls kept theirs has none: one line naming the fix)."""
+    results = read_results(run) if run.is_dir() else None  # a run a record holds has its folder elsewhere
+    if results is None or results.get("status") != "completed":
+        return
+    at = kept(results)
+    if at is not None and not (run / "checkpoints" / checkpoint_name(at["epoch"])).exists():
+        raise SchedaError(f"{shown_path(run)} reports its model at epoch {at['epoch']} and kept no checkpoint there "
+                          f"(trained before its kind kept one), so no layer can stand on it: delete that run to "
+                          f"train it again")
 
 
 def prefix(base: str) -> str:
@@ -207,6 +207,7 @@ class StackPhase(RecordedPhase):
             if base not in runs:
                 continue
             layer = _state(p).setdefault(base, Layer2({"hidden": {}}, {}, []))
+            check_kept(runs[base][s0])
             jobs = [on(base, job, runs[base][s0]) for job in self.jobs(p, base, layer)]
             layer.jobs += jobs
             planned += jobs
@@ -214,37 +215,6 @@ class StackPhase(RecordedPhase):
 
     def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
         return layer_estimate(cfg, self.grid, self.name)
-
-
-@register_phase
-class StackBase(RecordedPhase):
-    """Layer 1's control base: table1's same start of its best ScheDA again, each seed's, keeping its
-    checkpoints (a stack on it tells the ScheDA's schedule from its epochs past the DA)."""
-
-    name = "stack_base"
-
-    def record(self, p: Progress) -> dict[str, Any] | None:
-        """Its runs (the report reads them as layer 1's same start): those it trained in this block."""
-        mine = {str(seed): {"run": str(p.run_dir(job))} for seed, job in base_jobs(p).items()
-                if p.run_dir(job).parent.parent == p.out_dir}
-        return recorded_runs.payload(mine, p)
-
-    def restore(self, p: Progress, payloads: list[Any]) -> None:
-        """Nothing of its own to restore: its runs are read from each record (recorded_runs.restored)."""
-        for payload in payloads:
-            recorded_runs.remember(payload, p)
-
-    def check(self, cfg: DictConfig) -> None:
-        settings(cfg)
-
-    def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
-        return {self.name: list(base_jobs(p).values())}
-
-    def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
-        """Each seed's copy, as long as table1's longest same start at layer 1's size."""
-        hidden = settings(cfg).hidden
-        longest = [{**item, "phase": self.name} for item in REGISTRY["control"].estimate(cfg) if item["hidden"] == hidden]
-        return longest[:1] * len(cfg.scale.seeds)
 
 
 def _mine(layer: Layer2, folder: str) -> list[JobSpec]:
@@ -412,6 +382,8 @@ class StackSeeds(RecordedPhase):
             missing = [s for s in p.cfg.scale.seeds if int(s) not in runs[base]]
             if missing:  # table1's seeds phase plans every seed's layer 1: only an unfinished selection lacks one
                 continue
+            for seed in p.cfg.scale.seeds[1:]:
+                check_kept(runs[base][int(seed)])
             layer.replicas = Replicas(layer_view(p.cfg, CONTINUES[base]).scale, p.out_dir, layer.selection,
                                       layer.continued, layer.jobs, prefix=prefix(base), folders="stack_",
                                       per_seed=lambda seed, base=base: {"stack_on": str(runs[base][seed])})
@@ -523,9 +495,16 @@ def answer(rows: dict[str, dict[int, dict[str, Any]]], pairs: list[tuple[str, st
             f"(95 % interval {interval(m)}): {c['verdict']}.")
 
 
+def not_run(cfg: DictConfig) -> set[str]:
+    """The report's rows of control kinds layer 2's scale does not run (``scale.control=[control]``: no jump)."""
+    run = {kind.name for kind in control_kinds(layer_view(cfg, CONTINUES["scheda"]).scale)}
+    return {key for key in ROWS if key.split(".")[-1] in {kind.name for kind in of_role(CONTROL)} - run}
+
+
 def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
     s, seeds, rows = found["settings"], found["seeds"], found["rows"]
     s0, further = seeds[0], seeds[1:]
+    skipped = not_run(cfg)
     lines = ["", "## Stacked DA and stacked ScheDA", "",
              f"Two layers trained greedily: layer 1 ({s.hidden} units) is the best DA and the best ScheDA above "
              f"(each seed's own); layer 2 ({s.top} units, on layer 1's clean codes, noise on its own input) is the "
@@ -552,6 +531,8 @@ def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
               f"| Model | Seed {s0} (selection) | Further seeds, each | n | Mean ± sd | 95 % interval |",
               "|---|---|---|---|---|---|"]
     for key, label in ROWS.items():
+        if key in skipped:
+            continue
         per_seed = rows.get(key, {})
         rest = [100 * per_seed[x]["test_error"] for x in further if x in per_seed]
         first = pct(per_seed[s0]["test_error"]) if s0 in per_seed else "—"
@@ -564,6 +545,7 @@ def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
         lines.append(f"| {label} | {first} | {', '.join(f'{v:.2f}' for v in rest)} | {m.n} | {spread} | {within} |")
     lines += ["", "### The four questions (test error, points; negative: the first is better)", ""]
     for question, pairs in QUESTIONS:
+        pairs = [(a, b) for a, b in pairs if a not in skipped and b not in skipped]
         lines += [f"**{question}**", "",
                   f"| Comparison | Seed {s0} (selection) | Further seeds, each | n | Mean ± sd | 95 % interval | "
                   f"Sign-flip p | Verdict |", "|---|---|---|---|---|---|---|---|"]
@@ -580,7 +562,7 @@ def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
             lines.append(f"| {ROWS[a]} − {ROWS[b]} | {first} | {', '.join(f'{x:+.2f}' for x in d.diffs)} | {m.n} | "
                          f"{spread} | {interval(m)} | {p_value} | {c['verdict']} |")
         lines += ["", f"Answer: {answer(rows, pairs, s0)}", ""]
-    lines.append("The same start of layer 1 is table1's control trained again with its checkpoints kept (`stack_base/`, "
-                 "the same values and seed: its errors are table1's control's); only a DA is stacked on it, and that "
-                 "stack is fine-tuned as the others are.")
+    lines.append("The same start of layer 1 is table1's control of its best ScheDA (`control/`, each further seed's "
+                 "replica in `seed_continue/`), read at its own best validation epoch; only a DA is stacked on it, and "
+                 "that stack is fine-tuned as the others are.")
     return lines
