@@ -59,11 +59,11 @@ def attach_controls(scale: DictConfig, kinds: Iterable[str], continued: dict[str
                     controls: dict[str, Any], prefix: str = "") -> None:
     """Put each finished control beside the run it controls: ``continued[h][kind]["controls"]``
     (``prefix``: before its kind's name of each control job, as a stacked layer names its jobs)."""
-    kinds = control_kinds(scale)
-    if not kinds:
+    controls_run = control_kinds(scale)
+    if not controls_run:
         return
     for hidden, by_kind in continued.items():
-        runs = {Path(e["run"]).name: e for control in kinds
+        runs = {Path(e["run"]).name: e for control in controls_run
                 for e in controls.get(hidden, {}).get(control.name, {}).get("runs", [])}
         for name in kinds:
             best = by_kind.get(name, {}).get("best")
