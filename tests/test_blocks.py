@@ -121,6 +121,7 @@ def _record(block: int, reference: int, candidate: int, shares: dict[str, float]
     cells = [{"low": lo, "high": hi, "seeds": [reference, candidate], "val_error": 0.5, "test_error": 0.5,
               "params": {"C": 1.0}, "at_edge": False, "seconds": 1.0}
              for lo, hi in (("0.3", "0.3"), ("0.3", "0.4"), ("0.3", "0.5"), ("0.4", "0.5"), ("0.5", "0.5"))]
+    cells[2].update(val_error=0.45, test_error=errors.get("concat", 0.5))  # the pair's best on validation
     return {
         "version": 1, "table": "features", "scale": "smoke", "block": block, "name": f"t{block}",
         "values": {"table.features.groups": [{"layout": "table2", "seeds": [reference, candidate]}]},
@@ -142,6 +143,18 @@ def _record(block: int, reference: int, candidate: int, shares: dict[str, float]
         }}
 
 
+def _double_record(block: int, seeds: tuple[int, ...], errors: tuple[float, ...]) -> dict:
+    """One block's record of double_alone groups (each seed's double-size DA and its ScheDA), chosen numbers."""
+    record = _record(block, 0, 1, {}, {"scheda": 0.5, "da_low": 0.5})
+    record.update(name=f"t{block}", values={"table.features.groups": [{"layout": "double_alone", "seeds": [seed]}
+                                                                      for seed in seeds]})
+    record["phases"] = {
+        "feature_models": {str(seed): {"da": {}, "composite": {}, "da2": _entry(0.53)} for seed in seeds},
+        "feature_continue": {str(seed): {"scheda2": _entry(error)} for seed, error in zip(seeds, errors)},
+        "feature_analysis": {"similarity": {"train": {}, "val": {}}, "concat": {}, "reconstruction": {}}}
+    return record
+
+
 def test_the_report_from_records_written_by_hand_gives_their_numbers(tmp_path):
     """Two table2 blocks' records (of four declared), nothing else: the report says which are in
     and pairs ScheDA's share against the jump's over the two reference seeds."""
@@ -149,20 +162,25 @@ def test_the_report_from_records_written_by_hand_gives_their_numbers(tmp_path):
               "{name: t0, set: {table.features.groups: [{layout: table2, seeds: [1, 2]}]}}, "
               "{name: t1, set: {table.features.groups: [{layout: table2, seeds: [3, 4]}]}}, "
               "{name: t2, set: {table.features.groups: [{layout: table2, seeds: [5, 6]}]}}, "
-              "{name: t3, set: {table.features.groups: [{layout: table2, seeds: [7, 8]}]}}]}")
+              "{name: t3, set: {table.features.groups: [{layout: table2, seeds: [7, 8]}]}}, "
+              "{name: t4, set: {table.features.groups: [{layout: double_alone, seeds: [9]}, "
+              "{layout: double_alone, seeds: [10]}]}}]}")
     shares = [{"scheda": 0.60, "jump": 0.50, "same_start": 0.70, "da_star_low": 0.20, "da_star_high": 0.90},
               {"scheda": 0.64, "jump": 0.58, "same_start": 0.72, "da_star_low": 0.30, "da_star_high": 0.80}]
-    for block, (ref, cand), share, scheda in ((0, (1, 2), shares[0], 0.50), (2, (5, 6), shares[1], 0.47)):
+    for block, (ref, cand), share, scheda, concat in ((0, (1, 2), shares[0], 0.50, 0.51),
+                                                      (2, (5, 6), shares[1], 0.47, 0.49)):
         folder = tmp_path / "recs" / f"block_{block}"
         folder.mkdir(parents=True)
         (folder / "record.json").write_text(json.dumps(_record(block, ref, cand, share,
-                                                               {"scheda": scheda, "da_low": 0.53})))
+                                                               {"scheda": scheda, "da_low": 0.53, "concat": concat})))
+    (tmp_path / "recs" / "block_4").mkdir()
+    (tmp_path / "recs" / "block_4" / "record.json").write_text(json.dumps(_double_record(4, (9, 10), (0.47, 0.49))))
     proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "table=features", "scale=smoke", blocks,
                            "report_dir=reports", "phases=[report]"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120, check=False)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     report = (tmp_path / "reports" / "features_smoke.md").read_text()
-    assert "Built from the records of 2 of 4 blocks (recs)" in report
+    assert "Built from the records of 3 of 5 blocks (recs)" in report
     assert "Blocks without a record yet: 1 t1, 3 t3." in report
     head = rows_of(report.split("- The cut:")[1].split("\n\n")[1])
     assert head["0 t0"][4:] == ["1.50 h over 1 invocation(s)", "1.00 h", "1.50"]  # 5400 s against its 1 h
@@ -176,6 +194,12 @@ def test_the_report_from_records_written_by_hand_gives_their_numbers(tmp_path):
     claims = rows_of(report.split("## The paper's claims and our verdicts")[1])
     recon = next(cells for claim, cells in claims.items() if claim.startswith("... yet a higher test error"))
     assert recon[1].startswith("+4.50 [") and recon[2] == "2"  # DA(0.3) − ScheDA: (3, 6) points
+    # seeds 9 and 10's double-size ScheDA (47, 49 %) against the two pairs' best concatenations on validation
+    # (51, 49 %), which share no seed with them: unpaired, Welch's interval -2 ± t(0.975, df 2) * sqrt(2)
+    double = next(cells for claim, cells in claims.items() if claim.startswith("ScheDA of twice the units"))
+    assert double[1:] == ["-2.00 [-8.08, +4.08] points (unpaired)", "2 against 2", "not resolved"], double
+    every = rows_of(report.split("## Every model")[1].split("\n## ")[0])
+    assert every["ScheDA, twice the units"][-3].startswith("47.00") and every["ScheDA, twice the units"][0] == "—"
 
 
 @pytest.mark.parametrize("args, message", [
@@ -231,20 +255,24 @@ def test_joined_blocks_concatenate_their_lists_and_refuse_differing_values():
         joined(cfg, [Block(0, "a", {"table.features.summary_nu": 0.4}), Block(1, "b", {"table.features.summary_nu": 0.3})])
 
 
-@pytest.mark.parametrize("table, blocks, bench", [
-    ("features", 11, "bench_train_cpu_h500_side_by_side_2026-12-01.json"),
-    ("stacked", 6, "bench_train_cpu_h500_side_by_side_alone_2026-12-03.json"),
+@pytest.mark.parametrize("table, blocks, bench, named", [
+    ("features", 10, "bench_train_cpu_h500_side_by_side_2026-12-01.json", r"\S+"),
+    ("features", 2, "bench_train_cpu_h500_side_by_side_alone_2026-12-03.json", r"double_\d+"),  # the re-cut
+    ("stacked", 6, "bench_train_cpu_h500_side_by_side_alone_2026-12-03.json", r"\S+"),
 ])
-def test_every_committed_cpu_block_fits_its_hours_by_the_committed_benchmark(tmp_path, table, blocks, bench):
-    """Each cpu cut in blocks is checked against the benchmark it was chosen by (its table.blocks.cut)."""
+def test_every_committed_cpu_block_fits_its_hours_by_the_committed_benchmark(tmp_path, table, blocks, bench, named):
+    """Each cpu cut in blocks is checked against the benchmark it was chosen by (its table.blocks.cut):
+    the features' double blocks were cut again by the 12-03 one."""
     bench = REPO / "docs" / "results" / bench
     proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", f"table={table}", "scale=cpu",
                            "dry_run=true", f"bench={bench}", f"table.blocks.records={tmp_path / 'none'}"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     output = proc.stdout + proc.stderr
-    planned = [float(h) for h in re.findall(r"block \d+ \S+: .*; (\d+\.\d+) h planned", output)]
-    assert len(planned) == blocks and max(planned) <= 2.0 and "(over 2 h)" not in output, output[-3000:]
+    planned = [float(h) for h in re.findall(rf"block \d+ {named}: .*; (\d+\.\d+) h planned", output)]
+    assert len(planned) == blocks and max(planned) <= 2.0, output[-3000:]
+    if named == r"\S+":
+        assert "(over 2 h)" not in output, output[-3000:]
 
 
 def test_a_records_folder_that_cannot_be_made_is_refused_before_any_job(tmp_path):

@@ -1,7 +1,8 @@
 """The features table's report (scheda.protocol.tables.features): every model's errors, Table 2
 under three measures beside the paper's counts, Figure 6, the composite DA, reconstruction, the
 filters, and each of the paper's claims beside our verdict. Every comparison is paired by seed
-(or by initialisation pair) with its 95 % interval; "not resolved" where the interval holds 0."""
+(or by initialisation pair) with its 95 % interval, except the double-size ScheDA of seeds in no
+pair against the pairs' concatenations (unpaired, Welch's); "not resolved" where the interval holds 0."""
 
 from __future__ import annotations
 
@@ -40,33 +41,44 @@ def mean_sd(values: Sequence[float], digits: int = 2, scale: float = 1.0) -> str
     return f"{s.mean:.{digits}f}" if s.n == 1 else f"{s.mean:.{digits}f} ± {s.sd:.{digits}f}"
 
 
-def paired_text(a: Sequence[float], b: Sequence[float], unit: str = "points") -> tuple[str, str, int]:
-    """(difference with interval, verdict, n) of ``a - b`` paired by seed."""
-    if not a:
+def _difference(a: Sequence[float], b: Sequence[float], paired: bool):
+    """``a - b``: paired by seed, or (``paired=False``, sets of models that share no seed) unpaired."""
+    return stats.paired(a, b) if paired else stats.unpaired(a, b)
+
+
+def _n(d) -> int | str:
+    return d.summary.n if isinstance(d, stats.Paired) else f"{d.n_a} against {d.n_b}"
+
+
+def paired_text(a: Sequence[float], b: Sequence[float], unit: str = "points",
+                paired: bool = True) -> tuple[str, str, int | str]:
+    """(difference with interval, verdict, n) of ``a - b``, paired by seed unless ``paired=False``."""
+    if not a or not b:
         return "—", "not run yet", 0
-    d = stats.paired(a, b)
+    d = _difference(a, b, paired)
     s = d.summary
     interval = f" [{s.low:+.2f}, {s.high:+.2f}]" if s.has_interval else ""
     if not s.has_interval:
-        verdict = "not resolved: one pair gives no interval"
+        verdict = f"not resolved: {'one pair' if paired else 'one value on a side'} gives no interval"
     elif d.resolved:
         verdict = f"resolved ({'lower' if s.mean < 0 else 'higher'})"
     else:
         verdict = "not resolved"
-    return f"{s.mean:+.2f}{interval} {unit}", verdict, s.n
+    return f"{s.mean:+.2f}{interval} {unit}" + ("" if paired else " (unpaired)"), verdict, _n(d)
 
 
 def claim_row(claim: str, paper: str, a: Sequence[float], b: Sequence[float], unit: str,
-              expect: str) -> tuple[str, str, str, int, str]:
-    """One row of the claims' table: ``a - b`` paired, against what the paper says of its sign
-    (``expect``: lower, higher, not lower, or parity)."""
-    diff, _, n = paired_text(a, b, unit)
+              expect: str, paired: bool = True) -> tuple[str, str, str, int | str, str]:
+    """One row of the claims' table: ``a - b`` (paired unless ``paired=False``), against what the
+    paper says of its sign (``expect``: lower, higher, not lower, or parity)."""
+    diff, _, n = paired_text(a, b, unit, paired)
     if n == 0:
         return claim, paper, diff, 0, "not run yet"
-    d = stats.paired(a, b)
+    d = _difference(a, b, paired)
     mean = d.summary.mean
     if not d.summary.has_interval:
-        verdict = "not resolved: one seed (or pair) gives no interval"
+        verdict = ("not resolved: one seed (or pair) gives no interval" if paired
+                   else "not resolved: one value on a side gives no interval")
     elif expect == "parity":
         verdict = (f"resolved: not on par (the first {'lower' if mean < 0 else 'higher'})" if d.resolved
                    else "not resolved: on par within its interval")
@@ -97,7 +109,7 @@ def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
              + "; ".join(f"{', '.join(map(str, group))}: {LAYOUTS[layout].says}" for layout, group in s.groups)
              + ". Table 2 compares "
              + ", ".join(f"seed {r}'s references with seed {c}'s DAs" for r, c in s.comparisons) + ".", ""]
-    claims: list[tuple[str, str, str, int, str]] = []  # (the paper's claim, its number, ours, n, the verdict)
+    claims: list[tuple[str, str, str, int | str, str]] = []  # (the paper's claim, its number, ours, n, the verdict)
     lines += _models_table(s, models, continued, seeds)
     lines += _table2(cfg, s, analysis, seeds, claims)
     lines += _figure6(cfg, s, models, continued, analysis, path, claims)
@@ -105,7 +117,8 @@ def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
     lines += _reconstruction(s, models, continued, analysis, seeds, path, claims)
     lines += _filters(s, models, continued, seeds, path)
     lines += ["## The paper's claims and our verdicts", "",
-              "Each difference is paired by seed (Figure 6's by initialisation pair), with its 95 % t-interval; "
+              "Each difference is paired by seed (Figure 6's by initialisation pair), with its 95 % t-interval, "
+              "unless it says unpaired (models that share no seed: Welch's interval, n as the two sides' counts); "
               "\"resolved\" where the interval excludes 0. A claim of parity is only as strong as its interval "
               "is narrow.", "", "| Claim | Paper | Ours | n | Verdict |", "|---|---|---|---|---|"]
     lines += [f"| {claim} | {paper} | {ours} | {n} | {verdict} |" for claim, paper, ours, n, verdict in claims]
@@ -350,22 +363,35 @@ def _figure6(cfg, s, models, continued, analysis, path, claims) -> list[str]:
                   f"pair): {diff}, {count(n, 'pair')}: {verdict}."]
     claims.append(claim_row("Pairs of different nu beat pairs of the same nu (Figure 6; test error, different − same)",
                             "lower", off, diag, "points", "lower"))
-    best, double = [], []
+    # the double-size ScheDA against the best concatenation (chosen on validation): paired by
+    # initialisation pair where a pair's seeds train it, else (seeds in no pair: layout double_alone)
+    # every such ScheDA against every pair's best, unpaired
+    best = {pair: 100 * min(per_pair[pair].values(), key=lambda c: c["val_error"])["test_error"] for pair in per_pair}
+    twice = {seed: continued.get(str(seed), {}).get("scheda2") for seed in s.seeds if s.has(seed, "double")}
+    in_pairs = {seed for pair in s.pairs for seed in pair}
+    paired_double, paired_best = [], []
     for pair in per_pair:
-        chosen = min(per_pair[pair].values(), key=lambda c: c["val_error"])
-        trained = [seed for seed in pair if s.has(seed, "double")]
-        twice = [continued.get(str(seed), {}).get("scheda2") for seed in trained]
-        if twice and all(twice):
-            best.append(100 * chosen["test_error"])
-            double.append(100 * float(np.mean([e["test_error"] for e in twice])))
-    if any(s.has(seed, "double") for pair in s.pairs for seed in pair):
-        diff, verdict, n = paired_text(double, best)
+        own = [twice[seed] for seed in pair if seed in twice]
+        if own and all(own):
+            paired_best.append(best[pair])
+            paired_double.append(100 * float(np.mean([e["test_error"] for e in own])))
+    alone = [100 * e["test_error"] for seed, e in twice.items() if e]
+    paired = set(twice) <= in_pairs
+    if any(seed in in_pairs for seed in twice):
+        diff, verdict, n = paired_text(paired_double, paired_best)
         lines.append(f"- ScheDA of {2 * s.hidden} units (the mean of the pair's seeds that train it) against the pair's best "
                      f"concatenation of two {s.hidden}-unit DAs (chosen on validation): {diff}, {count(n, 'pair')}: {verdict}.")
-        paper_text = (f"{paper['scheda']} against {paper['best_concat']} %" if paper.get("scheda") else "lower")
-        claims.append(claim_row("ScheDA of twice the units beats the best concatenation of two DAs (the paper's fair "
-                                "comparison; test error, ScheDA − concatenation)", paper_text, double, best, "points",
-                                "lower"))
+    if twice and not paired:
+        diff, verdict, n = paired_text(alone, list(best.values()), paired=False)
+        lines.append(f"- ScheDA of {2 * s.hidden} units, every seed that trains it ({mean_sd(alone)}, {count(len(alone), 'seed')}), "
+                     f"against every initialisation pair's best concatenation of two {s.hidden}-unit DAs (chosen on "
+                     f"validation; {mean_sd(list(best.values()))}, {count(len(best), 'pair')}), unpaired: the "
+                     f"double-size models share no seed with the pairs' DAs: {diff}: {verdict}.")
+    paper_text = (f"{paper['scheda']} against {paper['best_concat']} %" if paper.get("scheda") else "lower")
+    a, b = (paired_double, paired_best) if paired else (alone, list(best.values()))
+    claims.append(claim_row("ScheDA of twice the units beats the best concatenation of two DAs (the paper's fair "
+                            "comparison; test error, ScheDA − concatenation)", paper_text, a, b, "points",
+                            "lower", paired=paired))
     return lines + [""]
 
 

@@ -4,8 +4,9 @@ Two kinds of noise are kept apart. *Training noise*: a model trained again with 
 (initialisation, minibatch order, masks) lands elsewhere; over seeds, a row gets its mean,
 standard deviation and a t-interval, and a comparison of two models trained on the same seed
 (paired) gets the paired differences' mean, a paired t-interval and a sign-flip permutation
-p-value. *Test-set noise*: one model's error on N test images has a binomial standard error,
-and two models of the same seed can be compared image by image (McNemar's exact test).
+p-value; two sets of models that share no seed (unpaired) get Welch's interval. *Test-set
+noise*: one model's error on N test images has a binomial standard error, and two models of the
+same seed can be compared image by image (McNemar's exact test).
 
 scipy.stats is imported where it is used: it costs about a second of CPU, and most importers of
 this module (every sweep's summary table, through scheda.runs.gather) never call it.
@@ -76,6 +77,39 @@ def paired(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENC
         raise ValueError(f"paired values need the same number of seeds, not {a.size} and {b.size}")
     d = a - b
     return Paired(tuple(float(v) for v in d), summarize(d, confidence), sign_flip_p(d))
+
+
+@dataclass(frozen=True)
+class Unpaired:
+    """mean(a) - mean(b) of two independent samples (models that share no seed): Welch's
+    t-interval, which does not assume the two spreads equal."""
+
+    n_a: int
+    n_b: int
+    summary: Summary  # the difference's mean, low and high; n is n_a + n_b, sd None (no one sample's)
+
+    @property
+    def resolved(self) -> bool:
+        s = self.summary
+        return s.has_interval and (s.low > 0 or s.high < 0)
+
+
+def unpaired(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> Unpaired:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.size == 0 or b.size == 0:
+        raise ValueError(f"unpaired values need at least one of each, not {a.size} and {b.size}")
+    mean = float(a.mean() - b.mean())
+    if a.size < 2 or b.size < 2:  # no spread from one value: no interval
+        return Unpaired(int(a.size), int(b.size), Summary(int(a.size + b.size), mean, None, None, None))
+    va, vb = float(a.var(ddof=1)) / a.size, float(b.var(ddof=1)) / b.size
+    se = math.sqrt(va + vb)
+    if se == 0.0:
+        return Unpaired(int(a.size), int(b.size), Summary(int(a.size + b.size), mean, None, mean, mean))
+    from scipy import stats
+
+    df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))  # Welch-Satterthwaite
+    low, high = stats.t.interval(confidence, df=df, loc=mean, scale=se)
+    return Unpaired(int(a.size), int(b.size), Summary(int(a.size + b.size), mean, None, float(low), float(high)))
 
 
 def sign_flip_p(diffs: Sequence[float]) -> float | None:

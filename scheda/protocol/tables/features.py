@@ -69,6 +69,9 @@ LAYOUTS = {
     "double": Layout(2, (("ends", "double"), ("candidates",)), (), ((0, 1),),
                      "the first seed's DA(max nu) of twice the units and its ScheDA against the best concatenation "
                      "of a DA of each seed (the first's DA(max nu) and DA(min nu), the second's at every nu)"),
+    "double_alone": Layout(1, (("double",),), (), (),
+                           "its DA(max nu) of twice the units and that DA's ScheDA alone, against the best "
+                           "concatenation of every initialisation pair's DAs (unpaired)"),
 }
 
 
