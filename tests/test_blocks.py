@@ -143,13 +143,16 @@ def _record(block: int, reference: int, candidate: int, shares: dict[str, float]
         }}
 
 
-def _double_record(block: int, seeds: tuple[int, ...], errors: tuple[float, ...]) -> dict:
-    """One block's record of double_alone groups (each seed's double-size DA and its ScheDA), chosen numbers."""
+def _double_record(block: int, seeds: tuple[int, ...], errors: tuple[float, ...],
+                   starts: tuple[float, ...]) -> dict:
+    """One block's record of double_alone groups (each seed's double-size DA at ``starts``, its ScheDA at
+    ``errors``), chosen numbers."""
     record = _record(block, 0, 1, {}, {"scheda": 0.5, "da_low": 0.5})
     record.update(name=f"t{block}", values={"table.features.groups": [{"layout": "double_alone", "seeds": [seed]}
                                                                       for seed in seeds]})
     record["phases"] = {
-        "feature_models": {str(seed): {"da": {}, "composite": {}, "da2": _entry(0.53)} for seed in seeds},
+        "feature_models": {str(seed): {"da": {}, "composite": {}, "da2": _entry(start)}
+                           for seed, start in zip(seeds, starts)},
         "feature_continue": {str(seed): {"scheda2": _entry(error)} for seed, error in zip(seeds, errors)},
         "feature_analysis": {"similarity": {"train": {}, "val": {}}, "concat": {}, "reconstruction": {}}}
     return record
@@ -174,7 +177,8 @@ def test_the_report_from_records_written_by_hand_gives_their_numbers(tmp_path):
         (folder / "record.json").write_text(json.dumps(_record(block, ref, cand, share,
                                                                {"scheda": scheda, "da_low": 0.53, "concat": concat})))
     (tmp_path / "recs" / "block_4").mkdir()
-    (tmp_path / "recs" / "block_4" / "record.json").write_text(json.dumps(_double_record(4, (9, 10), (0.47, 0.49))))
+    double = _double_record(4, (9, 10), (0.47, 0.49), (0.50, 0.52))
+    (tmp_path / "recs" / "block_4" / "record.json").write_text(json.dumps(double))
     proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "table=features", "scale=smoke", blocks,
                            "report_dir=reports", "phases=[report]"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120, check=False)
@@ -198,6 +202,10 @@ def test_the_report_from_records_written_by_hand_gives_their_numbers(tmp_path):
     # (51, 49 %), which share no seed with them: unpaired, Welch's interval -2 ± t(0.975, df 2) * sqrt(2)
     double = next(cells for claim, cells in claims.items() if claim.startswith("ScheDA of twice the units"))
     assert double[1:] == ["-2.00 [-8.08, +4.08] points (unpaired)", "2 against 2", "not resolved"], double
+    # the width control: their double-size DAs (50, 52 %) against the same concatenations, Welch's again
+    width = next(cells for claim, cells in claims.items() if claim.startswith("(ours) twice the units alone"))
+    assert width[1:] == ["+1.00 [-5.08, +7.08] points (unpaired)", "2 against 2",
+                         "not resolved: on par within its interval"], width
     every = rows_of(report.split("## Every model")[1].split("\n## ")[0])
     assert every["ScheDA, twice the units"][-3].startswith("47.00") and every["ScheDA, twice the units"][0] == "—"
 
