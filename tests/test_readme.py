@@ -9,6 +9,8 @@ are asserted on that run."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import sys
 import subprocess
@@ -80,15 +82,15 @@ def test_a_run_cut_short_is_resumed_to_its_end(user):
 
 
 def test_a_sweep_run_again_skips_its_jobs_and_its_results_are_gathered(user):
-    first, again, _joblib = readme_block("scheda-train", "-m", "schedule=constant", "schedule.nu=0.3,0.5,0.7",
-                                         "seed=1,2,3", "hydra.sweep.dir=outputs/nu_sweep")
+    first, again, joblib = readme_block("scheda-train", "-m", "schedule=constant", "schedule.nu=0.3,0.5,0.7",
+                                        "seed=1,2,3", "hydra.sweep.dir=outputs/nu_sweep")
     assert first == again
     out = user.run(first, *TINY_SWEEP).stdout
     assert "jobs: 9 ran, 0 skipped, 0 resumed, 0 reran" in out, out[-2000:]
     out = user.run(again, *TINY_SWEEP).stdout
     assert "jobs: 0 ran, 9 skipped, 0 resumed, 0 reran" in out, out[-2000:]
 
-    table, grouped, *_ = readme_block("scheda-results", "outputs/nu_sweep")
+    table, grouped, export = readme_block("scheda-results", "outputs/nu_sweep")
     lines = user.run(table).stdout.splitlines()
     assert lines[0] == ("| run | schedule.nu | seed | status | epochs | read at | classifier | val_error % | "
                         "test_error % | minutes |")
@@ -98,6 +100,13 @@ def test_a_sweep_run_again_skips_its_jobs_and_its_results_are_gathered(user):
                                   for r in rows), lines
     means = user.run(grouped).stdout
     assert len([line for line in means.splitlines() if "(3)" in line]) == 3, means
+
+    # the export reads the folders of the block's sweeps, the joblib one's too, as they stand after them
+    assert export[-2:] == [">", "runs.csv"], export
+    user.run(joblib, *TINY_SWEEP)
+    rows = list(csv.DictReader(io.StringIO(user.run(export[:-2]).stdout)))
+    assert len(rows) == 9 + 3 and {r["run"].split("/")[1] for r in rows} == {"nu_sweep", "nu_sweep_joblib"}, rows
+    assert all(r["status"] == "completed" and float(r["test_error %"]) > 0 for r in rows), rows
 
 
 def test_the_optuna_search_runs_and_keeps_its_study_in_the_sweep_folder(user):
