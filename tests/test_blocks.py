@@ -223,8 +223,9 @@ def test_the_report_from_records_written_by_hand_gives_their_numbers(tmp_path):
      "error: table.blocks.list[0] (a) sets table.features.sedes, which is no key of the config: name a key of the "
      "table or scale"),
     (["table.blocks={records: r, cut: c, list: [{name: a, set: {table.features.seeds: [1, 2]}}]}",
-      "phases=[report]"], "error: table=features scale=smoke has no block's record in r: run a block first "
-                          "(block=N; scheda-reproduce table=features scale=smoke dry_run=true lists them with their "
+      "phases=[report]"], "error: table=features scale=smoke has no block's record in r, a folder relative to where "
+                          "you run (records are committed in the checkout: run from its root, or give "
+                          "table.blocks.records=<checkout>/r): run a block first (block=N; scheda-reproduce table=features scale=smoke dry_run=true lists them with their "
                           "records and estimates)"),
 ])
 def test_bad_blocks_are_one_line_before_any_job(tmp_path, args, message):

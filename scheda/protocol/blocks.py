@@ -293,8 +293,12 @@ def restored(cfg: DictConfig) -> tuple[Progress, list[tuple[Block, dict[str, Any
     """What every phase found, from the records present alone, over the blocks' joined values."""
     records = present(cfg)
     if not records:
+        folder = Path(settings(cfg).records)
+        where = "" if folder.is_absolute() else (
+            f", a folder relative to where you run (records are committed in the checkout: run from its root, or give "
+            f"table.blocks.records=<checkout>/{folder})")
         raise SchedaError(f"table={cfg.table.name} scale={cfg.scale.name} has no block's record in "
-                          f"{settings(cfg).records}: run a block first (block=N; {listing_hint(cfg)})")
+                          f"{folder}{where}: run a block first (block=N; {listing_hint(cfg)})")
     chosen = settings(cfg).selection
     if chosen is not None and chosen not in {block.index for block, _ in records}:
         source = declared(cfg)[chosen]
