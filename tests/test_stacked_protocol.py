@@ -280,3 +280,76 @@ def test_the_estimate_costs_layer_2_on_layer_1_s_units():
     train_da, _ = estimate.item_seconds(da, bench, 20, False)
     train_on, _ = estimate.item_seconds(on, bench, 20, False, inputs=on["inputs"])
     assert train_on / on["epochs"] == pytest.approx(train_da / da["epochs"] * 500 / 3072)  # an epoch each
+
+
+# --- layer 1 beside another report (table.stacked.beside) ---------------------------------------
+
+BESIDE = "{source: there.md, note: 'capped here.', rows: {l1.da: {0: 51.0, 1: 52.0, 2: 53.5, 3: 50.0}}}"
+
+
+def _section_with(beside_value: str, da: dict[int, float]) -> str:
+    from scheda.protocol.tables.stacked import section, settings
+
+    cfg = smoke_cfg("table=stacked", f"table.stacked.beside={beside_value}")
+    rows = {"l1.da": {seed: {"test_error": e / 100} for seed, e in da.items()}}
+    return "\n".join(section(cfg, {"settings": settings(cfg), "seeds": [0, 1, 2, 4], "rows": rows, "chosen": {}}))
+
+
+def test_layer_1_is_set_beside_another_report_seed_by_seed():
+    """Here − there over the further seeds both have (seed 3 only there, seed 4 only here), seed 0
+    shown apart; the paired interval is the t-interval of those differences."""
+    from scipy import stats as sp
+
+    text = _section_with(BESIDE, {0: 53.25, 1: 54.0, 2: 54.75, 4: 49.0})
+    part = text.split("### Layer 1 beside there.md", 1)[1]
+    assert "capped here." in part
+    [row] = [line for line in part.splitlines() if line.startswith("| DA (layer 1 alone) |")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "53.25 / 51.00" and cells[2] == "1: 54.00 / 52.00, 2: 54.75 / 53.50"
+    assert cells[3] == "+2.00, +1.25" and cells[4] == "2" and cells[5] == "+1.62 ± 0.53"
+    half = sp.t.ppf(0.975, 1) * sp.tstd([2.0, 1.25]) / 2 ** 0.5
+    assert cells[6] == f"[{1.625 - half:+.2f}, {1.625 + half:+.2f}]" and cells[7] == "not resolved with 2 seeds"
+    assert "Not shown to differ (an interval that holds 0 is no proof that they agree): DA (layer 1 alone)." in part
+    none_both = _section_with(BESIDE.replace("1: 52.0, 2: 53.5, ", ""), {0: 53.25, 1: 54.0})
+    assert "| none both have | — | 0 | — | — | not compared: no further seed in both |" in none_both
+    assert "### Layer 1 beside" not in _section_with("null", {0: 53.25})
+
+
+@pytest.mark.parametrize("value, message", [
+    ("{source: x.md}", "table.stacked.beside={'source': 'x.md'}: give {source: <the report>"),
+    ("{source: x.md, rows: {da.da: {0: 50}}}", "table.stacked.beside.rows has da.da: give rows of layer 1 alone (l1.da,"),
+    ("{source: x.md, rows: {l1.da: {0: 150}}}", "table.stacked.beside.rows.l1.da.0=150: give a seed (an integer) its "
+                                                "test error in % (0 to 100)"),
+    ("{source: x.md, rows: {l1.da: {zero: 50}}}", "table.stacked.beside.rows.l1.da.zero=50: give a seed"),
+    ("{source: x.md, rows: {l1.da: 50}}", "table.stacked.beside.rows.l1.da=50: give each seed's test error in %"),
+])
+def test_bad_beside_settings_are_one_line(value, message):
+    from scheda.protocol.tables.stacked import settings
+    from scheda.utils.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        settings(smoke_cfg("table=stacked", f"table.stacked.beside={value}"))
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_committed_beside_numbers_are_table1_cpu_s_own():
+    """configs/table_scale/stacked_cpu.yaml's table.stacked.beside, number for number, is the table of
+    its source report (each seed at its own best validation epoch; the further seeds in order)."""
+    from omegaconf import OmegaConf
+
+    from helpers import REPO
+    from scheda.protocol.tables.stacked import ROWS
+
+    beside = OmegaConf.load(REPO / "configs" / "table_scale" / "stacked_cpu.yaml").table.stacked.beside
+    text = (REPO / beside.source).read_text()
+    table = text.split("at each seed's own best validation epoch: each reported model over seeds", 1)[1]
+    table = table.split("\n\n", 2)[1]
+    labels = {"l1.da": "Best DA", "l1.scheda": "ScheDA", "l1.same_start": "Control: same start, constant nu",
+              "l1.finetune_da": "Fine-tuned best DA", "l1.finetune_scheda": "Fine-tuned best ScheDA"}
+    assert set(beside.rows) == set(labels) and set(labels) <= set(ROWS)
+    for key, label in labels.items():
+        [row] = [line for line in table.splitlines() if line.startswith(f"| {label} |")]
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        further = [float(v.split(" (")[0]) for v in cells[2].split(", ")]
+        assert {int(s): float(v) for s, v in beside.rows[key].items()} == {0: float(cells[1]),
+                                                                            **dict(zip(range(1, 6), further))}

@@ -128,6 +128,11 @@ class StackedConfig:
     # typed mapping of the struct config refuses keys it does not hold); a non-mapping is refused in
     # scheda.protocol.tables.stacked.settings
     layer2: Any = None
+    # Another report's numbers for layer 1 alone, set beside this table's own (a table in blocks trains
+    # its layer 1 again, capped): {source: <that report>, note: <why they may differ>, rows: {l1.da: {<seed>:
+    # <test error %>, ...}, ...}}, the rows of scheda.protocol.tables.stacked.ROWS that start with l1.;
+    # null: none (a table that shares table1's out_dir reads table1's own runs as its layer 1)
+    beside: Any = None
 
 
 @dataclass

@@ -80,7 +80,46 @@ def settings(cfg: DictConfig) -> Settings:
     if SAME_START not in [kind.name for kind in control_kinds(scale)]:
         raise ConfigError(f"scale.control={scale.control}: a stacked table's layer 1 includes the ScheDA's same start "
                           f"(its control {SAME_START}): give scale.control=true or a list with {SAME_START}")
+    beside(cfg)
     return Settings(hidden, top)
+
+
+@dataclass(frozen=True)
+class Beside:
+    """Another report's numbers for layer 1 alone (``table.stacked.beside``), set beside this table's."""
+
+    source: str  # that report, as the config names it
+    note: str  # why the two may differ
+    rows: dict[str, dict[int, float]]  # a row of ROWS (l1.*) -> seed -> test error %
+
+
+def beside(cfg: DictConfig) -> Beside | None:
+    """``table.stacked.beside`` checked: a source, and per layer-1 row a test error % per seed."""
+    given = cfg.table.stacked.get("beside")
+    if given is None:
+        return None
+    where = "table.stacked.beside"
+    if not OmegaConf.is_dict(given) or not given.get("source") or not OmegaConf.is_dict(given.get("rows")):
+        raise ConfigError(f"{where}={given}: give {{source: <the report>, note: <why they may differ>, rows: "
+                          f"{{l1.da: {{<seed>: <test error %>}}, ...}}}}, or null")
+    layer1_rows = [key for key in ROWS if key.startswith("l1.")]
+    rows: dict[str, dict[int, float]] = {}
+    for key, by_seed in given.rows.items():
+        if key not in layer1_rows:
+            raise ConfigError(f"{where}.rows has {key}: give rows of layer 1 alone ({', '.join(layer1_rows)})")
+        if not OmegaConf.is_dict(by_seed) or not by_seed:
+            raise ConfigError(f"{where}.rows.{key}={by_seed}: give each seed's test error in %, e.g. {{0: 51.73}}")
+        rows[key] = {}
+        for seed, value in by_seed.items():
+            try:
+                number = float(value)
+                rows[key][int(seed)] = number
+            except (TypeError, ValueError):
+                number = float("nan")
+            if not 0 <= number <= 100:
+                raise ConfigError(f"{where}.rows.{key}.{seed}={value}: give a seed (an integer) its test error in % "
+                                  f"(0 to 100)")
+    return Beside(str(given.source), str(given.get("note") or ""), rows)
 
 
 def layer_view(cfg: DictConfig, continuations: list[str]) -> DictConfig:
@@ -565,4 +604,41 @@ def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
     lines.append("The same start of layer 1 is table1's control of its best ScheDA (`control/`, each further seed's "
                  "replica in `seed_continue/`), read at its own best validation epoch; only a DA is stacked on it, and "
                  "that stack is fine-tuned as the others are.")
+    return lines + beside_section(beside(cfg), rows, s0)
+
+
+def beside_section(other: Beside | None, rows: dict[str, dict[int, dict[str, Any]]], s0: int) -> list[str]:
+    """Layer 1 alone here against another report's (``table.stacked.beside``), seed by seed: paired over
+    the further seeds both have, ``here - there`` (the same seed is the same initialisation and
+    minibatch order in both, so a difference is what the two protocols do, not seed noise)."""
+    if other is None:
+        return []
+    lines = ["", f"### Layer 1 beside {other.source}", "",
+             *([other.note.strip(), ""] if other.note.strip() else []),
+             f"Test error % of each layer-1 model here and in {other.source}, each seed at its own best validation "
+             f"epoch; the difference here − there, paired over the further seeds both have (negative: here better).",
+             "", f"| Model | Seed {s0} (selection): here / there | Further seeds: here / there | Here − there, each | "
+                 f"n | Mean ± sd | 95 % interval | Verdict |", "|---|---|---|---|---|---|---|---|"]
+    differ, shown = [], []
+    for key, theirs in other.rows.items():
+        ours = {seed: 100 * o["test_error"] for seed, o in rows.get(key, {}).items()}
+        first = f"{ours[s0]:.2f} / {theirs[s0]:.2f}" if s0 in ours and s0 in theirs else \
+            f"{ours[s0]:.2f} / —" if s0 in ours else f"— / {theirs[s0]:.2f}" if s0 in theirs else "—"
+        seeds = sorted(seed for seed in ours if seed in theirs and seed != s0)
+        both = ", ".join(f"{seed}: {ours[seed]:.2f} / {theirs[seed]:.2f}" for seed in seeds) or "none both have"
+        if not seeds:
+            lines.append(f"| {ROWS[key]} | {first} | {both} | — | 0 | — | — | not compared: no further seed in both |")
+            continue
+        d = stats.paired([ours[x] for x in seeds], [theirs[x] for x in seeds])
+        m = d.summary
+        spread = f"{m.mean:+.2f} ± {m.sd:.2f}" if m.sd is not None else f"{m.mean:+.2f}"
+        verdict = paired_verdict(d)
+        (differ if d.resolved else shown).append(ROWS[key])
+        lines.append(f"| {ROWS[key]} | {first} | {both} | {', '.join(f'{x:+.2f}' for x in d.diffs)} | {m.n} | "
+                     f"{spread} | {interval(m)} | {verdict} |")
+    lines.append("")
+    if differ:
+        lines.append(f"- Beyond seed noise, layer 1 here differs from {other.source}'s: {'; '.join(differ)}.")
+    if shown:
+        lines.append(f"- Not shown to differ (an interval that holds 0 is no proof that they agree): {'; '.join(shown)}.")
     return lines
