@@ -522,6 +522,18 @@ def comparison(rows: dict[str, dict[int, dict[str, Any]]], a: str, b: str, s0: i
             "verdict": paired_verdict(d) if d else "not resolved: no further seed has both"}
 
 
+def paired_cells(c: dict[str, Any], sign_flip: bool = True) -> str:
+    """A comparison's cells over the further seeds: each difference, n, mean ± sd, interval, the
+    sign-flip p (``sign_flip``), verdict."""
+    d = c["paired"]
+    p_value = ([f"{d.p_value:.3g}" if d is not None and d.p_value is not None else "—"] if sign_flip else [])
+    if d is None:
+        return " | ".join(["—", "0", "—", "—", *p_value, c["verdict"]])
+    m = d.summary
+    spread = f"{m.mean:+.2f} ± {m.sd:.2f}" if m.sd is not None else f"{m.mean:+.2f}"
+    return " | ".join([", ".join(f"{x:+.2f}" for x in d.diffs), str(m.n), spread, interval(m), *p_value, c["verdict"]])
+
+
 def answer(rows: dict[str, dict[int, dict[str, Any]]], pairs: list[tuple[str, str]], s0: int) -> str:
     """A question's answer in words: its first comparison's verdict, with its mean and interval."""
     a, b = pairs[0]
@@ -591,15 +603,7 @@ def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
         for a, b in pairs:
             c = comparison(rows, a, b, s0)
             first = f"{c['first']:+.2f}" if c["first"] is not None else "—"
-            d = c["paired"]
-            if d is None:
-                lines.append(f"| {ROWS[a]} − {ROWS[b]} | {first} | — | 0 | — | — | — | {c['verdict']} |")
-                continue
-            m = d.summary
-            spread = f"{m.mean:+.2f} ± {m.sd:.2f}" if m.sd is not None else f"{m.mean:+.2f}"
-            p_value = f"{d.p_value:.3g}" if d.p_value is not None else "—"
-            lines.append(f"| {ROWS[a]} − {ROWS[b]} | {first} | {', '.join(f'{x:+.2f}' for x in d.diffs)} | {m.n} | "
-                         f"{spread} | {interval(m)} | {p_value} | {c['verdict']} |")
+            lines.append(f"| {ROWS[a]} − {ROWS[b]} | {first} | {paired_cells(c)} |")
         lines += ["", f"Answer: {answer(rows, pairs, s0)}", ""]
     lines.append("The same start of layer 1 is table1's control of its best ScheDA (`control/`, each further seed's "
                  "replica in `seed_continue/`), read at its own best validation epoch; only a DA is stacked on it, and "
@@ -619,26 +623,25 @@ def beside_section(other: Beside | None, rows: dict[str, dict[int, dict[str, Any
              f"epoch; the difference here − there, paired over the further seeds both have (negative: here better).",
              "", f"| Model | Seed {s0} (selection): here / there | Further seeds: here / there | Here − there, each | "
                  f"n | Mean ± sd | 95 % interval | Verdict |", "|---|---|---|---|---|---|---|---|"]
-    differ, shown = [], []
-    for key, theirs in other.rows.items():
-        ours = {seed: 100 * o["test_error"] for seed, o in rows.get(key, {}).items()}
-        first = f"{ours[s0]:.2f} / {theirs[s0]:.2f}" if s0 in ours and s0 in theirs else \
-            f"{ours[s0]:.2f} / —" if s0 in ours else f"— / {theirs[s0]:.2f}" if s0 in theirs else "—"
-        seeds = sorted(seed for seed in ours if seed in theirs and seed != s0)
-        both = ", ".join(f"{seed}: {ours[seed]:.2f} / {theirs[seed]:.2f}" for seed in seeds) or "none both have"
-        if not seeds:
-            lines.append(f"| {ROWS[key]} | {first} | {both} | — | 0 | — | — | not compared: no further seed in both |")
-            continue
-        d = stats.paired([ours[x] for x in seeds], [theirs[x] for x in seeds])
-        m = d.summary
-        spread = f"{m.mean:+.2f} ± {m.sd:.2f}" if m.sd is not None else f"{m.mean:+.2f}"
-        verdict = paired_verdict(d)
-        (differ if d.resolved else shown).append(ROWS[key])
-        lines.append(f"| {ROWS[key]} | {first} | {both} | {', '.join(f'{x:+.2f}' for x in d.diffs)} | {m.n} | "
-                     f"{spread} | {interval(m)} | {verdict} |")
+
+    def shown(seed: int, by_seed: dict[int, dict[str, Any]]) -> str:
+        return f"{100 * by_seed[seed]['test_error']:.2f}" if seed in by_seed else "—"
+
+    differ, not_shown = [], []
+    for key, numbers in other.rows.items():
+        here, there = rows.get(key, {}), {seed: {"test_error": v / 100} for seed, v in numbers.items()}
+        c = comparison({"here": here, "there": there}, "here", "there", s0)
+        if not c["seeds"]:
+            c["verdict"] = "not compared: no further seed in both"
+        both = ", ".join(f"{x}: {shown(x, here)} / {shown(x, there)}" for x in c["seeds"]) or "none both have"
+        lines.append(f"| {ROWS[key]} | {shown(s0, here)} / {shown(s0, there)} | {both} | "
+                     f"{paired_cells(c, sign_flip=False)} |")
+        if c["paired"] is not None:
+            (differ if c["paired"].resolved else not_shown).append(ROWS[key])
     lines.append("")
     if differ:
         lines.append(f"- Beyond seed noise, layer 1 here differs from {other.source}'s: {'; '.join(differ)}.")
-    if shown:
-        lines.append(f"- Not shown to differ (an interval that holds 0 is no proof that they agree): {'; '.join(shown)}.")
+    if not_shown:
+        lines.append(f"- Not shown to differ (an interval that holds 0 is no proof that they agree): "
+                     f"{'; '.join(not_shown)}.")
     return lines
