@@ -174,8 +174,10 @@ def test_the_report_from_records_written_by_hand_gives_their_numbers(tmp_path):
                                                       (2, (5, 6), shares[1], 0.47, 0.49)):
         folder = tmp_path / "recs" / f"block_{block}"
         folder.mkdir(parents=True)
-        (folder / "record.json").write_text(json.dumps(_record(block, ref, cand, share,
-                                                               {"scheda": scheda, "da_low": 0.53, "concat": concat})))
+        record = _record(block, ref, cand, share, {"scheda": scheda, "da_low": 0.53, "concat": concat})
+        if block == 0:  # planned by a benchmark; block 2 by none (its row says so)
+            record["bench"] = "docs/results/bench_by_hand.json"
+        (folder / "record.json").write_text(json.dumps(record))
     (tmp_path / "recs" / "block_4").mkdir()
     double = _double_record(4, (9, 10), (0.47, 0.49), (0.50, 0.52))
     (tmp_path / "recs" / "block_4" / "record.json").write_text(json.dumps(double))
@@ -187,7 +189,8 @@ def test_the_report_from_records_written_by_hand_gives_their_numbers(tmp_path):
     assert "Built from the records of 3 of 5 blocks (recs)" in report
     assert "Blocks without a record yet: 1 t1, 3 t3." in report
     head = rows_of(report.split("- The cut:")[1].split("\n\n")[1])
-    assert head["0 t0"][4:] == ["1.50 h over 1 invocation(s)", "1.00 h", "1.50"]  # 5400 s against its 1 h
+    assert head["0 t0"][4:] == ["1.50 h over 1 invocation(s)", "1.00 h", "bench_by_hand.json", "1.50"]  # 5400 s, 1 h
+    assert head["2 t2"][6] == "—"
     summary = report.split("### The summary, paired by reference seed (train split)")[1].split("\n### ")[0]
     row = next(line for line in summary.splitlines() if "| cosine | another initialisation | ScheDA − jump |" in line)
     # (0.60 - 0.50, 0.64 - 0.58) in points of %: mean +8.00

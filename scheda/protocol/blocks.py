@@ -376,13 +376,15 @@ def listing(cfg: DictConfig, estimate_of) -> list[str]:
 
 def report_head(cfg: DictConfig, records: list[tuple[Block, dict[str, Any]]]) -> list[str]:
     """The record-built report's head: which blocks are in, each one's commit, device, precision and
-    measured time against its estimate."""
+    measured time against its estimate, and the benchmark that estimate came from (blocks of one table
+    may be planned by different ones, and a ratio means little without it)."""
     total = len(declared(cfg))
     lines = [f"- Built from the records of {len(records)} of {total} blocks ({settings(cfg).records}), "
              f"{datetime.now().strftime('%Y-%m-%d %H:%M')}; no run folder or checkpoint was read",
              f"- The cut: {' '.join(str(settings(cfg).cut).split())}", "",
-             "| Block | Values | Commit | Device | Precision | Measured | Plan's estimate | Measured / estimate |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| Block | Values | Commit | Device | Precision | Measured | Plan's estimate | Its benchmark "
+             "| Measured / estimate |",
+             "|---|---|---|---|---|---|---|---|---|"]
     missing = [block for block in declared(cfg) if block.index not in {b.index for b, _ in records}]
     for block, record in records:
         est = record.get("estimate") or {}
@@ -392,7 +394,8 @@ def report_head(cfg: DictConfig, records: list[tuple[Block, dict[str, Any]]]) ->
         lines.append(f"| {block.index} {block.name} | {values} | {record['commit']} | {record['device']} | "
                      f"{', '.join(record['precisions']) or '—'} | {hours_of(record):.2f} h over "
                      f"{record['measured']['invocations']} invocation(s) | "
-                     f"{f'{hours:.2f} h' if hours else 'not estimated'} | {ratio} |")
+                     f"{f'{hours:.2f} h' if hours else 'not estimated'} | "
+                     f"{Path(record['bench']).name if hours and record.get('bench') else '—'} | {ratio} |")
     lines += [""]
     if missing:
         lines += [f"Blocks without a record yet: {', '.join(f'{b.index} {b.name}' for b in missing)}.", ""]
