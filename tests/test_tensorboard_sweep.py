@@ -23,6 +23,33 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _serve(logdir, tries: int = 5) -> tuple[subprocess.Popen, str]:
+    """A TensorBoard server over ``logdir`` once it lists its 3 runs. The port is free when chosen but
+    another process (the other test worker's) may take it before TensorBoard binds it: then again on a
+    new port; any other exit fails with TensorBoard's own message."""
+    for _ in range(tries):
+        port = _free_port()
+        server = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--port",
+                                   str(port), "--host", "127.0.0.1", "--reload_interval", "1"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 90
+        while server.poll() is None:
+            try:
+                if len(json.loads(urllib.request.urlopen(f"{url}/data/runs", timeout=5).read())) >= 3:
+                    return server, url
+            except OSError:
+                pass
+            if time.time() > deadline:
+                server.kill()
+                server.wait()
+                pytest.fail("tensorboard served no runs in 90 s")
+            time.sleep(0.5)
+        message = server.stderr.read()
+        assert "could not bind" in message, message[-2000:]
+    pytest.fail(f"tensorboard found no free port in {tries} tries")
+
+
 @pytest.fixture(scope="module")
 def served_sweep(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tb")
@@ -31,22 +58,7 @@ def served_sweep(tmp_path_factory):
     proc = run_train(["-m", f"dataset.root={cifar_arrays}", *TINY, "schedule=constant", "schedule.nu=0.3,0.5,0.7",
                       "schedule.epochs=2", f"hydra.sweep.dir={sweep}"], cwd=tmp)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(sweep), "--port", str(port),
-                               "--host", "127.0.0.1", "--reload_interval", "1"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while True:
-        try:
-            runs = json.loads(urllib.request.urlopen(f"{url}/data/runs", timeout=5).read())
-            if len(runs) >= 3:
-                break
-        except OSError:
-            pass
-        assert server.poll() is None, server.stderr.read()[-2000:]
-        assert time.time() < deadline, "tensorboard served no runs"
-        time.sleep(0.5)
+    server, url = _serve(sweep)
     yield url, sweep
     server.terminate()
     try:
