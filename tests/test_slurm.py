@@ -67,23 +67,24 @@ def test_a_protocol_through_slurm_continues_its_das_and_a_rerun_submits_nothing(
 
 
 def test_a_cancelled_job_is_reported_and_the_command_fails(cifar_arrays, tmp_path):
-    # DAs long enough (about 5 s here, after a Python start of 2-3 s) to be cancelled while they run.
-    # The launcher waits for the array's tasks in order: the last one is cancelled, so the first is
-    # waited on and completes.
-    proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=1000", "scale.da.eval_every=500", "table.raw=false",
+    # DAs long enough (about 6 s of training here, after a Python start of 2-3 s) to be cancelled while
+    # they train. The launcher waits for the array's tasks in order: the last one is cancelled, so the
+    # first is waited on and completes. Cancelled only once both have logged an epoch: before the run
+    # takes the signals, submitit's job ignores SIGTERM ("Bypassing signal SIGTERM") and a job
+    # cancelled then trains on to its end (seen in CI with a fixed 2 s wait).
+    proc = _reproduce(tmp_path, cifar_arrays, "scale.da.epochs=2000", "scale.da.eval_every=1000", "table.raw=false",
                       "phases=[da,select,report]", wait=False)
     deadline = time.time() + 120
     running: list[str] = []
-    while len(running) < 2:
+    while len(running) < 2 or not _training(tmp_path / "runs" / "da", 2):
         assert proc.poll() is None, proc.stderr.read()[-3000:]
-        assert time.time() < deadline, "the jobs did not start"
+        assert time.time() < deadline, "the jobs did not start training"
         running = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"], capture_output=True, text=True).stdout.split()
-        time.sleep(0.5)
+        time.sleep(0.2)
     job_id = max(running, key=lambda j: int(j.split("_")[1]))
-    time.sleep(2)  # into its training
     subprocess.run(["scancel", job_id], check=True)
     _, stderr = proc.communicate(timeout=600)
-    assert proc.returncode == 1
+    assert proc.returncode == 1, stderr[-3000:]
     line = stderr.strip().splitlines()[-1]
     assert line.startswith("error: ") and "did not finish: da_h16_nu" in line
     assert "rerun to retry them (finished jobs are kept): python scripts/reproduce.py scale=smoke" in line
@@ -93,6 +94,12 @@ def test_a_cancelled_job_is_reported_and_the_command_fails(cifar_arrays, tmp_pat
     # Slurm's own word, whether the job was stopped in its training (it then also checkpoints) or
     # before it could write results.json.
     assert len(cancelled) == 1 and f"Slurm job {job_id}: CANCELLED" in cancelled[0], cancelled
+
+
+def _training(folder: Path, jobs: int) -> bool:
+    """Whether ``jobs`` runs in ``folder`` have each logged a finished epoch (their stop handlers are in place)."""
+    logs = list(folder.glob("*/train.log"))
+    return len(logs) >= jobs and all(" epoch 1 nu=" in log.read_text() for log in logs)
 
 
 def _node() -> str:
