@@ -337,18 +337,23 @@ def test_slurms_time_limit_warning_stops_a_protocol_and_a_sweep_as_sigterm_does(
     assert proc.stdout.splitlines() == ["terminate_as_interrupt 138", "jobs_stop_first 138"], proc.stderr
 
 
-@pytest.mark.parametrize("search", [["seed=1,2"], ["hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
-                                                   "hydra.sweeper.n_jobs=2", "optim.lr=interval(0.005,0.02)"]],
-                         ids=["grid", "optuna"])
+@pytest.mark.parametrize(("search", "group"), [(["seed=1,2"], True),
+                                               (["hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
+                                                 "hydra.sweeper.n_jobs=2", "optim.lr=interval(0.005,0.02)"], True),
+                                               (["seed=1,2"], False)],
+                         ids=["grid", "optuna", "grid-sweep-only"])
 def test_slurms_warning_to_every_process_of_a_joblib_sweep_checkpoints_its_jobs_in_one_line_each(cifar_arrays,
-                                                                                                 tmp_path, search):
+                                                                                                 tmp_path, search,
+                                                                                                 group):
     """SIGUSR1 to the whole process group, as ``sbatch --signal=USR1@60`` sends it: each job
     checkpoints and says so, the sweep says so, and nothing else is printed (joblib's resource
     trackers, which the signal ended, once printed tracebacks from their relaunched copies). The
     jobs evaluate after every epoch, slowly, and a third worker has no job: a worker that ended
     (the idle one at once, or the first job's after its checkpoint) once made joblib kill the
     others, a job in its evaluation before its checkpoint and its line. An Optuna search's jobs
-    were killed with neither (its sweeper did not hand the signal on)."""
+    were killed with neither (its sweeper did not hand the signal on). To the sweep alone
+    (``--signal=B:USR1``): the jobs take it from the sweep and name it too (handed on as SIGTERM,
+    it was named so, and in CI once so by a job that took the sweep's before its own)."""
     # A process of its own (not a fork of the test's server, whose resource trackers run outside the group).
     proc = subprocess.Popen([sys.executable, str(REPO / "train.py"), "-m", f"dataset.root={cifar_arrays}", *TINY,
                              "trainer.max_epochs=50", *search, "evaluate.every=1", "hydra/launcher=joblib",
@@ -360,7 +365,7 @@ def test_slurms_warning_to_every_process_of_a_joblib_sweep_checkpoints_its_jobs_
     while not all(log.exists() and "epoch 2 " in log.read_text() for log in logs):
         assert proc.poll() is None and time.time() < deadline, proc.communicate()[1]
         time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGUSR1)
+    (os.killpg if group else os.kill)(proc.pid, signal.SIGUSR1)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGUSR1, stderr
     lines = stderr.strip().splitlines()

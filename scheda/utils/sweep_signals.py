@@ -159,9 +159,11 @@ def workers_wait_for_the_sweep() -> Iterator[None]:
 @contextmanager
 def jobs_stop_first(bound: float = JOBS_STOP_BOUND, joblib: bool = False,
                     cancel: Callable[[float], list[str]] | None = None) -> Iterator[None]:
-    """While a sweep runs: SIGINT, SIGTERM or SIGUSR1 to its process reaches its job processes as SIGTERM
-    (a Ctrl-C at a terminal reached them already; a second SIGINT would stop them before their
-    checkpoint), the process waits up to ``bound`` seconds for them to checkpoint and stop, then
+    """While a sweep runs: SIGTERM or SIGUSR1 to its process reaches its job processes as the same
+    signal, and SIGINT as SIGTERM (a Ctrl-C at a terminal reached them already; a second SIGINT
+    would stop them before their checkpoint), so that each job's line names what stopped the
+    sweep (handed on as SIGTERM, Slurm's SIGUSR1 to every process of a job was named SIGTERM by a
+    job that took the sweep's first); the process waits up to ``bound`` seconds for them to checkpoint and stop, then
     raises :class:`Interrupted`. Without this the sweep's launcher (joblib) stopped at once, killed
     its workers mid-checkpoint and printed a traceback. Jobs in this process (Hydra's basic
     launcher) answer the signal themselves: their run installs its own handlers. ``joblib``: the
@@ -187,7 +189,7 @@ def jobs_stop_first(bound: float = JOBS_STOP_BOUND, joblib: bool = False,
         workers = job_processes()
         for pid in workers:
             try:
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGTERM if signum == signal.SIGINT else signum)
             except OSError:
                 pass
         deadline = time.monotonic() + bound
