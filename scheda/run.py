@@ -171,11 +171,14 @@ def train_plan(plan: Plan, output_dir: Path, results: RunResults) -> dict[str, A
     started = time.time() - (results.data.get("seconds") or 0.0)
     members: list[Member] = []
     try:
-        members, data, labelled = build(plan, output_dir, results)
-        results.finished_copy = None  # its models and data built: from here a failure is this attempt's own record
-        if plan.sweep:
-            results.update(models=[{"dir": p.subdir, "overrides": p.overrides} for p in plan.models])
-        with stop_on_signals() as stop:  # training, then each model's evaluation and fine-tuning
+        # From the build on (loading the data takes seconds): a signal before training is answered at its
+        # first minibatch, with a checkpoint. Submitit's handler, in place before, ignores a SIGTERM (Slurm's
+        # scancel or preemption): the job trained on to its end or its SIGKILL.
+        with stop_on_signals() as stop:
+            members, data, labelled = build(plan, output_dir, results)
+            results.finished_copy = None  # its models and data built: from here a failure is this attempt's own record
+            if plan.sweep:
+                results.update(models=[{"dir": p.subdir, "overrides": p.overrides} for p in plan.models])
             for member in members:
                 member.state.stop = stop
             try:

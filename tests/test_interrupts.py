@@ -263,6 +263,43 @@ def test_a_sigterm_while_raw_inputs_are_evaluated_records_the_run_interrupted(ci
     assert signal.getsignal(signal.SIGTERM) is not None  # the handler is handed back
 
 
+def test_a_sigterm_while_the_data_loads_under_submitits_handler_stops_the_run_at_its_first_minibatch(
+        cifar_arrays, tmp_path, monkeypatch):
+    """Submitit's SIGTERM handler logs "Bypassing signal SIGTERM" and does nothing: a scancel (or
+    a preemption) that came while a Slurm job loaded its data was dropped, and the job trained on
+    to its end or its SIGKILL. The run takes the signals from its build on: it answers this one at
+    its first minibatch, with a checkpoint, and hands the handler back."""
+    import scheda.planning.plan
+    from helpers import TINY_DATA, compose_cfg
+    from scheda.run import run
+    from scheda.utils.interrupt import Interrupted
+
+    bypassed = []
+    load_data = scheda.planning.plan.Plan.load_data
+
+    def loaded_with_a_sigterm(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # the signal arrives here
+        return load_data(self)
+
+    monkeypatch.setattr(scheda.planning.plan.Plan, "load_data", loaded_with_a_sigterm)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: bypassed.append(signum))  # as submitit's
+    try:
+        cfg = compose_cfg([f"dataset.root={cifar_arrays}", *TINY_DATA, "schedule=constant", "schedule.epochs=3",
+                           "trainer.batch_size=7", "logger=none"])
+        with pytest.raises(Interrupted) as stopped:
+            run(cfg, tmp_path / "run")
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL and not bypassed
+        os.kill(os.getpid(), signal.SIGTERM)  # after the run: submitit's again
+        assert bypassed == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert stopped.value.exit_code == 128 + signal.SIGTERM
+    assert stopped.value.message.startswith("interrupted by SIGTERM in epoch 1, minibatch 1 of "), stopped.value.message
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["status"] == "interrupted"
+    assert load_checkpoint(tmp_path / "run")["epoch"] == 0  # where it stood: mid-epoch 1
+
+
 def test_a_ctrl_c_and_its_protocols_sigterm_together_stop_raw_evaluation_as_a_ctrl_c(cifar_arrays, tmp_path,
                                                                                     monkeypatch, capsys):
     """A Ctrl-C that finds the job inside a long torch call reaches Python with the SIGTERM its
