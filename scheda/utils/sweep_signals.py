@@ -163,8 +163,8 @@ def jobs_stop_first(bound: float = JOBS_STOP_BOUND, joblib: bool = False,
     signal, and SIGINT as SIGTERM (a Ctrl-C at a terminal reached them already; a second SIGINT
     would stop them before their checkpoint), so that each job's line names what stopped the
     sweep (handed on as SIGTERM, Slurm's SIGUSR1 to every process of a job was named SIGTERM by a
-    job that took the sweep's first); the process waits up to ``bound`` seconds for them to checkpoint and stop, then
-    raises :class:`Interrupted`. Without this the sweep's launcher (joblib) stopped at once, killed
+    job that took the sweep's first); the process waits up to ``bound`` seconds for them to
+    checkpoint and stop, then raises :class:`Interrupted`. Without this the sweep's launcher (joblib) stopped at once, killed
     its workers mid-checkpoint and printed a traceback. Jobs in this process (Hydra's basic
     launcher) answer the signal themselves: their run installs its own handlers. ``joblib``: the
     jobs run in joblib's workers, which wait for the sweep's end once stopped
