@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 
 from scheda.utils.io import atomic_write, atomic_write_json
-from scheda.utils.stats import paired, summarize
+from scheda.protocol import compare as comparison
+from scheda.utils.stats import summarize
 
 
 # Where a precision is one step's own, both sides train with that step (fp32 against it there).
@@ -138,12 +139,13 @@ def reconstruction_error(run: Path) -> float:
     return clean_reconstruction_error(model, load_dataset(cfg.dataset).tensor("train", torch.device("cpu")))
 
 
-def compare(a: list[float], b: list[float], low: float, high: float) -> dict:
-    """``a - b`` paired by seed, and whether its interval lies within [low, high]."""
-    diff = paired(a, b)
-    s = diff.summary
-    return {"per_seed": list(diff.diffs), "mean": s.mean, "low": s.low, "high": s.high, "sign_flip_p": diff.p_value,
-            "margin": [low, high], "within_margin": bool(s.has_interval and low <= s.low and s.high <= high)}
+def compare(a: list[float], b: list[float], margin: float) -> dict:
+    """``a - b`` paired by seed, and whether its interval lies within ±margin (the report's engine:
+    scheda.protocol.compare)."""
+    c = comparison.compare(a, b, margin=margin)
+    s = c.summary
+    return {"per_seed": list(c.difference.diffs), "mean": s.mean, "low": s.low, "high": s.high,
+            "sign_flip_p": c.p_value, "margin": [-margin, margin], "within_margin": c.on_par}
 
 
 def figure(records: list[dict], precision: str, path: Path) -> None:
@@ -184,8 +186,8 @@ def summary(records: list[dict], precision: str, margin: float, recon_margin: fl
         recon = {p: [r[p][m]["reconstruction"] for r in records] for p in ("fp32", precision)}
         allowed = recon_margin / 100 * summarize(recon["fp32"]).mean
         out["difference"][m] = {"of": f"{precision} - fp32",
-                                "test_error": compare(test[precision], test["fp32"], -margin, margin),
-                                "reconstruction": compare(recon[precision], recon["fp32"], -allowed, allowed)}
+                                "test_error": compare(test[precision], test["fp32"], margin),
+                                "reconstruction": compare(recon[precision], recon["fp32"], allowed)}
     out["resolved"] = len(records) >= max(2, planned)
     out["equal"] = out["resolved"] and all(d[k]["within_margin"] for d in out["difference"].values()
                                            for k in ("test_error", "reconstruction"))

@@ -208,7 +208,7 @@ def test_the_report_from_records_written_by_hand_gives_their_numbers(tmp_path):
     # the width control: their double-size DAs (50, 52 %) against the same concatenations, Welch's again
     width = next(cells for claim, cells in claims.items() if claim.startswith("(ours) twice the units alone"))
     assert width[1:] == ["+1.00 [-5.08, +7.08] points (unpaired)", "2 against 2",
-                         "not resolved: on par within its interval"], width
+                         "not resolved: the interval holds 0, but no margin of parity was fixed before the runs"], width
     every = rows_of(report.split("## Every model")[1].split("\n## ")[0])
     assert every["ScheDA, twice the units"][-3].startswith("47.00") and every["ScheDA, twice the units"][0] == "—"
 

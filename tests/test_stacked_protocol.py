@@ -308,7 +308,7 @@ def test_layer_1_is_set_beside_another_report_seed_by_seed():
     assert cells[1] == "53.25 / 51.00" and cells[2] == "1: 54.00 / 52.00, 2: 54.75 / 53.50"
     assert cells[3] == "+2.00, +1.25" and cells[4] == "2" and cells[5] == "+1.62 ± 0.53"
     half = sp.t.ppf(0.975, 1) * sp.tstd([2.0, 1.25]) / 2 ** 0.5
-    assert cells[6] == f"[{1.625 - half:+.2f}, {1.625 + half:+.2f}]" and cells[7] == "not resolved with 2 seeds"
+    assert cells[6] == f"[{1.625 - half:+.2f}, {1.625 + half:+.2f}]" and cells[7] == "not resolved"
     assert "Not shown to differ (an interval that holds 0 is no proof that they agree): DA (layer 1 alone)." in part
     none_both = _section_with(BESIDE.replace("1: 52.0, 2: 53.5, ", ""), {0: 53.25, 1: 54.0})
     assert "| none both have | — | 0 | — | — | not compared: no further seed in both |" in none_both

@@ -14,12 +14,11 @@ import numpy as np
 from omegaconf import DictConfig
 
 from scheda.analysis.similarity import TIE
+from scheda.protocol.compare import compare
 from scheda.protocol.convergence import edge_of, edges_line
 from scheda.protocol.jobs import count, fmt, pct
 from scheda.runs.rundir import checkpoint_name
 from scheda.utils import stats
-
-from scheda.protocol.tables.features import LAYOUTS, trains_continuation
 
 MODEL_ROWS = (("scheda", "ScheDA"), ("jump", "One jump to min nu"), ("same_start", "Same start, trained on"),
               ("da2", "DA(max nu), twice the units"), ("scheda2", "ScheDA, twice the units"))
@@ -35,61 +34,22 @@ def _named(s, label: str) -> str:
 
 def mean_sd(values: Sequence[float], digits: int = 2, scale: float = 1.0) -> str:
     values = [scale * v for v in values if v is not None and np.isfinite(v)]
-    if not values:
-        return "—"
-    s = stats.summarize(values)
-    return f"{s.mean:.{digits}f}" if s.n == 1 else f"{s.mean:.{digits}f} ± {s.sd:.{digits}f}"
-
-
-def _difference(a: Sequence[float], b: Sequence[float], paired: bool):
-    """``a - b``: paired by seed, or (``paired=False``, sets of models that share no seed) unpaired."""
-    return stats.paired(a, b) if paired else stats.unpaired(a, b)
-
-
-def _n(d) -> int | str:
-    return d.summary.n if isinstance(d, stats.Paired) else f"{d.n_a} against {d.n_b}"
+    return stats.summarize(values).mean_sd(digits) if values else "—"
 
 
 def paired_text(a: Sequence[float], b: Sequence[float], unit: str = "points",
                 paired: bool = True) -> tuple[str, str, int | str]:
     """(difference with interval, verdict, n) of ``a - b``, paired by seed unless ``paired=False``."""
-    if not a or not b:
-        return "—", "not run yet", 0
-    d = _difference(a, b, paired)
-    s = d.summary
-    interval = f" [{s.low:+.2f}, {s.high:+.2f}]" if s.has_interval else ""
-    if not s.has_interval:
-        verdict = f"not resolved: {'one pair' if paired else 'one value on a side'} gives no interval"
-    elif d.resolved:
-        verdict = f"resolved ({'lower' if s.mean < 0 else 'higher'})"
-    else:
-        verdict = "not resolved"
-    return f"{s.mean:+.2f}{interval} {unit}" + ("" if paired else " (unpaired)"), verdict, _n(d)
+    c = compare(a, b, paired=paired)
+    return c.text(unit), c.verdict, c.n
 
 
 def claim_row(claim: str, paper: str, a: Sequence[float], b: Sequence[float], unit: str,
               expect: str, paired: bool = True) -> tuple[str, str, str, int | str, str]:
     """One row of the claims' table: ``a - b`` (paired unless ``paired=False``), against what the
     paper says of its sign (``expect``: lower, higher, not lower, or parity)."""
-    diff, _, n = paired_text(a, b, unit, paired)
-    if n == 0:
-        return claim, paper, diff, 0, "not run yet"
-    d = _difference(a, b, paired)
-    mean = d.summary.mean
-    if not d.summary.has_interval:
-        verdict = ("not resolved: one seed (or pair) gives no interval" if paired
-                   else "not resolved: one value on a side gives no interval")
-    elif expect == "parity":
-        verdict = (f"resolved: not on par (the first {'lower' if mean < 0 else 'higher'})" if d.resolved
-                   else "not resolved: on par within its interval")
-    elif not d.resolved:
-        verdict = "not resolved"
-    elif expect == "not lower":
-        verdict = "resolved, against the paper (lower)" if mean < 0 else "resolved: higher, as the paper says"
-    else:
-        verdict = "resolved, as the paper says" if (mean < 0) == (expect == "lower") else \
-            f"resolved, the opposite of the paper ({'lower' if mean < 0 else 'higher'})"
-    return claim, paper, diff, n, verdict
+    c = compare(a, b, paired=paired, expect=expect)
+    return claim, paper, c.text(unit), c.n, c.verdict
 
 
 def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
@@ -106,7 +66,7 @@ def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
              f"(patience {cfg.scale.patience}, caps: DAs {cfg.scale.da.epochs} epochs, continuations "
              f"{cfg.scale.scheda.max_epochs}) and read at its best validation epoch. Seeds "
              f"{', '.join(seeds)}, each a new initialisation of every model it trains: "
-             + "; ".join(f"{', '.join(map(str, group))}: {LAYOUTS[layout].says}" for layout, group in s.groups)
+             + s.says()
              + ". Table 2 compares "
              + ", ".join(f"seed {r}'s references with seed {c}'s DAs" for r, c in s.comparisons) + ".", ""]
     claims: list[tuple[str, str, str, int | str, str]] = []  # (the paper's claim, its number, ours, n, the verdict)
@@ -136,7 +96,7 @@ def trains(s, seed: str, key: str) -> bool:
         return float(key[2:]) in s.da_levels(seed_)
     if key.startswith("composite_"):
         return s.has(seed_, "composite")
-    return trains_continuation(s, seed_, key)
+    return s.trains_continuation(seed_, key)
 
 
 def _every_model(s, models, continued, seeds) -> list[tuple[str, str, dict[str, Any]]]:

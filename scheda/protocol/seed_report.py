@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheda.utils import stats
+from scheda.protocol.compare import Comparison, compare
 from scheda.runs.rundir import unpack_correct
 from scheda.protocol.jobs import pct
 from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
@@ -36,8 +37,7 @@ def seed_cell(seeded: dict[str, Any], hidden: str, key: str) -> str:
     values = [v["test_error"] for _, v in further(per_seed, seeded["selection_seed"])]
     if not values:
         return "not run yet"
-    s = stats.summarize([100 * v for v in values])
-    return f"{s.mean:.2f} ± {s.sd:.2f} ({s.n})" if s.sd is not None else f"{s.mean:.2f} (1)"
+    return stats.summarize([100 * v for v in values]).mean_sd(with_n=True)
 
 
 def in_sentence(label: str) -> str:
@@ -92,10 +92,6 @@ def _mcnemar(a: dict, b: dict) -> stats.McNemar | None:
         return None
     n = a["test_n"]
     return stats.mcnemar(unpack_correct(a["test_correct"], n), unpack_correct(b["test_correct"], n))
-
-
-def interval(s: stats.Summary) -> str:
-    return f"[{s.low:+.2f}, {s.high:+.2f}]" if s.has_interval else "none (n = 1)"
 
 
 RULES = {"hidden": "at the selection seed's epoch", "own_best": "at each seed's own best validation epoch"}
@@ -154,10 +150,9 @@ def _rule_tables(hidden: str, rows: dict[str, dict], s0: int, title: str) -> tup
         s = stats.summarize([100 * v["test_error"] for _, v in rest])
         n_test = rest[0][1].get("test_n")
         se = f"{100 * stats.binomial_se(s.mean / 100, n_test):.2f} (N = {n_test})" if n_test else "—"
-        spread = f"{s.mean:.2f} ± {s.sd:.2f}" if s.sd is not None else f"{s.mean:.2f}"
         each = ", ".join(pct(v["test_error"]) + (f" ({v['epoch']})" if v.get("epoch") is not None else "")
                          for _, v in rest)
-        lines.append(f"| {seed_label(key)} | {sel} | {each} | {s.n} | {spread} | {interval(s)} | {se} |")
+        lines.append(f"| {seed_label(key)} | {sel} | {each} | {s.n} | {s.mean_sd()} | {s.interval_text()} | {se} |")
     lines += ["", f"### {hidden} hidden units, {title}: paired differences (test error, points; negative: the "
                   f"first is better)", "",
               f"| Comparison | Seed {s0} (selection) | Further seeds, each | n | Mean ± sd | 95 % interval "
@@ -172,18 +167,18 @@ def _rule_tables(hidden: str, rows: dict[str, dict], s0: int, title: str) -> tup
         if not pairs:
             lines.append(f"| {name} | {sel} | not run yet | 0 | — | — | — | — | not resolved: no further seed |")
             continue
-        d = stats.paired([100 * x["test_error"] for _, x, _ in pairs], [100 * y["test_error"] for _, _, y in pairs])
+        c = compare([100 * x["test_error"] for _, x, _ in pairs], [100 * y["test_error"] for _, _, y in pairs],
+                    better="lower")
         tests = [_mcnemar(x, y) for _, x, y in pairs]
         mc = ", ".join(f"{t.p_value:.3g} ({t.only_a}/{t.only_b})" if t else "—" for t in tests)
-        verdict = paired_verdict(d)
-        found[name] = (d, verdict)
-        s = d.summary
-        spread = f"{s.mean:+.2f} ± {s.sd:.2f}" if s.sd is not None else f"{s.mean:+.2f}"
-        lines.append(f"| {name} | {sel} | {', '.join(f'{x:+.2f}' for x in d.diffs)} | {s.n} | {spread} | "
-                     f"{interval(s)} | {d.p_value:.3g} | {mc} | {verdict} |")
+        verdict = c.verdict
+        found[name] = c
+        s = c.summary
+        lines.append(f"| {name} | {sel} | {', '.join(f'{x:+.2f}' for x in c.difference.diffs)} | {s.n} | "
+                     f"{s.mean_sd(signed=True)} | {s.interval_text()} | {c.p_value:.3g} | {mc} | {verdict} |")
         significant = sum(1 for t in tests if t and t.p_value < 0.05)
         words.append(f"{name}: {s.mean:+.2f} points on test over {s.n} further seed{'s' if s.n != 1 else ''} "
-                     f"(95 % interval {interval(s)}; sign-flip p = {d.p_value:.3g}); {verdict}. On the selection "
+                     f"(95 % interval {s.interval_text()}; sign-flip p = {c.p_value:.3g}); {verdict}. On the selection "
                      f"seed: {sel} points. Test-set noise: McNemar's test tells the two models apart at p < 0.05 "
                      f"on {significant} of {len(tests)} seeds.")
     return lines + [""] + [f"- {w}" for w in words], found
@@ -198,30 +193,21 @@ def _side_by_side(hidden: str, results: dict[str, dict[str, Any]]) -> list[str]:
     if not names:
         return []
 
-    def cell(d: stats.Paired, verdict: str) -> str:
-        return f"{d.summary.mean:+.2f} {interval(d.summary)}, p {d.p_value:.3g}: {verdict.split(':')[0]}"
+    def cell(c: Comparison) -> str:
+        return f"{c.text(unit='')}, p {c.p_value:.3g}: {'resolved' if c.resolved else 'not resolved'}"
 
     lines = ["", f"### {hidden} hidden units: both rules side by side", "",
              f"| Comparison | {RULES['hidden'].capitalize()} | {RULES['own_best'].capitalize()} |", "|---|---|---|"]
-    lines += [f"| {n} | {cell(*a[n])} | {cell(*b[n])} |" for n in names]
-    differ = [n for n in names if a[n][1].split(":")[0] != b[n][1].split(":")[0]
-              or (a[n][0].resolved and b[n][0].resolved and (a[n][0].summary.mean < 0) != (b[n][0].summary.mean < 0))]
+    lines += [f"| {n} | {cell(a[n])} | {cell(b[n])} |" for n in names]
+    differ = [n for n in names if a[n].resolved != b[n].resolved or a[n].direction != b[n].direction]
     lines.append("")
     if differ:
-        lines += [f"- **The rule decides the verdict** for {n}: {RULES['hidden']} it is {a[n][1]}; "
-                  f"{RULES['own_best']} it is {b[n][1]}." for n in differ]
+        lines += [f"- **The rule decides the verdict** for {n}: {RULES['hidden']} it is {a[n].verdict}; "
+                  f"{RULES['own_best']} it is {b[n].verdict}." for n in differ]
     else:
         lines.append("- Every comparison has the same verdict under both rules.")
-    signs = [n for n in names if (a[n][0].summary.mean < 0) != (b[n][0].summary.mean < 0)]
-    lines += [f"- The mean difference of {n} changes sign with the rule ({a[n][0].summary.mean:+.2f} against "
-              f"{b[n][0].summary.mean:+.2f} points)." for n in signs]
+    signs = [n for n in names if (a[n].summary.mean < 0) != (b[n].summary.mean < 0)]
+    lines += [f"- The mean difference of {n} changes sign with the rule ({a[n].summary.mean:+.2f} against "
+              f"{b[n].summary.mean:+.2f} points)." for n in signs]
     return lines
 
-
-def paired_verdict(d: stats.Paired) -> str:
-    s = d.summary
-    if not s.has_interval:
-        return "not resolved: one further seed gives no interval"
-    if d.resolved:
-        return f"resolved: the first is {'better' if s.mean < 0 else 'worse'} ({s.n} seeds)"
-    return f"not resolved with {s.n} seeds"

@@ -18,7 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from scheda.utils import stats
+from scheda.protocol.compare import Comparison, compare
 from scheda.protocol.jobs import fmt
 from scheda.protocol.kinds.da import DA
 from scheda.protocol.seed_report import RULES, further
@@ -44,7 +44,7 @@ def spread(by_nu: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
             "levels": len(by_nu), "val_n": n, "noise": noise, "sensitive": None if noise is None else val > noise}
 
 
-def gains(seeded: dict[str, Any], hidden: str) -> dict[str, stats.Paired]:
+def gains(seeded: dict[str, Any], hidden: str) -> dict[str, Comparison]:
     """ScheDA's gain over the best DA (DA minus ScheDA, test points: positive, ScheDA better),
     paired over the further seeds, per rule of reading them; none without further seeds."""
     out = {}
@@ -55,17 +55,18 @@ def gains(seeded: dict[str, Any], hidden: str) -> dict[str, stats.Paired]:
             continue
         pairs = [(rows[DA.name][str(s)], v) for s, v in further(rows[SCHEDA], s0) if str(s) in rows[DA.name]]
         if pairs:
-            out[rule] = stats.paired([100 * a["test_error"] for a, _ in pairs], [100 * b["test_error"] for _, b in pairs])
+            out[rule] = compare([100 * a["test_error"] for a, _ in pairs], [100 * b["test_error"] for _, b in pairs],
+                                better="higher")
     return out
 
 
-def reading(sensitive: bool | None, gain: stats.Paired | None) -> str:
+def reading(sensitive: bool | None, gain: Comparison | None) -> str:
     """Whether a spread and a gain agree with the paper's reading, in words."""
     if sensitive is None:
         return "cannot be judged: the runs did not record their validation size"
     if gain is None or not gain.summary.has_interval:
         return "cannot be judged: ScheDA's gain has no interval (it needs two further seeds or more)"
-    helps = gain.resolved and gain.summary.mean > 0
+    helps = gain.direction == "higher"
     varies = "the DA's validation error varies with nu beyond validation noise"
     within = "the DA's variation over nu is within validation noise"
     if sensitive and helps:
@@ -108,8 +109,7 @@ def section(paper: DictConfig | None, selection: dict[str, Any], continued: dict
             if g is None:
                 cells.append("—")
             elif g.summary.has_interval:
-                cells.append(f"{g.summary.mean:+.2f} [{g.summary.low:+.2f}, {g.summary.high:+.2f}] "
-                             f"({g.summary.n} seeds{'' if g.resolved else ', not resolved'})")
+                cells.append(f"{g.text(unit='')} ({g.n} seeds{'' if g.resolved else ', not resolved'})")
             else:
                 cells.append(f"{g.summary.mean:+.2f} (1 seed, no interval)")
         noise = f"{s['noise']:.2f} (N = {s['val_n']})" if s["noise"] is not None else "not recorded"

@@ -198,7 +198,7 @@ def grouped(rows: list[dict[str, Any]], by: Sequence[str]) -> tuple[list[str], l
 
 def cell(value: Any, digits: int | None = None) -> str:
     if isinstance(value, stats.Summary):
-        return f"{value.mean:.2f}" if value.sd is None else f"{value.mean:.2f} ± {value.sd:.2f} ({value.n})"
+        return value.mean_sd(with_n=value.sd is not None)
     if isinstance(value, float):
         if math.isnan(value):
             return "nan"
@@ -229,7 +229,7 @@ def _plain(value: Any) -> Any:
 
 def _csv(value: Any) -> Any:
     if isinstance(value, stats.Summary):
-        return f"{value.mean:.4f}" + ("" if value.sd is None else f" ± {value.sd:.4f} ({value.n})")
+        return value.mean_sd(4, with_n=value.sd is not None)
     return "" if value is None else value
 
 

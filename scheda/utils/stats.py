@@ -38,6 +38,20 @@ class Summary:
     def has_interval(self) -> bool:
         return self.low is not None
 
+    def mean_sd(self, digits: int = 2, signed: bool = False, with_n: bool = False) -> str:
+        """"mean ± sd" ("mean" alone where one value gives no sd), "(n)" after it with ``with_n``:
+        the one way every table writes a row over seeds."""
+        mean = f"{self.mean:{'+' if signed else ''}.{digits}f}"
+        text = mean if self.sd is None else f"{mean} ± {self.sd:.{digits}f}"
+        return f"{text} ({self.n})" if with_n else text
+
+    def interval_text(self, digits: int = 2, signed: bool = True) -> str:
+        """"[low, high]", or "none (n = 1)" where one value gives no interval."""
+        if not self.has_interval:
+            return f"none (n = {self.n})"
+        sign = "+" if signed else ""
+        return f"[{self.low:{sign}.{digits}f}, {self.high:{sign}.{digits}f}]"
+
 
 def summarize(values: Sequence[float], confidence: float = CONFIDENCE) -> Summary:
     x = np.asarray(values, dtype=np.float64)

@@ -106,6 +106,18 @@ class Settings:
     def has(self, seed: int, role: str) -> bool:
         return role in self.roles.get(seed, ())
 
+    def trains_continuation(self, seed: int, model: str) -> bool:
+        """Whether ``seed`` trains the continuation ``model`` (scheda, jump, same_start, scheda2)."""
+        if model == "scheda2":
+            return self.has(seed, "double")
+        if model == "scheda":
+            return self.has(seed, "reference") or self.has(seed, "scheda")
+        return self.has(seed, "reference")
+
+    def says(self) -> str:
+        """What each group of seeds trains, in words (its layout's)."""
+        return "; ".join(f"{', '.join(map(str, group))}: {LAYOUTS[layout].says}" for layout, group in self.groups)
+
     def da_levels(self, seed: int) -> list[float]:
         """The nu of every DA ``seed`` trains (largest first)."""
         if self.has(seed, "candidates"):
@@ -371,15 +383,6 @@ class FeatureModels(RecordedPhase):
         p.found[self.name] = _merged(payloads)
 
 
-def trains_continuation(s: Settings, seed: int, model: str) -> bool:
-    """Whether ``seed`` trains the continuation ``model`` (scheda, jump, same_start, scheda2)."""
-    if model == "scheda2":
-        return s.has(seed, "double")
-    if model == "scheda":
-        return s.has(seed, "reference") or s.has(seed, "scheda")
-    return s.has(seed, "reference")
-
-
 def continuation_jobs(cfg: DictConfig, models: dict[str, Any] | None) -> list[JobSpec]:
     """Per seed, from its DA(max nu) (at its best validation epoch): ScheDA to min nu, the jump and
     the same start; from its double-size DA, the double-size ScheDA. ``models=None``: every start
@@ -391,7 +394,7 @@ def continuation_jobs(cfg: DictConfig, models: dict[str, Any] | None) -> list[Jo
         place = (models or {}).get(str(seed), {})
         for model, hidden, start in (("scheda", s.hidden, place.get("da", {}).get(fmt(s.nu0))),
                                      ("scheda2", 2 * s.hidden, place.get("da2"))):
-            if not trains_continuation(s, seed, model):
+            if not s.trains_continuation(seed, model):
                 continue
             if models is None:
                 start = {"checkpoint": "c", "epoch": scale.da.epochs, "nu": s.nu0}
@@ -402,7 +405,7 @@ def continuation_jobs(cfg: DictConfig, models: dict[str, Any] | None) -> list[Jo
                 if s.nu0 in scale.scheda.nu0 and hidden in scale.hidden else []  # table1's
             job = scheda.job(scale, hidden, start, s.nu0, s.delta_nu, s.K, s.nu_final)
             jobs.append(_own(s, job, seed, "feature_continue", grid, model=model))
-            if model != "scheda" or not trains_continuation(s, seed, "jump"):
+            if model != "scheda" or not s.trains_continuation(seed, "jump"):
                 continue
             levels = job.meta["levels"]
             best = {"nu0": s.nu0, "nu": s.nu_final, "K": s.K, "epochs": levels * s.K, "epoch": levels * s.K,
@@ -442,7 +445,7 @@ class FeatureContinue(RecordedPhase):
                    for job in continuation_jobs(p.cfg, p.found["feature_models"])}
         found = p.found[self.name]
         wanted = {(str(seed), model) for seed in settings(p.cfg).seeds for model in ("scheda", "jump", "same_start", "scheda2")
-                  if trains_continuation(settings(p.cfg), seed, model)}
+                  if settings(p.cfg).trains_continuation(seed, model)}
         if wanted - planned:  # a start that has not finished: its continuations are not planned yet
             return None
         return _portable_found(found)

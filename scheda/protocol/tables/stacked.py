@@ -31,9 +31,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from scheda.protocol import phases, recorded_runs, selection as select
+from scheda.protocol.compare import Comparison, compare
 from scheda.protocol.jobs import JobSpec, pct
 from scheda.protocol.kinds import CONTROL, control_kinds, kind_of, of_role
-from scheda.protocol.seed_report import interval, paired_verdict
 from scheda.protocol.seeds import BEST, SUBPHASES, Replicas, read_outcome
 from scheda.protocol.tables.base import REGISTRY, Progress, RecordedPhase, register_phase
 from scheda.runs.rundir import checkpoint_name, kept, read_results
@@ -510,40 +510,49 @@ def models(p: Progress) -> dict[str, Any]:
     return {"settings": s, "seeds": [int(x) for x in p.cfg.scale.seeds], "rows": rows, "chosen": chosen}
 
 
-def comparison(rows: dict[str, dict[int, dict[str, Any]]], a: str, b: str, s0: int) -> dict[str, Any]:
-    """``a - b`` in test error points: on the selection seed, and paired over the further seeds
-    both have (the selection seed chose the hyper-parameters: it is shown, not pooled)."""
+@dataclass(frozen=True)
+class Between:
+    """``a - b`` in test error points: on the selection seed (``first``), and paired over the
+    further seeds both have (the selection seed chose the hyper-parameters: shown, not pooled)."""
+
+    first: float | None
+    seeds: list[int]
+    compared: Comparison
+
+    @property
+    def verdict(self) -> str:
+        return self.compared.verdict if self.seeds else "not resolved: no further seed has both"
+
+
+def comparison(rows: dict[str, dict[int, dict[str, Any]]], a: str, b: str, s0: int) -> Between:
     ra, rb = rows.get(a, {}), rows.get(b, {})
     first = 100 * (ra[s0]["test_error"] - rb[s0]["test_error"]) if s0 in ra and s0 in rb else None
     seeds = sorted(seed for seed in ra if seed in rb and seed != s0)
-    d = stats.paired([100 * ra[x]["test_error"] for x in seeds], [100 * rb[x]["test_error"] for x in seeds]) \
-        if seeds else None
-    return {"first": first, "seeds": seeds, "paired": d,
-            "verdict": paired_verdict(d) if d else "not resolved: no further seed has both"}
+    return Between(first, seeds, compare([100 * ra[x]["test_error"] for x in seeds],
+                                         [100 * rb[x]["test_error"] for x in seeds], better="lower"))
 
 
-def paired_cells(c: dict[str, Any], sign_flip: bool = True) -> str:
+def paired_cells(c: Between, sign_flip: bool = True, verdict: str | None = None) -> str:
     """A comparison's cells over the further seeds: each difference, n, mean ± sd, interval, the
-    sign-flip p (``sign_flip``), verdict."""
-    d = c["paired"]
-    p_value = ([f"{d.p_value:.3g}" if d is not None and d.p_value is not None else "—"] if sign_flip else [])
+    sign-flip p (``sign_flip``), verdict (``verdict`` in place of the comparison's own)."""
+    d, verdict = c.compared.difference, verdict or c.verdict
+    p_value = ([f"{c.compared.p_value:.3g}" if c.compared.p_value is not None else "—"] if sign_flip else [])
     if d is None:
-        return " | ".join(["—", "0", "—", "—", *p_value, c["verdict"]])
+        return " | ".join(["—", "0", "—", "—", *p_value, verdict])
     m = d.summary
-    spread = f"{m.mean:+.2f} ± {m.sd:.2f}" if m.sd is not None else f"{m.mean:+.2f}"
-    return " | ".join([", ".join(f"{x:+.2f}" for x in d.diffs), str(m.n), spread, interval(m), *p_value, c["verdict"]])
+    return " | ".join([", ".join(f"{x:+.2f}" for x in d.diffs), str(m.n), m.mean_sd(signed=True), m.interval_text(),
+                       *p_value, verdict])
 
 
 def answer(rows: dict[str, dict[int, dict[str, Any]]], pairs: list[tuple[str, str]], s0: int) -> str:
     """A question's answer in words: its first comparison's verdict, with its mean and interval."""
     a, b = pairs[0]
     c = comparison(rows, a, b, s0)
-    d = c["paired"]
-    if d is None:
-        return f"not yet ({ROWS[a]} against {ROWS[b]}: {c['verdict']})."
-    m = d.summary
+    m = c.compared.summary
+    if m is None:
+        return f"not yet ({ROWS[a]} against {ROWS[b]}: {c.verdict})."
     return (f"{ROWS[a]} against {ROWS[b]}: {m.mean:+.2f} points over {m.n} further seed{'s' if m.n != 1 else ''} "
-            f"(95 % interval {interval(m)}): {c['verdict']}.")
+            f"(95 % interval {m.interval_text()}): {c.verdict}.")
 
 
 def not_run(cfg: DictConfig) -> set[str]:
@@ -591,9 +600,8 @@ def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
             lines.append(f"| {label} | {first} | {'not run yet' if further else '—'} | 0 | — | — |")
             continue
         m = stats.summarize(rest)
-        spread = f"{m.mean:.2f} ± {m.sd:.2f}" if m.sd is not None else f"{m.mean:.2f}"
-        within = f"[{m.low:.2f}, {m.high:.2f}]" if m.has_interval else "none (n = 1)"
-        lines.append(f"| {label} | {first} | {', '.join(f'{v:.2f}' for v in rest)} | {m.n} | {spread} | {within} |")
+        lines.append(f"| {label} | {first} | {', '.join(f'{v:.2f}' for v in rest)} | {m.n} | {m.mean_sd()} | "
+                     f"{m.interval_text(signed=False)} |")
     lines += ["", "### The four questions (test error, points; negative: the first is better)", ""]
     for question, pairs in QUESTIONS:
         pairs = [(a, b) for a, b in pairs if a not in skipped and b not in skipped]
@@ -602,7 +610,7 @@ def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
                   f"Sign-flip p | Verdict |", "|---|---|---|---|---|---|---|---|"]
         for a, b in pairs:
             c = comparison(rows, a, b, s0)
-            first = f"{c['first']:+.2f}" if c["first"] is not None else "—"
+            first = f"{c.first:+.2f}" if c.first is not None else "—"
             lines.append(f"| {ROWS[a]} − {ROWS[b]} | {first} | {paired_cells(c)} |")
         lines += ["", f"Answer: {answer(rows, pairs, s0)}", ""]
     lines.append("The same start of layer 1 is table1's control of its best ScheDA (`control/`, each further seed's "
@@ -631,13 +639,12 @@ def beside_section(other: Beside | None, rows: dict[str, dict[int, dict[str, Any
     for key, numbers in other.rows.items():
         here, there = rows.get(key, {}), {seed: {"test_error": v / 100} for seed, v in numbers.items()}
         c = comparison({"here": here, "there": there}, "here", "there", s0)
-        if not c["seeds"]:
-            c["verdict"] = "not compared: no further seed in both"
-        both = ", ".join(f"{x}: {shown(x, here)} / {shown(x, there)}" for x in c["seeds"]) or "none both have"
+        both = ", ".join(f"{x}: {shown(x, here)} / {shown(x, there)}" for x in c.seeds) or "none both have"
+        verdict = None if c.seeds else "not compared: no further seed in both"
         lines.append(f"| {ROWS[key]} | {shown(s0, here)} / {shown(s0, there)} | {both} | "
-                     f"{paired_cells(c, sign_flip=False)} |")
-        if c["paired"] is not None:
-            (differ if c["paired"].resolved else not_shown).append(ROWS[key])
+                     f"{paired_cells(c, sign_flip=False, verdict=verdict)} |")
+        if c.seeds:
+            (differ if c.compared.resolved else not_shown).append(ROWS[key])
     lines.append("")
     if differ:
         lines.append(f"- Beyond seed noise, layer 1 here differs from {other.source}'s: {'; '.join(differ)}.")
