@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from scheda.protocol.sensitivity import gains, reading, spread
-from scheda.utils import stats
+from scheda.protocol.compare import compare
 from fixture_data import write_amazon_processed
 from helpers import User, check_stops, readme_commands
 
@@ -92,9 +92,9 @@ def test_the_spread_is_sensitive_only_beyond_validation_noise():
 
 
 def test_the_reading_in_each_case():
-    better = stats.paired([50.0, 51.0, 50.5], [48.0, 48.5, 48.2])  # DA minus ScheDA: resolved, ScheDA better
-    unclear = stats.paired([50.0, 49.0, 50.5], [49.0, 50.0, 50.0])
-    worse = stats.paired([48.0, 48.5, 48.2], [50.0, 51.0, 50.5])
+    better = compare([50.0, 51.0, 50.5], [48.0, 48.5, 48.2])  # DA minus ScheDA: resolved, ScheDA better
+    unclear = compare([50.0, 49.0, 50.5], [49.0, 50.0, 50.0])
+    worse = compare([48.0, 48.5, 48.2], [50.0, 51.0, 50.5])
     assert better.resolved and not unclear.resolved and worse.resolved
     assert reading(True, better).startswith("agrees")
     assert reading(False, unclear).startswith("agrees")
@@ -102,7 +102,7 @@ def test_the_reading_in_each_case():
     assert reading(False, better).startswith("does not agree")
     assert reading(None, better).startswith("cannot be judged")
     assert reading(True, None).startswith("cannot be judged")
-    assert reading(True, stats.paired([50.0], [49.0])).startswith("cannot be judged")
+    assert reading(True, compare([50.0], [49.0])).startswith("cannot be judged")
 
 
 def test_gains_pair_the_further_seeds_under_both_rules():
@@ -113,6 +113,6 @@ def test_gains_pair_the_further_seeds_under_both_rules():
               "hidden": {"16": {"da": errs(0.5, 0.52, 0.51, 0.53), "scheda": errs(0.4, 0.5, 0.5, 0.5)}},
               "own_best": {"16": {"da": errs(0.5, 0.52, 0.51, 0.53), "scheda": errs(0.4, 0.51, 0.5)}}}
     found = gains(seeded, "16")
-    assert found["hidden"].diffs == pytest.approx((2.0, 1.0, 3.0))  # the selection seed's 10 points left out
-    assert found["own_best"].diffs == pytest.approx((1.0, 1.0))  # seed 3 has not finished under this rule
+    assert found["hidden"].difference.diffs == pytest.approx((2.0, 1.0, 3.0))  # the selection seed's 10 points left out
+    assert found["own_best"].difference.diffs == pytest.approx((1.0, 1.0))  # seed 3 has not finished under this rule
     assert gains(seeded, "32") == {}

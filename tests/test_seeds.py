@@ -85,7 +85,7 @@ def test_each_comparison_names_its_models_as_the_tables_do():
 
     rows = dict.fromkeys(["da", "increasing", "increasing.control", "increasing.jump", "scheda", "scheda.control",
                           "finetune_da", "finetune_scheda"])
-    names = [name for name, *_ in comparisons(rows)]
+    names = [c.name for c in comparisons(rows)]
     assert seed_label("increasing.control") == "Control: same start, constant nu (of Increasing schedule)"
     assert names == [
         "Increasing schedule − best DA", "Increasing schedule − ScheDA",

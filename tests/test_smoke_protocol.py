@@ -20,7 +20,8 @@ import pytest
 from scheda.utils import stats
 from scheda.protocol.jobs import count, fmt
 from scheda.runs.rundir import checkpoint_name
-from helpers import TINY_PROTOCOL, User, check_stops, install_package, readme_commands
+from helpers import REPO, TINY_PROTOCOL, User, check_stops, install_package, readme_commands
+from scheda.protocol.seed_report import seed_label
 from test_reproduce import reproduce, reproduce_args, table_rows
 
 pytestmark = pytest.mark.xdist_group("smoke_protocol")  # one worker: the fixture runs once
@@ -201,7 +202,7 @@ def test_the_report_has_every_row_the_seeds_and_the_figures(smoke):
                                   "Control: same start, one jump to the final nu", "Fine-tuned best DA",
                                   "Fine-tuned best ScheDA"]
     line = next(row for row in report.splitlines() if row.startswith("| ScheDA − best DA |"))
-    assert "| 1 |" in line and "not resolved: one further seed gives no interval" in line
+    assert "| 1 |" in line and "not resolved: one pair gives no interval" in line
     # the question each comparison answers, once: the best DA trained to convergence, the same start trained on,
     # one jump, fine-tuning
     asked = report.split("What each comparison asks", 1)[1].split("\n\n###", 1)[0]
@@ -447,3 +448,38 @@ def test_the_report_names_each_model_read_with_the_classifier_at_the_edge_of_its
     line = classifier_edges(selection, continued, seeded)[-1]
     assert line.startswith("- Read with the classifier's setting at the edge of its grid (1): Best DA (16 hidden "
                            f"units, seed 0, epoch {best['epoch']}: C=") and "wider grid" in line, line
+
+
+
+def test_docs_table_of_comparisons_in_yaml_alone_is_tested_over_the_seeds(smoke, tmp_path):
+    """docs/extending.md's table of its own comparisons, written as the page shows it into a config
+    folder of the user's (``hydra.searchpath``): one comparison table1 does not make (one jump against the
+    same start, with a margin fixed before the runs) and one it makes, given the paper's sign (it
+    takes the place of table1's own). The report from the smoke runs (it trains nothing: the table
+    reuses table1's jobs) tests both over the further seed, through the one engine."""
+    from scheda.protocol.compare import compare
+
+    page = (REPO / "docs" / "extending.md").read_text()
+    [block] = re.findall(r"^```yaml\n(# configs/table/jump_question.yaml\n.*?)^```", page, flags=re.S | re.M)
+    (tmp_path / "mine" / "table").mkdir(parents=True)
+    (tmp_path / "mine" / "table" / "jump_question.yaml").write_text(block)
+    work = copy_of(smoke, tmp_path)
+    finished = sorted((work / "runs").glob("*/*/results.json"))
+    proc = reproduce(work, smoke[1], f"hydra.searchpath=[file://{tmp_path / 'mine'}]", "table=jump_question",
+                     "scale.seeds=[0,1]", "phases=[report]")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted((work / "runs").glob("*/*/results.json")) == finished, "the report trained a job"
+    report = (work / "reports" / "jump_question_smoke.md").read_text()
+    rows = load(work / "runs" / "seeds_jump_question.json")["hidden"]["16"]
+    ask = report.split("What each comparison asks", 1)[1].split("\n\n###", 1)[0]
+    for a, b, margin, expect in (("scheda.jump", "scheda.control", 0.5, None), ("scheda", "scheda.jump", None, "lower")):
+        c = compare([100 * rows[a]["1"]["test_error"]], [100 * rows[b]["1"]["test_error"]], margin=margin,
+                    expect=expect)
+        name = next(n for n in re.findall(r"^- \*\*(.+?)\*\*", ask, flags=re.M)
+                    if n.startswith(seed_label(a) + " − "))
+        line = next(row for row in report.splitlines() if row.startswith(f"| {name} |"))
+        assert f"| {c.summary.mean:+.2f} | 1 |" in line and line.endswith(f"| {c.verdict} |"), line
+    assert ("is one jump more than the same start trained on? (on par if its interval lies within ±0.5 points "
+            "(fixed before the runs))") in ask
+    assert "(the paper: the gradual schedule better (Section 4.1); the paper's sign: lower)" in ask
+    assert ask.count("- **ScheDA − control: same start, one jump to the final nu**") == 1  # in place of table1's own

@@ -153,6 +153,23 @@ class BlocksConfig:
 
 
 @dataclass
+class ComparisonConfig:
+    """A comparison of the seeds' tables declared in a table's config (``table.comparisons``):
+    ``a - b`` in test error points, paired over the further seeds, its verdict by
+    scheda.protocol.compare. Every value is fixed before any run (a margin chosen after the
+    results would tune the protocol toward its answer)."""
+
+    # a row of the seeds' tables: da (the best DA), a continuation kind (scheda), <kind>.<control>
+    # (scheda.control, scheda.jump), a fine-tuning kind (finetune_scheda)
+    a: str = MISSING
+    b: str = MISSING
+    question: Optional[str] = None  # what it asks, in the report's list of questions; null: a − b
+    expect: Optional[str] = None  # what the paper says of a - b: lower, higher, not lower, parity
+    margin: Optional[float] = None  # points: "on par" when the 95 % interval lies within ±margin
+    paper: Optional[str] = None  # the paper's number or words, beside the question
+
+
+@dataclass
 class TableConfig:
     name: str = MISSING
     title: str = MISSING
@@ -169,6 +186,10 @@ class TableConfig:
     paper: Any = field(default_factory=dict)
     features: Optional[FeaturesConfig] = None  # table=features' models (its phases read it)
     stacked: Optional[StackedConfig] = None  # table=stacked's layers (its phases read it)
+    # The seeds' tables' comparisons beyond those every table makes (each continuation against the best
+    # DA and its controls, a fine-tuned row against its pair): a declared one with the same a and b
+    # replaces that one (to give it the paper's expectation or a margin).
+    comparisons: List[ComparisonConfig] = field(default_factory=list)
     # null: the table runs as one; else in blocks (block=N), a BlocksConfig (checked by scheda.protocol.blocks;
     # a plain dict here, so that a config file or the command line can give it whole)
     blocks: Any = None

@@ -25,6 +25,7 @@ from scheda.protocol.kinds import FINETUNE, continuation, control_kinds, kind_of
 from scheda.protocol.kinds.da import DA, DAFused, Raw
 from scheda.protocol.kinds.schedule import ScheduleKind
 from scheda.protocol.launch import launcher_overrides
+from scheda.protocol.seed_report import check_declared
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ def check(cfg: DictConfig) -> None:
     kinds = [continuation(name, cfg.scale) for name in cfg.table.continuations]
     for kind in [*kinds, *(ScheduleKind(name) for name in cfg.scale.schedules)]:
         kind.check(cfg.scale)
+    check_declared(cfg)
 
 
 def check_job_overrides(cfg: DictConfig, jobs: list[JobSpec]) -> None:

@@ -180,7 +180,7 @@ def results_section(cfg: DictConfig, selection: dict[str, Any], continued: dict[
                 lines.append(f"| {kind.label} | {hidden} | not run at this scale | — | — |{' — |' if over_seeds else ''} "
                              f"{paper_value(paper, kind.paper_row, int(hidden))} |")
     lines += [""] + [f"- {'On the selection seed alone: ' if over_seeds else ''}{v}" for v in verdicts]
-    lines += seeds_section(seeded, ruled=scale.get("patience") is not None)
+    lines += seeds_section(seeded, ruled=scale.get("patience") is not None, declared=table.get("comparisons") or ())
     lines += convergence_section(scale, selection, continued, seeded)
     lines += classifier_edges(selection, continued, seeded)
     lines += sensitivity_section(paper, selection, continued, seeded)

@@ -5,13 +5,17 @@ the two verdicts side by side (the numbers come from scheda.protocol.seeds)."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from omegaconf import DictConfig, OmegaConf
 
 from scheda.utils import stats
-from scheda.protocol.compare import Comparison, compare
+from scheda.utils.errors import ConfigError
+from scheda.protocol.compare import EXPECTS, Comparison, compare
 from scheda.runs.rundir import unpack_correct
 from scheda.protocol.jobs import pct
-from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
+from scheda.protocol.kinds import CONTINUATION, FINETUNE, control_kinds, kind_of, of_role
 from scheda.protocol.kinds.da import DA
 
 
@@ -47,36 +51,102 @@ def in_sentence(label: str) -> str:
     return label if any(c.isupper() for c in first[1:]) else label[:1].lower() + label[1:]
 
 
-def comparisons(rows: dict[str, dict]) -> list[tuple[str, str, str, str]]:
-    """The (name, a, b, question) the report tests, a - b in test error: every continuation against
-    the best DA (and against the continuation its kind is ``compared_with``: the increasing schedule
-    against ScheDA), a controlled schedule against each of its controls, and each fine-tuned row
-    against the one its kind is ``compared_with`` (fine-tuned ScheDA against fine-tuned DA); the
-    question is what the comparison asks (a control's or a fine-tuned kind's own)."""
+@dataclass(frozen=True)
+class Asked:
+    """One comparison of the seeds' tables: ``a - b`` in test error, what it asks, and what the
+    table's config declared of it (the paper's expectation, an equivalence margin)."""
+
+    name: str
+    a: str
+    b: str
+    question: str
+    expect: str | None = None
+    margin: float | None = None
+    paper: str | None = None
+
+    def compare(self, a: list[float], b: list[float]) -> Comparison:
+        return compare(a, b, expect=self.expect, margin=self.margin, better="lower")
+
+
+def row_keys(cfg: DictConfig) -> list[str]:
+    """The rows the seeds' tables of ``cfg``'s table can have: the best DA, each continuation, each
+    control of a controlled one, each fine-tuning (where the scale fine-tunes)."""
+    keys = [DA.name]
+    for name in cfg.table.continuations:
+        keys.append(name)
+        if kind_of(name).controlled:
+            keys += [f"{name}.{control.name}" for control in control_kinds(cfg.scale)]
+    if cfg.scale.get("finetune") is not None:
+        keys += [kind.name for kind in of_role(FINETUNE)]
+    return keys
+
+
+def check_declared(cfg: DictConfig) -> None:
+    """``table.comparisons``, before any job: rows the table has, an expectation the engine knows,
+    a positive margin."""
+    keys = row_keys(cfg)
+    for i, c in enumerate(cfg.table.get("comparisons") or []):
+        where = f"table.comparisons[{i}]"
+        for side in ("a", "b"):
+            if OmegaConf.is_missing(c, side):
+                raise ConfigError(f"{where}.{side} is missing: a comparison names two rows, a and b (a - b), of "
+                                  f"{', '.join(keys)}")
+            if c[side] not in keys:
+                raise ConfigError(f"{where}.{side}={c[side]}: table={cfg.table.name} at scale={cfg.scale.name} has "
+                                  f"no such row: use one of {', '.join(keys)}")
+        if c.a == c.b:
+            raise ConfigError(f"{where}: a and b are both {c.a}: compare two different rows")
+        if c.expect is not None and c.expect not in EXPECTS:
+            raise ConfigError(f"{where}.expect={c.expect}: use one of {', '.join(EXPECTS)} or null")
+        if c.margin is not None and not c.margin > 0:
+            raise ConfigError(f"{where}.margin={c.margin}: an equivalence margin is > 0 points, or null (none)")
+
+
+def comparisons(rows: dict[str, dict], declared: Sequence[Any] = ()) -> list[Asked]:
+    """What the report tests, a - b in test error: every continuation against the best DA (and
+    against the continuation its kind is ``compared_with``: the increasing schedule against
+    ScheDA), a controlled schedule against each of its controls, and each fine-tuned row against
+    the one its kind is ``compared_with`` (fine-tuned ScheDA against fine-tuned DA), each with what
+    it asks (a control's or a fine-tuned kind's own); then the table's ``declared`` ones
+    (``table.comparisons``), each in place of the same a and b above, of rows these ``rows`` have."""
     out = []
     for key in rows:
         name, _, control = key.partition(".")
         if control:
-            out.append((f"{seed_label(name)} − {in_sentence(seed_label(key))}", name, key, kind_of(control).question))
+            out.append(Asked(_name(name, key), name, key, kind_of(control).question))
         elif (kind := kind_of(name)).role == CONTINUATION:
             if DA.name in rows:
-                out.append((f"{seed_label(name)} − best DA", name, DA.name,
-                            f"does {seed_label(name)} beat the best DA of the grid (the lowest validation error over "
-                            f"noise level, learning rate and epochs)"))
+                out.append(Asked(f"{seed_label(name)} − best DA", name, DA.name,
+                                 f"does {seed_label(name)} beat the best DA of the grid (the lowest validation error "
+                                 f"over noise level, learning rate and epochs)"))
             if kind.compared_with is not None and kind.compared_with in rows:
-                out.append((f"{seed_label(name)} − {in_sentence(seed_label(kind.compared_with))}", name,
-                            kind.compared_with, kind.question_against))
+                out.append(Asked(_name(name, kind.compared_with), name, kind.compared_with, kind.question_against))
     for kind in of_role(FINETUNE):
         other = kind.compared_with
         if other is not None and kind.name in rows and other in rows:
-            out.append((f"{kind.short} − {in_sentence(kind_of(other).short)}", kind.name, other, kind.question))
+            out.append(Asked(f"{kind.short} − {in_sentence(kind_of(other).short)}", kind.name, other, kind.question))
+    for c in declared:
+        if c.a in rows and c.b in rows:
+            mine = Asked(_name(c.a, c.b), c.a, c.b, c.question or f"how {seed_label(c.a)} differs from "
+                         f"{in_sentence(seed_label(c.b))}", c.expect, c.margin, c.paper)
+            same = [i for i, o in enumerate(out) if (o.a, o.b) == (c.a, c.b)]
+            if same:
+                out[same[0]] = Asked(out[same[0]].name, c.a, c.b, c.question or out[same[0]].question, c.expect,
+                                     c.margin, c.paper)
+            else:
+                out.append(mine)
     return out
 
 
-def questions(seeded: dict[str, Any], ruled: bool) -> list[str]:
+def _name(a: str, b: str) -> str:
+    """A comparison's name in the tables: "ScheDA − control: same start, constant nu"."""
+    return f"{seed_label(a)} − {in_sentence(seed_label(b))}"
+
+
+def questions(seeded: dict[str, Any], ruled: bool, declared: Sequence[Any] = ()) -> list[str]:
     """What each comparison of the seeds' tables asks, once for every hidden size, and how long
     the models compared trained (``ruled``: under the rule of training to convergence)."""
-    asked = {name: question for rows in seeded["hidden"].values() for name, _, _, question in comparisons(rows)}
+    asked = {c.name: c for rows in seeded["hidden"].values() for c in comparisons(rows, declared)}
     if not asked:
         return []
     trained = ("Each model compared was trained until its validation error stopped improving, or to its cap "
@@ -84,7 +154,16 @@ def questions(seeded: dict[str, Any], ruled: bool) -> list[str]:
                "Each model compared trained a fixed length (no rule of training to convergence): a gain over the DA "
                "may be only the DA's missing epochs, which the same-start control measures.")
     return ["", "What each comparison asks (negative: the first is better):", "",
-            *[f"- **{name}**: {question}?" for name, question in asked.items()], "", trained]
+            *[f"- **{name}**: {c.question}?" + _declared(c) for name, c in asked.items()], "", trained]
+
+
+def _declared(c: Asked) -> str:
+    """What the table's config fixed of a comparison before its runs, after its question."""
+    said = ([f"the paper: {c.paper}"] if c.paper else []) + \
+        ([f"the paper's sign: {c.expect}"] if c.expect else []) + \
+        ([f"on par if its interval lies within ±{c.margin:g} points (fixed before the runs)"]
+         if c.margin is not None else [])
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def _mcnemar(a: dict, b: dict) -> stats.McNemar | None:
@@ -97,7 +176,7 @@ def _mcnemar(a: dict, b: dict) -> stats.McNemar | None:
 RULES = {"hidden": "at the selection seed's epoch", "own_best": "at each seed's own best validation epoch"}
 
 
-def seeds_section(seeded: dict[str, Any], ruled: bool) -> list[str]:
+def seeds_section(seeded: dict[str, Any], ruled: bool, declared: Sequence[Any] = ()) -> list[str]:
     """Training noise (rows over seeds, paired differences with intervals and verdicts) and
     test-set noise (binomial standard errors, McNemar's test), per hidden size, under both rules
     of reading a further seed (scheda.protocol.seeds): at the epoch selected on the selection
@@ -120,7 +199,7 @@ def seeds_section(seeded: dict[str, Any], ruled: bool) -> list[str]:
               f"them, not pooled. Intervals are 95 % t-intervals (paired for differences); the sign-flip p-value is "
               f"exact (all 2^n sign patterns; with n seeds it cannot go below 2/2^n). A difference is *resolved* only "
               f"when its interval excludes 0."]
-    lines += questions(seeded, ruled)
+    lines += questions(seeded, ruled, declared)
     own = seeded.get("own_best") or {}
     for hidden, rows in seeded["hidden"].items():
         results = {}
@@ -128,14 +207,15 @@ def seeds_section(seeded: dict[str, Any], ruled: bool) -> list[str]:
             by_rule = rows if rule == "hidden" else own.get(hidden, {})
             if not by_rule:
                 continue
-            table, found = _rule_tables(hidden, by_rule, s0, title)
+            table, found = _rule_tables(hidden, by_rule, s0, title, declared)
             lines += table
             results[rule] = found
         lines += _side_by_side(hidden, results)
     return lines
 
 
-def _rule_tables(hidden: str, rows: dict[str, dict], s0: int, title: str) -> tuple[list[str], dict[str, Any]]:
+def _rule_tables(hidden: str, rows: dict[str, dict], s0: int, title: str,
+                 declared: Sequence[Any] = ()) -> tuple[list[str], dict[str, Any]]:
     """Under one rule: each reported model over seeds, and each paired comparison with its verdict."""
     lines = ["", f"### {hidden} hidden units, {title}: each reported model over seeds (test error %)", "",
              f"| Model | Seed {s0} (selection) | Further seeds, each (epoch) | n | Mean ± sd | 95 % interval | "
@@ -159,7 +239,8 @@ def _rule_tables(hidden: str, rows: dict[str, dict], s0: int, title: str) -> tup
               f"(paired t) | Sign-flip p | McNemar p, each further seed (only first right / only second right) "
               f"| Verdict |", "|---|---|---|---|---|---|---|---|---|"]
     words, found = [], {}
-    for name, a, b, _ in comparisons(rows):
+    for asked in comparisons(rows, declared):
+        name, a, b = asked.name, asked.a, asked.b
         pairs = [(seed, rows[a][str(seed)], rows[b][str(seed)]) for seed, _ in further(rows[a], s0)
                  if str(seed) in rows[b]]
         first = (rows[a].get(str(s0)), rows[b].get(str(s0)))
@@ -167,8 +248,7 @@ def _rule_tables(hidden: str, rows: dict[str, dict], s0: int, title: str) -> tup
         if not pairs:
             lines.append(f"| {name} | {sel} | not run yet | 0 | — | — | — | — | not resolved: no further seed |")
             continue
-        c = compare([100 * x["test_error"] for _, x, _ in pairs], [100 * y["test_error"] for _, _, y in pairs],
-                    better="lower")
+        c = asked.compare([100 * x["test_error"] for _, x, _ in pairs], [100 * y["test_error"] for _, _, y in pairs])
         tests = [_mcnemar(x, y) for _, x, y in pairs]
         mc = ", ".join(f"{t.p_value:.3g} ({t.only_a}/{t.only_b})" if t else "—" for t in tests)
         verdict = c.verdict
