@@ -202,3 +202,24 @@ def test_bf16_rows_are_refused_in_one_line_where_the_cpu_has_no_bf16(bench, monk
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     with pytest.raises(SystemExit):
         bench.main(["--device", "cpu", "--precisions", "fp32", "bf16"])
+
+
+@pytest.mark.skipif(bf16_refusal(torch.device("cpu")) is not None, reason="no bf16 products on this CPU")
+def test_the_step_benchmark_times_the_three_steps_interleaved_and_fails_under_a_floor(tmp_path, monkeypatch):
+    """scripts/bench_step.py: fp32, bf16 eager and bf16 one-pass steps (as a run builds them) in one run,
+    their ratios and floors in the JSON; a step timed under its floor fails the run, not the floor."""
+    spec = importlib.util.spec_from_file_location("bench_step", REPO / "scripts" / "bench_step.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "best_seconds", lambda run, seconds=0.5: (run(), 1e-6)[1])  # tiny floors: fast
+    out = module.main(["--hidden", "7", "--batch-sizes", "3", "--minibatches", "2", "--repeats", "2",
+                       "--no-compile-time", "--json", str(tmp_path / "b.json")])
+    [row] = json.loads((tmp_path / "b.json").read_text())["rows"]
+    assert row == out["rows"][0] and set(row["steps"]) == {"fp32", "bf16_eager", "bf16_one_pass"}
+    assert all(len(s["repeats_ms"]) == 2 for s in row["steps"].values())
+    med = {k: s["median_ms"] for k, s in row["steps"].items()}
+    assert row["ratios"]["bf16_one_pass/fp32"] == pytest.approx(med["bf16_one_pass"] / med["fp32"])
+    assert row["floors"]["bf16_ms"] == pytest.approx(row["floors"]["bf16_products"]["ms"] + row["floors"]["one_pass_ms"])
+    monkeypatch.setattr(module, "best_seconds", lambda run, seconds=0.5: 10.0)  # floors no step can reach
+    with pytest.raises(module.BelowFloor, match="under its floor"):
+        module.main(["--hidden", "7", "--batch-sizes", "3", "--minibatches", "2", "--repeats", "1", "--no-compile-time"])

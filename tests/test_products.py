@@ -214,3 +214,94 @@ def test_a_tables_report_head_names_the_precisions_its_jobs_trained_in():
     rows = [{"precision": "bf16"}] * 5 + [{"precision": "fp32"}] * 2 + [{"precision": None}]
     assert _precisions(rows) == ["- Trained in: bf16 products over fp32 weights (5 jobs), fp32 (2 jobs)"]
     assert _precisions([{"precision": None}]) == []
+
+
+# --- the bf16 update in one compiled pass (trainer.compile) ----------------------------------------
+
+def _one_pass_and_eager(M: int, epochs: int = 3) -> dict:
+    """Two copies of the same M models, one trained by the batched bf16 step with the one-pass update
+    and one with the eager update: {compiled: (their losses, their models, the step)}."""
+    out = {}
+    for compiled in (True, False):
+        models = [_model(seed=k) for k in range(M)]
+        step = BatchedStep(models, _sgd(models), [masking] * M, BS, CPU, "bf16", compiled)
+        out[compiled] = (_epochs(step, models, epochs=epochs), models, step)
+    return out
+
+
+@needs_bf16
+def test_the_one_pass_update_trains_as_the_eager_bf16_update_bit_for_bit():
+    """The same arithmetic in one loop: the weights and losses of one model, of a fused sweep of two and of
+    the composite DA are the eager bf16 step's, bit for bit, over epochs that end on a partial minibatch."""
+    from scheda.training.products import OnePassBf16Products
+
+    for M in (1, 2):
+        out = _one_pass_and_eager(M)
+        (l1, m1, step), (l0, m0, _) = out[True], out[False]
+        assert isinstance(step.products, OnePassBf16Products)
+        assert torch.equal(l1, l0)
+        for a, b in zip(m1, m0):
+            assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    composites = []
+    for compiled in (True, False):
+        model = CompositeDA(D, H, [0.2, 0.4], "joint", generator=torch.Generator().manual_seed(0))
+        step = StepChoice("fused", precision="bf16", compiled=compiled).build(
+            [model], [SGD(model.parameters(), lr=0.05)], [masking], BS, _data(), [torch.Generator()])
+        assert step.ran.compiled is compiled and step.fallback is None
+        x, g = _data(), torch.Generator().manual_seed(3)
+        for first in range(0, ROWS, BS):
+            step(x, torch.arange(first, min(first + BS, ROWS)).unsqueeze(0), [0.3], [g])
+        composites.append(model)
+    assert torch.equal(composites[0].W, composites[1].W) and torch.equal(composites[0].b, composites[1].b)
+
+
+@needs_bf16
+def test_the_one_pass_copy_is_read_again_after_an_epoch_s_start():
+    """The one-pass update writes the bf16 copy the next minibatch reads; weights written by another (a
+    checkpoint's load) reach the products once the loop starts an epoch (``begin_epoch``). Without that
+    call the products would read the stale copy, which is what the test shows can happen."""
+    model = _model()
+    step = BatchedStep([model], _sgd([model]), [masking], BS, CPU, "bf16", compiled=True)
+    _epochs(step, [model], epochs=1)
+    stale = step.products.W16.clone()
+    with torch.no_grad():
+        model.W.mul_(0.5)
+    step.products.begin()
+    assert torch.equal(step.products.W16, stale)  # no epoch started: the copy is the update's
+    step.products.fresh = True
+    step.begin_epoch()
+    step.products.begin()
+    assert torch.equal(step.products.W16[0], model.W.detach().to(torch.bfloat16))
+
+
+@needs_bf16
+def test_a_compiled_update_that_cannot_be_built_falls_back_and_says_so(monkeypatch):
+    from scheda.training import products
+
+    def no_compiler():
+        raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found")
+
+    monkeypatch.setattr(products, "_compiled", no_compiler)
+    model = _model()
+    step = StepChoice("fused", precision="bf16", compiled=True).build([model], _sgd([model]), [masking], BS, _data(),
+                                                                      [torch.Generator()])
+    assert type(step.products) is Bf16Products and step.ran == StepChoice("fused", precision="bf16")
+    assert step.fallback == ("the compiled update could not be built here (RuntimeError: InvalidCxxCompiler: No "
+                             "working C++ compiler found)")
+    assert torch.isfinite(_epochs(step, [model], epochs=1)).all()
+
+
+@needs_bf16
+def test_a_compiled_bf16_run_records_its_step_and_ends_on_the_eager_run_s_weights(cifar_arrays, tmp_path):
+    """``trainer.compile=true`` as a user runs it (train.py in its own process): results.json names the
+    compiled update, and the run ends on the weights of the same run with the eager update, bit for bit."""
+    base = [f"dataset.root={cifar_arrays}", *TINY, *STAGES, "logger=none", "trainer.precision=bf16",
+            "model.hidden=13"]
+    for compile_ in ("true", "false"):
+        proc = run_train([*base, f"trainer.compile={compile_}", f"hydra.run.dir={tmp_path / compile_}"])
+        assert proc.returncode == 0, proc.stderr
+    compiled = json.loads((tmp_path / "true" / "results.json").read_text())
+    assert compiled["step"]["compiled"] is True and compiled["step"]["fallback"] is None
+    assert "compiled" not in json.loads((tmp_path / "false" / "results.json").read_text())["step"]
+    weights = [load_checkpoint(tmp_path / name)["model"] for name in ("true", "false")]
+    assert all(torch.equal(weights[0][key], value) for key, value in weights[1].items())

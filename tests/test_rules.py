@@ -46,6 +46,8 @@ CASES = {
                                    "trainer.patience counts evaluations without a new best"),
     "finetune_fused_needs_plain_sgd": (["finetune.enabled=true", "finetune.momentum=0.9"],
                                        "finetune.fused=true trains every learning rate at once with plain SGD"),
+    "compile_needs_its_step": (["trainer.compile=true"], "trainer.compile=true compiles the bf16 step's update, "
+                                                         "not trainer.precision=fp32's"),
     # on a CPU without bf16 arithmetic (the fixture below takes it away)
     "bf16_needs_bf16_arithmetic": (["trainer.device=cpu", "trainer.precision=bf16"],
                                    "trainer.precision=bf16: this CPU has neither AVX512-BF16 nor AMX"),
@@ -292,3 +294,36 @@ def test_bf16_on_a_cpu_without_bf16_arithmetic_is_one_line_naming_fp32(cifar_arr
     with pytest.raises(ConfigError, match=r"use trainer.precision=fp32$"):
         run(_cfg(cifar_arrays, ["trainer.device=cpu", "trainer.precision=bf16"]), out)
     assert sorted(p.name for p in out.iterdir()) == [".lock", "results.json"]
+
+
+# Every reason the compiled bf16 update refuses a run (rules.compile_needs_its_step), each alone.
+COMPILE_REFUSALS = [
+    (["trainer.step=autograd"], "cpu", "trainer.compile=true needs the fused or composite step"),
+    (["model.loss=squared_error"], "cpu", "trainer.compile=true needs the fused or composite step"),
+    (["optim.momentum=0.9"], "cpu", "trainer.compile=true folds plain SGD into the update"),
+    ([], "cuda", "trainer.compile=true compiles the CPU's bf16 update, not cuda's"),
+]
+
+
+@pytest.mark.parametrize("overrides, device, message", COMPILE_REFUSALS)
+def test_compile_true_refuses_each_run_the_one_pass_update_cannot_take(cifar_arrays, bf16_cpu, overrides, device,
+                                                                       message):
+    typed = typed_config(_cfg(cifar_arrays, ["trainer.compile=true", "trainer.precision=bf16", *overrides]))
+    assert [rule.__name__ for rule in rules.RULES if rule(typed, torch.device(device))] == ["compile_needs_its_step"]
+    assert rules.compile_needs_its_step(typed, torch.device(device)).startswith(message)
+
+
+@pytest.mark.parametrize("overrides, epochs, compiled", [
+    (["trainer.precision=bf16"], rules.COMPILE_EPOCHS, True),
+    (["trainer.precision=bf16"], rules.COMPILE_EPOCHS - 1, False),  # too short to win the compilation back
+    (["trainer.precision=bf16", "trainer.compile=true"], 1, True),
+    (["trainer.precision=bf16", "trainer.compile=false"], 1000, False),
+    ([], 1000, False),  # fp32: nothing to compile
+    *[(["trainer.precision=bf16", *overrides], 1000, False) for overrides, device, _ in COMPILE_REFUSALS
+      if device == "cpu"],
+])
+def test_compile_null_compiles_the_bf16_update_where_it_applies_and_the_run_is_long(cifar_arrays, bf16_cpu, overrides,
+                                                                                    epochs, compiled):
+    typed = typed_config(_cfg(cifar_arrays, overrides))
+    assert rules.choose_step(typed, torch.device("cpu"), epochs).compiled is compiled
+    assert rules.choose_step(typed, CUDA, epochs).compiled is False or "trainer.compile=true" in overrides

@@ -192,7 +192,6 @@ def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None, entry: Ent
                                      composed=entry.record(composed))
     device = config.trainer.resolve_device()
     rules.check(config, device)
-    step = rules.choose_step(config, device)
     stack = load_stack(config.stack_on) if config.stack_on else None  # its checkpoints: before any data
     finetune_step = rules.choose_finetune_step(config, device)
     if data is not None:
@@ -204,4 +203,5 @@ def make_plan(cfg: DictConfig, data: Mapping[str, Any] | None = None, entry: Ent
         model = model_of(config, overrides, k) if variants else config
         models.append(_planned(k, overrides, model, f"models/{k}" if variants else "", device, finetune_step, stack))
     check_levels(config)  # after each schedule's own checks (a finite nu >= 0)
+    step = rules.choose_step(config, device, max(m.schedule.total_epochs for m in models))
     return Plan(config, device, step, tuple(models), sweep=bool(variants), finetune_step=finetune_step, stack=stack)

@@ -29,6 +29,10 @@ FUSED_STEP = "model.name=da, model.loss=cross_entropy, trainer.precision fp32, t
 PLAIN_SGD = "optim.momentum=0 and optim.weight_decay=0"
 TRITON_STEP = "the masking noise, one noise level per epoch"
 CUDA_STEPS = ("triton", "two_pass")
+# trainer.compile=null compiles the bf16 update for runs of at least this many epochs: on the 2-core
+# EPYC it saves 0.4 to 1.1 ms a minibatch of 20 (docs/performance.md), 0.8 s or more a CIFAR-10 epoch,
+# against 3 s of compilation with its cache on disk and about 15 s without.
+COMPILE_EPOCHS = 20
 
 
 def _fused(config: RunConfig) -> bool:
@@ -83,6 +87,27 @@ def _triton_refusal(config: RunConfig, step: str = "triton") -> str | None:
     if importlib.util.find_spec("triton") is None:
         return f"trainer.step={step} needs triton: pip install triton (Linux), or use trainer.step=auto or fused"
     return None
+
+
+def _compile_refusal(config: RunConfig, device: torch.device) -> str | None:
+    """Why the bf16 update in one compiled pass (trainer.compile) cannot train this run (None: it
+    can): it is the update of the fused or composite step with plain SGD folded in, in bf16, on a CPU."""
+    t = config.trainer
+    if t.precision != "bf16":
+        return (f"trainer.compile=true compiles the bf16 step's update, not trainer.precision={t.precision}'s: set "
+                f"trainer.precision=bf16 or trainer.compile=null")
+    if device.type != "cpu":
+        return f"trainer.compile=true compiles the CPU's bf16 update, not {device}'s: use trainer.compile=null"
+    if t.step not in ("auto", "fused") or not (_fused(config) or _composite_step(config)):
+        return (f"trainer.compile=true needs the fused or composite step ({FUSED_STEP}, trainer.step auto or fused): "
+                f"use trainer.compile=null")
+    if not _plain_sgd(config):
+        return f"trainer.compile=true folds plain SGD into the update: {PLAIN_SGD}, or trainer.compile=null"
+    return None
+
+
+def compile_needs_its_step(config: RunConfig, device: torch.device) -> str | None:
+    return _compile_refusal(config, device) if config.trainer.compile else None
 
 
 def cuda_settings_need_a_cuda_device(config: RunConfig, device: torch.device) -> str | None:
@@ -226,6 +251,7 @@ RULES: tuple[Callable[[RunConfig, torch.device], str | None], ...] = (
     parallel_nu_needs_a_noise_level, parallel_trains, resume_or_init_from, standalone_needs_init_from, finetune_output_needs_a_linear_classifier, finetune_output_needs_the_top_codes,
     finetune_output_needs_an_evaluation,
     raw_needs_evaluation, raw_has_no_encoder_to_finetune, patience_needs_evaluations, finetune_fused_needs_plain_sgd,
+    compile_needs_its_step,
 )
 
 
@@ -261,18 +287,21 @@ def check_handed(config: RunConfig) -> None:
                           f"it with dataset=arrays, not dataset={config.dataset.name}")
 
 
-def choose_step(config: RunConfig, device: torch.device) -> StepChoice:
+def choose_step(config: RunConfig, device: torch.device, epochs: int = 0) -> StepChoice:
     """The step that trains a run whose rules passed: ``trainer.step=auto`` becomes the Triton step on
     a CUDA device wherever it applies (on a CPU the torch step measures faster), else the fused
     step wherever it applies, else autograd; ``trainer.cuda_graph=null`` becomes true on a CUDA
-    device wherever a graph can capture the step."""
+    device wherever a graph can capture the step; ``trainer.compile=null`` compiles the bf16 update
+    wherever it applies and the run trains at least COMPILE_EPOCHS of its ``epochs``."""
     t, cuda = config.trainer, device.type == "cuda"
     kind = t.step
     if kind == "auto":
         kind = "triton" if cuda and _triton_refusal(config) is None else \
             "fused" if _fused(config) or _composite_step(config) else "autograd"
     graph = t.cuda_graph if t.cuda_graph is not None else cuda and kind != "autograd" and _graph_refusal(config) is None
-    return StepChoice(kind, bool(graph), t.precision)
+    compiled = t.compile if t.compile is not None else \
+        kind == "fused" and epochs >= COMPILE_EPOCHS and _compile_refusal(config, device) is None
+    return StepChoice(kind, bool(graph), t.precision, bool(compiled))
 
 
 def choose_finetune_step(config: RunConfig, device: torch.device) -> FinetuneChoice:

@@ -21,6 +21,8 @@ and against its products' floor: docs/performance.md.
 
 from __future__ import annotations
 
+import functools
+
 from scheda.utils.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -55,6 +57,9 @@ class Fp32Products:
 
     def begin(self) -> None:
         """Called before a minibatch's first product (the bf16 copy of W is made here)."""
+
+    def invalidate(self) -> None:
+        """Called where W may have been written by another than :meth:`update` (an epoch's start)."""
 
     def encode(self, x_tilde: torch.Tensor, bias: torch.Tensor, out: torch.Tensor) -> None:
         """``out`` = x~ W^T + bias: [M, n, H] pre-activations (``bias`` broadcasts to them: b as [M, 1, H])."""
@@ -139,7 +144,66 @@ class Bf16Products(Fp32Products):
         out.copy_(self._product(A))
 
 
-def products_for(precision: str, W: torch.Tensor, rows: int) -> Fp32Products:
+def _add_and_round(W: torch.Tensor, update16: torch.Tensor, W16: torch.Tensor) -> None:
+    """W += widen(update16); W16 = bf16(W): what :class:`OnePassBf16Products` compiles into one loop."""
+    W.add_(update16.float())
+    W16.copy_(W)
+
+
+class CompileError(RuntimeError):
+    """torch.compile could not build the one-pass update here (no C++ compiler, say)."""
+
+
+@functools.cache
+def _compiled():
+    """The compiled :func:`_add_and_round`, one per process (it compiles once per shape of W; the
+    compiled code is cached on disk by torch's inductor, so a later process only loads it)."""
+    return torch.compile(_add_and_round, dynamic=False, fullgraph=True)
+
+
+class OnePassBf16Products(Bf16Products):
+    """:class:`Bf16Products` whose update makes one pass over the fp32 weights a minibatch: the
+    bf16 update product widened, added to the fp32 W and W rounded to the bf16 copy the next
+    minibatch's products read, in one compiled loop (read W and the update, write W and its copy),
+    where the eager update makes three (widen, add, and ``begin``'s copy); the same arithmetic, so
+    the same weights bit for bit. The copy is only as fresh as the last update: whatever else
+    writes W (a resume, a checkpoint's load, an optimiser with state) must call :meth:`invalidate`,
+    and the loop does at every epoch's start (the step's ``begin_epoch``). Compiled when built,
+    on scratch tensors of W's shape, so that a failure is the builder's (it falls back), never a
+    minibatch's."""
+
+    def __init__(self, W: torch.Tensor, rows: int):
+        super().__init__(W, rows)
+        self.fresh = False  # W16 == bf16(W), written by the last update
+        try:
+            self.fused = _compiled()
+            self.fused(torch.zeros_like(W), torch.zeros_like(self.update16), torch.empty_like(self.W16))
+        except Exception as exc:  # noqa: BLE001 - whatever inductor raises where it cannot build
+            raise CompileError(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}") from exc
+
+    def invalidate(self) -> None:
+        self.fresh = False
+
+    def begin(self) -> None:
+        if not self.fresh:
+            self.W16.copy_(self.W)
+        self.fresh = False
+
+    def update(self, A, B):
+        rows = A.shape[1]
+        A16 = self.A16[:, :rows]
+        A16.copy_(A)
+        torch.bmm(A16.transpose(1, 2), self.B16[:, :rows], out=self.update16)
+        self.fused(self.W, self.update16, self.W16)
+        self.fresh = True
+
+
+def products_for(precision: str, W: torch.Tensor, rows: int, compiled: bool = False) -> Fp32Products:
     """The products of ``precision`` (tf32 is fp32's products with CUDA's TF32 matmuls switched on,
-    scheda.training.trainer.setup_process) over the weights ``W`` [M, H, d]."""
-    return Bf16Products(W, rows) if precision == "bf16" else Fp32Products(W, rows)
+    scheda.training.trainer.setup_process) over the weights ``W`` [M, H, d]; ``compiled``: bf16's
+    update in one compiled pass (:class:`OnePassBf16Products`; raises CompileError where it cannot)."""
+    if precision == "bf16":
+        return OnePassBf16Products(W, rows) if compiled else Bf16Products(W, rows)
+    if compiled:
+        raise ValueError(f"the compiled update is bf16's, not {precision}'s (scheda.planning.rules refuses it)")
+    return Fp32Products(W, rows)

@@ -36,6 +36,7 @@ the chosen step from it for the models it holds, and nothing here decides again:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from dataclasses import dataclass
 from scheda.model.noise import Corruption, mask_threshold
 from scheda.model.optim import SGD
 from scheda.training.graphs import graphs_for, undone
-from scheda.training.products import products_for
+from scheda.training.products import CompileError, products_for
 from scheda.utils.lazy import lazy, no_grad
 
 torch = lazy("torch", globals())
@@ -118,6 +119,10 @@ class LossSums:
 
     minibatches = 1
 
+    def begin_epoch(self) -> None:
+        """Called by the loop before an epoch's first minibatch: a step that keeps a copy of the
+        weights (the one-pass bf16 update's) reads them again, whoever wrote them since."""
+
     def _init_loss_sums(self, M: int, device: torch.device) -> None:
         self.loss_sums = torch.zeros(M, device=device)
 
@@ -140,7 +145,8 @@ class BatchedStep(LossSums):
     optimiser steps); a sweep needs plain SGD, fused into the product."""
 
     def __init__(self, models: list[network.DenoisingAutoencoder], optimizers: list[SGD],
-                 noises: list[Corruption], batch_size: int, device: torch.device, precision: str = "fp32"):
+                 noises: list[Corruption], batch_size: int, device: torch.device, precision: str = "fp32",
+                 compiled: bool = False):
         # What the plan chose this step for (scheda.planning.rules refuses every run without it).
         if not all(map(self.supports, models, optimizers)) or (len(models) > 1 and not all(map(plain_sgd, optimizers))):
             raise ValueError("the batched step trains tied cross-entropy DAs with one SGD group (plain SGD for several)")
@@ -168,11 +174,15 @@ class BatchedStep(LossSums):
         self.logits = torch.empty(M, n, d, **f32)
         self.tmp_d = torch.empty(M, n, d, **f32)
         self.tmp_h = torch.empty(M, n, H, **f32)
-        self.products = products_for(precision, self.W, n)  # the four products, fp32 or bf16 (fp32 weights)
+        # the four products, fp32 or bf16 (fp32 weights; ``compiled``: bf16's update in one pass over W)
+        self.products = products_for(precision, self.W, n, compiled)
         self._lrs: tuple[float, ...] | None = None
         self._neg_lr = torch.zeros(M, **f32)
         self.neg_lr()
         self._init_loss_sums(M, device)
+
+    def begin_epoch(self) -> None:
+        self.products.invalidate()
 
     @staticmethod
     def supports(model: network.DenoisingAutoencoder, optimizer: SGD) -> bool:
@@ -248,7 +258,7 @@ class CompositeStep(LossSums):
     ``scripts/bench_train.py`` (``composite_s``, ``composite_autograd_s``)."""
 
     def __init__(self, model: network.CompositeDA, optimizer: SGD, noise: Corruption, batch_size: int,
-                 device: torch.device, precision: str = "fp32"):
+                 device: torch.device, precision: str = "fp32", compiled: bool = False):
         if not (isinstance(model, network.CompositeDA) and model.loss_name == "cross_entropy"
                 and isinstance(optimizer, SGD) and len(optimizer.param_groups) == 1 and plain_sgd(optimizer)):
             raise ValueError("the composite step trains a cross-entropy composite DA with plain SGD")
@@ -258,9 +268,13 @@ class CompositeStep(LossSums):
         # Per group, [dh_g; h_g] and [x~_g; dz]: its update is one product, as BatchedStep's is.
         self.A = [torch.empty(1, 2 * n, g.stop - g.start, **f32) for g in model.groups]
         self.B = [torch.empty(1, 2 * n, d, **f32) for g in model.groups]
-        self.products = [products_for(precision, model.W.data[rows].unsqueeze(0), n) for rows in model.groups]
+        self.products = [products_for(precision, model.W.data[rows].unsqueeze(0), n, compiled) for rows in model.groups]
         self.x, self.logits, self.dz, self.tmp = (torch.empty(n, d, **f32) for _ in range(4))
         self._init_loss_sums(1, device)
+
+    def begin_epoch(self) -> None:
+        for products in self.products:
+            products.invalidate()
 
     @no_grad
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nus: list, generators: list) -> torch.Tensor:
@@ -301,8 +315,8 @@ class FusedStep(BatchedStep):
     """The fused step of one model: the batched step with M = 1, called like :class:`AutogradStep`."""
 
     def __init__(self, model: network.DenoisingAutoencoder, optimizer: SGD, noise: Corruption,
-                 batch_size: int, device: torch.device, precision: str = "fp32"):
-        super().__init__([model], [optimizer], [noise], batch_size, device, precision)
+                 batch_size: int, device: torch.device, precision: str = "fp32", compiled: bool = False):
+        super().__init__([model], [optimizer], [noise], batch_size, device, precision, compiled)
         self.model, self.optimizer, self.noise = model, optimizer, noise
 
     def __call__(self, x_all: torch.Tensor, idx: torch.Tensor, nu, generator: torch.Generator) -> torch.Tensor:
@@ -520,17 +534,22 @@ class StepChoice:
     ``kind`` is the autograd step (one model), the hand-written fused step, the Triton step or
     its two-pass form; ``cuda_graph`` captures the fused or Triton step in CUDA graphs;
     ``precision`` is the products' (bf16: the torch step's in bf16 with fp32 weights,
-    scheda.training.products; autograd's under autocast). Every step it builds is called
+    scheda.training.products; autograd's under autocast); ``compiled``: the fused or composite
+    step's bf16 update in one compiled pass over W (scheda.training.products.OnePassBf16Products;
+    where torch.compile cannot build it, the eager update, recorded as the fallback). Every step it builds is called
     as ``step(x_all, idx [M, rows], nus, generators)`` with ``rows`` at most its ``minibatches``
     minibatches, and keeps the M summed losses (:class:`LossSums`)."""
 
     kind: str = "fused"
     cuda_graph: bool = False
     precision: str = "fp32"
+    compiled: bool = False
 
     def __post_init__(self):
         if self.kind not in STEP_KINDS:
             raise ValueError(f"a step is one of {', '.join(STEP_KINDS)}, not {self.kind!r}")
+        if self.compiled and (self.kind != "fused" or self.precision != "bf16"):
+            raise ValueError("the compiled update is the fused or composite step's in bf16 (scheda.planning.rules)")
 
     @property
     def triton(self) -> bool:
@@ -538,7 +557,8 @@ class StepChoice:
 
     def describe(self) -> dict:
         """What results.json records of a step."""
-        return {"kind": self.kind, "cuda_graph": self.cuda_graph, "precision": self.precision}
+        return {"kind": self.kind, "cuda_graph": self.cuda_graph, "precision": self.precision,
+                **({"compiled": True} if self.compiled else {})}
 
     def build(self, models: list[network.DenoisingAutoencoder], optimizers: list[SGD],
               noises: list[Corruption], batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator]):
@@ -563,14 +583,28 @@ class StepChoice:
                 fused = StepChoice("fused", self.cuda_graph, "fp32" if self.precision == "tf32x3" else self.precision)
                 return _built(fused.build(models, optimizers, noises, batch_size, x_all, generators), fused,
                               f"the {name} step could not run here ({reason})")
+        if self.compiled:
+            try:
+                return self._torch_step(models, optimizers, noises, batch_size, x_all, generators)
+            except CompileError as exc:
+                log.warning("the compiled bf16 update cannot be built here (%s): training with the eager update; "
+                            "trainer.compile=false skips the attempt", exc)
+                eager = dataclasses.replace(self, compiled=False)
+                return _built(eager._torch_step(models, optimizers, noises, batch_size, x_all, generators), eager,
+                              f"the compiled update could not be built here ({exc})")
+        return self._torch_step(models, optimizers, noises, batch_size, x_all, generators)
+
+    def _torch_step(self, models, optimizers, noises, batch_size, x_all, generators):
+        """The composite, fused (graphed or not) or autograd step, built and marked."""
+        compiled = self.compiled
         if self.kind != "autograd" and isinstance(models[0], network.CompositeDA):
             if len(models) > 1 or self.cuda_graph:
                 raise ValueError("the composite step trains one model, uncaptured (scheda.planning.rules refuses "
                                  "the rest)")
-            return _built(CompositeStep(models[0], optimizers[0], noises[0], batch_size, x_all.device, self.precision),
-                          self, None)
+            return _built(CompositeStep(models[0], optimizers[0], noises[0], batch_size, x_all.device, self.precision,
+                                        compiled), self, None)
         if self.kind != "autograd":
-            step = BatchedStep(models, optimizers, noises, batch_size, x_all.device, self.precision)
+            step = BatchedStep(models, optimizers, noises, batch_size, x_all.device, self.precision, compiled)
             if not self.cuda_graph:
                 return _built(step, self, None)
             graphed = GraphedStep(step, x_all, generators)

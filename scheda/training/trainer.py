@@ -95,6 +95,13 @@ class TrainerConfig(Component):
     # fp32 weights and elementwise work, scheda.training.products; autocast under trainer.step=autograd;
     # refused where the device has no bf16 arithmetic: a CPU without AVX512-BF16 or AMX)
     precision: str = "fp32"
+    # The bf16 step's update in one pass over the fp32 weights a minibatch (the update added and W
+    # rounded to its bf16 copy in one loop, scheda.training.products.OnePassBf16Products), compiled by
+    # torch.compile once per machine (a cache on disk; TORCHINDUCTOR_CACHE_DIR moves it). null: where
+    # the fused or composite step trains in bf16 on a CPU with plain SGD for at least
+    # scheda.planning.rules.COMPILE_EPOCHS epochs (a shorter run would not win back the 3 to 15 s
+    # of compilation); true: refuse a run it cannot take; false: never (the eager update, three passes).
+    compile: Optional[bool] = None
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
     def check(self) -> None:
@@ -499,6 +506,7 @@ class Trainer(Loop):
         accumulate on the device; ``end_epoch`` reads them once). An interrupt checkpoints every
         model where it stands and stops."""
         step = self.step_for(active)
+        step.begin_epoch()  # whatever wrote the weights since the last epoch (a resume, a load) is read again
         epochs = [t.begin_epoch() for t in active]
         generators = [t.generator for t in active]
         n, bs, device = self.x_all.shape[0], self.batch_size, self.x_all.device
