@@ -338,8 +338,9 @@ def test_the_committed_beside_numbers_are_table1_cpu_s_own():
     from omegaconf import OmegaConf
 
     from helpers import REPO
-    from scheda.protocol.tables.stacked import ROWS
+    from scheda.protocol.tables.stacked import settings
 
+    ROWS = settings(smoke_cfg("table=stacked")).rows
     beside = OmegaConf.load(REPO / "configs" / "table_scale" / "stacked_cpu.yaml").table.stacked.beside
     text = (REPO / beside.source).read_text()
     table = text.split("at each seed's own best validation epoch: each reported model over seeds", 1)[1]
@@ -353,3 +354,40 @@ def test_the_committed_beside_numbers_are_table1_cpu_s_own():
         further = [float(v.split(" (")[0]) for v in cells[2].split(", ")]
         assert {int(s): float(v) for s, v in beside.rows[key].items()} == {0: float(cells[1]),
                                                                             **dict(zip(range(1, 6), further))}
+
+
+
+@pytest.mark.parametrize("override, message", [
+    ("table.stacked.questions=[{question: 'Q?', compare: [[da.da, l1.cosine]]}]",
+     "table.stacked.questions[0] compares l1.cosine, which is not a row of table.stacked.rows: use one of l1.da,"),
+    ("table.stacked.questions=[{question: 'Q?', compare: [[da.da]]}]",
+     "table.stacked.questions[0]: give {question: <words>, compare: [[a, b], ...]}"),
+    (None, "table.stacked.rows is empty: give the report's rows"),  # a stacked table of one's own without them
+])
+def test_bad_report_rows_and_questions_are_one_line(override, message):
+    from scheda.protocol.tables.stacked import settings
+    from scheda.utils.errors import ConfigError
+
+    cfg = smoke_cfg("table=stacked", *([override] if override else []))
+    if override is None:
+        cfg.table.stacked.rows = {}
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        settings(cfg)
+
+
+def test_a_question_declared_in_yaml_is_answered_from_the_rows():
+    """table.stacked.questions from the command line: its comparisons through the one engine, its answer
+    the first one's verdict in words; the table's own questions give way to it."""
+    text = _section_with("null", {0: 53.0, 1: 52.0, 2: 54.0, 4: 53.0}).split("### The four questions", 1)[1]
+    assert text.count("**") >= 8  # the table's own four questions
+    from scheda.protocol.tables.stacked import section, settings
+
+    cfg = smoke_cfg("table=stacked", "table.stacked.questions=[{question: 'Is DA + DA better than DA alone?', "
+                                     "compare: [[da.da, l1.da]]}]")
+    rows = {"l1.da": {seed: {"test_error": e / 100} for seed, e in {0: 53.0, 1: 52.0, 2: 54.0}.items()},
+            "da.da": {seed: {"test_error": e / 100} for seed, e in {0: 52.5, 1: 51.0, 2: 53.5}.items()}}
+    text = "\n".join(section(cfg, {"settings": settings(cfg), "seeds": [0, 1, 2], "rows": rows, "chosen": {}}))
+    asked = text.split("### The question (test error", 1)[1].split("\n### ", 1)[0]
+    assert asked.count("**") == 2 and "**Is DA + DA better than DA alone?**" in asked
+    assert "| DA + DA − DA (layer 1 alone) | -0.50 | -1.00, -0.50 | 2 | -0.75 ± 0.35 |" in asked
+    assert "Answer: DA + DA against DA (layer 1 alone): -0.75 points over 2 further seeds" in asked

@@ -130,9 +130,15 @@ class StackedConfig:
     layer2: Any = None
     # Another report's numbers for layer 1 alone, set beside this table's own (a table in blocks trains
     # its layer 1 again, capped): {source: <that report>, note: <why they may differ>, rows: {l1.da: {<seed>:
-    # <test error %>, ...}, ...}}, the rows of scheda.protocol.tables.stacked.ROWS that start with l1.;
+    # <test error %>, ...}, ...}}, the rows of ``rows`` that start with l1.;
     # null: none (a table that shares table1's out_dir reads table1's own runs as its layer 1)
     beside: Any = None
+    # The report's rows, key -> label: <base>.<row of that base's layer 2> (da.da, scheda.scheda.control, ...)
+    # or l1.<row of table1's> (l1.da); a row with no label here is not reported. And its questions, each
+    # {question: <words>, compare: [[a, b], ...]} (a - b in test error, paired over the further seeds;
+    # the first one answers it in words). configs/table/stacked.yaml holds the table's own.
+    rows: Dict[str, str] = field(default_factory=dict)
+    questions: List[Dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

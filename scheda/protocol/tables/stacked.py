@@ -53,6 +53,8 @@ SAME_START = "control"  # the control kind the same_start base is (scheda.protoc
 class Settings:
     hidden: int  # layer 1's units
     top: int  # layer 2's
+    rows: dict[str, str]  # the report's rows, key -> label (table.stacked.rows)
+    questions: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]  # (question, its (a, b)s: a - b)
 
 
 def settings(cfg: DictConfig) -> Settings:
@@ -80,8 +82,30 @@ def settings(cfg: DictConfig) -> Settings:
     if SAME_START not in [kind.name for kind in control_kinds(scale)]:
         raise ConfigError(f"scale.control={scale.control}: a stacked table's layer 1 includes the ScheDA's same start "
                           f"(its control {SAME_START}): give scale.control=true or a list with {SAME_START}")
-    beside(cfg)
-    return Settings(hidden, top)
+    rows, questions = _report_rows(st)
+    beside(cfg, rows)
+    return Settings(hidden, top, rows, questions)
+
+
+def _report_rows(st: DictConfig) -> tuple[dict[str, str], tuple]:
+    """``table.stacked.rows`` and ``questions`` checked: labels, and questions that compare rows."""
+    rows = dict(st.get("rows") or {})
+    if not rows:
+        raise ConfigError("table.stacked.rows is empty: give the report's rows, key: label (configs/table/stacked.yaml)")
+    questions = []
+    for i, q in enumerate(st.get("questions") or []):
+        where = f"table.stacked.questions[{i}]"
+        pairs = q.get("compare") if OmegaConf.is_dict(q) else None
+        if not (OmegaConf.is_dict(q) and q.get("question") and pairs and all(len(p) == 2 for p in pairs)):
+            raise ConfigError(f"{where}: give {{question: <words>, compare: [[a, b], ...]}} (a - b, rows of "
+                              f"table.stacked.rows)")
+        for a, b in pairs:
+            for key in (a, b):
+                if key not in rows:
+                    raise ConfigError(f"{where} compares {key}, which is not a row of table.stacked.rows: use one of "
+                                      f"{', '.join(rows)}")
+        questions.append((str(q.question), tuple((str(a), str(b)) for a, b in pairs)))
+    return rows, tuple(questions)
 
 
 @dataclass(frozen=True)
@@ -90,10 +114,10 @@ class Beside:
 
     source: str  # that report, as the config names it
     note: str  # why the two may differ
-    rows: dict[str, dict[int, float]]  # a row of ROWS (l1.*) -> seed -> test error %
+    rows: dict[str, dict[int, float]]  # a row of table.stacked.rows (l1.*) -> seed -> test error %
 
 
-def beside(cfg: DictConfig) -> Beside | None:
+def beside(cfg: DictConfig, labels: dict[str, str]) -> Beside | None:
     """``table.stacked.beside`` checked: a source, and per layer-1 row a test error % per seed."""
     given = cfg.table.stacked.get("beside")
     if given is None:
@@ -102,7 +126,7 @@ def beside(cfg: DictConfig) -> Beside | None:
     if not OmegaConf.is_dict(given) or not given.get("source") or not OmegaConf.is_dict(given.get("rows")):
         raise ConfigError(f"{where}={given}: give {{source: <the report>, note: <why they may differ>, rows: "
                           f"{{l1.da: {{<seed>: <test error %>}}, ...}}}}, or null")
-    layer1_rows = [key for key in ROWS if key.startswith("l1.")]
+    layer1_rows = [key for key in labels if key.startswith("l1.")]
     rows: dict[str, dict[int, float]] = {}
     for key, by_seed in given.rows.items():
         if key not in layer1_rows:
@@ -436,34 +460,6 @@ class StackSeeds(RecordedPhase):
 
 # --- the report ---------------------------------------------------------------------------------
 
-ROWS = {  # key -> label; a key is <base>.<row of that base's layer 2>, or l1.<row of table1's>
-    "l1.da": "DA (layer 1 alone)", "l1.scheda": "ScheDA (layer 1 alone)",
-    "l1.same_start": "Same start (layer 1 alone: the ScheDA's DA(nu0) trained on at nu0)",
-    "da.da": "DA + DA", "scheda.da": "ScheDA + DA", "same_start.da": "Same start + DA", "scheda.scheda": "ScheDA + ScheDA",
-    "scheda.scheda.control": "ScheDA + same start (layer 2's DA(nu0) trained on at nu0)",
-    "scheda.scheda.jump": "ScheDA + jump (layer 2's DA(nu0) straight to the final nu)",
-    "l1.finetune_da": "DA, fine-tuned", "l1.finetune_scheda": "ScheDA, fine-tuned",
-    "da.finetune_da": "DA + DA, fine-tuned", "scheda.finetune_da": "ScheDA + DA, fine-tuned",
-    "scheda.finetune_scheda": "ScheDA + ScheDA, fine-tuned", "same_start.finetune_da": "Same start + DA, fine-tuned",
-}
-QUESTIONS = [  # (question, [(a, b): a - b in test error])
-    ("Does a second layer help (each stack against its own first layer)?",
-     [("da.da", "l1.da"), ("scheda.da", "l1.scheda"), ("scheda.scheda", "l1.scheda")]),
-    ("Does scheduling the first layer still help with two (ScheDA + DA against DA + DA), and is that more than "
-     "the epochs it trains past its DA (against the same start trained on, with a DA on it)?",
-     [("scheda.da", "da.da"), ("scheda.da", "same_start.da")]),
-    ("Does scheduling the second layer add to it (ScheDA + ScheDA against ScheDA + DA), and is that more than "
-     "the epochs it trains past its start (its controls)?",
-     [("scheda.scheda", "scheda.da"), ("scheda.scheda", "scheda.scheda.control"),
-      ("scheda.scheda", "scheda.scheda.jump")]),
-    ("And after fine-tuning the whole stack (and is the first layer's schedule still more than its epochs: against "
-     "the same start + DA, fine-tuned too)?",
-     [("scheda.finetune_scheda", "da.finetune_da"), ("scheda.finetune_da", "da.finetune_da"),
-      ("scheda.finetune_da", "same_start.finetune_da"),
-      ("da.finetune_da", "l1.finetune_da"), ("scheda.finetune_scheda", "l1.finetune_scheda")]),
-]
-
-
 def _per_seed(first: dict[str, Any] | None, replicas: dict[int, tuple[Path, Any]], s0: int,
               finetuned: bool) -> dict[int, dict[str, Any]]:
     """A row's outcome per seed, each at its own best validation epoch (a fine-tuning at its own
@@ -544,21 +540,25 @@ def paired_cells(c: Between, sign_flip: bool = True, verdict: str | None = None)
                        *p_value, verdict])
 
 
-def answer(rows: dict[str, dict[int, dict[str, Any]]], pairs: list[tuple[str, str]], s0: int) -> str:
+def answer(rows: dict[str, dict[int, dict[str, Any]]], pairs: list[tuple[str, str]], s0: int,
+           labels: dict[str, str]) -> str:
     """A question's answer in words: its first comparison's verdict, with its mean and interval."""
     a, b = pairs[0]
     c = comparison(rows, a, b, s0)
     m = c.compared.summary
     if m is None:
-        return f"not yet ({ROWS[a]} against {ROWS[b]}: {c.verdict})."
-    return (f"{ROWS[a]} against {ROWS[b]}: {m.mean:+.2f} points over {m.n} further seed{'s' if m.n != 1 else ''} "
+        return f"not yet ({labels[a]} against {labels[b]}: {c.verdict})."
+    return (f"{labels[a]} against {labels[b]}: {m.mean:+.2f} points over {m.n} further seed{'s' if m.n != 1 else ''} "
             f"(95 % interval {m.interval_text()}): {c.verdict}.")
 
 
 def not_run(cfg: DictConfig) -> set[str]:
     """The report's rows of control kinds layer 2's scale does not run (``scale.control=[control]``: no jump)."""
     run = {kind.name for kind in control_kinds(layer_view(cfg, CONTINUES["scheda"]).scale)}
-    return {key for key in ROWS if key.split(".")[-1] in {kind.name for kind in of_role(CONTROL)} - run}
+    return {key for key in settings(cfg).rows if key.split(".")[-1] in {kind.name for kind in of_role(CONTROL)} - run}
+
+
+NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 
 def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
@@ -583,14 +583,14 @@ def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
             if entry is None or key.startswith("finetune"):
                 continue
             kind = kind_of(key.split(".")[-1] if "." in key else key)
-            lines.append(f"| {ROWS.get(f'{base}.{key}', f'{base}.{key}')} | {kind.describe(entry)} | "
+            lines.append(f"| {s.rows.get(f'{base}.{key}', f'{base}.{key}')} | {kind.describe(entry)} | "
                          f"{pct(entry['val_error'])} | {pct(entry['test_error'])} |")
     if lines[-1] == "|---|---|---|---|":
         lines.append("| — | nothing selected yet | — | — |")
     lines += ["", "### Every model over seeds (test error %)", "",
               f"| Model | Seed {s0} (selection) | Further seeds, each | n | Mean ± sd | 95 % interval |",
               "|---|---|---|---|---|---|"]
-    for key, label in ROWS.items():
+    for key, label in s.rows.items():
         if key in skipped:
             continue
         per_seed = rows.get(key, {})
@@ -602,8 +602,10 @@ def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
         m = stats.summarize(rest)
         lines.append(f"| {label} | {first} | {', '.join(f'{v:.2f}' for v in rest)} | {m.n} | {m.mean_sd()} | "
                      f"{m.interval_text(signed=False)} |")
-    lines += ["", "### The four questions (test error, points; negative: the first is better)", ""]
-    for question, pairs in QUESTIONS:
+    n = len(s.questions)
+    named = "The question" if n == 1 else f"The {NUMBER_WORDS[n] if n < len(NUMBER_WORDS) else n} questions"
+    lines += ["", f"### {named} (test error, points; negative: the first is better)", ""]
+    for question, pairs in s.questions:
         pairs = [(a, b) for a, b in pairs if a not in skipped and b not in skipped]
         lines += [f"**{question}**", "",
                   f"| Comparison | Seed {s0} (selection) | Further seeds, each | n | Mean ± sd | 95 % interval | "
@@ -611,15 +613,16 @@ def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
         for a, b in pairs:
             c = comparison(rows, a, b, s0)
             first = f"{c.first:+.2f}" if c.first is not None else "—"
-            lines.append(f"| {ROWS[a]} − {ROWS[b]} | {first} | {paired_cells(c)} |")
-        lines += ["", f"Answer: {answer(rows, pairs, s0)}", ""]
+            lines.append(f"| {s.rows[a]} − {s.rows[b]} | {first} | {paired_cells(c)} |")
+        lines += ["", f"Answer: {answer(rows, pairs, s0, s.rows)}", ""]
     lines.append("The same start of layer 1 is table1's control of its best ScheDA (`control/`, each further seed's "
                  "replica in `seed_continue/`), read at its own best validation epoch; only a DA is stacked on it, and "
                  "that stack is fine-tuned as the others are.")
-    return lines + beside_section(beside(cfg), rows, s0)
+    return lines + beside_section(beside(cfg, s.rows), rows, s0, s.rows)
 
 
-def beside_section(other: Beside | None, rows: dict[str, dict[int, dict[str, Any]]], s0: int) -> list[str]:
+def beside_section(other: Beside | None, rows: dict[str, dict[int, dict[str, Any]]], s0: int,
+                   labels: dict[str, str]) -> list[str]:
     """Layer 1 alone here against another report's (``table.stacked.beside``), seed by seed: paired over
     the further seeds both have, ``here - there`` (the same seed is the same initialisation and
     minibatch order in both, so a difference is what the two protocols do, not seed noise)."""
@@ -641,10 +644,10 @@ def beside_section(other: Beside | None, rows: dict[str, dict[int, dict[str, Any
         c = comparison({"here": here, "there": there}, "here", "there", s0)
         both = ", ".join(f"{x}: {shown(x, here)} / {shown(x, there)}" for x in c.seeds) or "none both have"
         verdict = None if c.seeds else "not compared: no further seed in both"
-        lines.append(f"| {ROWS[key]} | {shown(s0, here)} / {shown(s0, there)} | {both} | "
+        lines.append(f"| {labels[key]} | {shown(s0, here)} / {shown(s0, there)} | {both} | "
                      f"{paired_cells(c, sign_flip=False, verdict=verdict)} |")
         if c.seeds:
-            (differ if c.compared.resolved else not_shown).append(ROWS[key])
+            (differ if c.compared.resolved else not_shown).append(labels[key])
     lines.append("")
     if differ:
         lines.append(f"- Beyond seed noise, layer 1 here differs from {other.source}'s: {'; '.join(differ)}.")
