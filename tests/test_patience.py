@@ -190,3 +190,29 @@ def test_a_sweep_and_its_search_read_each_job_at_the_model_the_rule_kept(tmp_pat
     (job / "results.json").write_text(json.dumps({**results, "status": "interrupted"}))
     line, val, _ = job_line(job)  # stopped half way: its line says where it stood, the sweep's best is a finished job
     assert val is None and "interrupted, best on validation at epoch 2, val 40.00 %" in line, line
+
+
+def test_evaluations_a_few_epochs_into_a_level_may_be_the_best_but_are_not_counted():
+    """evaluate.stage_epochs (the paper's Figure 2 evaluations): a best among them counts as the best, but only
+    the periodic evaluations after it count toward the rule."""
+    es = [{"epoch": 1, "val_error": 0.4, "reason": "stage_epoch"}, {"epoch": 3, "val_error": 0.5, "reason": "stage_epoch"},
+          {"epoch": 5, "val_error": 0.5, "reason": "stage_epoch"}, {"epoch": 10, "val_error": 0.5, "reason": "every"}]
+    assert not patience_spent(es, 2, 0)  # one periodic evaluation since the best at epoch 1
+    assert patience_spent([*es, {"epoch": 20, "val_error": 0.45, "reason": "every"}], 2, 0)
+
+
+def test_a_run_evaluates_the_paper_s_epochs_into_each_level(cifar_arrays, tmp_path):
+    """``evaluate.stage_epochs=[1,3]`` with ``every=5``: 1 and 3 epochs into each level of 4 (the first
+    included), every 5 epochs, each evaluation naming why; a level shorter than 3 epochs gets its first."""
+    base = [f"dataset.root={cifar_arrays}", *TINY, "schedule=stages", "logger=none", "trainer.checkpoint_every=0",
+            "schedule.stages=[{nu:0.5,epochs:4},{nu:0.4,epochs:4},{nu:0.3,epochs:2}]", "evaluate.every=5",
+            "evaluate.at_stage_ends=false", "evaluate.stage_epochs=[1,3]"]
+    summary = run(compose_cfg(base), tmp_path / "run")
+    got = [(e["epoch"], e["reason"]) for e in summary["evaluations"]]
+    assert got == [(1, "stage_epoch"), (3, "stage_epoch"), (5, "every"), (7, "stage_epoch"), (9, "stage_epoch"),
+                   (10, "every")], got
+
+
+def test_bad_stage_epochs_are_one_line(cifar_arrays, tmp_path):
+    with pytest.raises(ConfigError, match=r"evaluate.stage_epochs=\[0, 3\] must list epochs >= 1 into a level"):
+        run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, "evaluate.stage_epochs=[0,3]"]), tmp_path / "bad")

@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, List, Mapping, Sequence
 
 import numpy as np
 
-from scheda.training.callbacks import Callback
+from scheda.training.callbacks import STAGE_EPOCH, Callback
 from scheda.config import Component, register, typed
 from scheda.data import Splits
 from scheda.loggers.base import Loggers, MetricLogger
@@ -40,6 +40,10 @@ class EvaluateConfig(Component):
     enabled: bool = True
     every: int = 0  # also every N epochs (0: not periodically)
     at_stage_ends: bool = True  # after the last epoch at each level of noise
+    # also after this many epochs of every level (the paper's Figure 2: [1, 3, 5] epochs after each change
+    # of nu, a continuation's first level included); trainer.patience does not count these, only the
+    # periodic and stage-end evaluations, so the rule's spacing stays evaluate.every
+    stage_epochs: List[int] = field(default_factory=list)
     at_end: bool = True
     chunk_size: int = 8192  # rows encoded at once (no gradients)
     # A stacked run's features: top (its own codes) | all (every layer's, bottom first, concatenated)
@@ -48,6 +52,8 @@ class EvaluateConfig(Component):
     def check(self) -> None:
         if self.every < 0:
             raise self.invalid("every", "must be >= 0 (0: never periodically)")
+        if any(not isinstance(e, int) or e < 1 for e in self.stage_epochs):
+            raise self.invalid("stage_epochs", "must list epochs >= 1 into a level, e.g. [1, 3, 5]")
         if self.layers not in ("top", "all"):
             raise self.invalid("layers", "is unknown: use top (a stacked run's own codes) or all (every layer's, "
                                          "concatenated)")
@@ -138,8 +144,8 @@ def labels_of(data: Splits) -> dict[str, np.ndarray]:
 
 
 class EvaluationCallback(Callback):
-    """Evaluates every ``every`` epochs, after the last epoch at each noise level, and at the
-    end. It runs before the epoch's checkpoint is written, so a checkpoint carries every
+    """Evaluates every ``every`` epochs, after the last epoch at each noise level, ``stage_epochs``
+    into each level, and at the end. It runs before the epoch's checkpoint is written, so a checkpoint carries every
     evaluation up to it and a resumed run's results.json is complete. ``inputs`` are the
     labelled splits, already on the device."""
 
@@ -156,6 +162,8 @@ class EvaluationCallback(Callback):
             return "stage_end"
         if every > 0 and metrics["epoch"] % every == 0:
             return "every"
+        if self.config.stage_epochs and state.schedule.epochs_into_stage(metrics["epoch"] - 1) in self.config.stage_epochs:
+            return STAGE_EPOCH
         if self.config.at_end and metrics["epoch"] == state.schedule.total_epochs:
             return "end"
         return None

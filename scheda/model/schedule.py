@@ -116,6 +116,11 @@ class NoiseSchedule:
     def nu_at(self, epoch: int) -> float | None:
         return self.stages[self.stage_index(epoch)].nu
 
+    def epochs_into_stage(self, epoch: int) -> int:
+        """How many epochs of its stage (0-based) ``epoch`` completes: 1 for a stage's first."""
+        i = self.stage_index(epoch)
+        return epoch + 1 - (self._ends[i - 1] if i else 0)
+
     def is_stage_end(self, epoch: int) -> bool:
         """True when ``epoch`` is the last epoch of its stage (the paper's evaluation points)."""
         return epoch + 1 in self._ends

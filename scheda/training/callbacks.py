@@ -54,13 +54,18 @@ class CheckpointCallback(Callback):
 
 
 
+STAGE_EPOCH = "stage_epoch"  # an evaluation's reason: evaluate.stage_epochs (the patience rule does not count it)
+
+
 def patience_spent(evaluations: Sequence[dict[str, Any]], patience: int, after_epoch: int) -> bool:
     """Whether the last ``patience`` evaluations made after epoch ``after_epoch`` all came after the
-    best validation error so far (the earliest on ties): the rule that a model has converged."""
+    best validation error so far (the earliest on ties): the rule that a model has converged. The
+    evaluations a few epochs into a level (``evaluate.stage_epochs``) may be the best, but are not
+    counted: the rule's spacing is the periodic evaluations'."""
     if not evaluations:
         return False
     best = min(evaluations, key=lambda e: (e["val_error"], e["epoch"]))
-    since = [e for e in evaluations if e["epoch"] > max(best["epoch"], after_epoch)]
+    since = [e for e in evaluations if e["epoch"] > max(best["epoch"], after_epoch) and e.get("reason") != STAGE_EPOCH]
     return len(since) >= patience
 
 
