@@ -204,10 +204,11 @@ def test_the_report_from_records_written_by_hand_gives_their_numbers(tmp_path):
     # seeds 9 and 10's double-size ScheDA (47, 49 %) against the two pairs' best concatenations on validation
     # (51, 49 %), which share no seed with them: unpaired, Welch's interval -2 ± t(0.975, df 2) * sqrt(2)
     double = next(cells for claim, cells in claims.items() if claim.startswith("ScheDA of twice the units"))
-    assert double[1:] == ["-2.00 [-8.08, +4.08] points (unpaired)", "2 against 2", "not resolved"], double
+    assert double[1:4] == ["-2.00 [-8.08, +4.08] points (unpaired)", "2 against 2", "not resolved"], double
+    assert double[4].startswith("continuations ") and "; DAs ≤ " in double[4]  # the budget of the models compared
     # the width control: their double-size DAs (50, 52 %) against the same concatenations, Welch's again
     width = next(cells for claim, cells in claims.items() if claim.startswith("(ours) twice the units alone"))
-    assert width[1:] == ["+1.00 [-5.08, +7.08] points (unpaired)", "2 against 2",
+    assert width[1:4] == ["+1.00 [-5.08, +7.08] points (unpaired)", "2 against 2",
                          "not resolved: the interval holds 0, but no margin of parity was fixed before the runs"], width
     every = rows_of(report.split("## Every model")[1].split("\n## ")[0])
     assert every["ScheDA, twice the units"][-3].startswith("47.00") and every["ScheDA, twice the units"][0] == "—"
