@@ -85,3 +85,42 @@ def test_each_noise_checks_its_own_range_of_nu(overrides, refused):
     else:
         with pytest.raises(ConfigError, match=re.escape(refused)):
             make_plan(cfg)
+
+
+# --- the masking rule every step implements (scheda.model.noise.reference_keep) -----------------
+
+def _words(generator: torch.Generator, n: int) -> list[int]:
+    """The draws a step takes for ``n`` inputs from ``generator``: one int64 per four inputs."""
+    return torch.empty((n + 3) // 4, dtype=torch.int64).random_(generator=generator).tolist()
+
+
+@pytest.mark.parametrize("shape, nu", [((7, 13), 0.3), ((20, 3072), 0.7), ((1, 3), 0.05)])
+def test_the_torch_masking_noise_keeps_the_inputs_the_reference_rule_keeps(shape, nu):
+    """Sizes that do not divide by four: the last draw's unused lanes are skipped, as the rule says."""
+    from scheda.model.noise import reference_keep
+
+    n = shape[0] * shape[1]
+    kept = masking(torch.ones(shape), nu, _gen(3)) != 0
+    assert kept.flatten().tolist() == reference_keep(_words(_gen(3), n), n, nu)
+
+
+@pytest.mark.parametrize("nu", [0.0, 0.5, 0.999])
+def test_the_triton_kernel_keeps_the_inputs_the_reference_rule_keeps(nu):
+    """The Triton step's corruption kernel (run by Triton's interpreter here) on the same draws: each of two
+    models its own rows, draws and threshold."""
+    pytest.importorskip("triton")
+    from scheda.model.noise import mask_threshold, reference_keep
+    from scheda.training import kernels
+
+    M, n, d = 2, 5, 11
+    x_all = torch.rand(9, d) + 0.1
+    idx = torch.tensor([[0, 3, 8, 1, 4], [2, 2, 7, 0, 5]])
+    draws = [_words(_gen(10 + k), n * d) for k in range(M)]
+    words = torch.tensor(draws, dtype=torch.int64)
+    levels = [nu, 0.3]
+    thr = torch.tensor([mask_threshold(v) for v in levels], dtype=torch.int32)
+    x, x_tilde = torch.empty(M, n, d), torch.empty(M, n, d)
+    kernels.corrupt(x_all, idx, words.view(torch.int16), thr, x, x_tilde)
+    for k in range(M):
+        assert torch.equal(x[k], x_all[idx[k]])
+        assert (x_tilde[k] != 0).flatten().tolist() == reference_keep(draws[k], n * d, levels[k])

@@ -40,6 +40,19 @@ def mask_threshold(nu: Nu) -> int | torch.Tensor:
     return int(round(nu * (1 << MASK_BITS)))
 
 
+def reference_keep(words: list[int], n: int, nu: float) -> list[bool]:
+    """The masking rule every step implements, written out on integers: the specification the torch
+    noise (:class:`Masking`) and the Triton kernels (scheda.training.kernels) are tested against
+    (tests/test_noise.py). A minibatch's ``n`` inputs, row-major, take one 64-bit draw of the
+    generator per four (``words``, as ``torch.int64.random_`` gives them): input i reads the 16-bit
+    lane i % 4 of draw i // 4, lanes counted from the draw's least significant bits (what viewing the
+    int64 draws as int16 gives on a little-endian machine), keeps its low 15 bits, and survives when
+    they are >= round(nu * 2^15)."""
+    threshold = mask_threshold(nu)
+    lane = (1 << MASK_BITS) - 1
+    return [((words[i // 4] & 0xFFFFFFFFFFFFFFFF) >> (16 * (i % 4)) & lane) >= threshold for i in range(n)]
+
+
 def _is_zero(nu: Nu) -> bool:
     return isinstance(nu, float) and nu == 0.0
 
