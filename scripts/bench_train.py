@@ -465,10 +465,13 @@ def job_costs(data, bs, H, device, step, tries: int = 3) -> dict[str, float]:
 
 def steps_of(precision: str, steps: dict[str, dict], default: str) -> tuple[str, dict[str, dict]]:
     """The default step and the steps a row of ``precision`` times: bf16 is the torch step's (the
-    Triton steps compute in fp32), eager on a CPU and graphed on CUDA."""
+    Triton steps compute in fp32), eager on a CPU, its update in one compiled pass as a run of 20
+    epochs or more trains it there (trainer.compile=null), and graphed on CUDA."""
     if precision != "bf16":
         return default, steps
-    bf16 = {label: {**step, "precision": "bf16"} for label, step in steps.items() if label in ("eager", "graphed")}
+    bf16 = {label: {**step, "precision": "bf16", **({"compiled": True} if label == "eager" and "graphed" not in steps
+                                                   else {})}
+            for label, step in steps.items() if label in ("eager", "graphed")}
     return ("graphed" if "graphed" in bf16 else "eager"), bf16
 
 
@@ -632,7 +635,7 @@ def main(argv=None) -> int:
                     measured.append(product_rates(bs, H, device, rate_s, precision=precision))
                     if precision == "bf16" and not first:  # the composite DA's step in bf16 too
                         times["composite"] = scheda_epoch(data, n_batches, bs, H, device, composite=True, kind="fused",
-                                                          precision="bf16")
+                                                          precision="bf16", compiled=device.type == "cpu")
                     if first:
                         times["autograd"] = scheda_epoch(data, n_batches, bs, H, device, kind="autograd")
                         # the composite DA's own step (CPU and CUDA alike: eager) and its autograd
