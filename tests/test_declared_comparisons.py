@@ -36,7 +36,7 @@ def test_a_declared_comparison_is_added_and_one_of_the_table_s_own_is_given_its_
     own = asked[0]
     assert own.name == "ScheDA − best DA" and own.expect == "lower" and own.question.startswith("does ScheDA beat")
     mine = asked[-1]
-    assert mine.margin == 0.5 and mine.question.startswith("how Control: same start, one jump")
+    assert mine.margin == 0.5 and mine.question.startswith("how control: same start, one jump")
     # further seeds 1 and 2: jump − control = (0.52 - 0.52, 0.50 - 0.51) -> (0, -1) points
     c = mine.compare([52.0, 50.0], [52.0, 51.0])
     assert c.summary.mean == pytest.approx(-0.5) and c.margin == 0.5 and c.better == "lower"

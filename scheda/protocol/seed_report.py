@@ -127,7 +127,7 @@ def comparisons(rows: dict[str, dict], declared: Sequence[Any] = ()) -> list[Ask
             out.append(Asked(f"{kind.short} − {in_sentence(kind_of(other).short)}", kind.name, other, kind.question))
     for c in declared:
         if c.a in rows and c.b in rows:
-            mine = Asked(_name(c.a, c.b), c.a, c.b, c.question or f"how {seed_label(c.a)} differs from "
+            mine = Asked(_name(c.a, c.b), c.a, c.b, c.question or f"how {in_sentence(seed_label(c.a))} differs from "
                          f"{in_sentence(seed_label(c.b))}", c.expect, c.margin, c.paper)
             same = [i for i, o in enumerate(out) if (o.a, o.b) == (c.a, c.b)]
             if same:
