@@ -22,6 +22,7 @@ and against its products' floor: docs/performance.md.
 from __future__ import annotations
 
 import functools
+import logging
 
 from scheda.utils.lazy import lazy
 
@@ -157,7 +158,12 @@ class CompileError(RuntimeError):
 @functools.cache
 def _compiled():
     """The compiled :func:`_add_and_round`, one per process (it compiles once per shape of W; the
-    compiled code is cached on disk by torch's inductor, so a later process only loads it)."""
+    compiled code is cached on disk by torch's inductor, so a later process only loads it). On a
+    CPU torch's C++ builder warns that it found no CUDA runtime, which says nothing of this loop:
+    that one warning is kept from the run's log unless the user set that logger's level."""
+    quiet = logging.getLogger("torch.utils.cpp_extension")
+    if quiet.level == logging.NOTSET:
+        quiet.setLevel(logging.ERROR)
     return torch.compile(_add_and_round, dynamic=False, fullgraph=True)
 
 
