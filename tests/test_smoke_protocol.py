@@ -210,6 +210,9 @@ def test_the_report_has_every_row_the_seeds_and_the_figures(smoke):
         "ScheDA − best DA", "ScheDA − control: same start, constant nu",
         "ScheDA − control: same start, one jump to the final nu", "Fine-tuned ScheDA − fine-tuned DA"]
     assert "Each model compared was trained until its validation error stopped improving" in asked
+    # the budget every verdict holds at, from the scale (issue 99: a verdict does not reach beyond its budget)
+    assert ("Every verdict below holds at this budget, not beyond it: DAs at most 3 epochs at lr 0.1, evaluated every 1; "
+            "ScheDA at lr 0.1, K 1, delta nu 0.1, at most 4 epochs in all; the rule's patience 1 evaluation.") in asked
     assert "beat one switch" in asked and asked.count("?\n") == 4
     # Paths are named as the user would type them where they ran the command.
     assert str(root) not in report and "- Runs: `runs`;" in report

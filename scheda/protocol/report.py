@@ -18,7 +18,7 @@ from scheda.protocol.figures import figure2, figure5
 from scheda.protocol.jobs import fmt, pct
 from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
 from scheda.protocol.kinds.da import DA, Raw
-from scheda.protocol.seed_report import seed_cell, seeds_section
+from scheda.protocol.seed_report import budget, seed_cell, seeds_section
 from scheda.protocol.sensitivity import section as sensitivity_section
 from scheda.runs.rundir import FINAL_STATUSES, params_of, params_text, status_counts
 
@@ -180,7 +180,8 @@ def results_section(cfg: DictConfig, selection: dict[str, Any], continued: dict[
                 lines.append(f"| {kind.label} | {hidden} | not run at this scale | — | — |{' — |' if over_seeds else ''} "
                              f"{paper_value(paper, kind.paper_row, int(hidden))} |")
     lines += [""] + [f"- {'On the selection seed alone: ' if over_seeds else ''}{v}" for v in verdicts]
-    lines += seeds_section(seeded, ruled=scale.get("patience") is not None, declared=table.get("comparisons") or ())
+    lines += seeds_section(seeded, ruled=scale.get("patience") is not None, declared=table.get("comparisons") or (),
+                           trained_for=budget(scale, table.continuations))
     lines += convergence_section(scale, selection, continued, seeded)
     lines += classifier_edges(selection, continued, seeded)
     lines += sensitivity_section(paper, selection, continued, seeded)

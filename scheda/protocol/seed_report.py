@@ -14,7 +14,7 @@ from scheda.utils import stats
 from scheda.utils.errors import ConfigError
 from scheda.protocol.compare import EXPECTS, Comparison, compare
 from scheda.runs.rundir import unpack_correct
-from scheda.protocol.jobs import pct
+from scheda.protocol.jobs import count, fmt, pct
 from scheda.protocol.kinds import CONTINUATION, FINETUNE, control_kinds, kind_of, of_role
 from scheda.protocol.kinds.da import DA
 
@@ -143,9 +143,28 @@ def _name(a: str, b: str) -> str:
     return f"{seed_label(a)} − {in_sentence(seed_label(b))}"
 
 
-def questions(seeded: dict[str, Any], ruled: bool, declared: Sequence[Any] = ()) -> list[str]:
+def budget(scale: DictConfig, continuations: Sequence[str]) -> str:
+    """What the models compared were trained for, which every verdict below holds at (and not beyond):
+    the DA grid's cap, lr and evaluations, each schedule of levels' lr, K and cap, the rule's patience."""
+    da = scale.da
+    parts = [f"DAs at most {da.epochs} epochs at lr {', '.join(fmt(lr) for lr in da.lr)}, evaluated every "
+             f"{da.eval_every}"]
+    for name in continuations:
+        grid = scale.get(name)
+        if grid is not None and "K" in grid and "delta_nu" in grid:  # a schedule of levels (scheda, increasing)
+            cap = grid.get("max_epochs")
+            parts.append(f"{kind_of(name).label} at lr {fmt(grid.lr)}, K {', '.join(map(str, grid.K))}, delta nu "
+                         f"{', '.join(fmt(d) for d in grid.delta_nu)}" + (f", at most {cap} epochs in all" if cap else ""))
+        elif (cap := kind_of(name).cap(scale)) is not None:  # any other kind says its own
+            parts.append(cap)
+    rule = scale.get("patience")
+    return "; ".join(parts) + (f"; the rule's patience {count(rule, 'evaluation')}" if rule is not None else "")
+
+
+def questions(seeded: dict[str, Any], ruled: bool, declared: Sequence[Any] = (), trained_for: str = "") -> list[str]:
     """What each comparison of the seeds' tables asks, once for every hidden size, and how long
-    the models compared trained (``ruled``: under the rule of training to convergence)."""
+    the models compared trained (``ruled``: under the rule of training to convergence; ``trained_for``:
+    the budget, :func:`budget`)."""
     asked = {c.name: c for rows in seeded["hidden"].values() for c in comparisons(rows, declared)}
     if not asked:
         return []
@@ -154,7 +173,8 @@ def questions(seeded: dict[str, Any], ruled: bool, declared: Sequence[Any] = ())
                "Each model compared trained a fixed length (no rule of training to convergence): a gain over the DA "
                "may be only the DA's missing epochs, which the same-start control measures.")
     return ["", "What each comparison asks (negative: the first is better):", "",
-            *[f"- **{name}**: {c.question}?" + _declared(c) for name, c in asked.items()], "", trained]
+            *[f"- **{name}**: {c.question}?" + _declared(c) for name, c in asked.items()], "",
+            trained + (f" Every verdict below holds at this budget, not beyond it: {trained_for}." if trained_for else "")]
 
 
 def _declared(c: Asked) -> str:
@@ -176,7 +196,7 @@ def _mcnemar(a: dict, b: dict) -> stats.McNemar | None:
 RULES = {"hidden": "at the selection seed's epoch", "own_best": "at each seed's own best validation epoch"}
 
 
-def seeds_section(seeded: dict[str, Any], ruled: bool, declared: Sequence[Any] = ()) -> list[str]:
+def seeds_section(seeded: dict[str, Any], ruled: bool, declared: Sequence[Any] = (), trained_for: str = "") -> list[str]:
     """Training noise (rows over seeds, paired differences with intervals and verdicts) and
     test-set noise (binomial standard errors, McNemar's test), per hidden size, under both rules
     of reading a further seed (scheda.protocol.seeds): at the epoch selected on the selection
@@ -199,7 +219,7 @@ def seeds_section(seeded: dict[str, Any], ruled: bool, declared: Sequence[Any] =
               f"them, not pooled. Intervals are 95 % t-intervals (paired for differences); the sign-flip p-value is "
               f"exact (all 2^n sign patterns; with n seeds it cannot go below 2/2^n). A difference is *resolved* only "
               f"when its interval excludes 0."]
-    lines += questions(seeded, ruled, declared)
+    lines += questions(seeded, ruled, declared, trained_for)
     own = seeded.get("own_best") or {}
     for hidden, rows in seeded["hidden"].items():
         results = {}
