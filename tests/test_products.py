@@ -305,3 +305,21 @@ def test_a_compiled_bf16_run_records_its_step_and_ends_on_the_eager_run_s_weight
     assert "compiled" not in json.loads((tmp_path / "false" / "results.json").read_text())["step"]
     weights = [load_checkpoint(tmp_path / name)["model"] for name in ("true", "false")]
     assert all(torch.equal(weights[0][key], value) for key, value in weights[1].items())
+
+
+@needs_bf16
+def test_one_process_builds_the_one_pass_update_for_any_number_of_shapes():
+    """One compilation serves every shape (flat, dynamic): a long process meeting more shapes than torch's
+    recompilation limit (8) still gets the one-pass update, not the fallback."""
+    from scheda.training.products import OnePassBf16Products, products_for
+
+    for H in range(3, 15):
+        W = torch.rand(1 + H % 2, H, D)
+        products = products_for("bf16", W, BS, compiled=True)
+        assert isinstance(products, OnePassBf16Products)
+        products.begin()
+        A, B = torch.rand(1 + H % 2, 2 * BS, H), torch.rand(1 + H % 2, 2 * BS, D)
+        products.B16.copy_(B)  # what encode and backward leave there: [x~; dz] in bf16
+        before = W.clone()
+        products.update(A, B)
+        assert torch.equal(products.W16, W.to(torch.bfloat16)) and not torch.equal(W, before)

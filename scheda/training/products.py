@@ -157,14 +157,17 @@ class CompileError(RuntimeError):
 
 @functools.cache
 def _compiled():
-    """The compiled :func:`_add_and_round`, one per process (it compiles once per shape of W; the
-    compiled code is cached on disk by torch's inductor, so a later process only loads it). On a
+    """The compiled :func:`_add_and_round`, one per process, on flat tensors of any length
+    (``dynamic=True``): one compilation serves every shape of W a process meets (models of other
+    sizes, a sweep that loses a model), where one per shape would reach torch's limit of
+    recompilations (8) in a long process; the compiled code is cached on disk by inductor, so a
+    later process only loads it. On a
     CPU torch's C++ builder warns that it found no CUDA runtime, which says nothing of this loop:
     that one warning is kept from the run's log unless the user set that logger's level."""
     quiet = logging.getLogger("torch.utils.cpp_extension")
     if quiet.level == logging.NOTSET:
         quiet.setLevel(logging.ERROR)
-    return torch.compile(_add_and_round, dynamic=False, fullgraph=True)
+    return torch.compile(_add_and_round, dynamic=True, fullgraph=True)
 
 
 class OnePassBf16Products(Bf16Products):
@@ -181,9 +184,13 @@ class OnePassBf16Products(Bf16Products):
     def __init__(self, W: torch.Tensor, rows: int):
         super().__init__(W, rows)
         self.fresh = False  # W16 == bf16(W), written by the last update
+        if not W.is_contiguous():  # the loop reads W flat
+            raise CompileError("the weights are not one contiguous block")
         try:
             self.fused = _compiled()
-            self.fused(torch.zeros_like(W), torch.zeros_like(self.update16), torch.empty_like(self.W16))
+            flat = dict(device=W.device, dtype=torch.bfloat16)
+            self.fused(torch.zeros(W.numel(), device=W.device), torch.zeros(W.numel(), **flat),
+                       torch.empty(W.numel(), **flat))
         except Exception as exc:  # noqa: BLE001 - whatever inductor raises where it cannot build
             raise CompileError(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}") from exc
 
@@ -200,7 +207,7 @@ class OnePassBf16Products(Bf16Products):
         A16 = self.A16[:, :rows]
         A16.copy_(A)
         torch.bmm(A16.transpose(1, 2), self.B16[:, :rows], out=self.update16)
-        self.fused(self.W, self.update16, self.W16)
+        self.fused(self.W.view(-1), self.update16.view(-1), self.W16.view(-1))
         self.fresh = True
 
 
