@@ -30,8 +30,8 @@ PLAIN_SGD = "optim.momentum=0 and optim.weight_decay=0"
 TRITON_STEP = "the masking noise, one noise level per epoch"
 CUDA_STEPS = ("triton", "two_pass")
 # trainer.compile=null compiles the bf16 update for runs of at least this many epochs: on the 2-core
-# EPYC it saves 0.4 to 1.1 ms a minibatch of 20 (docs/performance.md), 0.8 s or more a CIFAR-10 epoch,
-# against 3 s of compilation with its cache on disk and about 15 s without.
+# EPYC it saves 0.2 to 1.1 ms a minibatch of 20 (docs/performance.md), 0.5 s or more a CIFAR-10 epoch,
+# against 2.3 s of compilation with its cache on disk and 8 s without.
 COMPILE_EPOCHS = 20
 
 

@@ -99,7 +99,7 @@ class TrainerConfig(Component):
     # rounded to its bf16 copy in one loop, scheda.training.products.OnePassBf16Products), compiled by
     # torch.compile once per machine (a cache on disk; TORCHINDUCTOR_CACHE_DIR moves it). null: where
     # the fused or composite step trains in bf16 on a CPU with plain SGD for at least
-    # scheda.planning.rules.COMPILE_EPOCHS epochs (a shorter run would not win back the 3 to 15 s
+    # scheda.planning.rules.COMPILE_EPOCHS epochs (a shorter run would not win back the 2 to 8 s
     # of compilation); true: refuse a run it cannot take; false: never (the eager update, three passes).
     compile: Optional[bool] = None
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
