@@ -205,13 +205,22 @@ def test_bf16_rows_are_refused_in_one_line_where_the_cpu_has_no_bf16(bench, monk
         bench.main(["--device", "cpu", "--precisions", "fp32", "bf16"])
 
 
-@pytest.mark.skipif(bf16_refusal(torch.device("cpu")) is not None, reason="no bf16 products on this CPU")
-def test_the_step_benchmark_times_the_three_steps_interleaved_and_fails_under_a_floor(tmp_path, monkeypatch):
-    """scripts/bench_step.py: fp32, bf16 eager and bf16 one-pass steps (as a run builds them) in one run,
-    their ratios and floors in the JSON; a step timed under its floor fails the run, not the floor."""
+@pytest.fixture
+def bench_step(monkeypatch):
+    """scripts/bench_step.py on any CPU: torch multiplies in bf16 everywhere (emulated where the CPU has no
+    AVX512-BF16 or AMX, which the script refuses to time as a rate; its refusal is tested on its own)."""
     spec = importlib.util.spec_from_file_location("bench_step", REPO / "scripts" / "bench_step.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "bf16_refusal", lambda device: None)
+    return module
+
+
+def test_the_step_benchmark_times_the_three_steps_interleaved_and_fails_under_a_floor(bench_step, tmp_path,
+                                                                                     monkeypatch):
+    """scripts/bench_step.py: fp32, bf16 eager and bf16 one-pass steps (as a run builds them) in one run,
+    their ratios and floors in the JSON; a step timed under its floor fails the run, not the floor."""
+    module = bench_step
     monkeypatch.setattr(module, "best_seconds", lambda run, seconds=0.5: (run(), 1e-6)[1])  # tiny floors: fast
     out = module.main(["--hidden", "7", "--batch-sizes", "3", "--minibatches", "2", "--repeats", "2",
                        "--no-compile-time", "--json", str(tmp_path / "b.json")])
@@ -224,3 +233,11 @@ def test_the_step_benchmark_times_the_three_steps_interleaved_and_fails_under_a_
     monkeypatch.setattr(module, "best_seconds", lambda run, seconds=0.5: 10.0)  # floors no step can reach
     with pytest.raises(module.BelowFloor, match="under its floor"):
         module.main(["--hidden", "7", "--batch-sizes", "3", "--minibatches", "2", "--repeats", "1", "--no-compile-time"])
+
+
+def test_the_step_benchmark_refuses_a_cpu_without_bf16_arithmetic_in_one_line(bench_step, monkeypatch, capsys):
+    monkeypatch.setattr(bench_step, "bf16_refusal", lambda device: "this CPU has neither AVX512-BF16 nor AMX")
+    with pytest.raises(SystemExit) as exc:
+        bench_step.main(["--hidden", "7", "--no-compile-time"])
+    assert exc.value.code == 1
+    assert capsys.readouterr().err == "error: this CPU has neither AVX512-BF16 nor AMX: no bf16 step to time\n"

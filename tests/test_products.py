@@ -217,6 +217,8 @@ def test_a_tables_report_head_names_the_precisions_its_jobs_trained_in():
 
 
 # --- the bf16 update in one compiled pass (trainer.compile) ----------------------------------------
+# The step's own tests run on any CPU (torch multiplies in bf16 everywhere, emulated where the CPU has no
+# AVX512-BF16 or AMX); a run through train.py needs the arithmetic, which the rules ask for.
 
 def _one_pass_and_eager(M: int, epochs: int = 3) -> dict:
     """Two copies of the same M models, one trained by the batched bf16 step with the one-pass update
@@ -229,7 +231,6 @@ def _one_pass_and_eager(M: int, epochs: int = 3) -> dict:
     return out
 
 
-@needs_bf16
 def test_the_one_pass_update_trains_as_the_eager_bf16_update_bit_for_bit():
     """The same arithmetic in one loop: the weights and losses of one model, of a fused sweep of two and of
     the composite DA are the eager bf16 step's, bit for bit, over epochs that end on a partial minibatch."""
@@ -255,7 +256,6 @@ def test_the_one_pass_update_trains_as_the_eager_bf16_update_bit_for_bit():
     assert torch.equal(composites[0].W, composites[1].W) and torch.equal(composites[0].b, composites[1].b)
 
 
-@needs_bf16
 def test_the_one_pass_copy_is_read_again_after_an_epoch_s_start():
     """The one-pass update writes the bf16 copy the next minibatch reads; weights written by another (a
     checkpoint's load) reach the products once the loop starts an epoch (``begin_epoch``). Without that
@@ -274,7 +274,6 @@ def test_the_one_pass_copy_is_read_again_after_an_epoch_s_start():
     assert torch.equal(step.products.W16[0], model.W.detach().to(torch.bfloat16))
 
 
-@needs_bf16
 def test_a_compiled_update_that_cannot_be_built_falls_back_and_says_so(monkeypatch):
     from scheda.training import products
 
@@ -307,7 +306,6 @@ def test_a_compiled_bf16_run_records_its_step_and_ends_on_the_eager_run_s_weight
     assert all(torch.equal(weights[0][key], value) for key, value in weights[1].items())
 
 
-@needs_bf16
 def test_one_process_builds_the_one_pass_update_for_any_number_of_shapes():
     """One compilation serves every shape (flat, dynamic): a long process meeting more shapes than torch's
     recompilation limit (8) still gets the one-pass update, not the fallback."""
