@@ -130,13 +130,16 @@ class Bf16Products(Fp32Products):
         torch.bmm(dz16, self.W16.transpose(1, 2), out=dh16)
         out.copy_(dh16)
 
-    def _product(self, A: torch.Tensor) -> torch.Tensor:
-        """A^T B in bf16 (B16 holds [x~; dz] from encode and backward), widened to fp32."""
+    def _product16(self, A: torch.Tensor) -> torch.Tensor:
+        """A^T B in bf16 (B16 holds [x~; dz] from encode and backward), in ``update16``."""
         rows = A.shape[1]
         A16 = self.A16[:, :rows]
         A16.copy_(A)
-        torch.bmm(A16.transpose(1, 2), self.B16[:, :rows], out=self.update16)
-        return self.update32.copy_(self.update16)
+        return torch.bmm(A16.transpose(1, 2), self.B16[:, :rows], out=self.update16)
+
+    def _product(self, A: torch.Tensor) -> torch.Tensor:
+        """A^T B in bf16, widened to fp32."""
+        return self.update32.copy_(self._product16(A))
 
     def update(self, A, B):
         self.W.add_(self._product(A))
@@ -203,11 +206,7 @@ class OnePassBf16Products(Bf16Products):
         self.fresh = False
 
     def update(self, A, B):
-        rows = A.shape[1]
-        A16 = self.A16[:, :rows]
-        A16.copy_(A)
-        torch.bmm(A16.transpose(1, 2), self.B16[:, :rows], out=self.update16)
-        self.fused(self.W.view(-1), self.update16.view(-1), self.W16.view(-1))
+        self.fused(self.W.view(-1), self._product16(A).view(-1), self.W16.view(-1))
         self.fresh = True
 
 
