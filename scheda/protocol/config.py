@@ -142,6 +142,27 @@ class StackedConfig:
 
 
 @dataclass
+class PaperSettingsConfig:
+    """table=paper_settings: the gradual schedule against one jump at the paper's continuation
+    settings (scheda.protocol.tables.paper_settings). Per seed: DA(nu0) at the scale's DA settings
+    until its rule stops it; from its best checkpoint at ``lr``: ScheDA nu0 -> nu_final by delta_nu
+    every K epochs, one jump to nu_final for as many epochs, the same start at nu0 (at most as long,
+    under the rule)."""
+
+    nu0: float = 0.7
+    nu_final: float = 0.3
+    delta_nu: float = 0.1
+    K: List[int] = field(default_factory=lambda: [50])  # epochs a level (the paper: 50, 100)
+    lr: float = 0.01  # the continuations' (the paper's)
+    eval_every: int = 10  # and after each level, and stage_epochs into each (the paper's Figure 2)
+    stage_epochs: List[int] = field(default_factory=lambda: [1, 3, 5])
+    seeds: List[int] = field(default_factory=lambda: [20])
+    # Fixed before any run: "on par" when the 95 % interval of ScheDA (read as the paper reads it) minus
+    # the jump (at its best validation epoch) lies within +-margin points
+    margin: float = 0.5
+
+
+@dataclass
 class BlocksConfig:
     """A table cut into blocks (scheda.protocol.blocks): each runs in one invocation (``block=N``),
     trains every model it reads in its own folder, and writes a small record to ``records``
@@ -192,6 +213,7 @@ class TableConfig:
     paper: Any = field(default_factory=dict)
     features: Optional[FeaturesConfig] = None  # table=features' models (its phases read it)
     stacked: Optional[StackedConfig] = None  # table=stacked's layers (its phases read it)
+    paper_settings: Optional[PaperSettingsConfig] = None  # table=paper_settings' arms (its phases read it)
     # The seeds' tables' comparisons beyond those every table makes (each continuation against the best
     # DA and its controls, a fine-tuned row against its pair): a declared one with the same a and b
     # replaces that one (to give it the paper's expectation or a margin).

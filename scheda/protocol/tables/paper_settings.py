@@ -1,0 +1,247 @@
+"""table=paper_settings: the gradual schedule against one jump in the paper's own settings.
+
+The grid tables ran ScheDA with K 5 at lr 0.05, where a schedule can hardly differ from a jump;
+the paper continued the best DA(nu0) with K 50 or 100 at lr 0.01. Two phases, per seed (each a
+new initialisation and minibatch order): ``paper_start`` trains DA(nu0) at the scale's DA settings
+until the scale's rule stops it; ``paper_continue`` continues its best checkpoint at
+``table.paper_settings.lr`` with ScheDA (nu0 down by delta_nu every K epochs to nu_final), one
+jump to nu_final for as many epochs, and the same start trained on at nu0 (at most as long, under
+the rule). ScheDA and the jump run their epochs out: each is evaluated as the paper's Figure 2
+(``stage_epochs`` after each change of nu, then every ``eval_every``) and read in the report
+(scheda.protocol.paper_settings_report) under the rules fixed before any block ran.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from scheda.model.schedule import level_count
+from scheda.protocol import phases
+from scheda.protocol.jobs import JobSpec, fmt, rule_values
+from scheda.protocol.kinds.base import stopping
+from scheda.protocol.tables.base import REPORT, Progress, RecordedPhase, register_phase
+from scheda.protocol.tables.features import by_launch
+from scheda.runs.rundir import FINAL_STATUSES, best_evaluation, checkpoint_name, read_results
+from scheda.utils.errors import ConfigError, SchedaError
+from scheda.utils.io import shown_path
+
+START, CONTINUE = "paper_start", "paper_continue"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """``table.paper_settings`` resolved against the scale."""
+
+    nu0: float
+    nu_final: float
+    delta_nu: float
+    Ks: tuple[int, ...]
+    lr: float  # the continuations'
+    eval_every: int
+    stage_epochs: tuple[int, ...]
+    seeds: tuple[int, ...]
+    hidden: int
+    da_lr: float
+    margin: float  # points: fixed before any run
+
+    @property
+    def levels(self) -> int:
+        return level_count(-1, self.nu0, self.delta_nu, self.nu_final)
+
+    def epochs(self, K: int) -> int:
+        """ScheDA's length with K epochs a level, and the jump's (the same)."""
+        return self.levels * K
+
+    @property
+    def same_start_epochs(self) -> int:
+        """The same start's cap: the longest continuation it stands beside."""
+        return max(self.epochs(K) for K in self.Ks)
+
+    def models(self) -> list[str]:
+        """Every continuation a seed trains, in the report's order."""
+        return [*(f"{arm}_K{K}" for K in self.Ks for arm in ("scheda", "jump")), "same_start"]
+
+
+def settings(cfg: DictConfig) -> Settings:
+    p, scale = cfg.table.get("paper_settings"), cfg.scale
+    if p is None:
+        raise ConfigError(f"table={cfg.table.name} runs the paper_settings phases but has no table.paper_settings")
+    nu0, nu_final, dnu = float(p.nu0), float(p.nu_final), float(p.delta_nu)
+    if not 0 <= nu_final < nu0 < 1 or dnu <= 0 or abs((nu0 - nu_final) / dnu - round((nu0 - nu_final) / dnu)) > 1e-6:
+        raise ConfigError(f"table.paper_settings: nu0={fmt(nu0)}, nu_final={fmt(nu_final)}, delta_nu={fmt(dnu)}: give "
+                          f"0 <= nu_final < nu0 < 1 and a delta_nu that steps from nu0 to nu_final in whole steps")
+    Ks = tuple(int(K) for K in p.K)
+    if not Ks or min(Ks) < 1 or len(set(Ks)) != len(Ks):
+        raise ConfigError(f"table.paper_settings.K={list(p.K)}: give one or more different K >= 1 (epochs a level)")
+    if not p.margin > 0:
+        raise ConfigError(f"table.paper_settings.margin={p.margin}: give the margin of parity in points, > 0")
+    if not p.lr > 0 or p.eval_every < 1 or any(e < 1 for e in p.stage_epochs):
+        raise ConfigError(f"table.paper_settings: lr={p.lr}, eval_every={p.eval_every}, stage_epochs="
+                          f"{list(p.stage_epochs)}: give lr > 0, eval_every >= 1 and stage epochs >= 1")
+    seeds = tuple(int(s) for s in p.seeds)
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise ConfigError(f"table.paper_settings.seeds={list(p.seeds)}: give one or more different seeds >= 0")
+    if scale.patience is None:
+        raise ConfigError(f"table=paper_settings scale={scale.name}: the DA and the same start train until the rule "
+                          f"stops them; give scale.patience")
+    return Settings(nu0, nu_final, dnu, Ks, float(p.lr), int(p.eval_every), tuple(int(e) for e in p.stage_epochs),
+                    seeds, int(scale.hidden[0]), float(scale.da.lr[0]), float(p.margin))
+
+
+def start_jobs(cfg: DictConfig) -> list[JobSpec]:
+    """Per seed, DA(nu0) at the scale's DA settings, stopped by its rule."""
+    s, scale = settings(cfg), cfg.scale
+    return [JobSpec(f"da_h{s.hidden}_nu{fmt(s.nu0)}_lr{fmt(s.da_lr)}_seed{seed}", "paper_da",
+                    groups={"schedule": "constant"},
+                    values={**phases.da_values(s.hidden, s.nu0, s.da_lr, scale.da, scale.patience), "seed": seed},
+                    meta={"kind": "da", "model": "da", "seed": seed, "hidden": s.hidden, "nu": s.nu0,
+                          "epochs": scale.da.epochs})
+            for seed in s.seeds]
+
+
+def _evaluated(s: Settings) -> dict[str, Any]:
+    """Figure 2's evaluations (stage epochs after each change of nu, every eval_every, each level's
+    end), a checkpoint at each periodic one (the filters of any epoch the report reads)."""
+    return {"evaluate.every": s.eval_every, "evaluate.stage_epochs": list(s.stage_epochs),
+            "trainer.checkpoint_every": s.eval_every}
+
+
+def continuation_jobs(cfg: DictConfig, starts: dict[str, Any] | None) -> list[JobSpec]:
+    """Per seed whose DA(nu0) has finished (``starts=None``: every start assumed, the estimate):
+    ScheDA and the jump for each K, and the same start, each from the DA's best checkpoint."""
+    s, scale = settings(cfg), cfg.scale
+    jobs = []
+    for seed in s.seeds:
+        start = {"checkpoint": "c", "epoch": scale.da.epochs} if starts is None else \
+            (starts.get(str(seed)) or {}).get("da")
+        if not start or not start.get("checkpoint"):
+            continue
+        common = {"model.hidden": s.hidden, "optim.lr": s.lr, "init_from": start["checkpoint"], "seed": seed,
+                  **_evaluated(s)}
+        meta = {"seed": seed, "hidden": s.hidden, "nu0": s.nu0, "start_epoch": start["epoch"]}
+        tag = f"h{s.hidden}_nu{fmt(s.nu0)}"
+        for K in s.Ks:
+            epochs = s.epochs(K)
+            jobs.append(JobSpec(
+                f"scheda_{tag}_dnu{fmt(s.delta_nu)}_K{K}_to{fmt(s.nu_final)}_lr{fmt(s.lr)}_seed{seed}", "paper_continue",
+                groups={"schedule": "decreasing"},
+                values={**common, "schedule.nu0": s.nu0, "schedule.delta_nu": s.delta_nu, "schedule.K": K,
+                        "schedule.initial_epochs": 0, "schedule.nu_final": s.nu_final},
+                meta={**meta, "kind": "scheda", "model": f"scheda_K{K}", "K": K, "epochs": epochs}))
+            jobs.append(JobSpec(
+                f"jump_{tag}_to{fmt(s.nu_final)}_{epochs}ep_lr{fmt(s.lr)}_seed{seed}", "paper_continue",
+                groups={"schedule": "constant"}, values={**common, "schedule.nu": s.nu_final, "schedule.epochs": epochs},
+                meta={**meta, "kind": "jump", "model": f"jump_K{K}", "K": K, "epochs": epochs}))
+        epochs = s.same_start_epochs
+        jobs.append(JobSpec(
+            f"same_start_{tag}_{epochs}ep_lr{fmt(s.lr)}_seed{seed}", "paper_continue", groups={"schedule": "constant"},
+            values={**common, "schedule.nu": s.nu0, "schedule.epochs": epochs, **rule_values(scale.patience)},
+            meta={**meta, "kind": "control", "model": "same_start", "epochs": epochs}))
+    return jobs
+
+
+def entry(out_dir: Path, job: JobSpec) -> dict[str, Any] | None:
+    """A finished job as the record keeps it: every evaluation (its epoch, nu, reason and errors),
+    each epoch's loss and nu, why it stopped, and the checkpoint of its best validation epoch (the
+    start a continuation takes; dropped from the record). None while it has not finished."""
+    run = out_dir / job.phase / job.name
+    results = read_results(run)
+    if not results or results.get("status") not in FINAL_STATUSES or not results.get("evaluations"):
+        return None
+    best = best_evaluation(results)
+    ckpt = run / "checkpoints" / checkpoint_name(best["epoch"])
+    return {"job": job.name, "epoch": best["epoch"], **stopping(results),
+            "checkpoint": str(ckpt) if ckpt.exists() else None,
+            "evaluations": [{"epoch": e["epoch"], "nu": e.get("nu"), "reason": e.get("reason"),
+                             "val_error": e["val_error"], "test_error": e["test_error"]}
+                            for e in results["evaluations"]],
+            "history": [{"epoch": h["epoch"], "loss": h["loss"], "nu": h.get("nu")} for h in results.get("history", [])]}
+
+
+def _portable(found: dict[str, Any], wanted: list[str]) -> dict[str, Any] | None:
+    """``found`` (seed -> model -> entry) without checkpoint paths; None while a model is missing."""
+    if any(found.get(seed, {}).get(model) is None for seed in found for model in wanted):
+        return None
+    return {seed: {model: {k: v for k, v in e.items() if k != "checkpoint"} for model, e in by_model.items()}
+            for seed, by_model in found.items()}
+
+
+def _merged(payloads: list[Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for payload in payloads:
+        out.update(payload or {})
+    return out
+
+
+@register_phase
+class PaperStart(RecordedPhase):
+    """Per seed: DA(nu0) at the scale's DA settings until the rule stops it."""
+
+    name = START
+
+    def check(self, cfg: DictConfig) -> None:
+        settings(cfg)
+
+    def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
+        return by_launch(start_jobs(p.cfg))
+
+    def collect(self, p: Progress) -> None:
+        p.found[self.name] = {str(job.meta["seed"]): {"da": entry(p.out_dir, job)} for job in start_jobs(p.cfg)}
+        if list(p.cfg.phases or []) == [REPORT] and not any(v["da"] for v in p.found[self.name].values()):
+            raise SchedaError(f"no model of table={p.cfg.table.name} has finished in {shown_path(p.out_dir)}: nothing "
+                              f"to report yet; run the table (the same command without phases=)")
+
+    def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
+        da = cfg.scale.da
+        return [{"phase": self.name, "hidden": job.meta["hidden"], "epochs": da.epochs, "models": 1,
+                 "evals": da.epochs // da.eval_every} for job in start_jobs(cfg)]
+
+    def record(self, p: Progress) -> dict[str, Any] | None:
+        return _portable(p.found[self.name], ["da"])
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        p.found[self.name] = _merged(payloads)
+
+
+@register_phase
+class PaperContinue(RecordedPhase):
+    """Per seed: ScheDA and the jump for each K, and the same start, from its DA(nu0)."""
+
+    name = CONTINUE
+
+    def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
+        return by_launch(continuation_jobs(p.cfg, p.found[START]))
+
+    def collect(self, p: Progress) -> None:
+        found: dict[str, Any] = {}
+        for job in continuation_jobs(p.cfg, p.found[START]):
+            found.setdefault(str(job.meta["seed"]), {})[job.meta["model"]] = entry(p.out_dir, job)
+        p.found[self.name] = found
+
+    def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
+        s = settings(cfg)
+        out = []
+        for job in continuation_jobs(cfg, None):
+            epochs = job.meta["epochs"]
+            changes = s.levels if job.meta["kind"] == "scheda" else 1  # Figure 2's evaluations after each change
+            evals = epochs // s.eval_every + changes * len(s.stage_epochs)
+            out.append({"phase": self.name, "hidden": s.hidden, "epochs": epochs, "models": 1, "evals": evals})
+        return out
+
+    def record(self, p: Progress) -> dict[str, Any] | None:
+        s, found = settings(p.cfg), p.found[self.name]
+        if set(found) != {str(seed) for seed in s.seeds}:  # a start has not finished: nothing of it planned yet
+            return None
+        return _portable(found, s.models())
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        p.found[self.name] = _merged(payloads)
+
+    def report(self, p: Progress, path: Path) -> list[str]:
+        from scheda.protocol.paper_settings_report import section
+
+        return section(p.cfg, settings(p.cfg), p.found, path)
