@@ -207,7 +207,7 @@ def test_help_lists_every_groups_options_from_one_copy_of_the_repository(monkeyp
         assert getattr(ConfigLoaderImpl._parse_overrides_and_create_caching_repo, "shared", False)
         assert groups(loader) == each
     assert each["table_scale"] == ["amazon_cpu", "amazon_paper", "amazon_smoke", "features_cpu", "features_paper",
-                                   "features_smoke", "stacked_cpu"]
+                                   "features_smoke", "paper_settings_cpu", "paper_settings_smoke", "stacked_cpu"]
     assert "hydra/launcher" in each
 
 
