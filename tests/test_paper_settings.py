@@ -10,6 +10,8 @@ import json
 import subprocess
 import sys
 
+import numpy as np
+
 import pytest
 
 from helpers import TINY_PROTOCOL, User, readme_commands, rows_of
@@ -38,7 +40,7 @@ def blocks(tmp_path_factory):
 def arms(record: dict) -> tuple[dict, dict]:
     """(the start's entry, the continuations by model) of a one-seed block's record."""
     (seed, start), = record["phases"]["paper_start"].items()
-    return start["da"], record["phases"]["paper_continue"][seed]
+    return start["da"], record["phases"]["paper_continue"]["runs"][seed]
 
 
 def test_each_block_trains_its_seeds_arms_as_fixed(blocks):
@@ -111,7 +113,7 @@ def _found(diffs: list[float]) -> dict:
                                             "test_error": jump + d / 100}]},
             "jump_K50": {"evaluations": [{"epoch": 10, "reason": "every", "val_error": 0.3, "test_error": jump}]},
             "same_start": {"evaluations": [{"epoch": 10, "reason": "every", "val_error": 0.3, "test_error": 0.52}]}}
-    return {"paper_start": {}, "paper_continue": cont}
+    return {"paper_start": {}, "paper_continue": {"runs": cont, "filters": {}}}
 
 
 @pytest.mark.parametrize("diffs, verdict", [
@@ -153,3 +155,45 @@ def test_readmes_smoke_command_runs_the_table_as_one(tmp_path):
     rows = rows_of((user.work / "reports" / "paper_settings_smoke.md").read_text())
     row = next(cells for key, cells in rows.items() if key.startswith("ScheDA as the paper reads it − the jump"))
     assert row[0] == "0, 1" and row[1] == "2" and rows["0"][1] != "—" and rows["1"][4] != "—"
+
+
+def test_each_block_keeps_its_filters_small_with_a_number_and_the_report_shows_them(blocks):
+    user, records, _ = blocks
+    import numpy as np
+    from PIL import Image
+
+    from scheda.analysis.filter_stats import high_frequency_share
+    from scheda.training.checkpoint import load_run_model
+
+    for b, seed in ((0, "3"), (1, "5")):
+        kept = records[b]["phases"]["paper_continue"]["filters"][seed]
+        assert set(kept["models"]) == {"da", "scheda_K2", "jump_K2", "same_start"} and kept["cutoff"] == 0.5
+        da, cont = arms(records[b])
+        # the continuations at their last epoch; the share recomputed here from that checkpoint
+        runs = user.work / "outputs" / "reproduce" / "smoke" / f"paper_settings_block_{b}" / "paper_continue"
+        scheda = kept["models"]["scheda_K2"]
+        assert scheda["epoch"] == cont["scheda_K2"]["epochs_trained"] == 4 and kept["models"]["da"]["epoch"] == da["epoch"]
+        _, model, _ = load_run_model(runs / cont["scheda_K2"]["job"] / "checkpoints" / checkpoint_name(4))
+        assert scheda["median"] == pytest.approx(float(np.median(high_frequency_share(model.W, (3, 32, 32)))))
+        for e in kept["models"].values():
+            png = user.work / "records" / f"block_{b}" / e["png"]
+            assert png.stat().st_size <= 100_000 and Image.open(png).size[0] > 32
+    text = (user.work / "reports" / "paper_settings_smoke.md").read_text()
+    assert "![scheda_K2, seed 3](../records/block_0/filters_seed3_scheda_K2.png)" in text
+    assert "- scheda_K2 − jump_K2: " in text and "(n 2)" in text
+    assert (user.work / "reports" / "paper_settings_smoke_figure2.png").exists()
+
+
+def test_the_shares_measure_detail():
+    from scheda.analysis.filter_stats import high_frequency_share
+
+    y, x = np.mgrid[:8, :8]
+    blob = np.exp(-((y - 4) ** 2 + (x - 4) ** 2) / 8.0).ravel()
+    checker = ((y + x) % 2).ravel().astype(float)
+    flat = np.ones(64)
+    share = high_frequency_share(np.stack([blob, checker, flat]), (1, 8, 8))
+    assert share[0] < 0.01 and share[1] == pytest.approx(1.0) and share[2] == 0.0
+    noise = np.random.default_rng(0).normal(size=(200, 3 * 16 * 16))
+    assert 0.7 < high_frequency_share(noise, (3, 16, 16)).mean() < 0.9
+    with pytest.raises(ValueError):
+        high_frequency_share(noise, (3, 16, 16), cutoff=1.5)

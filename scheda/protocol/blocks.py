@@ -249,6 +249,12 @@ def write_record(cfg: DictConfig, block: Block, progress: Progress, info: dict[s
     try:
         # in the order found (not sorted): the report from it keeps its rows in that order
         (temp / RECORD).write_text(json.dumps(record, indent=1) + "\n")
+        for phase in phases_of(progress.cfg):
+            if phase.name not in given:
+                for name, data in phase.files(progress).items():
+                    if Path(name).name != name or name == RECORD:
+                        raise ValueError(f"phase {phase.name} keeps a file named {name!r}: a plain name beside the record")
+                    (temp / name).write_bytes(data)
         umask = os.umask(0)
         os.umask(umask)
         temp.chmod(0o777 & ~umask)  # a folder like any other (mkdtemp makes it private)

@@ -67,7 +67,7 @@ def _stopped(e: dict[str, Any] | None) -> str:
 
 def comparison_rows(s, found: dict[str, Any]) -> list[tuple[str, Any, list[str]]]:
     """(what, Comparison, seeds) of every comparison the report makes, the pre-registered one first."""
-    cont = found["paper_continue"]
+    cont = found["paper_continue"]["runs"]
     seeds = sorted(cont, key=int)
     out = []
     for K in s.Ks:
@@ -90,7 +90,7 @@ def comparison_rows(s, found: dict[str, Any]) -> list[tuple[str, Any, list[str]]
 
 def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
     """The report's section: the budget, the comparisons with their verdicts, each seed's readings."""
-    start, cont = found["paper_start"], found["paper_continue"]
+    start, cont = found["paper_start"], found["paper_continue"]["runs"]
     scale = cfg.scale
     lines = [
         "## The gradual schedule against one jump, at the paper's continuation settings", "",
@@ -133,4 +133,100 @@ def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
     lines += ["", "How each continuation stopped: " + "; ".join(
         f"seed {seed}: " + ", ".join(f"{model} {_stopped(e)}" for model, e in (cont.get(seed) or {}).items())
         for seed in seeds) + "."]
+    lines += curves(s, found, path)
+    lines += filters(cfg, s, found, path)
     return lines
+
+
+def curves(s, found: dict[str, Any], path: Path) -> list[str]:
+    """The paper's Figure 2 for each seed: validation error of every arm against epochs since the start."""
+    from scheda.analysis.core import pyplot, save_png
+
+    cont = found["paper_continue"]["runs"]
+    seeds = sorted(cont, key=int)
+    if not seeds:
+        return []
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(seeds), figsize=(5 * len(seeds), 4), squeeze=False, sharey=True)
+    for ax, seed in zip(axes[0], seeds):
+        for model, e in cont[seed].items():
+            if e and e.get("evaluations"):
+                ax.plot([v["epoch"] for v in e["evaluations"]], [100 * v["val_error"] for v in e["evaluations"]],
+                        marker=".", label=model.replace("_", " "))
+        for K in s.Ks:  # ScheDA's changes of nu
+            for level in range(1, s.levels):
+                ax.axvline(level * K, color="grey", lw=0.5, ls=":")
+        ax.set_title(f"seed {seed}", fontsize=10)
+        ax.set_xlabel("epochs after the DA's best checkpoint")
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("validation error %")
+    fig.tight_layout()
+    png = path.with_name(f"{path.stem}_figure2.png")
+    save_png(fig, png)
+    return ["", "### Validation error over the continuation (the paper's Figure 2)", "", f"![curves]({png.name})",
+            "", "Dotted lines: ScheDA's changes of nu.", ""]
+
+
+FILTER_MODELS = ("da", "scheda", "jump", "same_start")
+
+
+def _filter_key(model: str, K: int) -> str:
+    return "da" if model == "da" else _key(model, K)
+
+
+def filters(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
+    """Each seed's filters (images kept beside the block's record, or in the run folder) and the share
+    of their energy at high spatial frequencies, compared over seeds."""
+    import os
+
+    by_seed = found["paper_continue"].get("filters") or {}
+    if not by_seed:
+        return []
+    cutoff = next(iter(by_seed.values()))["cutoff"]
+    lines = ["### Filters (the paper's Figures 3-4) and their share of high spatial frequencies", "",
+             f"Per model, the share of each filter's power (each channel's mean removed) above {cutoff:g} of the "
+             f"Nyquist frequency, median over its {s.hidden} units (white noise: about 0.8; a smooth blob: near 0); "
+             f"the start at its best epoch, each continuation at its last. Images: each model's first filters, each "
+             f"scaled to its own range.", ""]
+    keys = [_filter_key(m, K) for K in s.Ks for m in FILTER_MODELS if m not in ("da", "same_start") or K == s.Ks[0]]
+    seeds = sorted(by_seed, key=int)
+    lines += ["| Model | " + " | ".join(f"seed {seed}" for seed in seeds) + " |", "|---|" + "---|" * len(seeds)]
+    for k in keys:
+        cells = [by_seed[seed]["models"].get(k) for seed in seeds]
+        lines.append(f"| {k} | " + " | ".join("—" if not e else f"{e['median']:.3f} (epoch {e['epoch']})"
+                                               for e in cells) + " |")
+    lines += [""]
+    for K in s.Ks:
+        for a, b in (("scheda", "jump"), ("da", "scheda"), ("scheda", "same_start")):
+            ka, kb = _filter_key(a, K), _filter_key(b, K)
+            pairs = [(m[ka]["median"], m[kb]["median"]) for m in (by_seed[x]["models"] for x in by_seed)
+                     if m.get(ka) and m.get(kb)]
+            c = compare([x for x, _ in pairs], [y for _, y in pairs], paired=True)
+            lines.append(f"- {ka} − {kb}: {c.text(unit='', digits=3)} (n {c.n}); {c.verdict}.")
+    lines += ["", "The paper's words (DA(0.1)'s filters noisier than DA(0.7)'s, ScheDA's a mix of both) need a low-noise "
+              "DA beside these; this table has none, so it gives the numbers and no verdict on them.", ""]
+    for seed in sorted(by_seed, key=int):
+        images = []
+        for k in keys:
+            e = by_seed[seed]["models"].get(k)
+            source = _image(cfg, e["png"]) if e else None
+            if source is not None:
+                images.append(f"![{k}, seed {seed}]({os.path.relpath(source, path.parent)})")
+        if images:
+            lines += [f"Seed {seed} ({', '.join(keys)}): " + " ".join(images), ""]
+    return lines
+
+
+def _image(cfg: DictConfig, name: str) -> Path | None:
+    """Where a filter image is: the run folder's (``<out_dir>/paper_filters/``), else a block record's."""
+    from scheda.protocol.tables.paper_settings import FILTERS
+
+    here = Path(cfg.out_dir) / FILTERS / name
+    if here.exists():
+        return here
+    blocks = cfg.table.get("blocks")
+    if blocks is not None:
+        found = sorted(Path(blocks.records).glob(f"block_*/{name}"))
+        if found:
+            return found[0]
+    return None

@@ -107,6 +107,11 @@ class RecordedPhase(Phase):
     def restore(self, p: Progress, payloads: list[Any]) -> None:
         """``p.found[self.name]`` from the records of several blocks (their ``record`` payloads)."""
 
+    def files(self, p: Progress) -> dict[str, bytes]:
+        """Small files kept beside the record (a figure the report shows from there), by name; called
+        once ``record`` is complete."""
+        return {}
+
 
 REGISTRY: dict[str, Phase] = {}
 

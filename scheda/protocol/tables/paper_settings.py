@@ -13,6 +13,7 @@ the rule). ScheDA and the jump run their epochs out: each is evaluated as the pa
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from scheda.utils.errors import ConfigError, SchedaError
 from scheda.utils.io import shown_path
 
 START, CONTINUE = "paper_start", "paper_continue"
+FILTERS = "paper_filters"  # <out_dir>/paper_filters/: each seed's filter images and numbers
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,43 @@ def entry(out_dir: Path, job: JobSpec) -> dict[str, Any] | None:
             "history": [{"epoch": h["epoch"], "loss": h["loss"], "nu": h.get("nu")} for h in results.get("history", [])]}
 
 
+def seed_filters(p: Progress, seed: str, ends: dict[str, tuple[int, Path] | None]) -> dict[str, Any] | None:
+    """One seed's filters (the paper's Figures 3-4) as a record keeps them: per model (the start at its
+    best epoch, each continuation at its last), a PNG of its first filters and the share of their energy
+    at high spatial frequencies (scheda.analysis.filter_stats), median and mean over every unit. Written
+    to ``<out_dir>/paper_filters/`` once; None where the data are no images or this invocation only reads."""
+    import numpy as np
+
+    from scheda.analysis.filter_stats import CUTOFF, filter_png, high_frequency_share
+    from scheda.data import dataset_spec
+    from scheda.training.checkpoint import load_run_model
+    from scheda.utils.io import atomic_write
+
+    folder = p.out_dir / FILTERS
+    done = folder / f"seed{seed}.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    if not p.owner:
+        return None
+    out: dict[str, Any] = {"cutoff": CUTOFF, "models": {}}
+    for model, end in ends.items():
+        if end is None or not end[1].exists():
+            out["models"][model] = None  # no checkpoint of that epoch: said in the report
+            continue
+        cfg, net, _ = load_run_model(end[1])
+        shape = getattr(dataset_spec(cfg.dataset), "image_shape", None)
+        if shape is None:
+            return None
+        share = high_frequency_share(net.W, tuple(shape))
+        png = f"filters_seed{seed}_{model}.png"
+        data = filter_png(net.W, tuple(shape))
+        atomic_write(folder / png, lambda f, data=data: f.write(data))
+        out["models"][model] = {"epoch": end[0], "median": float(np.median(share)), "mean": float(share.mean()),
+                                "units": int(share.size), "png": png}
+    atomic_write(done, lambda f: f.write(json.dumps(out, indent=1).encode()))
+    return out
+
+
 def _portable(found: dict[str, Any], wanted: list[str]) -> dict[str, Any] | None:
     """``found`` (seed -> model -> entry) without checkpoint paths; None while a model is missing."""
     if any(found.get(seed, {}).get(model) is None for seed in found for model in wanted):
@@ -217,10 +256,20 @@ class PaperContinue(RecordedPhase):
         return by_launch(continuation_jobs(p.cfg, p.found[START]))
 
     def collect(self, p: Progress) -> None:
-        found: dict[str, Any] = {}
+        runs: dict[str, Any] = {}
+        checkpoints: dict[str, dict[str, tuple[int, Path] | None]] = {}
         for job in continuation_jobs(p.cfg, p.found[START]):
-            found.setdefault(str(job.meta["seed"]), {})[job.meta["model"]] = entry(p.out_dir, job)
-        p.found[self.name] = found
+            seed, model = str(job.meta["seed"]), job.meta["model"]
+            e = runs.setdefault(seed, {})[model] = entry(p.out_dir, job)
+            start = p.found[START][seed]["da"]
+            ends = checkpoints.setdefault(seed, {"da": (start["epoch"], Path(start["checkpoint"]))})
+            ends[model] = None if e is None else (e["epochs_trained"], p.out_dir / job.phase / job.name / "checkpoints"
+                                                  / checkpoint_name(e["epochs_trained"]))
+        filters = {}
+        for seed, ends in checkpoints.items():
+            if all(runs[seed].get(m) for m in settings(p.cfg).models()):
+                filters[seed] = seed_filters(p, seed, ends)
+        p.found[self.name] = {"runs": runs, "filters": {k: v for k, v in filters.items() if v is not None}}
 
     def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
         s = settings(cfg)
@@ -234,12 +283,22 @@ class PaperContinue(RecordedPhase):
 
     def record(self, p: Progress) -> dict[str, Any] | None:
         s, found = settings(p.cfg), p.found[self.name]
-        if set(found) != {str(seed) for seed in s.seeds}:  # a start has not finished: nothing of it planned yet
+        seeds = {str(seed) for seed in s.seeds}
+        if set(found["runs"]) != seeds:  # a start has not finished: nothing of it planned yet
             return None
-        return _portable(found, s.models())
+        runs = _portable(found["runs"], s.models())
+        if runs is None or set(found["filters"]) != seeds:
+            return None
+        return {"runs": runs, "filters": found["filters"]}
+
+    def files(self, p: Progress) -> dict[str, bytes]:
+        """Each seed's filter images, kept beside the record (the report shows them from there)."""
+        return {e["png"]: (p.out_dir / FILTERS / e["png"]).read_bytes()
+                for by_model in p.found[self.name]["filters"].values() for e in by_model["models"].values() if e}
 
     def restore(self, p: Progress, payloads: list[Any]) -> None:
-        p.found[self.name] = _merged(payloads)
+        p.found[self.name] = {"runs": _merged([q["runs"] for q in payloads]),
+                              "filters": _merged([q["filters"] for q in payloads])}
 
     def report(self, p: Progress, path: Path) -> list[str]:
         from scheda.protocol.paper_settings_report import section
