@@ -21,19 +21,39 @@ from scheda.utils import stats
 
 pytestmark = pytest.mark.xdist_group("paper_settings")  # one worker: the fixture runs once
 
+def _block(name: str, seeds="[]", grid="[]", length="[]") -> str:
+    return (f"{{name: {name}, set: {{table.paper_settings.seeds: {seeds}, table.paper_settings.grid.seeds: {grid}, "
+            f"table.paper_settings.length.seeds: {length}}}}}")
+
+
+# Two blocks of the gradual-against-jump arms (one seed each), one of the grid's DAs (seeds 0-2), one at length
 BLOCKS = ("table.blocks={records: records, cut: 'one seed a block, for the test', hours: 2, list: ["
-          "{name: s3, set: {table.paper_settings.seeds: [3]}}, {name: s5, set: {table.paper_settings.seeds: [5]}}]}")
-COMMAND = ["scheda-reproduce", "table=paper_settings", "scale=smoke", BLOCKS, "report_dir=reports"]
-# the smoke scale's arms: K 2 from nu 0.5 to 0.3 by 0.1 (two levels, 4 epochs), stage epoch 1, every 2
+          + ", ".join([_block("s3", seeds="[3]"), _block("s5", seeds="[5]"), _block("g", grid="[0, 1, 2]"),
+                       _block("l", length="[1]")]) + "]}")
+# Table 1's numbers as the cpu scale sets them beside the grid (here made up: seed 0's DA(0.5) best on validation)
+BESIDE = ("table.paper_settings.grid.beside={source: other.md, note: 'made up', val: {0.5: 10.0}, best: da, "
+          "rows: {da: {0: 90.0, 1: 91.0, 2: 92.0}}}")
+COMPARE = "table.paper_settings.grid.compare=[{a: da_0.4, b: da, question: new against old}, {a: da_0.4, b: best_da}]"
+COMMAND = ["scheda-reproduce", "table=paper_settings", "scale=smoke", BLOCKS, BESIDE, COMPARE,
+           "table.paper_settings.length.against=against", "report_dir=reports"]
+# the smoke scale's arms: K 2 from nu 0.5 to 0.3 by 0.1 (two levels, 4 epochs), stage epoch 1, every 2;
+# the grid's DA(0.4); DA(0.3) at a length of 4 epochs
+SCHEDA_LOSS = 2500.0  # the made-up ScheDA of seed 1 that the DA at length is read against
 
 
 @pytest.fixture(scope="module")
 def blocks(tmp_path_factory):
     user = User(tmp_path_factory.mktemp("paper_settings"))
-    for b in range(2):
+    # another table's block record in the real format: seed 1's ScheDA, its reported epoch's loss at nu 0.3
+    against = user.work / "against" / "block_0"
+    against.mkdir(parents=True)
+    scheda = {"epoch": 4, "nu": 0.3, "epochs_trained": 4, "val_error": 0.5, "test_error": 0.5,
+              "results": {"history": [{"epoch": e, "loss": SCHEDA_LOSS + 10 * (4 - e), "nu": 0.3} for e in (1, 2, 3, 4)]}}
+    (against / "record.json").write_text(json.dumps({"phases": {"feature_continue": {"1": {"scheda": scheda}}}}))
+    for b in range(4):
         user.run(COMMAND, *TINY_PROTOCOL, f"block={b}")
     report = user.run(COMMAND, "phases=[report]")
-    records = [json.loads((user.work / "records" / f"block_{b}" / "record.json").read_text()) for b in range(2)]
+    records = [json.loads((user.work / "records" / f"block_{b}" / "record.json").read_text()) for b in range(4)]
     return user, records, report
 
 
@@ -70,11 +90,11 @@ def test_each_block_trains_its_seeds_arms_as_fixed(blocks):
 def test_the_report_reads_the_records_by_the_rules_fixed_before_the_runs(blocks):
     _, records, report = blocks
     text = (blocks[0].work / "reports" / "paper_settings_smoke.md").read_text()
-    assert "Built from the records of 2 of 2 blocks" in text
+    assert "Built from the records of 4 of 4 blocks" in text
     rows = rows_of(text)
     # computed here from the records: ScheDA at its level end of lowest validation error, the jump at its best
     diffs = []
-    for record in records:
+    for record in records[:2]:
         _, cont = arms(record)
         ends = [e for e in cont["scheda_K2"]["evaluations"] if e["reason"] == "stage_end"]
         paper = min(ends, key=lambda e: (e["val_error"], e["epoch"]))
@@ -137,7 +157,10 @@ def test_the_pre_registered_verdict_has_three_outcomes_and_not_resolved(diffs, v
     ("table.paper_settings.nu_final=0.5", "give 0 <= nu_final < nu0 < 1 and a delta_nu that steps"),
     ("table.paper_settings.delta_nu=0.15", "give 0 <= nu_final < nu0 < 1 and a delta_nu that steps"),
     ("table.paper_settings.margin=0", "table.paper_settings.margin=0.0: give the margin of parity in points, > 0"),
-    ("table.paper_settings.seeds=[1,1]", "table.paper_settings.seeds=[1, 1]: give one or more different seeds"),
+    ("table.paper_settings.seeds=[1,1]", "table.paper_settings.seeds=[1, 1]: give different seeds >= 0"),
+    ("table.paper_settings.grid.nu=[0.4,1.2]", "table.paper_settings.grid.nu=[0.4, 1.2]: give one or more different"),
+    ("table.paper_settings.length.eval_every=9", "table.paper_settings.length: nu=0.3, epochs=4, eval_every=9: give"),
+    ("table.paper_settings.length.seeds=[-1]", "table.paper_settings.length.seeds=[-1]: give different seeds >= 0"),
 ])
 def test_bad_values_are_one_line_before_any_job(tmp_path, override, message):
     proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "table=paper_settings", "scale=smoke",
@@ -145,6 +168,15 @@ def test_bad_values_are_one_line_before_any_job(tmp_path, override, message):
     assert proc.returncode == 1 and message in proc.stderr.strip().splitlines()[-1], proc.stderr[-2000:]
     assert len(proc.stderr.strip().splitlines()) == 1 or "Traceback" not in proc.stderr
     assert not list(tmp_path.glob("outputs/**/paper_da"))  # no job ran
+
+
+def test_a_table_with_nothing_to_train_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "table=paper_settings", "scale=smoke",
+                           "table.paper_settings.seeds=[]", "table.paper_settings.grid.seeds=[]",
+                           "table.paper_settings.length.seeds=[]"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+        "error: table.paper_settings: seeds, grid.seeds and length.seeds are all empty: give one of them seeds to train")
 
 
 def test_readmes_smoke_command_runs_the_table_as_one(tmp_path):
@@ -197,3 +229,87 @@ def test_the_shares_measure_detail():
     assert 0.7 < high_frequency_share(noise, (3, 16, 16)).mean() < 0.9
     with pytest.raises(ValueError):
         high_frequency_share(noise, (3, 16, 16), cutoff=1.5)
+
+
+def test_the_grid_block_trains_each_nu_and_seed_and_reads_it_beside_the_others(blocks):
+    user, records, _ = blocks
+    grid = records[2]["phases"]["paper_grid"]
+    assert sorted(grid) == ["0", "1", "2"] and all(set(by_nu) == {"0.4"} for by_nu in grid.values())
+    assert records[2]["phases"]["paper_continue"] == {"runs": {}, "filters": {}} and records[2]["phases"]["paper_start"] == {}
+    for seed, by_nu in grid.items():
+        e = by_nu["0.4"]
+        assert e["stopped_by"] in ("patience", "cap") and {v["nu"] for v in e["evaluations"]} == {0.4}
+        assert e["test_error"] == min(e["evaluations"], key=lambda v: (v["val_error"], v["epoch"]))["test_error"]
+    text = (user.work / "reports" / "paper_settings_smoke.md").read_text()
+    rows = rows_of(text)
+    # made-up DA(0.5) best on seed 0's validation (10 %): best_da is the other table's row
+    assert "The DA best on seed 0's validation, the grid filled: DA(0.5) (other.md)" in text
+    new = [100 * grid[s]["0.4"]["test_error"] for s in ("1", "2")]
+    d = stats.paired(new, [91.0, 92.0]).summary
+    row = rows["new against old"]
+    assert row[0] == "da_0.4 − da" and row[1] == f"{100 * grid['0']['0.4']['test_error'] - 90.0:+.2f}"
+    assert row[2] == "1, 2" and row[3] == "2" and row[4] == f"{d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}] points"
+    assert rows["da_0.4 − best_da"][0] == "da_0.4 − best_da (best_da is da)" and rows["da_0.4 − best_da"][4] == row[4]
+
+
+def test_the_da_at_length_is_read_against_the_other_tables_scheda(blocks):
+    user, records, _ = blocks
+    length = records[3]["phases"]["paper_length"]
+    e = length["runs"]["1"]["length"]
+    assert e["stopped_by"] == "schedule" and [h["epoch"] for h in e["history"]] == [1, 2, 3, 4]
+    assert [v["epoch"] for v in e["evaluations"]] == [2, 4]
+    assert length["filters"]["1"]["models"]["length"]["epoch"] == 4
+    assert (user.work / "records" / "block_3" / length["filters"]["1"]["models"]["length"]["png"]).exists()
+    text = (user.work / "reports" / "paper_settings_smoke.md").read_text()
+    rows = rows_of(text)
+    cross = next((h["epoch"] for h in e["history"] if h["loss"] <= SCHEDA_LOSS), None)
+    assert rows["seed 1"][2] == f"{SCHEDA_LOSS:.2f} (epoch 4, at most 4)"
+    assert rows["seed 1"][3] == (str(cross) if cross else f"not within 4 (gap at the end {e['history'][-1]['loss'] - SCHEDA_LOSS:+.2f})")
+    assert f"DA(0.3) at its last epoch − ScheDA, training loss: {e['history'][-1]['loss'] - SCHEDA_LOSS:+.2f} (summed" in text
+    assert "### Filters: the paper's words measured" in text and "n 1 against 2" in text
+
+
+def test_the_best_da_is_the_grids_where_it_wins_on_seed_0():
+    from omegaconf import OmegaConf
+
+    from scheda.protocol.paper_settings_report import _grid_rows
+    from scheda.protocol.tables.paper_settings import Settings
+
+    s = Settings(0.7, 0.3, 0.1, (50,), 0.01, 10, (1, 3, 5), (), 500, 0.05, 0.5, (0.2, 0.4), (0, 1))
+    cfg = OmegaConf.create({"table": {"paper_settings": {"grid": {"beside": {
+        "source": "t1.md", "val": {"0.5": 50.56, "0.3": 50.68}, "best": "da", "rows": {"da": {0: 51.7, 1: 52.2}}}}}}})
+    e = lambda val, test: {"val_error": val, "test_error": test}  # noqa: E731
+    found = {"paper_grid": {"0": {"0.2": e(0.51, 0.52), "0.4": e(0.5012, 0.515)}, "1": {"0.2": e(0.5, 0.5)}}}
+    rows, best, said = _grid_rows(cfg, s, found)
+    assert best == "da_0.4" and "DA(0.4) (here) 50.12 %, DA(0.5) (t1.md) 50.56 %" in said[0]
+    assert rows["da_0.4"] == {"0": pytest.approx(51.5)} and rows["da"] == {"0": 51.7, "1": 52.2}
+    found["paper_grid"]["0"].pop("0.4")
+    assert _grid_rows(cfg, s, found)[1] is None  # seed 0's DA(0.4) has not run: not chosen yet
+
+
+def test_the_cpu_grids_numbers_beside_are_the_committed_reports():
+    """The cpu scale's grid.beside transcribes table1_cpu.md and increasing_cpu.md: each number is theirs."""
+    import re
+
+    from omegaconf import OmegaConf
+
+    from helpers import REPO
+
+    beside = OmegaConf.load(REPO / "configs" / "table_scale" / "paper_settings_cpu.yaml").table.paper_settings.grid.beside
+    results = REPO / "docs" / "results"
+
+    def own_best(report: str, model: str) -> dict[int, float]:
+        text = (results / report).read_text()
+        section = text.split("at each seed's own best validation epoch: each reported model over seeds")[1]
+        cells = rows_of(section.split("###")[0])[model]
+        further = [float(v) for v in re.findall(r"(\d+\.\d+) \(\d+\)", cells[1])]
+        return {0: float(cells[0]), **{i + 1: v for i, v in enumerate(further)}}
+
+    assert dict(beside.rows.da) == own_best("table1_cpu.md", "Best DA")
+    assert dict(beside.rows.scheda) == own_best("table1_cpu.md", "ScheDA")
+    assert dict(beside.rows.increasing) == own_best("increasing_cpu.md", "Increasing schedule")
+    assert dict(beside.rows["increasing.jump"]) == own_best(
+        "increasing_cpu.md", "Control: same start, one jump to the final nu (of Increasing schedule)")
+    per_nu = rows_of((results / "table1_cpu.md").read_text().split("the best DA per noise level")[1].split("###")[0])
+    assert {k: float(v) for k, v in beside.val.items()} == {nu: float(per_nu[nu][3]) for nu in ("0.7", "0.5", "0.3", "0.1")}
+    assert min(beside.val, key=lambda nu: beside.val[nu]) == "0.5" and beside.best == "da"  # table1's best DA: DA(0.5)

@@ -142,6 +142,36 @@ class StackedConfig:
 
 
 @dataclass
+class PaperGridConfig:
+    """table=paper_settings' DAs that fill the scale's nu grid: each (nu, seed) at the scale's DA
+    settings until its rule stops it, read beside another table's committed numbers of the same seeds
+    (a seed fixes a DA's initialisation and minibatches, so they pair)."""
+
+    nu: List[float] = field(default_factory=lambda: [0.2, 0.4])
+    seeds: List[int] = field(default_factory=list)
+    # Another report's numbers, set beside these: {source: <its reports>, note: <how they were read>,
+    # val: {<nu>: <seed 0's best validation error % of that table's DA(nu)>}, best: <the row of the DA best
+    # there>, rows: {<row>: {<seed>: <test error %>}}}; null: none
+    beside: Any = None
+    # Comparisons over the further seeds (not the first, which selects): {a: <row>, b: <row>, question: ...},
+    # a row being one of beside.rows, da_<nu> (this table's DA(nu)) or best_da (the DA best on seed 0's
+    # validation among beside.val and this table's DAs)
+    compare: List[Dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class PaperLengthConfig:
+    """table=paper_settings' DA(nu) trained at length: no rule, ``epochs`` run out, its training loss
+    every epoch, against ScheDA's at the same nu in another table's block records (``against``)."""
+
+    nu: float = 0.1
+    epochs: int = 600
+    eval_every: int = 20
+    seeds: List[int] = field(default_factory=list)
+    against: Optional[str] = None  # a records folder whose feature_continue holds each seed's ScheDA
+
+
+@dataclass
 class PaperSettingsConfig:
     """table=paper_settings: the gradual schedule against one jump at the paper's continuation
     settings (scheda.protocol.tables.paper_settings). Per seed: DA(nu0) at the scale's DA settings
@@ -160,6 +190,8 @@ class PaperSettingsConfig:
     # Fixed before any run: "on par" when the 95 % interval of ScheDA (read as the paper reads it) minus
     # the jump (at its best validation epoch) lies within +-margin points
     margin: float = 0.5
+    grid: PaperGridConfig = field(default_factory=lambda: PaperGridConfig())
+    length: PaperLengthConfig = field(default_factory=lambda: PaperLengthConfig())
 
 
 @dataclass

@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from scheda.protocol.compare import compare
 from scheda.protocol.jobs import fmt, pct
+from scheda.utils.errors import SchedaError
 
 STAGE_END = "stage_end"
 
@@ -230,3 +231,209 @@ def _image(cfg: DictConfig, name: str) -> Path | None:
         if found:
             return found[0]
     return None
+
+
+# --- the nu grid filled -------------------------------------------------------------------------
+
+def _grid_rows(cfg: DictConfig, s, found: dict[str, Any]) -> tuple[dict[str, dict[str, float]], str | None, list[str]]:
+    """Every row a grid comparison may name (seed -> test error %), the row of the DA best on seed 0's
+    validation (None where seed 0's are not all in), and the lines that say how it was chosen."""
+    grid = found["paper_grid"]
+    beside = cfg.table.paper_settings.grid.beside
+    rows: dict[str, dict[str, float]] = {}
+    for nu in s.grid_nus:
+        rows[f"da_{fmt(nu)}"] = {seed: 100 * e[fmt(nu)]["test_error"] for seed, e in grid.items() if e.get(fmt(nu))}
+    if beside is None:
+        return rows, None, []
+    rows.update({str(row): {str(k): float(v) for k, v in values.items()} for row, values in beside.rows.items()})
+    vals = {f"DA({nu}) ({beside.source.split(',')[0].strip()})": (float(v), str(beside.best) if float(v) == min(
+        float(x) for x in beside.val.values()) else None) for nu, v in beside.val.items()}
+    seed0 = grid.get("0") or {}
+    missing = [nu for nu in s.grid_nus if not seed0.get(fmt(nu))]
+    for nu in s.grid_nus:
+        if seed0.get(fmt(nu)):
+            vals[f"DA({fmt(nu)}) (here)"] = (100 * seed0[fmt(nu)]["val_error"], f"da_{fmt(nu)}")
+    if missing:
+        return rows, None, [f"The DA best on seed 0's validation: not chosen yet (seed 0's DA({', '.join(map(fmt, missing))}) "
+                            f"has not run here)."]
+    order = sorted(vals.items(), key=lambda kv: kv[1][0])
+    best_label, (_, best_row) = order[0]
+    text = ", ".join(f"{label} {v:.2f} %" for label, (v, _) in order)
+    return rows, best_row, [f"The DA best on seed 0's validation, the grid filled: {best_label} (validation error, "
+                            f"lowest first: {text})."]
+
+
+def grid_section(cfg: DictConfig, s, found: dict[str, Any]) -> list[str]:
+    """The DAs that fill the grid, each seed at its own best validation epoch, and the comparisons
+    ``grid.compare`` declares over the further seeds."""
+    grid = found["paper_grid"]
+    if not grid:
+        return []
+    scale = cfg.scale
+    lines = ["## The nu grid filled", "",
+             f"DA(nu) for nu in {{{', '.join(map(fmt, s.grid_nus))}}} at the scale's DA settings ({s.hidden} units, lr "
+             f"{fmt(s.da_lr)}, evaluated every {scale.da.eval_every}, until {scale.patience} evaluations in a row bring "
+             f"no new best validation error, at most {scale.da.epochs} epochs), each read at its own best validation "
+             f"epoch.", "",
+             "Test error % (validation in brackets; the epoch read, of those it trained):", ""]
+    seeds = sorted(grid, key=int)
+    lines += ["| Model | " + " | ".join(f"seed {seed}" for seed in seeds) + " |", "|---|" + "---|" * len(seeds)]
+    for nu in s.grid_nus:
+        cells = []
+        for seed in seeds:
+            e = grid[seed].get(fmt(nu))
+            cells.append("—" if not e else f"{pct(e['test_error'])} ({pct(e['val_error'])} val; epoch {e['epoch']} of "
+                                           f"{_stopped(e)})")
+        lines.append(f"| DA({fmt(nu)}) | " + " | ".join(cells) + " |")
+    rows, best, said = _grid_rows(cfg, s, found)
+    beside = cfg.table.paper_settings.grid.beside
+    lines += [""] + said
+    if beside is not None:
+        lines += ["", f"Beside them, from {beside.source}: {' '.join(str(beside.get('note') or '').split())}"]
+    comparisons = cfg.table.paper_settings.grid.compare
+    if comparisons:
+        lines += ["", "| Question | a − b (test error, points; negative: a better) | Seed 0 | Further seeds | n | "
+                      "Mean [95 % interval] | Verdict |", "|---|---|---|---|---|---|---|"]
+    for c in comparisons:
+        a, b = str(c["a"]), str(c["b"])
+        names = {name: (best if name == "best_da" else name) for name in (a, b)}
+        if any(v is None for v in names.values()):
+            lines.append(f"| {c.get('question') or f'{a} − {b}'} | {a} − {b} | — | — | 0 | — | not run yet (the best DA "
+                         f"is not chosen) |")
+            continue
+        unknown = [n for n in names.values() if n not in rows]
+        if unknown:
+            raise SchedaError(f"table.paper_settings.grid.compare names {unknown}: a row is one of "
+                              f"{', '.join(sorted(rows))} or best_da")
+        ra, rb = rows[names[a]], rows[names[b]]
+        further = sorted((set(ra) & set(rb)) - {"0"}, key=int)
+        cmp = compare([ra[x] for x in further], [rb[x] for x in further], paired=True, better="lower")
+        zero = f"{ra['0'] - rb['0']:+.2f}" if "0" in ra and "0" in rb else "—"
+        shown = f"{a} − {b}" + (f" (best_da is {best})" if "best_da" in (a, b) else "")
+        lines.append(f"| {c.get('question') or f'{a} − {b}'} | {shown} | {zero} | {', '.join(further) or '—'} | "
+                     f"{cmp.n} | {cmp.text()} | {cmp.verdict} |")
+    return lines + [""]
+
+
+# --- reconstruction at length ---------------------------------------------------------------------
+
+def _against(cfg: DictConfig, s) -> dict[str, dict[str, Any]]:
+    """Per seed, ScheDA's entry (its reported epoch, its history) from the records ``length.against``
+    names (another table's blocks: their feature_continue)."""
+    import json
+
+    folder = cfg.table.paper_settings.length.against
+    out: dict[str, dict[str, Any]] = {}
+    if not folder:
+        return out
+    for record in sorted(Path(folder).glob("block_*/record.json")):
+        phases = json.loads(record.read_text()).get("phases", {})
+        for seed, models in (phases.get("feature_continue") or {}).items():
+            if isinstance(models, dict) and models.get("scheda"):
+                out[seed] = {**models["scheda"], "record": str(record)}
+    return out
+
+
+def _loss_at(e: dict[str, Any], epoch: int) -> float | None:
+    history = e.get("history") or (e.get("results") or {}).get("history") or []
+    return next((h["loss"] for h in history if h["epoch"] == epoch), None)
+
+
+def length_section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
+    """DA(nu) at length: its training loss against ScheDA's at the same nu (paired by seed), the epoch
+    where the two cross if they do, and its filters' share of high spatial frequencies."""
+    runs = found["paper_length"]["runs"]
+    if not runs:
+        return []
+    against = _against(cfg, s)
+    lines = ["## Reconstruction at length", "",
+             f"DA({fmt(s.length_nu)}) at the scale's DA settings ({s.hidden} units, lr {fmt(s.da_lr)}) for "
+             f"{s.length_epochs} epochs, no rule, its training loss (its own nu's corruption, summed over the inputs, "
+             f"mean per image) every epoch; ScheDA's at its reported epoch (at nu {fmt(s.length_nu)}) from the same seed's "
+             f"records in {cfg.table.paper_settings.length.against or '— (none named: length.against)'}.", "",
+             "| Seed | DA's loss at its last epoch | at its best validation epoch | ScheDA's loss (its epoch, budget) | "
+             "First epoch the DA's loss is at or below ScheDA's | DA's test error % (best validation epoch) |",
+             "|---|---|---|---|---|---|"]
+    last_pairs, best_pairs = [], []
+    for seed in sorted(runs, key=int):
+        e = runs[seed]["length"]
+        history = e["history"]
+        last = history[-1]
+        best = reading(e, "best")
+        at_best = _loss_at(e, best["epoch"])
+        other = against.get(seed)
+        target = _loss_at(other, other["epoch"]) if other else None
+        if other and other.get("nu") is not None and abs(other["nu"] - s.length_nu) > 1e-9:
+            target = None  # ScheDA ended at another nu: not the same objective
+        cross = next((h["epoch"] for h in history if target is not None and h["loss"] <= target), None)
+        cross_text = "—" if target is None else (str(cross) if cross else f"not within {last['epoch']} "
+                                                                        f"(gap at the end {last['loss'] - target:+.2f})")
+        other_text = "—" if target is None else f"{target:.2f} (epoch {other['epoch']}, at most {other['epochs_trained']})"
+        lines.append(f"| seed {seed} | {last['loss']:.2f} (epoch {last['epoch']}) | "
+                     f"{'—' if at_best is None else f'{at_best:.2f}'} (epoch {best['epoch']}) | {other_text} | "
+                     f"{cross_text} | {pct(best['test_error'])} |")
+        if target is not None:
+            last_pairs.append((last["loss"], target))
+            if at_best is not None:
+                best_pairs.append((at_best, target))
+    lines += [""]
+    for what, pairs in ((f"DA({fmt(s.length_nu)}) at its last epoch − ScheDA", last_pairs),
+                        (f"DA({fmt(s.length_nu)}) at its best validation epoch − ScheDA", best_pairs)):
+        c = compare([a for a, _ in pairs], [b for _, b in pairs], paired=True, expect="lower")
+        lines.append(f"- {what}, training loss: {c.text(unit='(summed over inputs)')}, n {c.n}: {c.verdict} "
+                     f"(the paper: DA({fmt(s.length_nu)}) reaches the lower reconstruction error).")
+    lines += length_curves(s, runs, against, path)
+    lines += _filter_claim(s, found)
+    return lines + [""]
+
+
+def length_curves(s, runs: dict[str, Any], against: dict[str, Any], path: Path) -> list[str]:
+    from scheda.analysis.core import pyplot, save_png
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for seed in sorted(runs, key=int):
+        history = runs[seed]["length"]["history"]
+        line, = ax.plot([h["epoch"] for h in history], [h["loss"] for h in history], lw=1,
+                        label=f"DA({fmt(s.length_nu)}), seed {seed}")
+        other = against.get(seed)
+        target = _loss_at(other, other["epoch"]) if other else None
+        if target is not None:
+            ax.axhline(target, color=line.get_color(), ls="--", lw=0.8, label=f"ScheDA, seed {seed}")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("training loss")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    png = path.with_name(f"{path.stem}_length.png")
+    save_png(fig, png)
+    return ["", f"![training loss at length]({png.name})", ""]
+
+
+def _filter_claim(s, found: dict[str, Any]) -> list[str]:
+    """The paper's words on filters (its Figures 3-4: DA at low noise noisier than at high noise, ScheDA a
+    mix), as shares of high spatial frequencies over seeds (unpaired: the models share no seed)."""
+    length = [kept["models"]["length"]["median"] for kept in found["paper_length"]["filters"].values()
+              if kept["models"].get("length")]
+    cont = found["paper_continue"].get("filters") or {}
+    start = [kept["models"]["da"]["median"] for kept in cont.values() if kept["models"].get("da")]
+    scheda = [kept["models"][f"scheda_K{s.Ks[0]}"]["median"] for kept in cont.values()
+              if kept["models"].get(f"scheda_K{s.Ks[0]}")]
+    if not length:
+        return []
+    lines = ["### Filters: the paper's words measured", "",
+             f"Share of each filter's power at high spatial frequencies (median over units; "
+             f"scheda/analysis/filter_stats.py), unpaired (Welch's interval): DA({fmt(s.length_nu)}) at length "
+             f"(n {len(length)}), DA({fmt(s.nu0)}) (the starts, n {len(start)}), ScheDA {fmt(s.nu0)} -> "
+             f"{fmt(s.nu_final)} at K {s.Ks[0]} (n {len(scheda)}"
+             + (f"; it ends at {fmt(s.nu_final)}, not {fmt(s.length_nu)})." if s.nu_final != s.length_nu else ").")]
+    lines += [""]
+    for what, a, b, expect in ((f"DA({fmt(s.length_nu)}) − DA({fmt(s.nu0)}): the low-noise DA's filters noisier",
+                                length, start, "higher"),
+                               (f"ScheDA − DA({fmt(s.nu0)}): ScheDA's hold more detail than the start's", scheda, start,
+                                "higher"),
+                               (f"ScheDA − DA({fmt(s.length_nu)}): and less than the low-noise DA's", scheda, length,
+                                "lower")):
+        c = compare(a, b, paired=False, expect=expect)
+        lines.append(f"- {what}: {c.text(unit='', digits=3)}, n {c.n}: {c.verdict}.")
+    return lines + [""]

@@ -49,6 +49,12 @@ class Settings:
     hidden: int
     da_lr: float
     margin: float  # points: fixed before any run
+    grid_nus: tuple[float, ...] = ()
+    grid_seeds: tuple[int, ...] = ()
+    length_nu: float = 0.1
+    length_epochs: int = 0
+    length_every: int = 1
+    length_seeds: tuple[int, ...] = ()
 
     @property
     def levels(self) -> int:
@@ -84,25 +90,67 @@ def settings(cfg: DictConfig) -> Settings:
     if not p.lr > 0 or p.eval_every < 1 or any(e < 1 for e in p.stage_epochs):
         raise ConfigError(f"table.paper_settings: lr={p.lr}, eval_every={p.eval_every}, stage_epochs="
                           f"{list(p.stage_epochs)}: give lr > 0, eval_every >= 1 and stage epochs >= 1")
-    seeds = tuple(int(s) for s in p.seeds)
-    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-        raise ConfigError(f"table.paper_settings.seeds={list(p.seeds)}: give one or more different seeds >= 0")
+    seeds = _seeds(p.seeds, "seeds")
+    grid_seeds, length_seeds = _seeds(p.grid.seeds, "grid.seeds"), _seeds(p.length.seeds, "length.seeds")
+    if not (seeds or grid_seeds or length_seeds):
+        raise ConfigError("table.paper_settings: seeds, grid.seeds and length.seeds are all empty: give one of them "
+                          "seeds to train")
+    grid_nus = tuple(float(nu) for nu in p.grid.nu)
+    if grid_seeds and (not grid_nus or len(set(grid_nus)) != len(grid_nus) or not all(0 <= nu < 1 for nu in grid_nus)):
+        raise ConfigError(f"table.paper_settings.grid.nu={list(p.grid.nu)}: give one or more different masking levels "
+                          f"in [0, 1)")
+    length = p.length
+    if length_seeds and not (0 <= length.nu < 1 and length.epochs >= 1 and 1 <= length.eval_every <= length.epochs):
+        raise ConfigError(f"table.paper_settings.length: nu={length.nu}, epochs={length.epochs}, eval_every="
+                          f"{length.eval_every}: give nu in [0, 1), epochs >= 1 and eval_every in [1, epochs]")
     if scale.patience is None:
         raise ConfigError(f"table=paper_settings scale={scale.name}: the DA and the same start train until the rule "
                           f"stops them; give scale.patience")
     return Settings(nu0, nu_final, dnu, Ks, float(p.lr), int(p.eval_every), tuple(int(e) for e in p.stage_epochs),
-                    seeds, int(scale.hidden[0]), float(scale.da.lr[0]), float(p.margin))
+                    seeds, int(scale.hidden[0]), float(scale.da.lr[0]), float(p.margin), grid_nus, grid_seeds,
+                    float(length.nu), int(length.epochs), int(length.eval_every), length_seeds)
+
+
+def _seeds(given, key: str) -> tuple[int, ...]:
+    seeds = tuple(int(s) for s in given)
+    if len(set(seeds)) != len(seeds) or (seeds and min(seeds) < 0):
+        raise ConfigError(f"table.paper_settings.{key}={list(given)}: give different seeds >= 0")
+    return seeds
+
+
+def _da_job(cfg: DictConfig, s: Settings, nu: float, seed: int, launch: str) -> JobSpec:
+    """DA(nu) for ``seed`` at the scale's DA settings, stopped by its rule (table1's grid job, seeded)."""
+    scale = cfg.scale
+    return JobSpec(f"da_h{s.hidden}_nu{fmt(nu)}_lr{fmt(s.da_lr)}_seed{seed}", launch, groups={"schedule": "constant"},
+                   values={**phases.da_values(s.hidden, nu, s.da_lr, scale.da, scale.patience), "seed": seed},
+                   meta={"kind": "da", "model": "da", "seed": seed, "hidden": s.hidden, "nu": nu,
+                         "epochs": scale.da.epochs})
 
 
 def start_jobs(cfg: DictConfig) -> list[JobSpec]:
     """Per seed, DA(nu0) at the scale's DA settings, stopped by its rule."""
-    s, scale = settings(cfg), cfg.scale
-    return [JobSpec(f"da_h{s.hidden}_nu{fmt(s.nu0)}_lr{fmt(s.da_lr)}_seed{seed}", "paper_da",
+    s = settings(cfg)
+    return [_da_job(cfg, s, s.nu0, seed, "paper_da") for seed in s.seeds]
+
+
+def grid_jobs(cfg: DictConfig) -> list[JobSpec]:
+    """Per grid seed, a DA at each of ``grid.nu`` (the scale's settings, stopped by its rule)."""
+    s = settings(cfg)
+    return [_da_job(cfg, s, nu, seed, "paper_grid") for seed in s.grid_seeds for nu in s.grid_nus]
+
+
+def length_jobs(cfg: DictConfig) -> list[JobSpec]:
+    """Per length seed, DA(length.nu) run out for length.epochs (no rule), its loss every epoch, evaluated
+    every length.eval_every; its newest checkpoint kept (a resume's, and the filters' at its end)."""
+    s = settings(cfg)
+    return [JobSpec(f"da_h{s.hidden}_nu{fmt(s.length_nu)}_lr{fmt(s.da_lr)}_{s.length_epochs}ep_seed{seed}", "paper_length",
                     groups={"schedule": "constant"},
-                    values={**phases.da_values(s.hidden, s.nu0, s.da_lr, scale.da, scale.patience), "seed": seed},
-                    meta={"kind": "da", "model": "da", "seed": seed, "hidden": s.hidden, "nu": s.nu0,
-                          "epochs": scale.da.epochs})
-            for seed in s.seeds]
+                    values={"model.hidden": s.hidden, "schedule.nu": s.length_nu, "schedule.epochs": s.length_epochs,
+                            "optim.lr": s.da_lr, "evaluate.every": s.length_every,
+                            "trainer.checkpoint_every": s.length_every, "trainer.keep_checkpoints": 1, "seed": seed},
+                    meta={"kind": "da", "model": "length", "seed": seed, "hidden": s.hidden, "nu": s.length_nu,
+                          "epochs": s.length_epochs})
+            for seed in s.length_seeds]
 
 
 def _evaluated(s: Settings) -> dict[str, Any]:
@@ -156,7 +204,8 @@ def entry(out_dir: Path, job: JobSpec) -> dict[str, Any] | None:
         return None
     best = best_evaluation(results)
     ckpt = run / "checkpoints" / checkpoint_name(best["epoch"])
-    return {"job": job.name, "epoch": best["epoch"], **stopping(results),
+    return {"job": job.name, "epoch": best["epoch"], "val_error": best["val_error"], "test_error": best["test_error"],
+            **stopping(results),
             "checkpoint": str(ckpt) if ckpt.exists() else None,
             "evaluations": [{"epoch": e["epoch"], "nu": e.get("nu"), "reason": e.get("reason"),
                              "val_error": e["val_error"], "test_error": e["test_error"]}
@@ -230,9 +279,6 @@ class PaperStart(RecordedPhase):
 
     def collect(self, p: Progress) -> None:
         p.found[self.name] = {str(job.meta["seed"]): {"da": entry(p.out_dir, job)} for job in start_jobs(p.cfg)}
-        if list(p.cfg.phases or []) == [REPORT] and not any(v["da"] for v in p.found[self.name].values()):
-            raise SchedaError(f"no model of table={p.cfg.table.name} has finished in {shown_path(p.out_dir)}: nothing "
-                              f"to report yet; run the table (the same command without phases=)")
 
     def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
         da = cfg.scale.da
@@ -303,4 +349,98 @@ class PaperContinue(RecordedPhase):
     def report(self, p: Progress, path: Path) -> list[str]:
         from scheda.protocol.paper_settings_report import section
 
+        if not p.found[START] and not p.found[self.name]["runs"]:
+            return []
+
         return section(p.cfg, settings(p.cfg), p.found, path)
+
+
+def _any_finished(p: Progress) -> bool:
+    """Whether any model of the table has finished (every phase collected)."""
+    by_seed = [p.found[START], p.found[CONTINUE]["runs"], p.found["paper_grid"], p.found["paper_length"]["runs"]]
+    return any(e for found in by_seed for by_model in found.values() for e in by_model.values())
+
+
+@register_phase
+class PaperGrid(RecordedPhase):
+    """Per grid seed: a DA at each nu of ``grid.nu``, the scale's settings, stopped by its rule."""
+
+    name = "paper_grid"
+
+    def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
+        return by_launch(grid_jobs(p.cfg))
+
+    def collect(self, p: Progress) -> None:
+        found: dict[str, Any] = {}
+        for job in grid_jobs(p.cfg):
+            found.setdefault(str(job.meta["seed"]), {})[fmt(job.meta["nu"])] = entry(p.out_dir, job)
+        p.found[self.name] = found
+
+    def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
+        da = cfg.scale.da
+        return [{"phase": self.name, "hidden": job.meta["hidden"], "epochs": da.epochs, "models": 1,
+                 "evals": da.epochs // da.eval_every} for job in grid_jobs(cfg)]
+
+    def record(self, p: Progress) -> dict[str, Any] | None:
+        return _portable(p.found[self.name], [fmt(nu) for nu in settings(p.cfg).grid_nus])
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        p.found[self.name] = _merged(payloads)
+
+    def report(self, p: Progress, path: Path) -> list[str]:
+        from scheda.protocol.paper_settings_report import grid_section
+
+        return grid_section(p.cfg, settings(p.cfg), p.found)
+
+
+@register_phase
+class PaperLength(RecordedPhase):
+    """Per length seed: DA(length.nu) run out for length.epochs, its training loss every epoch, and
+    the share of high spatial frequencies of its filters at its end."""
+
+    name = "paper_length"
+
+    def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
+        return by_launch(length_jobs(p.cfg))
+
+    def collect(self, p: Progress) -> None:
+        runs: dict[str, Any] = {}
+        filters: dict[str, Any] = {}
+        for job in length_jobs(p.cfg):
+            seed = str(job.meta["seed"])
+            e = runs.setdefault(seed, {})["length"] = entry(p.out_dir, job)
+            if e is not None:
+                end = (e["epochs_trained"], p.out_dir / job.phase / job.name / "checkpoints"
+                       / checkpoint_name(e["epochs_trained"]))
+                kept = seed_filters(p, f"{seed}_length", {"length": end})
+                if kept is not None:
+                    filters[seed] = kept
+        p.found[self.name] = {"runs": runs, "filters": filters}
+        if list(p.cfg.phases or []) == [REPORT] and not _any_finished(p):
+            raise SchedaError(f"no model of table={p.cfg.table.name} has finished in {shown_path(p.out_dir)}: nothing "
+                              f"to report yet; run the table (the same command without phases=)")
+
+    def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
+        s = settings(cfg)
+        return [{"phase": self.name, "hidden": s.hidden, "epochs": s.length_epochs, "models": 1,
+                 "evals": s.length_epochs // s.length_every} for _ in s.length_seeds]
+
+    def record(self, p: Progress) -> dict[str, Any] | None:
+        s, found = settings(p.cfg), p.found[self.name]
+        runs = _portable(found["runs"], ["length"])
+        if runs is None or set(found["filters"]) != {str(seed) for seed in s.length_seeds}:
+            return None
+        return {"runs": runs, "filters": found["filters"]}
+
+    def files(self, p: Progress) -> dict[str, bytes]:
+        return {e["png"]: (p.out_dir / FILTERS / e["png"]).read_bytes()
+                for kept in p.found[self.name]["filters"].values() for e in kept["models"].values() if e}
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        p.found[self.name] = {"runs": _merged([q["runs"] for q in payloads]),
+                              "filters": _merged([q["filters"] for q in payloads])}
+
+    def report(self, p: Progress, path: Path) -> list[str]:
+        from scheda.protocol.paper_settings_report import length_section
+
+        return length_section(p.cfg, settings(p.cfg), p.found, path)
