@@ -39,6 +39,27 @@ def test_alternating_updates_train_one_group_per_epoch(cifar_arrays, tmp_path):
     assert torch.equal(two["W"][:4], after["W"][:4]) and not torch.equal(two["W"][4:], init.W[4:])
 
 
+@pytest.mark.parametrize("step", ["autograd", "auto"])
+def test_alternating_groups_switch_every_given_epochs(cifar_arrays, tmp_path, step):
+    """model.switch_every=2 over 5 epochs: group 0 trains epochs 1-2, group 1 epochs 3-4, group 0 epoch 5,
+    with autograd and with the composite's own step (auto), checkpoint by checkpoint."""
+    from scheda.runs.rundir import checkpoint_name
+
+    base = [o for o in BASE if not o.startswith("trainer.step")]
+    cfg = compose_cfg([f"dataset.root={cifar_arrays}", *base, f"trainer.step={step}", "model=composite",
+                       "model.hidden=8", "model.group_nus=[0.7,0.2]", "model.switch_every=2", "schedule.epochs=5",
+                       "trainer.checkpoint_every=1"])
+    init = CompositeDA(3072, 8, [0.7, 0.2], generator=torch.Generator().manual_seed(derive_seed(cfg.seed, "init")))
+    run(cfg, tmp_path / "run")
+    before = init.state_dict()
+    for epoch, group in zip(range(1, 6), (0, 0, 1, 1, 0)):
+        after = load_checkpoint(tmp_path / "run" / "checkpoints" / checkpoint_name(epoch))["model"]
+        moved, still = slice(4 * group, 4 * group + 4), slice(4 * (1 - group), 4 * (1 - group) + 4)
+        assert not torch.equal(after["W"][moved], before["W"][moved]), (epoch, group)
+        assert torch.equal(after["W"][still], before["W"][still]) and torch.equal(after["b"][still], before["b"][still])
+        before = after
+
+
 def test_composite_is_evaluated_on_all_groups(cifar_arrays, tmp_path, caplog):
     summary = run(compose_cfg([f"dataset.root={cifar_arrays}", *TINY, "logger=none", "schedule=constant",
                                "schedule.epochs=2", "model=composite", "model.hidden=8", "classifier=torch_lr",
@@ -55,6 +76,7 @@ def test_composite_is_evaluated_on_all_groups(cifar_arrays, tmp_path, caplog):
     (["model.group_nus=[0.5,1.5]"], r"model.group_nus\[1\]=1.5 is outside noise=masking's range"),
     (["model.hidden=9"], "divisible"),
     (["model.update=sometimes"], "model.update"),
+    (["model.switch_every=0"], "model.switch_every"),
 ])
 def test_bad_composite_config(cifar_arrays, tmp_path, overrides, match):
     with pytest.raises(ConfigError, match=match):

@@ -71,12 +71,14 @@ class DAConfig(Component):
 class CompositeConfig(DAConfig):
     """The composite DA (the paper's Section 5): hidden units in equal groups, group s trained on
     the input corrupted at ``group_nus[s]`` (null: the schedule's nu); the reconstruction sums the
-    groups' decoder terms. ``update``: alternating (one group's parameters per epoch, in turn;
-    the paper found it much better) | joint."""
+    groups' decoder terms. ``update``: alternating (one group's parameters at a time, in turn,
+    ``switch_every`` epochs each; the paper found it much better, its Figure 7 switching far apart)
+    | joint."""
 
     name: str = "composite"
     group_nus: List[Optional[float]] = field(default_factory=lambda: [0.7, 0.1])
     update: str = "alternating"
+    switch_every: int = 1  # alternating: epochs a group trains before the next one's turn
 
     def check(self) -> None:
         super().check()
@@ -89,13 +91,16 @@ class CompositeConfig(DAConfig):
             raise self.invalid("hidden", f"must be divisible by the {len(self.group_nus)} groups of model.group_nus")
         if self.update not in ("alternating", "joint"):
             raise self.invalid("update", "must be alternating or joint")
+        if not isinstance(self.switch_every, int) or self.switch_every < 1:
+            raise self.invalid("switch_every", "must be >= 1 (epochs a group trains before the next one's turn)")
 
     def build(self, n_input: int, generator: torch.Generator | None = None) -> network.DenoisingAutoencoder:
         """The model, once per run (a config is checked more often than that: the warning is said here)."""
         if None not in self.group_nus:
             log.warning("model.group_nus fixes every group's noise level: the schedule sets only the epochs, "
                         "and the nu it logs is not used")
-        return network.CompositeDA(n_input, self.hidden, self.group_nus, self.update, generator=generator, **self.kwargs())
+        return network.CompositeDA(n_input, self.hidden, self.group_nus, self.update, generator=generator,
+                                   switch_every=self.switch_every, **self.kwargs())
 
 
 @register("model")

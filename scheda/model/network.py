@@ -90,9 +90,10 @@ class DenoisingAutoencoder(nn.Module):
         return self.W.detach()
 
 
-def alternating_group(epoch: int, groups: int) -> int:
-    """The group an alternating composite DA trains in its (0-based) ``epoch``: each in turn."""
-    return epoch % groups
+def alternating_group(epoch: int, groups: int, switch_every: int = 1) -> int:
+    """The group an alternating composite DA trains in its (0-based) ``epoch``: each in turn,
+    ``switch_every`` epochs at a time."""
+    return (epoch // switch_every) % groups
 
 
 class CompositeDA(DenoisingAutoencoder):
@@ -100,21 +101,23 @@ class CompositeDA(DenoisingAutoencoder):
     group s sees the input corrupted at its own level ``group_nus[s]`` (``None``: the schedule's
     nu), its code is ``h_s = s(W_s x~_s + b_s)``, and the reconstruction sums every group's
     decoder term, ``z = sigmoid(sum_s W_s^T h_s + b')``. ``update='alternating'`` trains one
-    group's (W_s, b_s) per epoch in turn (b' always), which the paper found much better than
+    group's (W_s, b_s) at a time, ``switch_every`` epochs each in turn (b' always), which the paper found much better than
     updating everything at once (``'joint'``). Features for evaluation are the whole hidden
     layer without noise, the concatenation of the groups' codes (``encode``, inherited)."""
 
-    def __init__(self, n_input: int, n_hidden: int, group_nus, update: str = "alternating", **kwargs):
+    def __init__(self, n_input: int, n_hidden: int, group_nus, update: str = "alternating", switch_every: int = 1,
+                 **kwargs):
         super().__init__(n_input, n_hidden, **kwargs)
         group_nus = list(group_nus)
         size = n_hidden // len(group_nus)
         self.groups = [slice(i * size, (i + 1) * size) for i in range(len(group_nus))]
-        self.group_nus, self.update = group_nus, update
+        self.group_nus, self.update, self.switch_every = group_nus, update, switch_every
         self.active: int | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """The group trained in this (0-based) epoch, when alternating."""
-        self.active = alternating_group(epoch, len(self.groups)) if self.update == "alternating" else None
+        self.active = (alternating_group(epoch, len(self.groups), self.switch_every) if self.update == "alternating"
+                       else None)
 
     def training_loss(self, x: torch.Tensor, noise, nu, generator: torch.Generator) -> torch.Tensor:
         """Each group corrupts the input at its own level."""
