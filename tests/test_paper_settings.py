@@ -21,19 +21,20 @@ from scheda.utils import stats
 
 pytestmark = pytest.mark.xdist_group("paper_settings")  # one worker: the fixture runs once
 
-def _block(name: str, seeds="[]", grid="[]", length="[]") -> str:
+def _block(name: str, seeds="[]", grid="[]", length="[]", composite="[]") -> str:
     return (f"{{name: {name}, set: {{table.paper_settings.seeds: {seeds}, table.paper_settings.grid.seeds: {grid}, "
-            f"table.paper_settings.length.seeds: {length}}}}}")
+            f"table.paper_settings.length.seeds: {length}, table.paper_settings.composite.seeds: {composite}}}}}")
 
 
 # Two blocks of the gradual-against-jump arms (one seed each), one of the grid's DAs (seeds 0-2), one at length
 BLOCKS = ("table.blocks={records: records, cut: 'one seed a block, for the test', hours: 2, list: ["
           + ", ".join([_block("s3", seeds="[3]"), _block("s5", seeds="[5]"), _block("g", grid="[0, 1, 2]"),
-                       _block("l", length="[1]")]) + "]}")
+                       _block("l", length="[1]"), _block("c", composite="[0, 1, 2]")]) + "]}")
 # Table 1's numbers as the cpu scale sets them beside the grid (here made up: seed 0's DA(0.5) best on validation)
-BESIDE = ("table.paper_settings.grid.beside={source: other.md, note: 'made up', val: {0.5: 10.0}, best: da, "
+BESIDE = ("table.paper_settings.beside={source: other.md, note: 'made up', val: {0.5: 10.0}, best: da, "
           "rows: {da: {0: 90.0, 1: 91.0, 2: 92.0}}}")
-COMPARE = "table.paper_settings.grid.compare=[{a: da_0.4, b: da, question: new against old}, {a: da_0.4, b: best_da}]"
+COMPARE = ("table.paper_settings.compare=[{a: da_0.4, b: da, question: new against old}, {a: da_0.4, b: best_da}, "
+           "{a: composite_alternating, b: composite_joint}]")
 COMMAND = ["scheda-reproduce", "table=paper_settings", "scale=smoke", BLOCKS, BESIDE, COMPARE,
            "table.paper_settings.length.against=against", "report_dir=reports"]
 # the smoke scale's arms: K 2 from nu 0.5 to 0.3 by 0.1 (two levels, 4 epochs), stage epoch 1, every 2;
@@ -50,10 +51,10 @@ def blocks(tmp_path_factory):
     scheda = {"epoch": 4, "nu": 0.3, "epochs_trained": 4, "val_error": 0.5, "test_error": 0.5,
               "results": {"history": [{"epoch": e, "loss": SCHEDA_LOSS + 10 * (4 - e), "nu": 0.3} for e in (1, 2, 3, 4)]}}
     (against / "record.json").write_text(json.dumps({"phases": {"feature_continue": {"1": {"scheda": scheda}}}}))
-    for b in range(4):
+    for b in range(5):
         user.run(COMMAND, *TINY_PROTOCOL, f"block={b}")
     report = user.run(COMMAND, "phases=[report]")
-    records = [json.loads((user.work / "records" / f"block_{b}" / "record.json").read_text()) for b in range(4)]
+    records = [json.loads((user.work / "records" / f"block_{b}" / "record.json").read_text()) for b in range(5)]
     return user, records, report
 
 
@@ -90,7 +91,7 @@ def test_each_block_trains_its_seeds_arms_as_fixed(blocks):
 def test_the_report_reads_the_records_by_the_rules_fixed_before_the_runs(blocks):
     _, records, report = blocks
     text = (blocks[0].work / "reports" / "paper_settings_smoke.md").read_text()
-    assert "Built from the records of 4 of 4 blocks" in text
+    assert "Built from the records of 5 of 5 blocks" in text
     rows = rows_of(text)
     # computed here from the records: ScheDA at its level end of lowest validation error, the jump at its best
     diffs = []
@@ -173,10 +174,11 @@ def test_bad_values_are_one_line_before_any_job(tmp_path, override, message):
 def test_a_table_with_nothing_to_train_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "table=paper_settings", "scale=smoke",
                            "table.paper_settings.seeds=[]", "table.paper_settings.grid.seeds=[]",
-                           "table.paper_settings.length.seeds=[]"], cwd=tmp_path, capture_output=True, text=True,
+                           "table.paper_settings.length.seeds=[]", "table.paper_settings.composite.seeds=[]"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120, check=False)
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
-        "error: table.paper_settings: seeds, grid.seeds and length.seeds are all empty: give one of them seeds to train")
+        "error: table.paper_settings: seeds, grid.seeds, length.seeds and composite.seeds are all empty: give one of "
+        "them seeds to train")
 
 
 def test_readmes_smoke_command_runs_the_table_as_one(tmp_path):
@@ -272,19 +274,22 @@ def test_the_da_at_length_is_read_against_the_other_tables_scheda(blocks):
 def test_the_best_da_is_the_grids_where_it_wins_on_seed_0():
     from omegaconf import OmegaConf
 
-    from scheda.protocol.paper_settings_report import _grid_rows
+    from scheda.protocol.paper_settings_report import rows_of_table
     from scheda.protocol.tables.paper_settings import Settings
 
     s = Settings(0.7, 0.3, 0.1, (50,), 0.01, 10, (1, 3, 5), (), 500, 0.05, 0.5, (0.2, 0.4), (0, 1))
-    cfg = OmegaConf.create({"table": {"paper_settings": {"grid": {"beside": {
-        "source": "t1.md", "val": {"0.5": 50.56, "0.3": 50.68}, "best": "da", "rows": {"da": {0: 51.7, 1: 52.2}}}}}}})
+    cfg = OmegaConf.create({"table": {"paper_settings": {"beside": {
+        "source": "t1.md", "val": {"0.5": 50.56, "0.3": 50.68}, "best": "da", "rows": {"da": {0: 51.7, 1: 52.2}}}}}})
     e = lambda val, test: {"val_error": val, "test_error": test}  # noqa: E731
-    found = {"paper_grid": {"0": {"0.2": e(0.51, 0.52), "0.4": e(0.5012, 0.515)}, "1": {"0.2": e(0.5, 0.5)}}}
-    rows, best, said = _grid_rows(cfg, s, found)
-    assert best == "da_0.4" and "DA(0.4) (here) 50.12 %, DA(0.5) (t1.md) 50.56 %" in said[0]
+    found = {"paper_grid": {"0": {"0.2": e(0.51, 0.52), "0.4": e(0.5012, 0.515)}, "1": {"0.2": e(0.5, 0.5)}},
+             "paper_composite": {}}
+    rows, chosen = rows_of_table(cfg, s, found)
+    assert chosen == {"best_da": "da_0.4", "composite_alternating": None}
     assert rows["da_0.4"] == {"0": pytest.approx(51.5)} and rows["da"] == {"0": 51.7, "1": 52.2}
+    found["paper_grid"]["0"]["0.4"] = e(0.51, 0.5)
+    assert rows_of_table(cfg, s, found)[1]["best_da"] == "da"  # the other table's DA(0.5) lower on validation
     found["paper_grid"]["0"].pop("0.4")
-    assert _grid_rows(cfg, s, found)[1] is None  # seed 0's DA(0.4) has not run: not chosen yet
+    assert rows_of_table(cfg, s, found)[1]["best_da"] is None  # seed 0's DA(0.4) has not run: not chosen yet
 
 
 def test_the_cpu_grids_numbers_beside_are_the_committed_reports():
@@ -295,7 +300,7 @@ def test_the_cpu_grids_numbers_beside_are_the_committed_reports():
 
     from helpers import REPO
 
-    beside = OmegaConf.load(REPO / "configs" / "table_scale" / "paper_settings_cpu.yaml").table.paper_settings.grid.beside
+    beside = OmegaConf.load(REPO / "configs" / "table_scale" / "paper_settings_cpu.yaml").table.paper_settings.beside
     results = REPO / "docs" / "results"
 
     def own_best(report: str, model: str) -> dict[int, float]:
@@ -313,3 +318,25 @@ def test_the_cpu_grids_numbers_beside_are_the_committed_reports():
     per_nu = rows_of((results / "table1_cpu.md").read_text().split("the best DA per noise level")[1].split("###")[0])
     assert {k: float(v) for k, v in beside.val.items()} == {nu: float(per_nu[nu][3]) for nu in ("0.7", "0.5", "0.3", "0.1")}
     assert min(beside.val, key=lambda nu: beside.val[nu]) == "0.5" and beside.best == "da"  # table1's best DA: DA(0.5)
+
+
+def test_the_composite_block_chooses_its_switch_on_seed_0_and_compares_it_over_the_others(blocks):
+    user, records, _ = blocks
+    composite = records[4]["phases"]["paper_composite"]
+    assert sorted(composite) == ["0", "1", "2"]
+    assert all(set(m) == {"joint", "alternating_S1", "alternating_S2"} for m in composite.values())
+    runs = user.work / "outputs" / "reproduce" / "smoke" / "paper_settings_block_4" / "paper_composite"
+    config = json.loads((runs / composite["1"]["alternating_S2"]["job"] / "results.json").read_text())["config"]
+    assert config["model"]["update"] == "alternating" and config["model"]["switch_every"] == 2
+    assert config["model"]["group_nus"] == [0.2, 0.4] and config["trainer"]["patience"] == 4  # a whole turn: 2 x 2
+    joint = json.loads((runs / composite["1"]["joint"]["job"] / "results.json").read_text())["config"]
+    assert joint["model"]["update"] == "joint" and joint["trainer"]["patience"] == 1  # the smoke scale's
+    chosen = min((1, 2), key=lambda S: (composite["0"][f"alternating_S{S}"]["val_error"], S))
+    text = (user.work / "reports" / "paper_settings_smoke.md").read_text()
+    assert f"switch_every chosen on seed 0's validation: {chosen} epochs" in text
+    row = rows_of(text)["composite_alternating − composite_joint"]
+    a = [100 * composite[x][f"alternating_S{chosen}"]["test_error"] for x in ("1", "2")]
+    b = [100 * composite[x]["joint"]["test_error"] for x in ("1", "2")]
+    d = stats.paired(a, b).summary
+    assert row[0] == f"composite_alternating − composite_joint (composite_alternating is composite_alternating_S{chosen})"
+    assert row[3] == "2" and row[4] == f"{d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}] points"

@@ -149,14 +149,18 @@ class PaperGridConfig:
 
     nu: List[float] = field(default_factory=lambda: [0.2, 0.4])
     seeds: List[int] = field(default_factory=list)
-    # Another report's numbers, set beside these: {source: <its reports>, note: <how they were read>,
-    # val: {<nu>: <seed 0's best validation error % of that table's DA(nu)>}, best: <the row of the DA best
-    # there>, rows: {<row>: {<seed>: <test error %>}}}; null: none
-    beside: Any = None
-    # Comparisons over the further seeds (not the first, which selects): {a: <row>, b: <row>, question: ...},
-    # a row being one of beside.rows, da_<nu> (this table's DA(nu)) or best_da (the DA best on seed 0's
-    # validation among beside.val and this table's DAs)
-    compare: List[Dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class PaperCompositeConfig:
+    """table=paper_settings' composite DAs (Section 5): groups at ``nus``, alternating with each
+    ``switch_every`` (chosen on ``selection_seed``'s validation) and joint, at the scale's DA settings
+    until the rule stops them; the rule's patience covers a whole turn of the groups."""
+
+    nus: List[float] = field(default_factory=lambda: [0.2, 0.4])
+    switch_every: List[int] = field(default_factory=lambda: [10, 50])
+    seeds: List[int] = field(default_factory=list)
+    selection_seed: int = 0  # whose validation error chooses switch_every
 
 
 @dataclass
@@ -192,6 +196,16 @@ class PaperSettingsConfig:
     margin: float = 0.5
     grid: PaperGridConfig = field(default_factory=lambda: PaperGridConfig())
     length: PaperLengthConfig = field(default_factory=lambda: PaperLengthConfig())
+    composite: PaperCompositeConfig = field(default_factory=lambda: PaperCompositeConfig())
+    # Another report's numbers, set beside the grid's and the composite's: {source: <its reports>, note: <how
+    # they were read>, val: {<nu>: <seed 0's best validation error % of that table's DA(nu)>}, best: <the
+    # row of the DA best there>, rows: {<row>: {<seed>: <test error %>}}}; null: none
+    beside: Any = None
+    # Comparisons over the further seeds (not seed 0, which selects): {a: <row>, b: <row>, question: ...}, a
+    # row being one of beside.rows, da_<nu> (the grid's DA(nu)), best_da (the DA best on seed 0's validation
+    # among beside.val and the grid's), composite_joint, composite_alternating (switch_every chosen on
+    # validation) or composite_alternating_S<n>
+    compare: List[Dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

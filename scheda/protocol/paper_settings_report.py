@@ -233,39 +233,60 @@ def _image(cfg: DictConfig, name: str) -> Path | None:
     return None
 
 
-# --- the nu grid filled -------------------------------------------------------------------------
+# --- the nu grid filled, the composite DA and the declared comparisons ----------------------------
 
-def _grid_rows(cfg: DictConfig, s, found: dict[str, Any]) -> tuple[dict[str, dict[str, float]], str | None, list[str]]:
-    """Every row a grid comparison may name (seed -> test error %), the row of the DA best on seed 0's
-    validation (None where seed 0's are not all in), and the lines that say how it was chosen."""
-    grid = found["paper_grid"]
-    beside = cfg.table.paper_settings.grid.beside
+def _best_da(cfg: DictConfig, s, found: dict[str, Any]) -> tuple[str | None, list[str]]:
+    """The row of the DA best on seed 0's validation among the other table's (``beside.val``) and the
+    grid's (None where seed 0's grid DAs are not all in), and the line that says how it was chosen."""
+    beside, seed0 = cfg.table.paper_settings.beside, found["paper_grid"].get("0") or {}
+    if beside is None or not s.grid_nus:
+        return None, []
+    source = str(beside.source).split(",")[0].strip()
+    low = min(float(v) for v in beside.val.values())
+    vals = {f"DA({fmt(float(nu))}) ({source})": (float(v), str(beside.best) if float(v) == low else None)
+            for nu, v in beside.val.items()}
+    missing = [nu for nu in s.grid_nus if not seed0.get(fmt(nu))]
+    if missing:
+        return None, [f"The DA best on seed 0's validation: not chosen yet (seed 0's DA({', '.join(map(fmt, missing))}) "
+                      f"has not run here)."]
+    vals.update({f"DA({fmt(nu)}) (here)": (100 * seed0[fmt(nu)]["val_error"], f"da_{fmt(nu)}") for nu in s.grid_nus})
+    order = sorted(vals.items(), key=lambda kv: kv[1][0])
+    label, (_, row) = order[0]
+    text = ", ".join(f"{name} {v:.2f} %" for name, (v, _) in order)
+    return row, [f"The DA best on seed 0's validation, the grid filled: {label} (validation error, lowest first: {text})."]
+
+
+def _chosen_switch(s, found: dict[str, Any]) -> tuple[int | None, str]:
+    """switch_every chosen on the selection seed's validation (its best validation epoch), and in words."""
+    own = found["paper_composite"].get(str(s.selection_seed)) or {}
+    tried = {S: own.get(f"alternating_S{S}") for S in s.switch_every}
+    if not s.switch_every or any(e is None for e in tried.values()):
+        return None, f"switch_every: not chosen yet (seed {s.selection_seed}'s alternating runs have not all finished)."
+    best = min(tried, key=lambda S: (tried[S]["val_error"], S))
+    text = ", ".join(f"S {S}: {pct(e['val_error'])} %" for S, e in tried.items())
+    return best, f"switch_every chosen on seed {s.selection_seed}'s validation: {best} epochs ({text})."
+
+
+def rows_of_table(cfg: DictConfig, s, found: dict[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, str | None]]:
+    """Every row a declared comparison may name (seed -> test error %, each model at its own best
+    validation epoch), and the rows chosen on seed 0 (best_da, composite_alternating: None until chosen)."""
     rows: dict[str, dict[str, float]] = {}
     for nu in s.grid_nus:
-        rows[f"da_{fmt(nu)}"] = {seed: 100 * e[fmt(nu)]["test_error"] for seed, e in grid.items() if e.get(fmt(nu))}
-    if beside is None:
-        return rows, None, []
-    rows.update({str(row): {str(k): float(v) for k, v in values.items()} for row, values in beside.rows.items()})
-    vals = {f"DA({nu}) ({beside.source.split(',')[0].strip()})": (float(v), str(beside.best) if float(v) == min(
-        float(x) for x in beside.val.values()) else None) for nu, v in beside.val.items()}
-    seed0 = grid.get("0") or {}
-    missing = [nu for nu in s.grid_nus if not seed0.get(fmt(nu))]
-    for nu in s.grid_nus:
-        if seed0.get(fmt(nu)):
-            vals[f"DA({fmt(nu)}) (here)"] = (100 * seed0[fmt(nu)]["val_error"], f"da_{fmt(nu)}")
-    if missing:
-        return rows, None, [f"The DA best on seed 0's validation: not chosen yet (seed 0's DA({', '.join(map(fmt, missing))}) "
-                            f"has not run here)."]
-    order = sorted(vals.items(), key=lambda kv: kv[1][0])
-    best_label, (_, best_row) = order[0]
-    text = ", ".join(f"{label} {v:.2f} %" for label, (v, _) in order)
-    return rows, best_row, [f"The DA best on seed 0's validation, the grid filled: {best_label} (validation error, "
-                            f"lowest first: {text})."]
+        rows[f"da_{fmt(nu)}"] = {seed: 100 * e[fmt(nu)]["test_error"] for seed, e in found["paper_grid"].items()
+                                 if e.get(fmt(nu))}
+    for model in s.composite_models():
+        rows[f"composite_{model}"] = {seed: 100 * e[model]["test_error"] for seed, e in found["paper_composite"].items()
+                                      if e.get(model)}
+    beside = cfg.table.paper_settings.beside
+    if beside is not None:
+        rows.update({str(row): {str(k): float(v) for k, v in values.items()} for row, values in beside.rows.items()})
+    S, _ = _chosen_switch(s, found)
+    chosen = {"best_da": _best_da(cfg, s, found)[0], "composite_alternating": None if S is None else f"composite_alternating_S{S}"}
+    return rows, chosen
 
 
 def grid_section(cfg: DictConfig, s, found: dict[str, Any]) -> list[str]:
-    """The DAs that fill the grid, each seed at its own best validation epoch, and the comparisons
-    ``grid.compare`` declares over the further seeds."""
+    """The DAs that fill the grid, each at its own best validation epoch, and the best DA chosen again."""
     grid = found["paper_grid"]
     if not grid:
         return []
@@ -274,44 +295,75 @@ def grid_section(cfg: DictConfig, s, found: dict[str, Any]) -> list[str]:
              f"DA(nu) for nu in {{{', '.join(map(fmt, s.grid_nus))}}} at the scale's DA settings ({s.hidden} units, lr "
              f"{fmt(s.da_lr)}, evaluated every {scale.da.eval_every}, until {scale.patience} evaluations in a row bring "
              f"no new best validation error, at most {scale.da.epochs} epochs), each read at its own best validation "
-             f"epoch.", "",
-             "Test error % (validation in brackets; the epoch read, of those it trained):", ""]
-    seeds = sorted(grid, key=int)
-    lines += ["| Model | " + " | ".join(f"seed {seed}" for seed in seeds) + " |", "|---|" + "---|" * len(seeds)]
-    for nu in s.grid_nus:
-        cells = []
-        for seed in seeds:
-            e = grid[seed].get(fmt(nu))
-            cells.append("—" if not e else f"{pct(e['test_error'])} ({pct(e['val_error'])} val; epoch {e['epoch']} of "
-                                           f"{_stopped(e)})")
-        lines.append(f"| DA({fmt(nu)}) | " + " | ".join(cells) + " |")
-    rows, best, said = _grid_rows(cfg, s, found)
-    beside = cfg.table.paper_settings.grid.beside
-    lines += [""] + said
-    if beside is not None:
-        lines += ["", f"Beside them, from {beside.source}: {' '.join(str(beside.get('note') or '').split())}"]
-    comparisons = cfg.table.paper_settings.grid.compare
-    if comparisons:
-        lines += ["", "| Question | a − b (test error, points; negative: a better) | Seed 0 | Further seeds | n | "
-                      "Mean [95 % interval] | Verdict |", "|---|---|---|---|---|---|---|"]
-    for c in comparisons:
+             f"epoch. Test error % (validation in brackets; the epoch read, of those it trained):", ""]
+    lines += _by_seed_table(grid, [(f"DA({fmt(nu)})", fmt(nu)) for nu in s.grid_nus])
+    return lines + [""] + _best_da(cfg, s, found)[1] + [""]
+
+
+def _by_seed_table(found: dict[str, Any], models: list[tuple[str, str]]) -> list[str]:
+    """Models as rows, seeds as columns: test error (validation; the epoch read, of those trained)."""
+    seeds = sorted(found, key=int)
+    lines = ["| Model | " + " | ".join(f"seed {seed}" for seed in seeds) + " |", "|---|" + "---|" * len(seeds)]
+    for label, key in models:
+        cells = [found[seed].get(key) for seed in seeds]
+        lines.append(f"| {label} | " + " | ".join(
+            "—" if not e else f"{pct(e['test_error'])} ({pct(e['val_error'])} val; epoch {e['epoch']} of {_stopped(e)})"
+            for e in cells) + " |")
+    return lines
+
+
+def composite_section(cfg: DictConfig, s, found: dict[str, Any]) -> list[str]:
+    """The composite DAs, joint and alternating at each switch_every, and the switch chosen on validation."""
+    from scheda.protocol.tables.paper_settings import composite_patience
+
+    composite = found["paper_composite"]
+    if not composite:
+        return []
+    scale = cfg.scale
+    turns = ", ".join(f"{composite_patience(s, scale.patience, scale.da.eval_every, S)} alternating every {S}"
+                      for S in s.switch_every)
+    lines = ["## The composite DA with a switching period (Section 5)", "",
+             f"Groups at nu {', '.join(map(fmt, s.composite_nus))} ({s.hidden // len(s.composite_nus)} units each), lr "
+             f"{fmt(s.da_lr)}, evaluated every {scale.da.eval_every}, until the rule stops it (patience {scale.patience} "
+             f"joint, {turns}: a whole turn of the groups at least), at most {scale.da.epochs} epochs; each read at its "
+             f"own best validation epoch. Test error % (validation in brackets):", ""]
+    lines += _by_seed_table(composite, [(m.replace("_S", ", switch every "), m) for m in s.composite_models()])
+    return lines + ["", _chosen_switch(s, found)[1], ""]
+
+
+def comparisons_section(cfg: DictConfig, s, found: dict[str, Any]) -> list[str]:
+    """``table.paper_settings.compare``: each a - b in test error over the further seeds (not seed 0,
+    which selects), paired, with seed 0 beside; the other table's numbers named with their source."""
+    declared = cfg.table.paper_settings.compare
+    if not declared or not (found["paper_grid"] or found["paper_composite"]):
+        return []
+    rows, chosen = rows_of_table(cfg, s, found)
+    beside = cfg.table.paper_settings.beside
+    lines = ["## The declared comparisons", "",
+             "Each a − b in test error (points; negative: a better), each model at its own best validation epoch, "
+             "paired over the further seeds (seed 0 selects, shown apart)."
+             + (f" Beside this table's models, from {beside.source}: {' '.join(str(beside.get('note') or '').split())}"
+                if beside is not None else ""), "",
+             "| Question | a − b | Seed 0 | Further seeds | n | Mean [95 % interval] | Verdict |", "|---|---|---|---|---|---|---|"]
+    for c in declared:
         a, b = str(c["a"]), str(c["b"])
-        names = {name: (best if name == "best_da" else name) for name in (a, b)}
+        question = c.get("question") or f"{a} − {b}"
+        names = {name: chosen[name] if name in chosen else name for name in (a, b)}
         if any(v is None for v in names.values()):
-            lines.append(f"| {c.get('question') or f'{a} − {b}'} | {a} − {b} | — | — | 0 | — | not run yet (the best DA "
-                         f"is not chosen) |")
+            lines.append(f"| {question} | {a} − {b} | — | — | 0 | — | not run yet ({', '.join(k for k, v in names.items() if v is None)} "
+                         f"not chosen) |")
             continue
         unknown = [n for n in names.values() if n not in rows]
         if unknown:
-            raise SchedaError(f"table.paper_settings.grid.compare names {unknown}: a row is one of "
-                              f"{', '.join(sorted(rows))} or best_da")
+            raise SchedaError(f"table.paper_settings.compare names {unknown}: a row is one of "
+                              f"{', '.join(sorted([*rows, *chosen]))}")
         ra, rb = rows[names[a]], rows[names[b]]
         further = sorted((set(ra) & set(rb)) - {"0"}, key=int)
         cmp = compare([ra[x] for x in further], [rb[x] for x in further], paired=True, better="lower")
         zero = f"{ra['0'] - rb['0']:+.2f}" if "0" in ra and "0" in rb else "—"
-        shown = f"{a} − {b}" + (f" (best_da is {best})" if "best_da" in (a, b) else "")
-        lines.append(f"| {c.get('question') or f'{a} − {b}'} | {shown} | {zero} | {', '.join(further) or '—'} | "
-                     f"{cmp.n} | {cmp.text()} | {cmp.verdict} |")
+        shown = f"{a} − {b}" + "".join(f" ({k} is {names[k]})" for k in (a, b) if k in chosen)
+        lines.append(f"| {question} | {shown} | {zero} | {', '.join(further) or '—'} | {cmp.n} | {cmp.text()} | "
+                     f"{cmp.verdict} |")
     return lines + [""]
 
 

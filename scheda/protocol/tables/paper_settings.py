@@ -14,6 +14,7 @@ the rule). ScheDA and the jump run their epochs out: each is evaluated as the pa
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,14 @@ class Settings:
     length_epochs: int = 0
     length_every: int = 1
     length_seeds: tuple[int, ...] = ()
+    composite_nus: tuple[float, ...] = ()
+    switch_every: tuple[int, ...] = ()
+    composite_seeds: tuple[int, ...] = ()
+    selection_seed: int = 0
+
+    def composite_models(self) -> list[str]:
+        """Every composite a seed trains: joint, and alternating at each switch_every."""
+        return ["joint", *(f"alternating_S{S}" for S in self.switch_every)]
 
     @property
     def levels(self) -> int:
@@ -92,9 +101,18 @@ def settings(cfg: DictConfig) -> Settings:
                           f"{list(p.stage_epochs)}: give lr > 0, eval_every >= 1 and stage epochs >= 1")
     seeds = _seeds(p.seeds, "seeds")
     grid_seeds, length_seeds = _seeds(p.grid.seeds, "grid.seeds"), _seeds(p.length.seeds, "length.seeds")
-    if not (seeds or grid_seeds or length_seeds):
-        raise ConfigError("table.paper_settings: seeds, grid.seeds and length.seeds are all empty: give one of them "
-                          "seeds to train")
+    composite_seeds = _seeds(p.composite.seeds, "composite.seeds")
+    if not (seeds or grid_seeds or length_seeds or composite_seeds):
+        raise ConfigError("table.paper_settings: seeds, grid.seeds, length.seeds and composite.seeds are all empty: "
+                          "give one of them seeds to train")
+    c = p.composite
+    hidden = int(scale.hidden[0])
+    if composite_seeds and (not c.nus or hidden % len(c.nus) or not all(0 <= nu < 1 for nu in c.nus)
+                            or not c.switch_every or min(c.switch_every) < 1
+                            or len(set(c.switch_every)) != len(c.switch_every)):
+        raise ConfigError(f"table.paper_settings.composite: nus={list(c.nus)}, switch_every={list(c.switch_every)}: "
+                          f"give one masking level in [0, 1) per group (the {hidden} hidden units split equally) and "
+                          f"different switch_every >= 1")
     grid_nus = tuple(float(nu) for nu in p.grid.nu)
     if grid_seeds and (not grid_nus or len(set(grid_nus)) != len(grid_nus) or not all(0 <= nu < 1 for nu in grid_nus)):
         raise ConfigError(f"table.paper_settings.grid.nu={list(p.grid.nu)}: give one or more different masking levels "
@@ -108,7 +126,9 @@ def settings(cfg: DictConfig) -> Settings:
                           f"stops them; give scale.patience")
     return Settings(nu0, nu_final, dnu, Ks, float(p.lr), int(p.eval_every), tuple(int(e) for e in p.stage_epochs),
                     seeds, int(scale.hidden[0]), float(scale.da.lr[0]), float(p.margin), grid_nus, grid_seeds,
-                    float(length.nu), int(length.epochs), int(length.eval_every), length_seeds)
+                    float(length.nu), int(length.epochs), int(length.eval_every), length_seeds,
+                    tuple(float(nu) for nu in c.nus), tuple(int(S) for S in c.switch_every), composite_seeds,
+                    int(c.selection_seed))
 
 
 def _seeds(given, key: str) -> tuple[int, ...]:
@@ -355,9 +375,37 @@ class PaperContinue(RecordedPhase):
         return section(p.cfg, settings(p.cfg), p.found, path)
 
 
+def composite_patience(s: Settings, patience: int, every: int, switch_every: int | None) -> int:
+    """The rule's patience of a composite run: the scale's, or a whole turn of the groups where that is
+    longer (alternating every 50 epochs, the rule must not stop it before the second group has trained)."""
+    if switch_every is None:
+        return patience
+    return max(patience, math.ceil(len(s.composite_nus) * switch_every / every))
+
+
+def composite_jobs(cfg: DictConfig) -> list[JobSpec]:
+    """Per composite seed: the composite DA with joint updates, and alternating at each switch_every,
+    at the scale's DA settings until the rule stops it (its patience a whole turn of the groups at least)."""
+    s, scale = settings(cfg), cfg.scale
+    jobs = []
+    nus = "_".join(fmt(nu) for nu in s.composite_nus)
+    for seed in s.composite_seeds:
+        for model, S in [("joint", None), *((f"alternating_S{S}", S) for S in s.switch_every)]:
+            patience = composite_patience(s, scale.patience, scale.da.eval_every, S)
+            values = {**phases.da_values(s.hidden, s.composite_nus[0], s.da_lr, scale.da, patience),
+                      "model.group_nus": list(s.composite_nus), "model.update": "joint" if S is None else "alternating",
+                      "seed": seed, **({} if S is None else {"model.switch_every": S})}
+            jobs.append(JobSpec(f"composite_h{s.hidden}_nu{nus}_{model}_lr{fmt(s.da_lr)}_seed{seed}", "paper_composite",
+                                groups={"schedule": "constant", "model": "composite"}, values=values,
+                                meta={"kind": "da", "model": model, "seed": seed, "hidden": s.hidden, "nu": None,
+                                      "epochs": scale.da.epochs, "patience": patience}))
+    return jobs
+
+
 def _any_finished(p: Progress) -> bool:
     """Whether any model of the table has finished (every phase collected)."""
-    by_seed = [p.found[START], p.found[CONTINUE]["runs"], p.found["paper_grid"], p.found["paper_length"]["runs"]]
+    by_seed = [p.found[START], p.found[CONTINUE]["runs"], p.found["paper_grid"], p.found["paper_length"]["runs"],
+               p.found["paper_composite"]]
     return any(e for found in by_seed for by_model in found.values() for e in by_model.values())
 
 
@@ -416,9 +464,6 @@ class PaperLength(RecordedPhase):
                 if kept is not None:
                     filters[seed] = kept
         p.found[self.name] = {"runs": runs, "filters": filters}
-        if list(p.cfg.phases or []) == [REPORT] and not _any_finished(p):
-            raise SchedaError(f"no model of table={p.cfg.table.name} has finished in {shown_path(p.out_dir)}: nothing "
-                              f"to report yet; run the table (the same command without phases=)")
 
     def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
         s = settings(cfg)
@@ -444,3 +489,41 @@ class PaperLength(RecordedPhase):
         from scheda.protocol.paper_settings_report import length_section
 
         return length_section(p.cfg, settings(p.cfg), p.found, path)
+
+
+@register_phase
+class PaperComposite(RecordedPhase):
+    """Per composite seed: the composite DA, joint and alternating at each switch_every; the report's
+    declared comparisons (``table.paper_settings.compare``) over every part's rows follow its section."""
+
+    name = "paper_composite"
+
+    def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
+        return by_launch(composite_jobs(p.cfg))
+
+    def collect(self, p: Progress) -> None:
+        found: dict[str, Any] = {}
+        for job in composite_jobs(p.cfg):
+            found.setdefault(str(job.meta["seed"]), {})[job.meta["model"]] = entry(p.out_dir, job)
+        p.found[self.name] = found
+        if list(p.cfg.phases or []) == [REPORT] and not _any_finished(p):
+            raise SchedaError(f"no model of table={p.cfg.table.name} has finished in {shown_path(p.out_dir)}: nothing "
+                              f"to report yet; run the table (the same command without phases=)")
+
+    def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
+        da, optim = cfg.scale.da, phases.job_config(cfg).optim
+        timing = "autograd_s" if optim.momentum or optim.weight_decay else "composite_s"  # as the features table's
+        return [{"phase": self.name, "hidden": job.meta["hidden"], "epochs": da.epochs, "models": 1,
+                 "evals": da.epochs // da.eval_every, "timing": timing} for job in composite_jobs(cfg)]
+
+    def record(self, p: Progress) -> dict[str, Any] | None:
+        return _portable(p.found[self.name], settings(p.cfg).composite_models())
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        p.found[self.name] = _merged(payloads)
+
+    def report(self, p: Progress, path: Path) -> list[str]:
+        from scheda.protocol.paper_settings_report import comparisons_section, composite_section
+
+        s = settings(p.cfg)
+        return composite_section(p.cfg, s, p.found) + comparisons_section(p.cfg, s, p.found)
