@@ -113,6 +113,22 @@ class RecordedPhase(Phase):
         return {}
 
 
+def by_launch(jobs: list[JobSpec]) -> dict[str, list[JobSpec]]:
+    """A phase's jobs by the launch (folder) each runs in: what ``Phase.plan`` returns."""
+    out: dict[str, list[JobSpec]] = {}
+    for job in jobs:
+        out.setdefault(job.phase, []).append(job)
+    return out
+
+
+def merged(payloads: list[Any]) -> dict[str, Any]:
+    """Several blocks' payloads keyed by seed as one (each seed is one block's): what ``restore`` reads."""
+    out: dict[str, Any] = {}
+    for payload in payloads:
+        out.update(payload or {})
+    return out
+
+
 REGISTRY: dict[str, Phase] = {}
 
 

@@ -27,7 +27,7 @@ from scheda.protocol import phases
 from scheda.protocol.jobs import JobSpec, count, fmt
 from scheda.protocol.kinds import kind_of
 from scheda.protocol.kinds.da import DA
-from scheda.protocol.tables.base import REPORT, Progress, RecordedPhase, register_phase
+from scheda.protocol.tables.base import REPORT, Progress, RecordedPhase, by_launch, merged, register_phase
 from scheda.protocol.kinds.base import errors, stopping
 from scheda.runs.rundir import FINAL_STATUSES, best_evaluation, checkpoint_name, read_results
 from scheda.utils.errors import ConfigError, SchedaError
@@ -265,13 +265,6 @@ def model_jobs(cfg: DictConfig) -> list[JobSpec]:
     return jobs
 
 
-def by_launch(jobs: list[JobSpec]) -> dict[str, list[JobSpec]]:
-    out: dict[str, list[JobSpec]] = {}
-    for job in jobs:
-        out.setdefault(job.phase, []).append(job)
-    return out
-
-
 def entry(out_dir: Path, job: JobSpec) -> dict[str, Any] | None:
     """A finished job's reported model: its best evaluation on validation with that epoch's
     checkpoint, errors and why it stopped; None while it has not finished (or kept no checkpoint
@@ -325,14 +318,6 @@ def _portable_found(found: dict[str, Any]) -> dict[str, Any] | None:
     return walk(found)
 
 
-def _merged(payloads: list[Any]) -> dict[str, Any]:
-    """Several blocks' founds (seed -> ...) as one: each seed is one block's."""
-    out: dict[str, Any] = {}
-    for payload in payloads:
-        out.update(payload or {})
-    return out
-
-
 def _key(job: JobSpec) -> tuple[str, str]:
     m = job.meta
     return (m["model"], fmt(m["nu"]) if m["model"] == "da" else m.get("update", ""))
@@ -380,7 +365,7 @@ class FeatureModels(RecordedPhase):
         return _portable_found(p.found[self.name])
 
     def restore(self, p: Progress, payloads: list[Any]) -> None:
-        p.found[self.name] = _merged(payloads)
+        p.found[self.name] = merged(payloads)
 
 
 def continuation_jobs(cfg: DictConfig, models: dict[str, Any] | None) -> list[JobSpec]:
@@ -451,7 +436,7 @@ class FeatureContinue(RecordedPhase):
         return _portable_found(found)
 
     def restore(self, p: Progress, payloads: list[Any]) -> None:
-        p.found[self.name] = _merged(payloads)
+        p.found[self.name] = merged(payloads)
 
 
 # --- the analysis -------------------------------------------------------------------------------

@@ -25,8 +25,7 @@ from scheda.model.schedule import level_count
 from scheda.protocol import phases
 from scheda.protocol.jobs import JobSpec, fmt, rule_values
 from scheda.protocol.kinds.base import stopping
-from scheda.protocol.tables.base import REPORT, Progress, RecordedPhase, register_phase
-from scheda.protocol.tables.features import by_launch
+from scheda.protocol.tables.base import REPORT, Progress, RecordedPhase, by_launch, merged, register_phase
 from scheda.runs.rundir import FINAL_STATUSES, best_evaluation, checkpoint_name, read_results
 from scheda.utils.errors import ConfigError, SchedaError
 from scheda.utils.io import shown_path
@@ -278,13 +277,6 @@ def _portable(found: dict[str, Any], wanted: list[str]) -> dict[str, Any] | None
             for seed, by_model in found.items()}
 
 
-def _merged(payloads: list[Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for payload in payloads:
-        out.update(payload or {})
-    return out
-
-
 @register_phase
 class PaperStart(RecordedPhase):
     """Per seed: DA(nu0) at the scale's DA settings until the rule stops it."""
@@ -309,7 +301,7 @@ class PaperStart(RecordedPhase):
         return _portable(p.found[self.name], ["da"])
 
     def restore(self, p: Progress, payloads: list[Any]) -> None:
-        p.found[self.name] = _merged(payloads)
+        p.found[self.name] = merged(payloads)
 
 
 @register_phase
@@ -363,8 +355,8 @@ class PaperContinue(RecordedPhase):
                 for by_model in p.found[self.name]["filters"].values() for e in by_model["models"].values() if e}
 
     def restore(self, p: Progress, payloads: list[Any]) -> None:
-        p.found[self.name] = {"runs": _merged([q["runs"] for q in payloads]),
-                              "filters": _merged([q["filters"] for q in payloads])}
+        p.found[self.name] = {"runs": merged([q["runs"] for q in payloads]),
+                              "filters": merged([q["filters"] for q in payloads])}
 
     def report(self, p: Progress, path: Path) -> list[str]:
         from scheda.protocol.paper_settings_report import section
@@ -433,7 +425,7 @@ class PaperGrid(RecordedPhase):
         return _portable(p.found[self.name], [fmt(nu) for nu in settings(p.cfg).grid_nus])
 
     def restore(self, p: Progress, payloads: list[Any]) -> None:
-        p.found[self.name] = _merged(payloads)
+        p.found[self.name] = merged(payloads)
 
     def report(self, p: Progress, path: Path) -> list[str]:
         from scheda.protocol.paper_settings_report import grid_section
@@ -482,8 +474,8 @@ class PaperLength(RecordedPhase):
                 for kept in p.found[self.name]["filters"].values() for e in kept["models"].values() if e}
 
     def restore(self, p: Progress, payloads: list[Any]) -> None:
-        p.found[self.name] = {"runs": _merged([q["runs"] for q in payloads]),
-                              "filters": _merged([q["filters"] for q in payloads])}
+        p.found[self.name] = {"runs": merged([q["runs"] for q in payloads]),
+                              "filters": merged([q["filters"] for q in payloads])}
 
     def report(self, p: Progress, path: Path) -> list[str]:
         from scheda.protocol.paper_settings_report import length_section
@@ -520,7 +512,7 @@ class PaperComposite(RecordedPhase):
         return _portable(p.found[self.name], settings(p.cfg).composite_models())
 
     def restore(self, p: Progress, payloads: list[Any]) -> None:
-        p.found[self.name] = _merged(payloads)
+        p.found[self.name] = merged(payloads)
 
     def report(self, p: Progress, path: Path) -> list[str]:
         from scheda.protocol.paper_settings_report import comparisons_section, composite_section
