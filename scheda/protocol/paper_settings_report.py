@@ -89,8 +89,10 @@ def comparison_rows(s, found: dict[str, Any]) -> list[tuple[str, Any, list[str]]
     return out
 
 
-def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
-    """The report's section: the budget, the comparisons with their verdicts, each seed's readings."""
+def section(cfg: DictConfig, s, found: dict[str, Any], path: Path, drawn: Path) -> list[str]:
+    """The report's section: the budget, the comparisons with their verdicts, each seed's readings, its
+    curves and filters. ``drawn``: the folder where this invocation's runs keep their filter images (a block's report
+    reads them there; the report from records, beside each record)."""
     start, cont = found["paper_start"], found["paper_continue"]["runs"]
     scale = cfg.scale
     lines = [
@@ -135,7 +137,7 @@ def section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
         f"seed {seed}: " + ", ".join(f"{model} {_stopped(e)}" for model, e in (cont.get(seed) or {}).items())
         for seed in seeds) + "."]
     lines += curves(s, found, path)
-    lines += filters(cfg, s, found, path)
+    lines += filters(cfg, s, found, path, drawn)
     return lines
 
 
@@ -175,7 +177,7 @@ def _filter_key(model: str, K: int) -> str:
     return "da" if model == "da" else _key(model, K)
 
 
-def filters(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
+def filters(cfg: DictConfig, s, found: dict[str, Any], path: Path, drawn: Path) -> list[str]:
     """Each seed's filters (images kept beside the block's record, or in the run folder) and the share
     of their energy at high spatial frequencies, compared over seeds."""
     import os
@@ -210,7 +212,7 @@ def filters(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
         images = []
         for k in keys:
             e = by_seed[seed]["models"].get(k)
-            source = _image(cfg, e["png"]) if e else None
+            source = _image(cfg, drawn, e["png"]) if e else None
             if source is not None:
                 images.append(f"![{k}, seed {seed}]({os.path.relpath(source, path.parent)})")
         if images:
@@ -218,11 +220,9 @@ def filters(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
     return lines
 
 
-def _image(cfg: DictConfig, name: str) -> Path | None:
-    """Where a filter image is: the run folder's (``<out_dir>/paper_filters/``), else a block record's."""
-    from scheda.protocol.tables.paper_settings import FILTERS
-
-    here = Path(cfg.out_dir) / FILTERS / name
+def _image(cfg: DictConfig, drawn: Path, name: str) -> Path | None:
+    """Where a filter image is: the run folder's (``drawn``), else a block record's."""
+    here = drawn / name
     if here.exists():
         return here
     blocks = cfg.table.get("blocks")
@@ -314,13 +314,11 @@ def _by_seed_table(found: dict[str, Any], models: list[tuple[str, str]]) -> list
 
 def composite_section(cfg: DictConfig, s, found: dict[str, Any]) -> list[str]:
     """The composite DAs, joint and alternating at each switch_every, and the switch chosen on validation."""
-    from scheda.protocol.tables.paper_settings import composite_patience
-
     composite = found["paper_composite"]
     if not composite:
         return []
     scale = cfg.scale
-    turns = ", ".join(f"{composite_patience(s, scale.patience, scale.da.eval_every, S)} alternating every {S}"
+    turns = ", ".join(f"{s.composite_patience(scale.patience, scale.da.eval_every, S)} alternating every {S}"
                       for S in s.switch_every)
     lines = ["## The composite DA with a switching period (Section 5)", "",
              f"Groups at nu {', '.join(map(fmt, s.composite_nus))} ({s.hidden // len(s.composite_nus)} units each), lr "

@@ -60,6 +60,13 @@ class Settings:
     composite_seeds: tuple[int, ...] = ()
     selection_seed: int = 0
 
+    def composite_patience(self, patience: int, every: int, switch_every: int | None) -> int:
+        """The rule's patience of a composite run: the scale's, or a whole turn of the groups where that is
+        longer (alternating every 50 epochs, the rule must not stop it before the second group has trained)."""
+        if switch_every is None:
+            return patience
+        return max(patience, math.ceil(len(self.composite_nus) * switch_every / every))
+
     def composite_models(self) -> list[str]:
         """Every composite a seed trains: joint, and alternating at each switch_every."""
         return ["joint", *(f"alternating_S{S}" for S in self.switch_every)]
@@ -364,15 +371,7 @@ class PaperContinue(RecordedPhase):
         if not p.found[START] and not p.found[self.name]["runs"]:
             return []
 
-        return section(p.cfg, settings(p.cfg), p.found, path)
-
-
-def composite_patience(s: Settings, patience: int, every: int, switch_every: int | None) -> int:
-    """The rule's patience of a composite run: the scale's, or a whole turn of the groups where that is
-    longer (alternating every 50 epochs, the rule must not stop it before the second group has trained)."""
-    if switch_every is None:
-        return patience
-    return max(patience, math.ceil(len(s.composite_nus) * switch_every / every))
+        return section(p.cfg, settings(p.cfg), p.found, path, p.out_dir / FILTERS)
 
 
 def composite_jobs(cfg: DictConfig) -> list[JobSpec]:
@@ -383,7 +382,7 @@ def composite_jobs(cfg: DictConfig) -> list[JobSpec]:
     nus = "_".join(fmt(nu) for nu in s.composite_nus)
     for seed in s.composite_seeds:
         for model, S in [("joint", None), *((f"alternating_S{S}", S) for S in s.switch_every)]:
-            patience = composite_patience(s, scale.patience, scale.da.eval_every, S)
+            patience = s.composite_patience(scale.patience, scale.da.eval_every, S)
             values = {**phases.da_values(s.hidden, s.composite_nus[0], s.da_lr, scale.da, patience),
                       "model.group_nus": list(s.composite_nus), "model.update": "joint" if S is None else "alternating",
                       "seed": seed, **({} if S is None else {"model.switch_every": S})}
