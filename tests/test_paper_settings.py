@@ -7,6 +7,7 @@ verdict are checked against numbers computed here from the records; bad values a
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ import numpy as np
 
 import pytest
 
-from helpers import TINY_PROTOCOL, User, readme_commands, rows_of
+from helpers import TINY_PROTOCOL, User, readme_commands, rows_of, smoke_cfg
 from scheda.protocol.paper_settings_report import reading
 from scheda.runs.rundir import checkpoint_name
 from scheda.utils import stats
@@ -26,10 +27,11 @@ def _block(name: str, seeds="[]", grid="[]", length="[]", composite="[]") -> str
             f"table.paper_settings.length.seeds: {length}, table.paper_settings.composite.seeds: {composite}}}}}")
 
 
-# Two blocks of the gradual-against-jump arms (one seed each), one of the grid's DAs (seeds 0-2), one at length
+# Two blocks of the gradual-against-jump arms (one seed each), one of the other parts: the grid's DAs (seeds 0-2),
+# a DA at length (seed 1) and the composite DAs (seeds 0-2)
 BLOCKS = ("table.blocks={records: records, cut: 'one seed a block, for the test', hours: 2, list: ["
-          + ", ".join([_block("s3", seeds="[3]"), _block("s5", seeds="[5]"), _block("g", grid="[0, 1, 2]"),
-                       _block("l", length="[1]"), _block("c", composite="[0, 1, 2]")]) + "]}")
+          + ", ".join([_block("s3", seeds="[3]"), _block("s5", seeds="[5]"),
+                       _block("glc", grid="[0, 1, 2]", length="[1]", composite="[0, 1, 2]")]) + "]}")
 # Table 1's numbers as the cpu scale sets them beside the grid (here made up: seed 0's DA(0.5) best on validation)
 BESIDE = ("table.paper_settings.beside={source: other.md, note: 'made up', val: {0.5: 10.0}, best: da, "
           "rows: {da: {0: 90.0, 1: 91.0, 2: 92.0}}}")
@@ -51,10 +53,10 @@ def blocks(tmp_path_factory):
     scheda = {"epoch": 4, "nu": 0.3, "epochs_trained": 4, "val_error": 0.5, "test_error": 0.5,
               "results": {"history": [{"epoch": e, "loss": SCHEDA_LOSS + 10 * (4 - e), "nu": 0.3} for e in (1, 2, 3, 4)]}}
     (against / "record.json").write_text(json.dumps({"phases": {"feature_continue": {"1": {"scheda": scheda}}}}))
-    for b in range(5):
+    for b in range(3):
         user.run(COMMAND, *TINY_PROTOCOL, f"block={b}")
     report = user.run(COMMAND, "phases=[report]")
-    records = [json.loads((user.work / "records" / f"block_{b}" / "record.json").read_text()) for b in range(5)]
+    records = [json.loads((user.work / "records" / f"block_{b}" / "record.json").read_text()) for b in range(3)]
     return user, records, report
 
 
@@ -91,7 +93,7 @@ def test_each_block_trains_its_seeds_arms_as_fixed(blocks):
 def test_the_report_reads_the_records_by_the_rules_fixed_before_the_runs(blocks):
     _, records, report = blocks
     text = (blocks[0].work / "reports" / "paper_settings_smoke.md").read_text()
-    assert "Built from the records of 5 of 5 blocks" in text
+    assert "Built from the records of 3 of 3 blocks" in text
     rows = rows_of(text)
     # computed here from the records: ScheDA at its level end of lowest validation error, the jump at its best
     diffs = []
@@ -162,23 +164,25 @@ def test_the_pre_registered_verdict_has_three_outcomes_and_not_resolved(diffs, v
     ("table.paper_settings.grid.nu=[0.4,1.2]", "table.paper_settings.grid.nu=[0.4, 1.2]: give one or more different"),
     ("table.paper_settings.length.eval_every=9", "table.paper_settings.length: nu=0.3, epochs=4, eval_every=9: give"),
     ("table.paper_settings.length.seeds=[-1]", "table.paper_settings.length.seeds=[-1]: give different seeds >= 0"),
+    ("table.paper_settings.composite.nus=[0.2,0.3,0.4]", "table.paper_settings.composite: nus=[0.2, 0.3, 0.4]"),
+    ("table.paper_settings.composite.switch_every=[2,2]", "and different switch_every >= 1"),
 ])
-def test_bad_values_are_one_line_before_any_job(tmp_path, override, message):
-    proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "table=paper_settings", "scale=smoke",
-                           override], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 1 and message in proc.stderr.strip().splitlines()[-1], proc.stderr[-2000:]
-    assert len(proc.stderr.strip().splitlines()) == 1 or "Traceback" not in proc.stderr
-    assert not list(tmp_path.glob("outputs/**/paper_da"))  # no job ran
+def test_bad_values_are_refused_before_any_job(override, message):
+    from scheda.protocol.tables.paper_settings import settings
+    from scheda.utils.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        settings(smoke_cfg("table=paper_settings", override))
 
 
-def test_a_table_with_nothing_to_train_is_one_line(tmp_path):
+def test_a_table_with_nothing_to_train_is_one_line_and_runs_no_job(tmp_path):
+    empty = [f"table.paper_settings.{part}seeds=[]" for part in ("", "grid.", "length.", "composite.")]
     proc = subprocess.run([sys.executable, "-m", "scheda.protocol.reproduce", "table=paper_settings", "scale=smoke",
-                           "table.paper_settings.seeds=[]", "table.paper_settings.grid.seeds=[]",
-                           "table.paper_settings.length.seeds=[]", "table.paper_settings.composite.seeds=[]"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, check=False)
+                           *empty], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
         "error: table.paper_settings: seeds, grid.seeds, length.seeds and composite.seeds are all empty: give one of "
         "them seeds to train")
+    assert "Traceback" not in proc.stderr and not list(tmp_path.glob("outputs/**/paper_*"))  # no job ran
 
 
 def test_readmes_smoke_command_runs_the_table_as_one(tmp_path):
@@ -256,12 +260,12 @@ def test_the_grid_block_trains_each_nu_and_seed_and_reads_it_beside_the_others(b
 
 def test_the_da_at_length_is_read_against_the_other_tables_scheda(blocks):
     user, records, _ = blocks
-    length = records[3]["phases"]["paper_length"]
+    length = records[2]["phases"]["paper_length"]
     e = length["runs"]["1"]["length"]
     assert e["stopped_by"] == "schedule" and [h["epoch"] for h in e["history"]] == [1, 2, 3, 4]
     assert [v["epoch"] for v in e["evaluations"]] == [2, 4]
     assert length["filters"]["1"]["models"]["length"]["epoch"] == 4
-    assert (user.work / "records" / "block_3" / length["filters"]["1"]["models"]["length"]["png"]).exists()
+    assert (user.work / "records" / "block_2" / length["filters"]["1"]["models"]["length"]["png"]).exists()
     text = (user.work / "reports" / "paper_settings_smoke.md").read_text()
     rows = rows_of(text)
     cross = next((h["epoch"] for h in e["history"] if h["loss"] <= SCHEDA_LOSS), None)
@@ -293,9 +297,7 @@ def test_the_best_da_is_the_grids_where_it_wins_on_seed_0():
 
 
 def test_the_cpu_grids_numbers_beside_are_the_committed_reports():
-    """The cpu scale's grid.beside transcribes table1_cpu.md and increasing_cpu.md: each number is theirs."""
-    import re
-
+    """The cpu scale's beside transcribes table1_cpu.md and increasing_cpu.md: each number is theirs."""
     from omegaconf import OmegaConf
 
     from helpers import REPO
@@ -322,10 +324,10 @@ def test_the_cpu_grids_numbers_beside_are_the_committed_reports():
 
 def test_the_composite_block_chooses_its_switch_on_seed_0_and_compares_it_over_the_others(blocks):
     user, records, _ = blocks
-    composite = records[4]["phases"]["paper_composite"]
+    composite = records[2]["phases"]["paper_composite"]
     assert sorted(composite) == ["0", "1", "2"]
     assert all(set(m) == {"joint", "alternating_S1", "alternating_S2"} for m in composite.values())
-    runs = user.work / "outputs" / "reproduce" / "smoke" / "paper_settings_block_4" / "paper_composite"
+    runs = user.work / "outputs" / "reproduce" / "smoke" / "paper_settings_block_2" / "paper_composite"
     config = json.loads((runs / composite["1"]["alternating_S2"]["job"] / "results.json").read_text())["config"]
     assert config["model"]["update"] == "alternating" and config["model"]["switch_every"] == 2
     assert config["model"]["group_nus"] == [0.2, 0.4] and config["trainer"]["patience"] == 4  # a whole turn: 2 x 2
