@@ -42,7 +42,7 @@ from scheda.model.autoencoder import DenoisingAutoencoder
 from scheda.model.noise import build_noise
 from scheda.model.optim import SGD
 from scheda.training.products import bf16_refusal
-from scheda.training.step import StepChoice
+from scheda.training.steps import StepChoice
 from scheda.utils.io import atomic_write_json
 
 D, NU, LR, ROWS = 3072, 0.3, 0.01, 4000

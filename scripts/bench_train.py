@@ -54,7 +54,7 @@ from scheda.model.network import CompositeDA
 from scheda.model.optim import SGD
 from scheda.model.schedule import NoiseSchedule, Stage
 from scheda.model.noise import build_noise
-from scheda.training.step import StepChoice
+from scheda.training.steps import StepChoice
 from scheda.training.trainer import Trainer, ModelState
 
 D, NU, LR = 3072, 0.3, 0.01

@@ -120,7 +120,7 @@ write_cifar_arrays(__import__('pathlib').Path('$DATA/cifar10'), n_train=400, n_t
     # Whether triton compiles here (a C compiler and Python's headers): if not, the rest of the
     # check runs the torch step, and says so (the benchmark refuses to time a fallback under a step's name).
     step triton-probe $PY -c "import torch; from scheda.model.autoencoder import DenoisingAutoencoder as DA; \
-from scheda.model.optim import SGD; from scheda.model.noise import build_noise; from scheda.training.step import StepChoice; \
+from scheda.model.optim import SGD; from scheda.model.noise import build_noise; from scheda.training.steps import StepChoice; \
 x = torch.rand(40, 64, device='cuda'); m = DA(64, 8).cuda(); g = torch.Generator(device='cuda'); \
 s = StepChoice('two_pass', True).build([m], [SGD(m.parameters(), lr=0.1)], [build_noise({'name': 'masking'})], 20, x, [g]); \
 assert s.fallback is None, s.fallback; s(x, torch.arange(40, device='cuda').unsqueeze(0), [0.3], [g]); \

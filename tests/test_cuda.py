@@ -17,8 +17,8 @@ from scheda.model.optim import SGD
 from scheda.run import run
 from scheda.model.schedule import NoiseSchedule, Stage
 from scheda.model.noise import build_noise
-from scheda.training.step import (AutogradStep, BatchedStep, FusedStep, GraphedStep, StepChoice, TritonStep,
-                                  TwoPassStep)
+from scheda.training.step import AutogradStep, BatchedStep, FusedStep, GraphedStep, TritonStep, TwoPassStep
+from scheda.training.steps import StepChoice
 from scheda.training.trainer import ModelState
 
 from helpers import N_VAL, REPO, STAGES, TINY, compose_cfg

@@ -14,7 +14,8 @@ from scheda.model.noise import build_noise
 from scheda.model.optim import SGD
 from scheda.model.schedule import NoiseSchedule, Stage
 from scheda.training.graphs import StandIn, graphs_for, undone
-from scheda.training.step import BatchedStep, GraphedStep, StepChoice, TritonStep, TwoPassStep
+from scheda.training.step import BatchedStep, GraphedStep, TritonStep, TwoPassStep
+from scheda.training.steps import StepChoice
 from scheda.training.trainer import ModelState
 
 D, H, N, BS = 40, 12, 101, 4  # 25 whole minibatches of 4 and a last one of 1

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from scheda.run import run
 from scheda.planning.plan import make_plan
-from scheda.training.step import StepChoice
+from scheda.training.steps import StepChoice
 
 from helpers import TINY, compose_cfg
 

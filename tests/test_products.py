@@ -16,7 +16,8 @@ from scheda.model.optim import SGD
 from scheda.training.products import Bf16Products, Fp32Products, bf16_refusal
 from scheda.run import run
 from scheda.training.checkpoint import load_checkpoint
-from scheda.training.step import AutogradStep, BatchedStep, CompositeStep, StepChoice
+from scheda.training.step import AutogradStep, BatchedStep, CompositeStep
+from scheda.training.steps import StepChoice
 from helpers import STAGES, TINY, compose_cfg, run_train
 
 masking = build_noise({"name": "masking"})

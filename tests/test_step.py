@@ -4,7 +4,8 @@ import torch
 from scheda.model.autoencoder import DenoisingAutoencoder
 from scheda.model.noise import build_noise
 from scheda.model.optim import SGD
-from scheda.training.step import AutogradStep, BatchedStep, FusedStep, OneModel, StepChoice
+from scheda.training.step import AutogradStep, BatchedStep, FusedStep, OneModel
+from scheda.training.steps import StepChoice
 
 masking, gaussian, salt_pepper = (build_noise({"name": n}) for n in ("masking", "gaussian", "salt_pepper"))
 

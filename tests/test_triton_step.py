@@ -11,7 +11,8 @@ from scheda.model.noise import build_noise
 from scheda.model.optim import SGD
 from scheda.model.schedule import NoiseSchedule, Stage
 from scheda.training import kernels
-from scheda.training.step import BatchedStep, StepChoice, TritonStep, TwoPassStep
+from scheda.training.step import BatchedStep, TritonStep, TwoPassStep
+from scheda.training.steps import StepChoice
 from scheda.training.trainer import ModelState
 
 D, H = 40, 12
@@ -100,7 +101,7 @@ def test_where_triton_cannot_compile_the_torch_step_trains_from_the_same_state(m
     x_all = torch.rand(40, D, generator=torch.Generator().manual_seed(2))
     weights, state = model.W.detach().clone(), gen.get_state()
     monkeypatch.setattr(kernels, "corrupt", fails)
-    with caplog.at_level("WARNING", logger="scheda.training.step"):
+    with caplog.at_level("WARNING", logger="scheda.training.steps"):
         step = StepChoice("triton").build([model], [opt], [build_noise({"name": "masking"})], 8, x_all, [gen])
     assert type(step) is BatchedStep
     # the step says what it is, and why it is not the plan's (results.json records both)

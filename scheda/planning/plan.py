@@ -27,7 +27,8 @@ from scheda.runs.reentry import Entry
 from scheda.planning.run_config import RunConfig, typed_config  # noqa: F401 - typed_config: the plan's first step
 from scheda.training.finetune import FinetunePlan
 from scheda.training.stack import Stack, load_stack
-from scheda.training.step import FinetuneChoice, StepChoice
+from scheda.training.step import FinetuneChoice
+from scheda.training.steps import StepChoice
 from scheda.utils.errors import CheckpointError
 
 log = logging.getLogger(__name__)

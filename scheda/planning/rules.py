@@ -13,79 +13,36 @@ config (scheda.planning.plan.RunConfig) and the device, and returns the one-line
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Callable
 
 import torch
 
 from scheda.model.schedule import options_with_nu_key
 from scheda.training.products import bf16_refusal
-from scheda.training.step import TWO_PASS_PRECISIONS, TWO_PASS_ROWS, FinetuneChoice, StepChoice
+from scheda.training.step import FinetuneChoice
+from scheda.training.steps import (FUSED_STEP, PLAIN_SGD, StepChoice, auto_kind, parallel, plain_sgd, step_kind,
+                                   trains_composite, trains_fused)
 from scheda.utils.errors import ConfigError
 
 from scheda.planning.run_config import RunConfig
 
-FUSED_STEP = "model.name=da, model.loss=cross_entropy, trainer.precision fp32, tf32 or bf16"
-PLAIN_SGD = "optim.momentum=0 and optim.weight_decay=0"
-TRITON_STEP = "the masking noise, one noise level per epoch"
-CUDA_STEPS = ("triton", "two_pass")
 # trainer.compile=null compiles the bf16 update for runs of at least this many epochs: on the 2-core
 # EPYC it saves 0.2 to 1.1 ms a minibatch of 20 (docs/performance.md), 0.5 s or more a CIFAR-10 epoch,
 # against 2.3 s of compilation with its cache on disk and 8 s without.
 COMPILE_EPOCHS = 20
 
 
-def _fused(config: RunConfig) -> bool:
-    """Whether the hand-written step can train the models: a tied cross-entropy DA in any precision
-    (bf16: its products, scheda.training.products; tf32x3: the two-pass step's), trainer.step not autograd."""
-    return config.model.name == "da" and config.model.loss == "cross_entropy" and config.trainer.step != "autograd"
-
-
-def _composite_step(config: RunConfig) -> bool:
-    """Whether the composite DA's hand-written step (scheda.training.step.CompositeStep) can train
-    the run: a cross-entropy composite DA with plain SGD, one model, fp32, tf32 or bf16, trainer.step
-    not autograd (no Triton form, no CUDA graph: it runs eager)."""
-    return (config.model.name == "composite" and config.model.loss == "cross_entropy" and _plain_sgd(config)
-            and not _parallel(config) and config.trainer.step != "autograd"
-            and config.trainer.precision in ("fp32", "tf32", "bf16"))
-
-
-def _plain_sgd(config: RunConfig) -> bool:
-    return config.optim.momentum == 0 and config.optim.weight_decay == 0
-
-
-def _parallel(config: RunConfig) -> bool:
-    par = config.trainer.parallel
-    return bool(par.nu or par.lr or par.seed)
-
-
 def _graph_refusal(config: RunConfig) -> str | None:
     """Why a CUDA graph cannot capture this run's step, the device aside (None: it can). A graph
     replays the fused step with plain SGD folded into it and a noise level fixed for the epoch:
     a schedule that draws nu per minibatch would replay a stale one."""
-    if not _fused(config):
+    if not trains_fused(config):
         return f"trainer.cuda_graph=true needs the fused step: {FUSED_STEP}, trainer.step not autograd"
-    if not _plain_sgd(config):
+    if not plain_sgd(config):
         return f"trainer.cuda_graph=true needs plain SGD: {PLAIN_SGD}"
     if config.schedule.per_minibatch:
         return ("trainer.cuda_graph=true needs one noise level per epoch, and this schedule draws nu per "
                 "minibatch: use trainer.cuda_graph=null (it then runs eager) or false")
-    return None
-
-
-def _triton_refusal(config: RunConfig, step: str = "triton") -> str | None:
-    """Why the Triton step (``step``: or its two-pass form) cannot train this run, the device aside
-    (None: it can): its kernels hold the plain fused step and the masking noise, with the level
-    fixed for the epoch; triton must be installed."""
-    if not (_fused(config) and _plain_sgd(config)):
-        return f"trainer.step={step} needs the plain fused step: {FUSED_STEP}, {PLAIN_SGD}"
-    if config.trainer.precision == "bf16":
-        return (f"trainer.step={step} computes its products in fp32 (or tf32x3), not trainer.precision=bf16: use "
-                f"trainer.step=auto or fused (bf16 products in the torch step)")
-    if config.noise.name != "masking" or config.schedule.per_minibatch:
-        return f"trainer.step={step} needs {TRITON_STEP}: use trainer.step=auto (it then runs the torch step) or fused"
-    if importlib.util.find_spec("triton") is None:
-        return f"trainer.step={step} needs triton: pip install triton (Linux), or use trainer.step=auto or fused"
     return None
 
 
@@ -98,10 +55,10 @@ def _compile_refusal(config: RunConfig, device: torch.device) -> str | None:
                 f"trainer.precision=bf16 or trainer.compile=null")
     if device.type != "cpu":
         return f"trainer.compile=true compiles the CPU's bf16 update, not {device}'s: use trainer.compile=null"
-    if t.step not in ("auto", "fused") or not (_fused(config) or _composite_step(config)):
+    if t.step not in ("auto", "fused") or not (trains_fused(config) or trains_composite(config)):
         return (f"trainer.compile=true needs the fused or composite step ({FUSED_STEP}, trainer.step auto or fused): "
                 f"use trainer.compile=null")
-    if not _plain_sgd(config):
+    if not plain_sgd(config):
         return f"trainer.compile=true folds plain SGD into the update: {PLAIN_SGD}, or trainer.compile=null"
     return None
 
@@ -112,8 +69,8 @@ def compile_needs_its_step(config: RunConfig, device: torch.device) -> str | Non
 
 def cuda_settings_need_a_cuda_device(config: RunConfig, device: torch.device) -> str | None:
     t = config.trainer
-    if device.type != "cuda" and t.step in CUDA_STEPS:
-        return f"trainer.step={t.step} needs a CUDA device, not {device}: use trainer.device=cuda or trainer.step=auto"
+    if t.step != "auto" and (refusal := step_kind(t.step).device_refusal(device)):
+        return refusal
     if device.type != "cuda" and t.cuda_graph:
         return f"trainer.cuda_graph=true needs a CUDA device, not {device}: use trainer.device=cuda or trainer.cuda_graph=null"
     return None
@@ -129,25 +86,12 @@ def bf16_needs_bf16_arithmetic(config: RunConfig, device: torch.device) -> str |
 
 
 def the_step_can_train_the_run(config: RunConfig, device: torch.device) -> str | None:
-    """A step asked for by name (trainer.step; trainer.cuda_graph=true) is one that can train the run:
-    the fused step a tied cross-entropy DA, the Triton steps the plain fused step with the masking
-    noise; the two-pass one also keeps a minibatch in one program and computes in fp32 or tf32x3
-    (``trainer.precision=tf32x3`` names its products, so it needs it)."""
+    """A step asked for by name (trainer.step; trainer.cuda_graph=true) is one that can train the run
+    (its own refusal, scheda.training.steps); ``trainer.precision=tf32x3`` names the two-pass step's
+    products, so it needs that step."""
     t = config.trainer
-    if t.step == "fused" and config.model.name == "composite" and not _composite_step(config):
-        return (f"trainer.step=fused trains a composite DA of cross-entropy alone, with plain SGD ({PLAIN_SGD}) in fp32, "
-                f"tf32 or bf16: use trainer.step=auto (it then runs autograd) or autograd")
-    if t.step == "fused" and not (_fused(config) or _composite_step(config)):
-        return f"trainer.step=fused needs {FUSED_STEP}: use trainer.step=auto (it then runs autograd) or autograd"
-    if t.step in CUDA_STEPS:
-        refusal = _triton_refusal(config, t.step)
-        if refusal:
-            return refusal
-    if t.step == "two_pass" and t.batch_size > TWO_PASS_ROWS:
-        return (f"trainer.step=two_pass keeps a minibatch in one program: trainer.batch_size={t.batch_size} must be "
-                f"<= {TWO_PASS_ROWS} (or use trainer.step=triton)")
-    if t.step == "two_pass" and t.precision not in TWO_PASS_PRECISIONS:
-        return f"trainer.step=two_pass computes its products in fp32 or tf32x3, not trainer.precision={t.precision}"
+    if t.step != "auto" and (refusal := step_kind(t.step).refusal(config)):
+        return refusal
     if t.step != "two_pass" and t.precision == "tf32x3":
         return "trainer.precision=tf32x3 is the two-pass step's product precision: set trainer.step=two_pass"
     return _graph_refusal(config) if t.cuda_graph else None
@@ -155,7 +99,7 @@ def the_step_can_train_the_run(config: RunConfig, device: torch.device) -> str |
 
 def parallel_needs_the_fused_step(config: RunConfig, device: torch.device) -> str | None:
     """A fused sweep's models share the hand-written step, with plain SGD folded into it."""
-    if _parallel(config) and not (_fused(config) and _plain_sgd(config)):
+    if parallel(config) and not (trains_fused(config) and plain_sgd(config)):
         return f"trainer.parallel needs the plain fused step: {FUSED_STEP}, {PLAIN_SGD}"
     return None
 
@@ -168,7 +112,7 @@ def parallel_nu_needs_a_noise_level(config: RunConfig, device: torch.device) -> 
 
 
 def parallel_trains(config: RunConfig, device: torch.device) -> str | None:
-    if _parallel(config) and config.finetune.skips_training:
+    if parallel(config) and config.finetune.skips_training:
         return "trainer.parallel trains models: it cannot be combined with finetune.standalone"
     return None
 
@@ -294,10 +238,7 @@ def choose_step(config: RunConfig, device: torch.device, epochs: int = 0) -> Ste
     device wherever a graph can capture the step; ``trainer.compile=null`` compiles the bf16 update
     wherever it applies and the run trains at least COMPILE_EPOCHS of its ``epochs``."""
     t, cuda = config.trainer, device.type == "cuda"
-    kind = t.step
-    if kind == "auto":
-        kind = "triton" if cuda and _triton_refusal(config) is None else \
-            "fused" if _fused(config) or _composite_step(config) else "autograd"
+    kind = auto_kind(config, device) if t.step == "auto" else t.step
     graph = t.cuda_graph if t.cuda_graph is not None else cuda and kind != "autograd" and _graph_refusal(config) is None
     compiled = t.compile if t.compile is not None else \
         kind == "fused" and epochs >= COMPILE_EPOCHS and _compile_refusal(config, device) is None

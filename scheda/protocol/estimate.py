@@ -170,11 +170,21 @@ def item_seconds(item: dict[str, Any], bench: dict[str, Any], batch_size: int, f
     return item["epochs"] * one * fused, item["evals"] * per_feature * item["hidden"]
 
 
-def fast_step(cfg: DictConfig) -> bool:
-    """Whether the runs get the device's default step (the Triton step graphed on CUDA), unless
-    their composed trainer turns it off or cannot take it."""
+def step_timing(cfg: DictConfig) -> str | None:
+    """The benchmark's timing of the step the runs get: a named step's own (its module in
+    scheda.training.steps), ``auto``'s the device's default (the benchmark's ``default_s``: the Triton
+    step graphed on CUDA) unless the runs turn CUDA graphs off; None: the eager torch step's."""
+    from scheda.training.steps import step_kind
+
     t = typed("trainer", job_config(cfg).trainer)  # typed: 0.2's step flags read as trainer.step
-    return t.step in ("auto", "triton") and t.cuda_graph is not False
+    if t.step == "auto":
+        return "default_s" if t.cuda_graph is not False else None
+    return step_kind(t.step).timing(t.cuda_graph)
+
+
+def fast_step(cfg: DictConfig) -> bool:
+    """Whether the runs get the device's default step, as the benchmark timed it (``default_s``)."""
+    return step_timing(cfg) == "default_s"
 
 
 def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int,
@@ -185,7 +195,8 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int,
     precision = runs_precision(cfg)
     if bench is not None:
         bench = for_precision(bench, precision, cfg.get("bench"))
-    fast, examples, inputs = fast_step(cfg), train_examples(cfg), int(cfg.table.get("inputs", INPUTS))
+    timing, examples, inputs = step_timing(cfg), train_examples(cfg), int(cfg.table.get("inputs", INPUTS))
+    fast = timing == "default_s"
     out: dict[str, Any] = {"jobs": {}, "model_epochs": {}, "evaluations": 0, "finetune_jobs": p["finetune_jobs"],
                            "checkpoint_bytes": 0, "precision": precision}
     seconds_shared = 0.0
@@ -201,8 +212,8 @@ def estimate(cfg: DictConfig, bench: dict[str, Any] | None, batch_size: int,
         if item.get("checkpoints", True):  # an analysis' evaluations keep no checkpoint
             out["checkpoint_bytes"] += item["evals"] * checkpoint_bytes(item["hidden"], item.get("inputs", inputs))
         if bench is not None:
-            if typed("trainer", job_config(cfg).trainer).step == "autograd":  # every model by autograd
-                item = {"timing": "autograd_s", **item}
+            if timing not in (None, "default_s"):  # every model by the named step (autograd's, say)
+                item = {"timing": timing, **item}
             # a layer stacked on another takes that layer's units as its inputs
             train, evals = item_seconds(item, bench, batch_size, fast, examples, search_share(cfg),
                                         item.get("inputs", inputs))

@@ -1,9 +1,7 @@
-"""The minibatch updates of M >= 1 DAs, and the choice among them that builds one (the loop that
-calls it, minibatch after minibatch, is scheda.training.trainer).
-
-:class:`StepChoice` is which step trains a run: scheda.planning.rules chooses it once, in the run's
-plan (scheda.planning.plan), and refuses there every setting a step cannot take; the loop builds
-the chosen step from it for the models it holds, and nothing here decides again:
+"""The minibatch updates of M >= 1 DAs (the loop that calls one, minibatch after minibatch, is
+scheda.training.trainer). Which one trains a run, what each needs and how it is built is its step's
+module in scheda.training.steps (a StepChoice, chosen once in the run's plan by scheda.planning.rules);
+nothing here decides:
 
 * :class:`AutogradStep` (called as M = 1 through :class:`OneModel`): ``model.training_loss``
   (corrupt, reconstruct), ``backward``, ``optimizer.step``. Serves every option (any noise,
@@ -36,7 +34,6 @@ the chosen step from it for the models it holds, and nothing here decides again:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 from dataclasses import dataclass
@@ -44,7 +41,7 @@ from dataclasses import dataclass
 from scheda.model.noise import Corruption, mask_threshold
 from scheda.model.optim import SGD
 from scheda.training.graphs import graphs_for, undone
-from scheda.training.products import CompileError, products_for
+from scheda.training.products import products_for
 from scheda.utils.lazy import lazy, no_grad
 
 torch = lazy("torch", globals())
@@ -522,106 +519,8 @@ class OneModel(LossSums):
         return loss
 
 
-STEP_KINDS = ("autograd", "fused", "triton", "two_pass")
 TWO_PASS_ROWS = 128  # the two-pass step holds a minibatch's rows in one program (kernels.MAX_ROWS)
 TWO_PASS_PRECISIONS = ("fp32", "tf32x3")
-
-
-@dataclass(frozen=True)
-class StepChoice:
-    """Which minibatch update trains a run's models, chosen once (scheda.planning.rules.choose_step)
-    and built by the loop for the models it holds (again when a fused sweep's model drops out):
-    ``kind`` is the autograd step (one model), the hand-written fused step, the Triton step or
-    its two-pass form; ``cuda_graph`` captures the fused or Triton step in CUDA graphs;
-    ``precision`` is the products' (bf16: the torch step's in bf16 with fp32 weights,
-    scheda.training.products; autograd's under autocast); ``compiled``: the fused or composite
-    step's bf16 update in one compiled pass over W (scheda.training.products.OnePassBf16Products;
-    where torch.compile cannot build it, the eager update, recorded as the fallback). Every step it builds is called
-    as ``step(x_all, idx [M, rows], nus, generators)`` with ``rows`` at most its ``minibatches``
-    minibatches, and keeps the M summed losses (:class:`LossSums`)."""
-
-    kind: str = "fused"
-    cuda_graph: bool = False
-    precision: str = "fp32"
-    compiled: bool = False
-
-    def __post_init__(self):
-        if self.kind not in STEP_KINDS:
-            raise ValueError(f"a step is one of {', '.join(STEP_KINDS)}, not {self.kind!r}")
-        if self.compiled and (self.kind != "fused" or self.precision != "bf16"):
-            raise ValueError("the compiled update is the fused or composite step's in bf16 (scheda.planning.rules)")
-
-    @property
-    def triton(self) -> bool:
-        return self.kind in ("triton", "two_pass")
-
-    def describe(self) -> dict:
-        """What results.json records of a step."""
-        return {"kind": self.kind, "cuda_graph": self.cuda_graph, "precision": self.precision,
-                **({"compiled": True} if self.compiled else {})}
-
-    def build(self, models: list[network.DenoisingAutoencoder], optimizers: list[SGD],
-              noises: list[Corruption], batch_size: int, x_all: torch.Tensor, generators: list[torch.Generator]):
-        """The chosen step for these models; it says what it is (``ran``, a StepChoice) and why that
-        differs from this choice (``fallback``: None, or the reason). A Triton step that cannot
-        compile here (no C compiler, no Python headers) says so and trains with the fused torch step
-        instead: the one change of step that is not refused, and it is recorded."""
-        if self.triton:
-            if self.kind == "two_pass":
-                step = TwoPassStep(models, optimizers, noises, batch_size, x_all, generators, self.cuda_graph,
-                                   self.precision)
-            else:
-                step = TritonStep(models, optimizers, noises, batch_size, x_all, generators, self.cuda_graph)
-            try:
-                step.prepare()
-                return _built(step, self, None)
-            except Exception as exc:  # noqa: BLE001 - triton cannot compile here (a C compiler, Python's headers)
-                reason = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
-                name = {"triton": "Triton", "two_pass": "two-pass"}[self.kind]
-                log.warning("the %s step cannot run here (%s): training with the torch step; "
-                            "trainer.step=fused skips the attempt", name, reason)
-                fused = StepChoice("fused", self.cuda_graph, "fp32" if self.precision == "tf32x3" else self.precision)
-                return _built(fused.build(models, optimizers, noises, batch_size, x_all, generators), fused,
-                              f"the {name} step could not run here ({reason})")
-        if self.compiled:
-            try:
-                return self._torch_step(models, optimizers, noises, batch_size, x_all, generators)
-            except CompileError as exc:
-                log.warning("the compiled bf16 update cannot be built here (%s): training with the eager update; "
-                            "trainer.compile=false skips the attempt", exc)
-                eager = dataclasses.replace(self, compiled=False)
-                return _built(eager._torch_step(models, optimizers, noises, batch_size, x_all, generators), eager,
-                              f"the compiled update could not be built here ({exc})")
-        return self._torch_step(models, optimizers, noises, batch_size, x_all, generators)
-
-    def _torch_step(self, models, optimizers, noises, batch_size, x_all, generators):
-        """The composite, fused (graphed or not) or autograd step, built and marked."""
-        compiled = self.compiled
-        if self.kind != "autograd" and isinstance(models[0], network.CompositeDA):
-            if len(models) > 1 or self.cuda_graph:
-                raise ValueError("the composite step trains one model, uncaptured (scheda.planning.rules refuses "
-                                 "the rest)")
-            return _built(CompositeStep(models[0], optimizers[0], noises[0], batch_size, x_all.device, self.precision,
-                                        compiled), self, None)
-        if self.kind != "autograd":
-            step = BatchedStep(models, optimizers, noises, batch_size, x_all.device, self.precision, compiled)
-            if not self.cuda_graph:
-                return _built(step, self, None)
-            graphed = GraphedStep(step, x_all, generators)
-            graphed.prepare()
-            return _built(graphed, self, None)
-        if len(models) > 1:
-            raise ValueError("the autograd step trains one model (scheda.planning.rules refuses a sweep without "
-                             "the fused step)")
-        return _built(OneModel(AutogradStep(models[0], optimizers[0], noises[0],
-                                            torch.bfloat16 if self.precision == "bf16" else None), x_all.device),
-                      self, None)
-
-
-def _built(step, ran: StepChoice, fallback: str | None):
-    """``step`` marked with what it is: the choice it implements, and why that is not the plan's."""
-    step.ran, step.fallback = ran, fallback
-    return step
 
 
 def step_record(step: dict) -> dict:

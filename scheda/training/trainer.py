@@ -26,7 +26,8 @@ from scheda.model.optim import SGD
 from scheda.model.schedule import NoiseSchedule, Stage
 from scheda.training.loop import Loop, minibatch_slices
 from scheda.runs.rundir import CAP, PATIENCE, SCHEDULE, step_of_flags
-from scheda.training.step import StepChoice, step_record
+from scheda.training.step import step_record
+from scheda.training.steps import REGISTRY, StepChoice
 from scheda.utils.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -34,7 +35,6 @@ network = lazy("scheda.model.network", globals())
 
 log = logging.getLogger(__name__)
 PRECISIONS = ("fp32", "tf32", "tf32x3", "bf16")
-STEPS = ("auto", "autograd", "fused", "triton", "two_pass")  # trainer.step
 
 
 @dataclass
@@ -120,8 +120,9 @@ class TrainerConfig(Component):
         if self.precision not in PRECISIONS:
             raise self.invalid("precision", f"must be {', '.join(PRECISIONS[:-1])} or {PRECISIONS[-1]}")
         self._read_old_step_flags()
-        if self.step not in STEPS:
-            raise self.invalid("step", f"must be {', '.join(STEPS[:-1])} or {STEPS[-1]}")
+        steps = ("auto", *REGISTRY)  # a step registered after this module's import too
+        if self.step not in steps:
+            raise self.invalid("step", f"must be {', '.join(steps[:-1])} or {steps[-1]}")
 
     def _read_old_step_flags(self) -> None:
         """0.2's trainer.fused / triton / two_pass, read as the one trainer.step they ask for."""
