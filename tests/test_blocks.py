@@ -272,7 +272,7 @@ def test_joined_blocks_concatenate_their_lists_and_refuse_differing_values():
     ("features", 10, "bench_train_cpu_h500_side_by_side_2026-12-01.json", r"\S+"),
     ("features", 2, "bench_train_cpu_h500_side_by_side_alone_2026-12-03.json", r"double_\d+"),  # the re-cut
     ("stacked", 6, "bench_train_cpu_h500_side_by_side_alone_2026-12-03.json", r"\S+"),
-    ("paper_settings", 5, "bench_train_cpu_h500_side_by_side_alone_2026-12-07.json", r"\S+"),
+    ("paper_settings", 10, "bench_train_cpu_h500_side_by_side_alone_2026-12-07.json", r"\S+"),
 ])
 def test_every_committed_cpu_block_fits_its_hours_by_the_committed_benchmark(tmp_path, table, blocks, bench, named):
     """Each cpu cut in blocks is checked against the benchmark it was chosen by (its table.blocks.cut):
