@@ -326,7 +326,7 @@ def test_a_mistyped_table_or_scale_answers_in_one_line(tmp_path):
 
     proc = run_module("scheda.protocol.reproduce", ["table=nope"], cwd=tmp_path)
     assert proc.returncode == 1
-    assert proc.stderr.strip() == "error: table=nope is not an option of table: use amazon, features, increasing, random_nu, stacked or table1"
+    assert proc.stderr.strip() == "error: table=nope is not an option of table: use amazon, features, increasing, paper_settings, random_nu, stacked or table1"
     proc = run_module("scheda.protocol.reproduce", ["scale=smoke,cpuu", "dry_run=true"], cwd=tmp_path)
     assert proc.stderr.strip() == "error: scale=cpuu is not an option of scale: use cpu, gpu, paper, paper_h1000 or smoke"
     proc = run_module("scheda.protocol.reproduce", ["scale.hidden=abc", "dry_run=true"], cwd=tmp_path)

@@ -397,6 +397,8 @@ def table_scales() -> list[tuple[str, str]]:
 def test_every_table_and_scale_plans_its_jobs(table, scale):
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         cfg = compose(config_name="reproduce", overrides=[f"table={table}", f"scale={scale}"])
+    if "paper_start" in cfg.table.phases:
+        return paper_settings_plans_its_jobs(cfg)
     if "da" not in cfg.table.phases:  # a table of phases of its own
         return features_plans_its_jobs(cfg)
     da = phases.da_jobs(cfg.scale, cfg.table.raw)
@@ -451,6 +453,30 @@ def features_plans_its_jobs(cfg):
             assert schedule.total_epochs == job.meta["epochs"]
     est = estimate.estimate(cfg, None, 20)
     assert est["jobs"] == {"feature_models": len(models), "feature_continue": len(cont)}
+
+
+def paper_settings_plans_its_jobs(cfg):
+    """table=paper_settings at a scale: every part's jobs, each name once in its folder, ScheDA with its
+    levels as long as the jump, and the estimate counting every one of them."""
+    from scheda.protocol import estimate
+    from scheda.protocol.tables import paper_settings as ps
+
+    s = ps.settings(cfg)
+    start, cont = ps.start_jobs(cfg), ps.continuation_jobs(cfg, None)
+    grid, length, composite = ps.grid_jobs(cfg), ps.length_jobs(cfg), ps.composite_jobs(cfg)
+    jobs = start + cont + grid + length + composite
+    assert len({(j.phase, j.name) for j in jobs}) == len(jobs) and jobs
+    assert len(start) == len(s.seeds) and len(cont) == (2 * len(s.Ks) + 1) * len(s.seeds)
+    assert len(grid) == len(s.grid_nus) * len(s.grid_seeds) and len(composite) == 3 * len(s.composite_seeds)
+    for job in cont:
+        if job.groups["schedule"] == "decreasing":
+            values = {k.split(".", 1)[1]: v for k, v in job.values.items() if k.startswith("schedule.")}
+            base = OmegaConf.to_container(compose_cfg(["schedule=decreasing"]).schedule)
+            schedule = build_schedule({**base, "T": None, **values})
+            assert schedule.stages[0].nu == round(s.nu0 - s.delta_nu, 6) and schedule.stages[-1].nu == s.nu_final
+            assert schedule.total_epochs == job.meta["epochs"] == s.epochs(job.meta["K"])
+    est = estimate.estimate(cfg, None, 20)
+    assert sum(est["jobs"].values()) == len(jobs)
 
 
 def test_bad_protocol_values_fail_with_one_line(tmp_path, cifar_arrays):
