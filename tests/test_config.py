@@ -156,6 +156,23 @@ def test_a_process_with_threads_or_cuda_started_forks_through_the_server(monkeyp
     assert not fork_is_safe()
 
 
+def test_a_thread_pool_started_after_the_first_fork_sends_later_ones_to_the_server():
+    """A process that forked itself, then computed on several threads (torch's OpenMP workers now
+    live in it), must not fork itself again: the child would wait for ever on the pool's threads."""
+    import subprocess
+    import sys
+
+    code = ("import torch\n"
+            "from scheda.utils import fork\n"
+            "c = fork.ForkedCommand('scheda.cli', 'scheda-train', ['--help'], stdout=__import__('pathlib').Path('/dev/null'))\n"
+            "c.wait(); before = fork.fork_is_safe()\n"
+            "torch.set_num_threads(2); a = torch.rand(600, 600); (a @ a).sum()\n"
+            "print(c.returncode, before, fork.fork_is_safe(), bool(fork.native_threads() - fork._SAFE_NATIVE))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["0", "True", "False", "True"], proc.stdout + proc.stderr[-2000:]
+
+
 def test_a_checkout_imported_without_installing_reads_its_configs_folder(tmp_path):
     """PYTHONPATH=<checkout> with no install (a bare GPU machine): no scheda.configs package, so
     Hydra reads the checkout's configs/ folder itself."""

@@ -186,11 +186,15 @@ def test_a_table_with_nothing_to_train_is_one_line_and_runs_no_job(tmp_path):
 
 
 def test_readmes_smoke_command_runs_the_table_as_one(tmp_path):
-    """Without blocks (the smoke scale declares none) the table runs in one invocation, both seeds."""
+    """Without blocks (the smoke scale declares none) the table runs in one invocation, both seeds, on
+    a user's threads (torch's default, 2 here): the filters computed in the protocol's process between
+    two launches start its thread pool, and the launch after them must not fork that process (its child
+    would wait for ever: scheda.utils.fork)."""
     user = User(tmp_path)
     [command] = readme_commands("scheda-reproduce", "table=paper_settings", "scale=smoke")
     user.run(command, *TINY_PROTOCOL, "report_dir=reports", "table.paper_settings.grid.seeds=[]",
-             "table.paper_settings.composite.seeds=[]")  # those parts' blocks are the fixture's
+             "table.paper_settings.composite.seeds=[]",  # those parts' blocks are the fixture's
+             env={"OMP_NUM_THREADS": "2"}, timeout=180)
     rows = rows_of((user.work / "reports" / "paper_settings_smoke.md").read_text())
     row = next(cells for key, cells in rows.items() if key.startswith("ScheDA as the paper reads it − the jump"))
     assert row[0] == "0, 1" and row[1] == "2" and rows["0"][1] != "—" and rows["1"][4] != "—"

@@ -36,12 +36,31 @@ from scheda.utils.lock import release_inherited_locks
 PRELOAD = ["scheda.cli", "scheda.run", "torch.utils.tensorboard"]
 
 
+# The native threads (not Python's) this process had when it first forked itself (torch's import starts
+# one of its own); None before. A native thread that was not among them means a thread pool started since
+# (torch's OpenMP workers, after an operation on several threads here): a child that computes on several
+# threads would wait at the pool's barrier for ever, so the fork server takes over.
+_SAFE_NATIVE: frozenset[int] | None = None
+
+
+def native_threads() -> frozenset[int]:
+    """The ids of this process's threads that are not Python's (OpenMP's, MKL's), as Linux lists them."""
+    try:
+        tasks = {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:
+        return frozenset()
+    return frozenset(tasks - {os.getpid()} - {t.native_id for t in threading.enumerate()})
+
+
 def fork_is_safe() -> bool:
     """This process can be forked as it stands: Linux (elsewhere system libraries may not survive
-    a fork), one thread (another could hold a lock the child would wait on for ever), and CUDA
-    not initialised here. ``torch.cuda.is_available()`` starts the CUDA driver without torch
-    counting it as initialised: the protocol asks it only after its last stage."""
+    a fork), one Python thread (another could hold a lock the child would wait on for ever), no
+    native thread started since it first forked (:data:`_SAFE_NATIVE`), and CUDA not initialised
+    here. ``torch.cuda.is_available()`` starts the CUDA driver without torch counting it as
+    initialised: the protocol asks it only after its last stage."""
     if sys.platform != "linux" or threading.active_count() > 1:
+        return False
+    if _SAFE_NATIVE is not None and native_threads() - _SAFE_NATIVE:
         return False
     torch = sys.modules.get("torch")
     return torch is None or not torch.cuda.is_initialized()
@@ -63,6 +82,9 @@ class ForkedCommand:
             context = multiprocessing.get_context("fork")
             for name in PRELOAD:
                 importlib.import_module(name)  # once here, not in every child
+            global _SAFE_NATIVE
+            if _SAFE_NATIVE is None:
+                _SAFE_NATIVE = native_threads()
         else:
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(PRELOAD)

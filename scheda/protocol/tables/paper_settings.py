@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -258,22 +259,36 @@ def seed_filters(p: Progress, seed: str, ends: dict[str, tuple[int, Path] | None
     if not p.owner:
         return None
     out: dict[str, Any] = {"cutoff": CUTOFF, "models": {}}
-    for model, end in ends.items():
-        if end is None or not end[1].exists():
-            out["models"][model] = None  # no checkpoint of that epoch: said in the report
-            continue
-        cfg, net, _ = load_run_model(end[1])
-        shape = getattr(dataset_spec(cfg.dataset), "image_shape", None)
-        if shape is None:
-            return None
-        share = high_frequency_share(net.W, tuple(shape))
-        png = f"filters_seed{seed}_{model}.png"
-        data = filter_png(net.W, tuple(shape))
-        atomic_write(folder / png, lambda f, data=data: f.write(data))
-        out["models"][model] = {"epoch": end[0], "median": float(np.median(share)), "mean": float(share.mean()),
-                                "units": int(share.size), "png": png}
+    with one_thread():  # the protocol's process forks the next launch: no thread pool may start in it
+        for model, end in ends.items():
+            if end is None or not end[1].exists():
+                out["models"][model] = None  # no checkpoint of that epoch: said in the report
+                continue
+            cfg, net, _ = load_run_model(end[1])
+            shape = getattr(dataset_spec(cfg.dataset), "image_shape", None)
+            if shape is None:
+                return None
+            share = high_frequency_share(net.W, tuple(shape))
+            png = f"filters_seed{seed}_{model}.png"
+            data = filter_png(net.W, tuple(shape))
+            atomic_write(folder / png, lambda f, data=data: f.write(data))
+            out["models"][model] = {"epoch": end[0], "median": float(np.median(share)), "mean": float(share.mean()),
+                                    "units": int(share.size), "png": png}
     atomic_write(done, lambda f: f.write(json.dumps(out, indent=1).encode()))
     return out
+
+
+@contextmanager
+def one_thread():
+    """torch on one thread inside (its setting restored after)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _portable(found: dict[str, Any], wanted: list[str]) -> dict[str, Any] | None:
