@@ -299,6 +299,19 @@ def _portable(found: dict[str, Any], wanted: list[str]) -> dict[str, Any] | None
             for seed, by_model in found.items()}
 
 
+class WithFilters(RecordedPhase):
+    """A phase whose found is ``{"runs": seed -> model -> entry, "filters": seed -> filters}``: its
+    record keeps both, and each seed's filter images beside it (the report shows them from there)."""
+
+    def files(self, p: Progress) -> dict[str, bytes]:
+        return {e["png"]: (p.out_dir / FILTERS / e["png"]).read_bytes()
+                for kept in p.found[self.name]["filters"].values() for e in kept["models"].values() if e}
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        p.found[self.name] = {"runs": merged([q["runs"] for q in payloads]),
+                              "filters": merged([q["filters"] for q in payloads])}
+
+
 @register_phase
 class PaperStart(RecordedPhase):
     """Per seed: DA(nu0) at the scale's DA settings until the rule stops it."""
@@ -327,7 +340,7 @@ class PaperStart(RecordedPhase):
 
 
 @register_phase
-class PaperContinue(RecordedPhase):
+class PaperContinue(WithFilters):
     """Per seed: ScheDA and the jump for each K, and the same start, from its DA(nu0)."""
 
     name = CONTINUE
@@ -370,15 +383,6 @@ class PaperContinue(RecordedPhase):
         if runs is None or set(found["filters"]) != seeds:
             return None
         return {"runs": runs, "filters": found["filters"]}
-
-    def files(self, p: Progress) -> dict[str, bytes]:
-        """Each seed's filter images, kept beside the record (the report shows them from there)."""
-        return {e["png"]: (p.out_dir / FILTERS / e["png"]).read_bytes()
-                for by_model in p.found[self.name]["filters"].values() for e in by_model["models"].values() if e}
-
-    def restore(self, p: Progress, payloads: list[Any]) -> None:
-        p.found[self.name] = {"runs": merged([q["runs"] for q in payloads]),
-                              "filters": merged([q["filters"] for q in payloads])}
 
     def report(self, p: Progress, path: Path) -> list[str]:
         from scheda.protocol.paper_settings_report import section
@@ -448,7 +452,7 @@ class PaperGrid(RecordedPhase):
 
 
 @register_phase
-class PaperLength(RecordedPhase):
+class PaperLength(WithFilters):
     """Per length seed: DA(length.nu) run out for length.epochs, its training loss every epoch, and
     the share of high spatial frequencies of its filters at its end."""
 
@@ -482,14 +486,6 @@ class PaperLength(RecordedPhase):
         if runs is None or set(found["filters"]) != {str(seed) for seed in s.length_seeds}:
             return None
         return {"runs": runs, "filters": found["filters"]}
-
-    def files(self, p: Progress) -> dict[str, bytes]:
-        return {e["png"]: (p.out_dir / FILTERS / e["png"]).read_bytes()
-                for kept in p.found[self.name]["filters"].values() for e in kept["models"].values() if e}
-
-    def restore(self, p: Progress, payloads: list[Any]) -> None:
-        p.found[self.name] = {"runs": merged([q["runs"] for q in payloads]),
-                              "filters": merged([q["filters"] for q in payloads])}
 
     def report(self, p: Progress, path: Path) -> list[str]:
         from scheda.protocol.paper_settings_report import length_section

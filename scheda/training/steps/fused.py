@@ -33,11 +33,9 @@ class Fused(StepKind):
         return None
 
     def build(self, choice, models, optimizers, noises, batch_size, x_all, generators):
-        if not choice.compiled:
-            return self._eager(choice, models, optimizers, noises, batch_size, x_all, generators)
         try:
             return self._eager(choice, models, optimizers, noises, batch_size, x_all, generators)
-        except products.CompileError as exc:
+        except products.CompileError as exc:  # only a compiled update raises it
             log.warning("the compiled bf16 update cannot be built here (%s): training with the eager update; "
                         "trainer.compile=false skips the attempt", exc)
             eager = dataclasses.replace(choice, compiled=False)
@@ -46,7 +44,7 @@ class Fused(StepKind):
 
     @staticmethod
     def _eager(choice, models, optimizers, noises, batch_size, x_all, generators):
-        """The composite or fused step (graphed or not), built and marked."""
+        """The composite or fused step (graphed or not; its bf16 update compiled where chosen), built and marked."""
         if isinstance(models[0], network.CompositeDA):
             if len(models) > 1 or choice.cuda_graph:
                 raise ValueError("the composite step trains one model, uncaptured (scheda.planning.rules refuses "
