@@ -17,6 +17,7 @@ import pytest
 
 from helpers import TINY_PROTOCOL, User, readme_commands, rows_of, smoke_cfg
 from scheda.protocol.paper_settings_report import reading
+from scheda.protocol.rows import Evaluation, Row
 from scheda.runs.rundir import checkpoint_name
 from scheda.utils import stats
 
@@ -50,8 +51,10 @@ def blocks(tmp_path_factory):
     # another table's block record in the real format: seed 1's ScheDA, its reported epoch's loss at nu 0.3
     against = user.work / "against" / "block_0"
     against.mkdir(parents=True)
-    scheda = {"epoch": 4, "nu": 0.3, "epochs_trained": 4, "val_error": 0.5, "test_error": 0.5,
-              "results": {"history": [{"epoch": e, "loss": SCHEDA_LOSS + 10 * (4 - e), "nu": 0.3} for e in (1, 2, 3, 4)]}}
+    scheda = {"job": "scheda_h16_nu0.5_dnu0.1_K2_seed1", "epoch": 4, "nu": 0.3, "epochs_trained": 4, "stopped_by": "cap",
+              "val_error": 0.5, "test_error": 0.5, "params": {"C": 1.0}, "edge": None, "val_n": 20,
+              "results": {"evaluations": [{"epoch": e, "val_error": 0.5 + (4 - e) / 100, "test_error": 0.5} for e in (2, 4)],
+                          "history": [{"epoch": e, "loss": SCHEDA_LOSS + 10 * (4 - e), "nu": 0.3} for e in (1, 2, 3, 4)]}}
     (against / "record.json").write_text(json.dumps({"phases": {"feature_continue": {"1": {"scheda": scheda}}}}))
     for b in range(2):
         user.run(COMMAND, *TINY_PROTOCOL, f"block={b}")
@@ -110,20 +113,25 @@ def test_the_report_reads_the_records_by_the_rules_fixed_before_the_runs(blocks)
     assert "±0.5" in text and "fixed before any block" in text
     seed3 = rows["3"]
     _, cont = arms(records[0], "3")
-    assert seed3[1].startswith(f"{100 * reading(cont['scheda_K2'], 'paper')['test_error']:.2f} (")
+    assert seed3[1].startswith(f"{100 * reading(Row.from_json(cont['scheda_K2']), 'paper').test_error:.2f} (")
+
+
+def _row(*evaluations: tuple[int, str, float, float]) -> Row:
+    """A finished run with these (epoch, reason, val, test) evaluations, read at its best."""
+    evals = tuple(Evaluation(epoch, None, reason, val, test) for epoch, reason, val, test in evaluations)
+    best = min(evals, key=lambda v: (v.val_error, v.epoch))
+    return Row("job", best.epoch, best.val_error, best.test_error, "schedule", evals[-1].epoch, evals)
 
 
 def test_the_readings_follow_their_rules():
-    e = {"evaluations": [
-        {"epoch": 1, "reason": "stage_epoch", "val_error": 0.40, "test_error": 0.41},  # lowest, but no level's end
-        {"epoch": 2, "reason": "stage_end", "val_error": 0.45, "test_error": 0.44},
-        {"epoch": 3, "reason": "every", "val_error": 0.42, "test_error": 0.43},
-        {"epoch": 4, "reason": "stage_end", "val_error": 0.45, "test_error": 0.46}]}
-    assert reading(e, "paper")["epoch"] == 2  # a level's end; the earlier on a tie
-    assert reading(e, "best")["epoch"] == 1 and reading(e, "last")["epoch"] == 4
-    assert reading(None, "best") is None and reading({"evaluations": e["evaluations"][:1]}, "paper") is None
+    e = _row((1, "stage_epoch", 0.40, 0.41),  # lowest, but no level's end
+             (2, "stage_end", 0.45, 0.44), (3, "every", 0.42, 0.43), (4, "stage_end", 0.45, 0.46))
+    assert reading(e, "paper").epoch == 2  # a level's end; the earlier on a tie
+    assert reading(e, "best").epoch == 1 and reading(e, "last").epoch == 4
+    assert reading(None, "best") is None and reading(_row((1, "stage_epoch", 0.4, 0.4)), "paper") is None
     with pytest.raises(ValueError):
         reading(e, "median")
+    assert Row.from_json(e.to_json()) == e and "checkpoint" not in e.to_json()
 
 
 def _found(diffs: list[float]) -> dict:
@@ -131,11 +139,8 @@ def _found(diffs: list[float]) -> dict:
     cont = {}
     for i, d in enumerate(diffs):
         jump = 0.50
-        cont[str(i)] = {
-            "scheda_K50": {"evaluations": [{"epoch": 50, "reason": "stage_end", "val_error": 0.3,
-                                            "test_error": jump + d / 100}]},
-            "jump_K50": {"evaluations": [{"epoch": 10, "reason": "every", "val_error": 0.3, "test_error": jump}]},
-            "same_start": {"evaluations": [{"epoch": 10, "reason": "every", "val_error": 0.3, "test_error": 0.52}]}}
+        cont[str(i)] = {"scheda_K50": _row((50, "stage_end", 0.3, jump + d / 100)),
+                        "jump_K50": _row((10, "every", 0.3, jump)), "same_start": _row((10, "every", 0.3, 0.52))}
     return {"paper_start": {}, "paper_continue": {"runs": cont, "filters": {}}}
 
 
@@ -289,7 +294,7 @@ def test_the_best_da_is_the_grids_where_it_wins_on_seed_0():
     s = Settings(0.7, 0.3, 0.1, (50,), 0.01, 10, (1, 3, 5), (), 500, 0.05, 0.5, (0.2, 0.4), (0, 1))
     cfg = OmegaConf.create({"table": {"paper_settings": {"beside": {
         "source": "t1.md", "val": {"0.5": 50.56, "0.3": 50.68}, "best": "da", "rows": {"da": {0: 51.7, 1: 52.2}}}}}})
-    e = lambda val, test: {"val_error": val, "test_error": test}  # noqa: E731
+    e = lambda val, test: _row((10, "every", val, test))  # noqa: E731
     found = {"paper_grid": {"0": {"0.2": e(0.51, 0.52), "0.4": e(0.5012, 0.515)}, "1": {"0.2": e(0.5, 0.5)}},
              "paper_composite": {}}
     rows, chosen = rows_of_table(cfg, s, found)

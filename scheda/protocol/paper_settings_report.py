@@ -1,13 +1,7 @@
 """table=paper_settings' report: each seed's arms read under the rules fixed before any block ran,
 and the pre-registered comparison (ScheDA as the paper reads it minus the jump at its best
-validation epoch, test error, paired by seed) by scheda.protocol.compare.
-
-The readings of a run (its evaluations, each with its epoch, nu, reason and errors):
-
-* ``paper``: ScheDA as the paper reads it: the last epoch of each level (``stage_end``), the level
-  (T) chosen on validation;
-* ``best``: the evaluation of lowest validation error (the earliest on ties), any evaluation;
-* ``last``: its last evaluation.
+validation epoch, test error, paired by seed) by scheda.protocol.compare. Each model is a row
+(scheda.protocol.rows), read under the rules fixed before any block (``Row.read``: paper, best, last).
 """
 
 from __future__ import annotations
@@ -19,23 +13,13 @@ from omegaconf import DictConfig
 
 from scheda.protocol.compare import compare
 from scheda.protocol.jobs import fmt, pct
+from scheda.protocol.rows import Evaluation, Row, from_entry
 from scheda.utils.errors import SchedaError
 
-STAGE_END = "stage_end"
 
-
-def reading(e: dict[str, Any] | None, rule: str) -> dict[str, Any] | None:
-    """The evaluation ``e`` (a record's entry) is read at under ``rule`` (paper, best, last)."""
-    if not e or not e.get("evaluations"):
-        return None
-    evals = e["evaluations"]
-    if rule == "paper":
-        evals = [v for v in evals if v.get("reason") == STAGE_END]
-    elif rule == "last":
-        evals = evals[-1:]
-    elif rule != "best":
-        raise ValueError(f"no reading {rule!r}: paper, best or last")
-    return min(evals, key=lambda v: (v["val_error"], v["epoch"])) if evals else None
+def reading(e: Row | None, rule: str) -> Evaluation | None:
+    """The evaluation ``e`` is read at under ``rule`` (paper, best, last); None for a model not in."""
+    return None if e is None else e.read(rule)
 
 
 # (label, model key without K, reading): the arms of the per-seed table, in its order
@@ -52,18 +36,18 @@ def _key(model: str, K: int) -> str:
     return model if model == "same_start" else f"{model}_K{K}"
 
 
-def _cell(r: dict[str, Any] | None) -> str:
+def _cell(r: Evaluation | None) -> str:
     if r is None:
         return "—"
-    nu = f", nu {fmt(r['nu'])}" if r.get("nu") is not None else ""
-    return f"{pct(r['test_error'])} ({pct(r['val_error'])} val; epoch {r['epoch']}{nu})"
+    nu = f", nu {fmt(r.nu)}" if r.nu is not None else ""
+    return f"{pct(r.test_error)} ({pct(r.val_error)} val; epoch {r.epoch}{nu})"
 
 
-def _stopped(e: dict[str, Any] | None) -> str:
+def _stopped(e: Row | None) -> str:
     if not e:
         return "—"
     why = {"patience": "stopped by the rule", "cap": "at the cap", "schedule": "ran its epochs out"}
-    return f"{e.get('epochs_trained')} epochs, {why.get(e.get('stopped_by'), e.get('stopped_by') or '?')}"
+    return f"{e.epochs_trained} epochs, {why.get(e.stopped_by, e.stopped_by or '?')}"
 
 
 def comparison_rows(s, found: dict[str, Any]) -> list[tuple[str, Any, list[str]]]:
@@ -83,8 +67,8 @@ def comparison_rows(s, found: dict[str, Any]) -> list[tuple[str, Any, list[str]]
             pairs = [(reading(cont[seed].get(_key(a_model, K)), a_rule), reading(cont[seed].get(_key(b_model, K)), b_rule))
                      for seed in seeds]
             used = [seed for seed, (a, b) in zip(seeds, pairs) if a and b]
-            a = [100 * x["test_error"] for x, y in pairs if x and y]
-            b = [100 * y["test_error"] for x, y in pairs if x and y]
+            a = [100 * x.test_error for x, y in pairs if x and y]
+            b = [100 * y.test_error for x, y in pairs if x and y]
             out.append((what, compare(a, b, paired=True, margin=margin, better="lower"), used))
     return out
 
@@ -125,7 +109,7 @@ def section(cfg: DictConfig, s, found: dict[str, Any], path: Path, drawn: Path) 
     lines += ["| Seed | " + " | ".join(header) + " |", "|---|" + "---|" * len(header)]
     for seed in seeds:
         da = (start.get(seed) or {}).get("da")
-        da_text = "—" if not da else f"epoch {da['epoch']} of {_stopped(da)}"
+        da_text = "—" if not da else f"epoch {da.epoch} of {_stopped(da)}"
         cells = [da_text]
         for K in s.Ks:
             for _, model, rule in ROWS:
@@ -153,8 +137,8 @@ def curves(s, found: dict[str, Any], path: Path) -> list[str]:
     fig, axes = plt.subplots(1, len(seeds), figsize=(5 * len(seeds), 4), squeeze=False, sharey=True)
     for ax, seed in zip(axes[0], seeds):
         for model, e in cont[seed].items():
-            if e and e.get("evaluations"):
-                ax.plot([v["epoch"] for v in e["evaluations"]], [100 * v["val_error"] for v in e["evaluations"]],
+            if e:
+                ax.plot([v.epoch for v in e.evaluations], [100 * v.val_error for v in e.evaluations],
                         marker=".", label=model.replace("_", " "))
         for K in s.Ks:  # ScheDA's changes of nu
             for level in range(1, s.levels):
@@ -249,7 +233,7 @@ def _best_da(cfg: DictConfig, s, found: dict[str, Any]) -> tuple[str | None, lis
     if missing:
         return None, [f"The DA best on seed 0's validation: not chosen yet (seed 0's DA({', '.join(map(fmt, missing))}) "
                       f"has not run here)."]
-    vals.update({f"DA({fmt(nu)}) (here)": (100 * seed0[fmt(nu)]["val_error"], f"da_{fmt(nu)}") for nu in s.grid_nus})
+    vals.update({f"DA({fmt(nu)}) (here)": (100 * seed0[fmt(nu)].val_error, f"da_{fmt(nu)}") for nu in s.grid_nus})
     order = sorted(vals.items(), key=lambda kv: kv[1][0])
     label, (_, row) = order[0]
     text = ", ".join(f"{name} {v:.2f} %" for name, (v, _) in order)
@@ -262,8 +246,8 @@ def _chosen_switch(s, found: dict[str, Any]) -> tuple[int | None, str]:
     tried = {S: own.get(f"alternating_S{S}") for S in s.switch_every}
     if not s.switch_every or any(e is None for e in tried.values()):
         return None, f"switch_every: not chosen yet (seed {s.selection_seed}'s alternating runs have not all finished)."
-    best = min(tried, key=lambda S: (tried[S]["val_error"], S))
-    text = ", ".join(f"S {S}: {pct(e['val_error'])} %" for S, e in tried.items())
+    best = min(tried, key=lambda S: (tried[S].val_error, S))
+    text = ", ".join(f"S {S}: {pct(e.val_error)} %" for S, e in tried.items())
     return best, f"switch_every chosen on seed {s.selection_seed}'s validation: {best} epochs ({text})."
 
 
@@ -272,10 +256,10 @@ def rows_of_table(cfg: DictConfig, s, found: dict[str, Any]) -> tuple[dict[str, 
     validation epoch), and the rows chosen on seed 0 (best_da, composite_alternating: None until chosen)."""
     rows: dict[str, dict[str, float]] = {}
     for nu in s.grid_nus:
-        rows[f"da_{fmt(nu)}"] = {seed: 100 * e[fmt(nu)]["test_error"] for seed, e in found["paper_grid"].items()
+        rows[f"da_{fmt(nu)}"] = {seed: 100 * e[fmt(nu)].test_error for seed, e in found["paper_grid"].items()
                                  if e.get(fmt(nu))}
     for model in s.composite_models():
-        rows[f"composite_{model}"] = {seed: 100 * e[model]["test_error"] for seed, e in found["paper_composite"].items()
+        rows[f"composite_{model}"] = {seed: 100 * e[model].test_error for seed, e in found["paper_composite"].items()
                                       if e.get(model)}
     beside = cfg.table.paper_settings.beside
     if beside is not None:
@@ -300,14 +284,14 @@ def grid_section(cfg: DictConfig, s, found: dict[str, Any]) -> list[str]:
     return lines + [""] + _best_da(cfg, s, found)[1] + [""]
 
 
-def _by_seed_table(found: dict[str, Any], models: list[tuple[str, str]]) -> list[str]:
+def _by_seed_table(found: dict[str, dict[str, Row]], models: list[tuple[str, str]]) -> list[str]:
     """Models as rows, seeds as columns: test error (validation; the epoch read, of those trained)."""
     seeds = sorted(found, key=int)
     lines = ["| Model | " + " | ".join(f"seed {seed}" for seed in seeds) + " |", "|---|" + "---|" * len(seeds)]
     for label, key in models:
         cells = [found[seed].get(key) for seed in seeds]
         lines.append(f"| {label} | " + " | ".join(
-            "—" if not e else f"{pct(e['test_error'])} ({pct(e['val_error'])} val; epoch {e['epoch']} of {_stopped(e)})"
+            "—" if not e else f"{pct(e.test_error)} ({pct(e.val_error)} val; epoch {e.epoch} of {_stopped(e)})"
             for e in cells) + " |")
     return lines
 
@@ -367,26 +351,21 @@ def comparisons_section(cfg: DictConfig, s, found: dict[str, Any]) -> list[str]:
 
 # --- reconstruction at length ---------------------------------------------------------------------
 
-def _against(cfg: DictConfig, s) -> dict[str, dict[str, Any]]:
-    """Per seed, ScheDA's entry (its reported epoch, its history) from the records ``length.against``
-    names (another table's blocks: their feature_continue)."""
+def _against(cfg: DictConfig, s) -> dict[str, Row]:
+    """Per seed, ScheDA's row from the records ``length.against`` names (another table's blocks:
+    their feature_continue)."""
     import json
 
     folder = cfg.table.paper_settings.length.against
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Row] = {}
     if not folder:
         return out
     for record in sorted(Path(folder).glob("block_*/record.json")):
         phases = json.loads(record.read_text()).get("phases", {})
         for seed, models in (phases.get("feature_continue") or {}).items():
             if isinstance(models, dict) and models.get("scheda"):
-                out[seed] = {**models["scheda"], "record": str(record)}
+                out[seed] = from_entry(models["scheda"])
     return out
-
-
-def _loss_at(e: dict[str, Any], epoch: int) -> float | None:
-    history = e.get("history") or (e.get("results") or {}).get("history") or []
-    return next((h["loss"] for h in history if h["epoch"] == epoch), None)
 
 
 def length_section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> list[str]:
@@ -407,23 +386,23 @@ def length_section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> lis
     last_pairs, best_pairs = [], []
     for seed in sorted(runs, key=int):
         e = runs[seed]["length"]
-        history = e["history"]
-        last = history[-1]
-        best = reading(e, "best")
-        at_best = _loss_at(e, best["epoch"])
+        last = e.history[-1]
+        best = e.read("best")
+        at_best = e.loss_at(best.epoch)
         other = against.get(seed)
-        target = _loss_at(other, other["epoch"]) if other else None
-        if other and other.get("nu") is not None and abs(other["nu"] - s.length_nu) > 1e-9:
+        target = other.loss_at(other.epoch) if other else None
+        nu = None if other is None else other.nu_at(other.epoch)
+        if nu is not None and abs(nu - s.length_nu) > 1e-9:
             target = None  # ScheDA ended at another nu: not the same objective
-        cross = next((h["epoch"] for h in history if target is not None and h["loss"] <= target), None)
-        cross_text = "—" if target is None else (str(cross) if cross else f"not within {last['epoch']} "
-                                                                        f"(gap at the end {last['loss'] - target:+.2f})")
-        other_text = "—" if target is None else f"{target:.2f} (epoch {other['epoch']}, at most {other['epochs_trained']})"
-        lines.append(f"| seed {seed} | {last['loss']:.2f} (epoch {last['epoch']}) | "
-                     f"{'—' if at_best is None else f'{at_best:.2f}'} (epoch {best['epoch']}) | {other_text} | "
-                     f"{cross_text} | {pct(best['test_error'])} |")
+        cross = next((h.epoch for h in e.history if target is not None and h.loss <= target), None)
+        cross_text = "—" if target is None else (str(cross) if cross else f"not within {last.epoch} "
+                                                                        f"(gap at the end {last.loss - target:+.2f})")
+        other_text = "—" if target is None else f"{target:.2f} (epoch {other.epoch}, at most {other.epochs_trained})"
+        lines.append(f"| seed {seed} | {last.loss:.2f} (epoch {last.epoch}) | "
+                     f"{'—' if at_best is None else f'{at_best:.2f}'} (epoch {best.epoch}) | {other_text} | "
+                     f"{cross_text} | {pct(best.test_error)} |")
         if target is not None:
-            last_pairs.append((last["loss"], target))
+            last_pairs.append((last.loss, target))
             if at_best is not None:
                 best_pairs.append((at_best, target))
     lines += [""]
@@ -437,17 +416,17 @@ def length_section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> lis
     return lines + [""]
 
 
-def length_curves(s, runs: dict[str, Any], against: dict[str, Any], path: Path) -> list[str]:
+def length_curves(s, runs: dict[str, dict[str, Row]], against: dict[str, Row], path: Path) -> list[str]:
     from scheda.analysis.core import pyplot, save_png
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     for seed in sorted(runs, key=int):
-        history = runs[seed]["length"]["history"]
-        line, = ax.plot([h["epoch"] for h in history], [h["loss"] for h in history], lw=1,
+        history = runs[seed]["length"].history
+        line, = ax.plot([h.epoch for h in history], [h.loss for h in history], lw=1,
                         label=f"DA({fmt(s.length_nu)}), seed {seed}")
         other = against.get(seed)
-        target = _loss_at(other, other["epoch"]) if other else None
+        target = other.loss_at(other.epoch) if other else None
         if target is not None:
             ax.axhline(target, color=line.get_color(), ls="--", lw=0.8, label=f"ScheDA, seed {seed}")
     ax.set_xlabel("epoch")

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from omegaconf import DictConfig
 
+from scheda.protocol import rows
 from scheda.protocol.jobs import JobSpec
 from scheda.protocol.seeds import Replicas
 from scheda.utils.errors import ConfigError
@@ -111,6 +112,41 @@ class RecordedPhase(Phase):
         """Small files kept beside the record (a figure the report shows from there), by name; called
         once ``record`` is complete."""
         return {}
+
+
+class RowPhase(RecordedPhase):
+    """A phase whose every job gives one row (scheda.protocol.rows), found as seed -> model -> row by
+    the job's ``meta`` (seed, model). ``jobs`` declares them; the plan, what is collected, the record
+    and the estimate (each job at its cap: ``meta`` epochs, evals and, where not the device's
+    default, timing) follow from it."""
+
+    @abstractmethod
+    def jobs(self, cfg: DictConfig, p: Progress | None) -> list[JobSpec]:
+        """Its jobs from what the phases before it found (``p``); ``p=None``: the estimate's, every
+        earlier model assumed finished."""
+
+    def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
+        return by_launch(self.jobs(p.cfg, p))
+
+    def rows(self, p: Progress) -> rows.Rows:
+        out: rows.Rows = {}
+        for job in self.jobs(p.cfg, p):
+            out.setdefault(str(job.meta["seed"]), {})[job.meta["model"]] = rows.from_run(p.run_dir(job))
+        return out
+
+    def collect(self, p: Progress) -> None:
+        p.found[self.name] = self.rows(p)
+
+    def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
+        return [{"phase": self.name, "hidden": job.meta["hidden"], "epochs": job.meta["epochs"], "models": 1,
+                 "evals": job.meta["evals"], **({"timing": job.meta["timing"]} if "timing" in job.meta else {})}
+                for job in self.jobs(cfg, None)]
+
+    def record(self, p: Progress) -> Any:
+        return rows.to_record(p.found[self.name])
+
+    def restore(self, p: Progress, payloads: list[Any]) -> None:
+        p.found[self.name] = rows.from_record(merged(payloads))
 
 
 def by_launch(jobs: list[JobSpec]) -> dict[str, list[JobSpec]]:

@@ -23,11 +23,10 @@ from typing import Any
 from omegaconf import DictConfig
 
 from scheda.model.schedule import level_count
-from scheda.protocol import phases
+from scheda.protocol import phases, rows
 from scheda.protocol.jobs import JobSpec, fmt, rule_values
-from scheda.protocol.kinds.base import stopping
-from scheda.protocol.tables.base import REPORT, Progress, RecordedPhase, by_launch, merged, register_phase
-from scheda.runs.rundir import FINAL_STATUSES, best_evaluation, checkpoint_name, read_results
+from scheda.protocol.tables.base import REPORT, Progress, RowPhase, merged, register_phase
+from scheda.runs.rundir import checkpoint_name
 from scheda.utils.errors import ConfigError, SchedaError
 from scheda.utils.io import shown_path
 
@@ -145,25 +144,26 @@ def _seeds(given, key: str) -> tuple[int, ...]:
     return seeds
 
 
-def _da_job(cfg: DictConfig, s: Settings, nu: float, seed: int, launch: str) -> JobSpec:
+def _da_job(cfg: DictConfig, s: Settings, nu: float, seed: int, launch: str, model: str) -> JobSpec:
     """DA(nu) for ``seed`` at the scale's DA settings, stopped by its rule (table1's grid job, seeded)."""
-    scale = cfg.scale
+    da = cfg.scale.da
     return JobSpec(f"da_h{s.hidden}_nu{fmt(nu)}_lr{fmt(s.da_lr)}_seed{seed}", launch, groups={"schedule": "constant"},
-                   values={**phases.da_values(s.hidden, nu, s.da_lr, scale.da, scale.patience), "seed": seed},
-                   meta={"kind": "da", "model": "da", "seed": seed, "hidden": s.hidden, "nu": nu,
-                         "epochs": scale.da.epochs})
+                   values={**phases.da_values(s.hidden, nu, s.da_lr, da, cfg.scale.patience), "seed": seed},
+                   meta={"kind": "da", "model": model, "seed": seed, "hidden": s.hidden, "nu": nu,
+                         "epochs": da.epochs, "evals": da.epochs // da.eval_every})
 
 
 def start_jobs(cfg: DictConfig) -> list[JobSpec]:
     """Per seed, DA(nu0) at the scale's DA settings, stopped by its rule."""
     s = settings(cfg)
-    return [_da_job(cfg, s, s.nu0, seed, "paper_da") for seed in s.seeds]
+    return [_da_job(cfg, s, s.nu0, seed, "paper_da", "da") for seed in s.seeds]
 
 
 def grid_jobs(cfg: DictConfig) -> list[JobSpec]:
-    """Per grid seed, a DA at each of ``grid.nu`` (the scale's settings, stopped by its rule)."""
+    """Per grid seed, a DA at each of ``grid.nu`` (the scale's settings, stopped by its rule), its row
+    named by its nu."""
     s = settings(cfg)
-    return [_da_job(cfg, s, nu, seed, "paper_grid") for seed in s.grid_seeds for nu in s.grid_nus]
+    return [_da_job(cfg, s, nu, seed, "paper_grid", fmt(nu)) for seed in s.grid_seeds for nu in s.grid_nus]
 
 
 def length_jobs(cfg: DictConfig) -> list[JobSpec]:
@@ -176,7 +176,7 @@ def length_jobs(cfg: DictConfig) -> list[JobSpec]:
                             "optim.lr": s.da_lr, "evaluate.every": s.length_every,
                             "trainer.checkpoint_every": s.length_every, "trainer.keep_checkpoints": 1, "seed": seed},
                     meta={"kind": "da", "model": "length", "seed": seed, "hidden": s.hidden, "nu": s.length_nu,
-                          "epochs": s.length_epochs})
+                          "epochs": s.length_epochs, "evals": s.length_epochs // s.length_every})
             for seed in s.length_seeds]
 
 
@@ -187,20 +187,27 @@ def _evaluated(s: Settings) -> dict[str, Any]:
             "trainer.checkpoint_every": s.eval_every}
 
 
-def continuation_jobs(cfg: DictConfig, starts: dict[str, Any] | None) -> list[JobSpec]:
+def continuation_jobs(cfg: DictConfig, starts: rows.Rows | None) -> list[JobSpec]:
     """Per seed whose DA(nu0) has finished (``starts=None``: every start assumed, the estimate):
     ScheDA and the jump for each K, and the same start, each from the DA's best checkpoint."""
     s, scale = settings(cfg), cfg.scale
     jobs = []
     for seed in s.seeds:
-        start = {"checkpoint": "c", "epoch": scale.da.epochs} if starts is None else \
-            (starts.get(str(seed)) or {}).get("da")
-        if not start or not start.get("checkpoint"):
-            continue
-        common = {"model.hidden": s.hidden, "optim.lr": s.lr, "init_from": start["checkpoint"], "seed": seed,
+        if starts is None:
+            start_from, start_epoch = "c", scale.da.epochs
+        else:
+            start = (starts.get(str(seed)) or {}).get("da")
+            if start is None or start.checkpoint is None:
+                continue
+            start_from, start_epoch = str(start.checkpoint), start.epoch
+        common = {"model.hidden": s.hidden, "optim.lr": s.lr, "init_from": start_from, "seed": seed,
                   **_evaluated(s)}
-        meta = {"seed": seed, "hidden": s.hidden, "nu0": s.nu0, "start_epoch": start["epoch"]}
+        meta = {"seed": seed, "hidden": s.hidden, "nu0": s.nu0, "start_epoch": start_epoch}
         tag = f"h{s.hidden}_nu{fmt(s.nu0)}"
+
+        def evals(epochs: int, changes: int) -> int:  # Figure 2's: stage epochs after each change of nu
+            return epochs // s.eval_every + changes * len(s.stage_epochs)
+
         for K in s.Ks:
             epochs = s.epochs(K)
             jobs.append(JobSpec(
@@ -208,36 +215,41 @@ def continuation_jobs(cfg: DictConfig, starts: dict[str, Any] | None) -> list[Jo
                 groups={"schedule": "decreasing"},
                 values={**common, "schedule.nu0": s.nu0, "schedule.delta_nu": s.delta_nu, "schedule.K": K,
                         "schedule.initial_epochs": 0, "schedule.nu_final": s.nu_final},
-                meta={**meta, "kind": "scheda", "model": f"scheda_K{K}", "K": K, "epochs": epochs}))
+                meta={**meta, "kind": "scheda", "model": f"scheda_K{K}", "K": K, "epochs": epochs,
+                      "evals": evals(epochs, s.levels)}))
             jobs.append(JobSpec(
                 f"jump_{tag}_to{fmt(s.nu_final)}_{epochs}ep_lr{fmt(s.lr)}_seed{seed}", "paper_continue",
                 groups={"schedule": "constant"}, values={**common, "schedule.nu": s.nu_final, "schedule.epochs": epochs},
-                meta={**meta, "kind": "jump", "model": f"jump_K{K}", "K": K, "epochs": epochs}))
+                meta={**meta, "kind": "jump", "model": f"jump_K{K}", "K": K, "epochs": epochs,
+                      "evals": evals(epochs, 1)}))
         epochs = s.same_start_epochs
         jobs.append(JobSpec(
             f"same_start_{tag}_{epochs}ep_lr{fmt(s.lr)}_seed{seed}", "paper_continue", groups={"schedule": "constant"},
             values={**common, "schedule.nu": s.nu0, "schedule.epochs": epochs, **rule_values(scale.patience)},
-            meta={**meta, "kind": "control", "model": "same_start", "epochs": epochs}))
+            meta={**meta, "kind": "control", "model": "same_start", "epochs": epochs, "evals": evals(epochs, 1)}))
     return jobs
 
 
-def entry(out_dir: Path, job: JobSpec) -> dict[str, Any] | None:
-    """A finished job as the record keeps it: every evaluation (its epoch, nu, reason and errors),
-    each epoch's loss and nu, why it stopped, and the checkpoint of its best validation epoch (the
-    start a continuation takes; dropped from the record). None while it has not finished."""
-    run = out_dir / job.phase / job.name
-    results = read_results(run)
-    if not results or results.get("status") not in FINAL_STATUSES or not results.get("evaluations"):
-        return None
-    best = best_evaluation(results)
-    ckpt = run / "checkpoints" / checkpoint_name(best["epoch"])
-    return {"job": job.name, "epoch": best["epoch"], "val_error": best["val_error"], "test_error": best["test_error"],
-            **stopping(results),
-            "checkpoint": str(ckpt) if ckpt.exists() else None,
-            "evaluations": [{"epoch": e["epoch"], "nu": e.get("nu"), "reason": e.get("reason"),
-                             "val_error": e["val_error"], "test_error": e["test_error"]}
-                            for e in results["evaluations"]],
-            "history": [{"epoch": h["epoch"], "loss": h["loss"], "nu": h.get("nu")} for h in results.get("history", [])]}
+def composite_jobs(cfg: DictConfig) -> list[JobSpec]:
+    """Per composite seed: the composite DA with joint updates, and alternating at each switch_every,
+    at the scale's DA settings until the rule stops it (its patience a whole turn of the groups at least)."""
+    s, scale = settings(cfg), cfg.scale
+    optim = phases.job_config(cfg).optim
+    timing = "autograd_s" if optim.momentum or optim.weight_decay else "composite_s"  # as the features table's
+    jobs = []
+    nus = "_".join(fmt(nu) for nu in s.composite_nus)
+    for seed in s.composite_seeds:
+        for model, S in [("joint", None), *((f"alternating_S{S}", S) for S in s.switch_every)]:
+            patience = s.composite_patience(scale.patience, scale.da.eval_every, S)
+            values = {**phases.da_values(s.hidden, s.composite_nus[0], s.da_lr, scale.da, patience),
+                      "model.group_nus": list(s.composite_nus), "model.update": "joint" if S is None else "alternating",
+                      "seed": seed, **({} if S is None else {"model.switch_every": S})}
+            jobs.append(JobSpec(f"composite_h{s.hidden}_nu{nus}_{model}_lr{fmt(s.da_lr)}_seed{seed}", "paper_composite",
+                                groups={"schedule": "constant", "model": "composite"}, values=values,
+                                meta={"kind": "da", "model": model, "seed": seed, "hidden": s.hidden, "nu": None,
+                                      "epochs": scale.da.epochs, "patience": patience,
+                                      "evals": scale.da.epochs // scale.da.eval_every, "timing": timing}))
+    return jobs
 
 
 def seed_filters(p: Progress, seed: str, ends: dict[str, tuple[int, Path] | None]) -> dict[str, Any] | None:
@@ -291,29 +303,42 @@ def one_thread():
         torch.set_num_threads(before)
 
 
-def _portable(found: dict[str, Any], wanted: list[str]) -> dict[str, Any] | None:
-    """``found`` (seed -> model -> entry) without checkpoint paths; None while a model is missing."""
-    if any(found.get(seed, {}).get(model) is None for seed in found for model in wanted):
-        return None
-    return {seed: {model: {k: v for k, v in e.items() if k != "checkpoint"} for model, e in by_model.items()}
-            for seed, by_model in found.items()}
-
-
-class WithFilters(RecordedPhase):
-    """A phase whose found is ``{"runs": seed -> model -> entry, "filters": seed -> filters}``: its
+class WithFilters(RowPhase):
+    """A row phase whose found is ``{"runs": seed -> model -> row, "filters": seed -> filters}``: its
     record keeps both, and each seed's filter images beside it (the report shows them from there)."""
+
+    def filters(self, p: Progress, runs: rows.Rows) -> dict[str, Any]:
+        """Each seed's filters (seed_filters) once its models are in."""
+
+    def collect(self, p: Progress) -> None:
+        runs = self.rows(p)
+        p.found[self.name] = {"runs": runs, "filters": self.filters(p, runs)}
+
+    def record(self, p: Progress) -> dict[str, Any] | None:
+        found = p.found[self.name]
+        runs = rows.to_record(found["runs"])
+        if runs is None or set(found["filters"]) != set(found["runs"]):
+            return None
+        return {"runs": runs, "filters": found["filters"]}
 
     def files(self, p: Progress) -> dict[str, bytes]:
         return {e["png"]: (p.out_dir / FILTERS / e["png"]).read_bytes()
                 for kept in p.found[self.name]["filters"].values() for e in kept["models"].values() if e}
 
     def restore(self, p: Progress, payloads: list[Any]) -> None:
-        p.found[self.name] = {"runs": merged([q["runs"] for q in payloads]),
+        p.found[self.name] = {"runs": rows.from_record(merged([q["runs"] for q in payloads])),
                               "filters": merged([q["filters"] for q in payloads])}
 
 
+def _end(p: Progress, job: JobSpec, row: rows.Row | None) -> tuple[int, Path] | None:
+    """A run's last epoch and its checkpoint (the filters' of a model read at its end)."""
+    if row is None:
+        return None
+    return row.epochs_trained, p.run_dir(job) / "checkpoints" / checkpoint_name(row.epochs_trained)
+
+
 @register_phase
-class PaperStart(RecordedPhase):
+class PaperStart(RowPhase):
     """Per seed: DA(nu0) at the scale's DA settings until the rule stops it."""
 
     name = START
@@ -321,22 +346,8 @@ class PaperStart(RecordedPhase):
     def check(self, cfg: DictConfig) -> None:
         settings(cfg)
 
-    def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
-        return by_launch(start_jobs(p.cfg))
-
-    def collect(self, p: Progress) -> None:
-        p.found[self.name] = {str(job.meta["seed"]): {"da": entry(p.out_dir, job)} for job in start_jobs(p.cfg)}
-
-    def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
-        da = cfg.scale.da
-        return [{"phase": self.name, "hidden": job.meta["hidden"], "epochs": da.epochs, "models": 1,
-                 "evals": da.epochs // da.eval_every} for job in start_jobs(cfg)]
-
-    def record(self, p: Progress) -> dict[str, Any] | None:
-        return _portable(p.found[self.name], ["da"])
-
-    def restore(self, p: Progress, payloads: list[Any]) -> None:
-        p.found[self.name] = merged(payloads)
+    def jobs(self, cfg: DictConfig, p: Progress | None) -> list[JobSpec]:
+        return start_jobs(cfg)
 
 
 @register_phase
@@ -345,44 +356,27 @@ class PaperContinue(WithFilters):
 
     name = CONTINUE
 
-    def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
-        return by_launch(continuation_jobs(p.cfg, p.found[START]))
+    def jobs(self, cfg: DictConfig, p: Progress | None) -> list[JobSpec]:
+        return continuation_jobs(cfg, None if p is None else p.found[START])
 
-    def collect(self, p: Progress) -> None:
-        runs: dict[str, Any] = {}
-        checkpoints: dict[str, dict[str, tuple[int, Path] | None]] = {}
-        for job in continuation_jobs(p.cfg, p.found[START]):
-            seed, model = str(job.meta["seed"]), job.meta["model"]
-            e = runs.setdefault(seed, {})[model] = entry(p.out_dir, job)
+    def filters(self, p: Progress, runs: rows.Rows) -> dict[str, Any]:
+        models, out = settings(p.cfg).models(), {}
+        for seed, by_model in runs.items():
+            if not all(by_model.get(m) for m in models):
+                continue
             start = p.found[START][seed]["da"]
-            ends = checkpoints.setdefault(seed, {"da": (start["epoch"], Path(start["checkpoint"]))})
-            ends[model] = None if e is None else (e["epochs_trained"], p.out_dir / job.phase / job.name / "checkpoints"
-                                                  / checkpoint_name(e["epochs_trained"]))
-        filters = {}
-        for seed, ends in checkpoints.items():
-            if all(runs[seed].get(m) for m in settings(p.cfg).models()):
-                filters[seed] = seed_filters(p, seed, ends)
-        p.found[self.name] = {"runs": runs, "filters": {k: v for k, v in filters.items() if v is not None}}
-
-    def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
-        s = settings(cfg)
-        out = []
-        for job in continuation_jobs(cfg, None):
-            epochs = job.meta["epochs"]
-            changes = s.levels if job.meta["kind"] == "scheda" else 1  # Figure 2's evaluations after each change
-            evals = epochs // s.eval_every + changes * len(s.stage_epochs)
-            out.append({"phase": self.name, "hidden": s.hidden, "epochs": epochs, "models": 1, "evals": evals})
+            ends = {"da": (start.epoch, start.checkpoint or Path("-")),
+                    **{job.meta["model"]: _end(p, job, by_model[job.meta["model"]])
+                       for job in self.jobs(p.cfg, p) if str(job.meta["seed"]) == seed}}
+            kept = seed_filters(p, seed, ends)
+            if kept is not None:
+                out[seed] = kept
         return out
 
     def record(self, p: Progress) -> dict[str, Any] | None:
-        s, found = settings(p.cfg), p.found[self.name]
-        seeds = {str(seed) for seed in s.seeds}
-        if set(found["runs"]) != seeds:  # a start has not finished: nothing of it planned yet
-            return None
-        runs = _portable(found["runs"], s.models())
-        if runs is None or set(found["filters"]) != seeds:
-            return None
-        return {"runs": runs, "filters": found["filters"]}
+        if set(p.found[self.name]["runs"]) != {str(seed) for seed in settings(p.cfg).seeds}:
+            return None  # a start has not finished: nothing of it planned yet
+        return super().record(p)
 
     def report(self, p: Progress, path: Path) -> list[str]:
         from scheda.protocol.paper_settings_report import section
@@ -393,25 +387,6 @@ class PaperContinue(WithFilters):
         return section(p.cfg, settings(p.cfg), p.found, path, p.out_dir / FILTERS)
 
 
-def composite_jobs(cfg: DictConfig) -> list[JobSpec]:
-    """Per composite seed: the composite DA with joint updates, and alternating at each switch_every,
-    at the scale's DA settings until the rule stops it (its patience a whole turn of the groups at least)."""
-    s, scale = settings(cfg), cfg.scale
-    jobs = []
-    nus = "_".join(fmt(nu) for nu in s.composite_nus)
-    for seed in s.composite_seeds:
-        for model, S in [("joint", None), *((f"alternating_S{S}", S) for S in s.switch_every)]:
-            patience = s.composite_patience(scale.patience, scale.da.eval_every, S)
-            values = {**phases.da_values(s.hidden, s.composite_nus[0], s.da_lr, scale.da, patience),
-                      "model.group_nus": list(s.composite_nus), "model.update": "joint" if S is None else "alternating",
-                      "seed": seed, **({} if S is None else {"model.switch_every": S})}
-            jobs.append(JobSpec(f"composite_h{s.hidden}_nu{nus}_{model}_lr{fmt(s.da_lr)}_seed{seed}", "paper_composite",
-                                groups={"schedule": "constant", "model": "composite"}, values=values,
-                                meta={"kind": "da", "model": model, "seed": seed, "hidden": s.hidden, "nu": None,
-                                      "epochs": scale.da.epochs, "patience": patience}))
-    return jobs
-
-
 def _any_finished(p: Progress) -> bool:
     """Whether any model of the table has finished (every phase collected)."""
     by_seed = [p.found[START], p.found[CONTINUE]["runs"], p.found["paper_grid"], p.found["paper_length"]["runs"],
@@ -420,30 +395,13 @@ def _any_finished(p: Progress) -> bool:
 
 
 @register_phase
-class PaperGrid(RecordedPhase):
+class PaperGrid(RowPhase):
     """Per grid seed: a DA at each nu of ``grid.nu``, the scale's settings, stopped by its rule."""
 
     name = "paper_grid"
 
-    def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
-        return by_launch(grid_jobs(p.cfg))
-
-    def collect(self, p: Progress) -> None:
-        found: dict[str, Any] = {}
-        for job in grid_jobs(p.cfg):
-            found.setdefault(str(job.meta["seed"]), {})[fmt(job.meta["nu"])] = entry(p.out_dir, job)
-        p.found[self.name] = found
-
-    def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
-        da = cfg.scale.da
-        return [{"phase": self.name, "hidden": job.meta["hidden"], "epochs": da.epochs, "models": 1,
-                 "evals": da.epochs // da.eval_every} for job in grid_jobs(cfg)]
-
-    def record(self, p: Progress) -> dict[str, Any] | None:
-        return _portable(p.found[self.name], [fmt(nu) for nu in settings(p.cfg).grid_nus])
-
-    def restore(self, p: Progress, payloads: list[Any]) -> None:
-        p.found[self.name] = merged(payloads)
+    def jobs(self, cfg: DictConfig, p: Progress | None) -> list[JobSpec]:
+        return grid_jobs(cfg)
 
     def report(self, p: Progress, path: Path) -> list[str]:
         from scheda.protocol.paper_settings_report import grid_section
@@ -458,34 +416,18 @@ class PaperLength(WithFilters):
 
     name = "paper_length"
 
-    def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
-        return by_launch(length_jobs(p.cfg))
+    def jobs(self, cfg: DictConfig, p: Progress | None) -> list[JobSpec]:
+        return length_jobs(cfg)
 
-    def collect(self, p: Progress) -> None:
-        runs: dict[str, Any] = {}
-        filters: dict[str, Any] = {}
-        for job in length_jobs(p.cfg):
+    def filters(self, p: Progress, runs: rows.Rows) -> dict[str, Any]:
+        out = {}
+        for job in self.jobs(p.cfg, p):
             seed = str(job.meta["seed"])
-            e = runs.setdefault(seed, {})["length"] = entry(p.out_dir, job)
-            if e is not None:
-                end = (e["epochs_trained"], p.out_dir / job.phase / job.name / "checkpoints"
-                       / checkpoint_name(e["epochs_trained"]))
-                kept = seed_filters(p, f"{seed}_length", {"length": end})
-                if kept is not None:
-                    filters[seed] = kept
-        p.found[self.name] = {"runs": runs, "filters": filters}
-
-    def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
-        s = settings(cfg)
-        return [{"phase": self.name, "hidden": s.hidden, "epochs": s.length_epochs, "models": 1,
-                 "evals": s.length_epochs // s.length_every} for _ in s.length_seeds]
-
-    def record(self, p: Progress) -> dict[str, Any] | None:
-        s, found = settings(p.cfg), p.found[self.name]
-        runs = _portable(found["runs"], ["length"])
-        if runs is None or set(found["filters"]) != {str(seed) for seed in s.length_seeds}:
-            return None
-        return {"runs": runs, "filters": found["filters"]}
+            end = _end(p, job, runs[seed]["length"])
+            kept = None if end is None else seed_filters(p, f"{seed}_length", {"length": end})
+            if kept is not None:
+                out[seed] = kept
+        return out
 
     def report(self, p: Progress, path: Path) -> list[str]:
         from scheda.protocol.paper_settings_report import length_section
@@ -494,35 +436,20 @@ class PaperLength(WithFilters):
 
 
 @register_phase
-class PaperComposite(RecordedPhase):
+class PaperComposite(RowPhase):
     """Per composite seed: the composite DA, joint and alternating at each switch_every; the report's
     declared comparisons (``table.paper_settings.compare``) over every part's rows follow its section."""
 
     name = "paper_composite"
 
-    def plan(self, p: Progress) -> dict[str, list[JobSpec]]:
-        return by_launch(composite_jobs(p.cfg))
+    def jobs(self, cfg: DictConfig, p: Progress | None) -> list[JobSpec]:
+        return composite_jobs(cfg)
 
     def collect(self, p: Progress) -> None:
-        found: dict[str, Any] = {}
-        for job in composite_jobs(p.cfg):
-            found.setdefault(str(job.meta["seed"]), {})[job.meta["model"]] = entry(p.out_dir, job)
-        p.found[self.name] = found
+        super().collect(p)
         if list(p.cfg.phases or []) == [REPORT] and not _any_finished(p):
             raise SchedaError(f"no model of table={p.cfg.table.name} has finished in {shown_path(p.out_dir)}: nothing "
                               f"to report yet; run the table (the same command without phases=)")
-
-    def estimate(self, cfg: DictConfig) -> list[dict[str, Any]]:
-        da, optim = cfg.scale.da, phases.job_config(cfg).optim
-        timing = "autograd_s" if optim.momentum or optim.weight_decay else "composite_s"  # as the features table's
-        return [{"phase": self.name, "hidden": job.meta["hidden"], "epochs": da.epochs, "models": 1,
-                 "evals": da.epochs // da.eval_every, "timing": timing} for job in composite_jobs(cfg)]
-
-    def record(self, p: Progress) -> dict[str, Any] | None:
-        return _portable(p.found[self.name], settings(p.cfg).composite_models())
-
-    def restore(self, p: Progress, payloads: list[Any]) -> None:
-        p.found[self.name] = merged(payloads)
 
     def report(self, p: Progress, path: Path) -> list[str]:
         from scheda.protocol.paper_settings_report import comparisons_section, composite_section
