@@ -212,7 +212,9 @@ def test_the_report_has_every_row_the_seeds_and_the_figures(smoke):
     assert "Each model compared was trained until its validation error stopped improving" in asked
     # the budget every verdict holds at, from the scale (issue 99: a verdict does not reach beyond its budget)
     assert ("Every verdict below holds at this budget, not beyond it: DAs at most 3 epochs at lr 0.1, evaluated every 1; "
-            "ScheDA at lr 0.1, K 1, delta nu 0.1, at most 4 epochs in all; the rule's patience 1 evaluation.") in asked
+            "ScheDA at lr 0.1, K 1, delta nu 0.1, at most 4 epochs in all; fine-tuning at most 2 epochs at lr 0.1, 0.05, "
+            "0.02 (the paper's: at most 2000 epochs at lr 0.00125, 0.000625, 0.0003125, 0.00015625, 7.8125e-05: not "
+            "tested at that budget); the rule's patience 1 evaluation.") in asked
     assert "beat one switch" in asked and asked.count("?\n") == 4
     # Paths are named as the user would type them where they ran the command.
     assert str(root) not in report and "- Runs: `runs`;" in report

@@ -18,6 +18,7 @@ from scheda.protocol.figures import figure2, figure5
 from scheda.protocol.jobs import fmt, pct
 from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
 from scheda.protocol.kinds.da import DA, Raw
+from scheda.protocol.phases import job_config
 from scheda.protocol.seed_report import budget, seed_cell, seeds_section
 from scheda.protocol.sensitivity import section as sensitivity_section
 from scheda.runs.rundir import FINAL_STATUSES, params_of, params_text, status_counts
@@ -181,7 +182,7 @@ def results_section(cfg: DictConfig, selection: dict[str, Any], continued: dict[
                              f"{paper_value(paper, kind.paper_row, int(hidden))} |")
     lines += [""] + [f"- {'On the selection seed alone: ' if over_seeds else ''}{v}" for v in verdicts]
     lines += seeds_section(seeded, ruled=scale.get("patience") is not None, declared=table.get("comparisons") or (),
-                           trained_for=budget(scale, table.continuations))
+                           trained_for=budget(scale, table.continuations, _finetune(cfg)))
     lines += convergence_section(scale, selection, continued, seeded)
     lines += classifier_edges(selection, continued, seeded)
     lines += sensitivity_section(paper, selection, continued, seeded)
@@ -192,6 +193,13 @@ def results_section(cfg: DictConfig, selection: dict[str, Any], continued: dict[
             if draw(sel, continued.get(hidden, {}), seeded, png, int(hidden)):
                 lines += ["", f"![{name}, {hidden} hidden units]({png.name})"]
     return lines
+
+
+def _finetune(cfg: DictConfig) -> DictConfig | None:
+    """The fine-tuning preset the table's fine-tuning jobs composed (None where it fine-tunes nothing)."""
+    if cfg.scale.finetune is None or "finetune" not in cfg.table.phases:
+        return None
+    return job_config(cfg, f"finetune={cfg.scale.finetune}").finetune
 
 
 def _unfinished(statuses: list[dict], running: str | None) -> list[str]:

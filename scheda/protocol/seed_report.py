@@ -143,9 +143,24 @@ def _name(a: str, b: str) -> str:
     return f"{seed_label(a)} − {in_sentence(seed_label(b))}"
 
 
-def budget(scale: DictConfig, continuations: Sequence[str]) -> str:
+def _finetune_budget(f: DictConfig) -> str:
+    """The fine-tuning's budget, and the paper's (FinetuneConfig's defaults) where it is another."""
+    from scheda.training.finetune import FinetuneConfig
+
+    def text(epochs: int, lrs: Sequence[float]) -> str:
+        return f"at most {epochs} epochs at lr {', '.join(fmt(lr) for lr in lrs)}"
+
+    paper = FinetuneConfig()
+    own = text(f.max_epochs, f.lrs)
+    if (int(f.max_epochs), [float(lr) for lr in f.lrs]) == (paper.max_epochs, paper.lrs):
+        return f"fine-tuning {own} (the paper's)"
+    return f"fine-tuning {own} (the paper's: {text(paper.max_epochs, paper.lrs)}: not tested at that budget)"
+
+
+def budget(scale: DictConfig, continuations: Sequence[str], finetune: DictConfig | None = None) -> str:
     """What the models compared were trained for, which every verdict below holds at (and not beyond):
-    the DA grid's cap, lr and evaluations, each schedule of levels' lr, K and cap, the rule's patience."""
+    the DA grid's cap, lr and evaluations, each schedule of levels' lr, K and cap, the fine-tuning's
+    (``finetune``: the preset the runs composed), the rule's patience."""
     da = scale.da
     parts = [f"DAs at most {da.epochs} epochs at lr {', '.join(fmt(lr) for lr in da.lr)}, evaluated every "
              f"{da.eval_every}"]
@@ -157,6 +172,8 @@ def budget(scale: DictConfig, continuations: Sequence[str]) -> str:
                          f"{', '.join(fmt(d) for d in grid.delta_nu)}" + (f", at most {cap} epochs in all" if cap else ""))
         elif (cap := kind_of(name).cap(scale)) is not None:  # any other kind says its own
             parts.append(cap)
+    if finetune is not None:  # the fine-tuning preset the runs composed (scale.finetune)
+        parts.append(_finetune_budget(finetune))
     rule = scale.get("patience")
     return "; ".join(parts) + (f"; the rule's patience {count(rule, 'evaluation')}" if rule is not None else "")
 
