@@ -261,11 +261,12 @@ def test_the_grid_block_trains_each_nu_and_seed_and_reads_it_beside_the_others(b
     # made-up DA(0.5) best on seed 0's validation (10 %): best_da is the other table's row
     assert "The DA best on seed 0's validation, the grid filled: DA(0.5) (other.md)" in text
     new = [100 * grid[s]["0.4"]["test_error"] for s in ("1", "2")]
-    d = stats.paired(new, [91.0, 92.0]).summary
+    d = stats.paired(new, [91.0, 92.0])
     row = rows["new against old"]
     assert row[0] == "da_0.4 − da" and row[1] == f"{100 * grid['0']['0.4']['test_error'] - 90.0:+.2f}"
-    assert row[2] == "1, 2" and row[3] == "2" and row[4] == f"{d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}] points"
-    assert rows["da_0.4 − best_da"][0] == "da_0.4 − best_da (best_da is da)" and rows["da_0.4 − best_da"][4] == row[4]
+    assert row[2] == ", ".join(f"{x:+.2f}" for x in d.diffs) and row[3] == "2"
+    assert row[4] == d.summary.mean_sd(signed=True) and row[5] == f"[{d.summary.low:+.2f}, {d.summary.high:+.2f}]"
+    assert rows["da_0.4 − best_da"][0] == "da_0.4 − best_da (best_da is da)" and rows["da_0.4 − best_da"][1:] == row[1:]
 
 
 def test_the_da_at_length_is_read_against_the_other_tables_scheda(blocks):
@@ -299,7 +300,7 @@ def test_the_best_da_is_the_grids_where_it_wins_on_seed_0():
              "paper_composite": {}}
     rows, chosen = rows_of_table(cfg, s, found)
     assert chosen == {"best_da": "da_0.4", "composite_alternating": None}
-    assert rows["da_0.4"] == {"0": pytest.approx(51.5)} and rows["da"] == {"0": 51.7, "1": 52.2}
+    assert rows["da_0.4"] == {0: pytest.approx(51.5)} and rows["da"] == {0: 51.7, 1: 52.2}
     found["paper_grid"]["0"]["0.4"] = e(0.51, 0.5)
     assert rows_of_table(cfg, s, found)[1]["best_da"] == "da"  # the other table's DA(0.5) lower on validation
     found["paper_grid"]["0"].pop("0.4")
@@ -351,4 +352,4 @@ def test_the_composite_block_chooses_its_switch_on_seed_0_and_compares_it_over_t
     b = [100 * composite[x]["joint"]["test_error"] for x in ("1", "2")]
     d = stats.paired(a, b).summary
     assert row[0] == f"composite_alternating − composite_joint (composite_alternating is composite_alternating_S{chosen})"
-    assert row[3] == "2" and row[4] == f"{d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}] points"
+    assert row[3] == "2" and row[4] == d.mean_sd(signed=True) and row[5] == f"[{d.low:+.2f}, {d.high:+.2f}]"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from scheda.utils import stats
 
@@ -173,3 +173,47 @@ def compare(a: Sequence[float], b: Sequence[float], *, paired: bool = True, expe
     if not len(a) or not len(b):
         return Comparison(None, expect, margin, better)
     return Comparison(stats.paired(a, b) if paired else stats.unpaired(a, b), expect, margin, better)
+
+
+@dataclass(frozen=True)
+class Between:
+    """``a - b`` over seeds, the selection seed apart: its difference alone (``first``: it chose the
+    hyper-parameters, so it is shown, not pooled), and the comparison paired over the further seeds
+    both sides have (``seeds``)."""
+
+    first: float | None
+    seeds: list[int]
+    compared: Comparison
+
+    @property
+    def verdict(self) -> str:
+        return self.compared.verdict if self.seeds else "not resolved: no further seed has both"
+
+    def cells(self, sign_flip: bool = True, verdict: str | None = None) -> list[str]:
+        """Its cells in a report's table: the selection seed's difference, each further seed's, n,
+        mean ± sd, the interval, the sign-flip p (``sign_flip``), the verdict (``verdict`` in place of
+        its own)."""
+        first = "—" if self.first is None else f"{self.first:+.2f}"
+        d, verdict = self.compared.difference, verdict or self.verdict
+        p = self.compared.p_value
+        p_value = ([f"{p:.3g}" if p is not None else "—"] if sign_flip else [])
+        if d is None:
+            return [first, "—", "0", "—", "—", *p_value, verdict]
+        m = d.summary
+        return [first, ", ".join(f"{x:+.2f}" for x in d.diffs), str(m.n), m.mean_sd(signed=True), m.interval_text(),
+                *p_value, verdict]
+
+
+def between(a: Mapping[int, float], b: Mapping[int, float], s0: int, *, expect: str | None = None,
+            margin: float | None = None, better: str | None = "lower") -> Between:
+    """``a - b`` of two rows (seed -> value), ``s0`` the selection seed: see :class:`Between`."""
+    first = a[s0] - b[s0] if s0 in a and s0 in b else None
+    seeds = sorted(x for x in a if x in b and x != s0)
+    return Between(first, seeds, compare([a[x] for x in seeds], [b[x] for x in seeds], expect=expect, margin=margin,
+                                         better=better))
+
+
+def between_header(s0: int, sign_flip: bool = True) -> list[str]:
+    """The header of :meth:`Between.cells`."""
+    return [f"Seed {s0} (selection)", "Further seeds, each", "n", "Mean ± sd", "95 % interval",
+            *(["Sign-flip p"] if sign_flip else []), "Verdict"]

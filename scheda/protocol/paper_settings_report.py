@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from scheda.protocol.compare import compare
+from scheda.protocol.compare import between, between_header, compare
 from scheda.protocol.jobs import fmt, pct
 from scheda.protocol.rows import Evaluation, Row, from_entry
 from scheda.utils.errors import SchedaError
@@ -219,6 +219,8 @@ def _image(cfg: DictConfig, drawn: Path, name: str) -> Path | None:
 
 # --- the nu grid filled, the composite DA and the declared comparisons ----------------------------
 
+SELECTION = 0  # the grid's selection seed: table1's, whose validation errors table.paper_settings.beside holds
+
 def _best_da(cfg: DictConfig, s, found: dict[str, Any]) -> tuple[str | None, list[str]]:
     """The row of the DA best on seed 0's validation among the other table's (``beside.val``) and the
     grid's (None where seed 0's grid DAs are not all in), and the line that says how it was chosen."""
@@ -251,19 +253,19 @@ def _chosen_switch(s, found: dict[str, Any]) -> tuple[int | None, str]:
     return best, f"switch_every chosen on seed {s.selection_seed}'s validation: {best} epochs ({text})."
 
 
-def rows_of_table(cfg: DictConfig, s, found: dict[str, Any]) -> tuple[dict[str, dict[str, float]], dict[str, str | None]]:
+def rows_of_table(cfg: DictConfig, s, found: dict[str, Any]) -> tuple[dict[str, dict[int, float]], dict[str, str | None]]:
     """Every row a declared comparison may name (seed -> test error %, each model at its own best
     validation epoch), and the rows chosen on seed 0 (best_da, composite_alternating: None until chosen)."""
-    rows: dict[str, dict[str, float]] = {}
+    rows: dict[str, dict[int, float]] = {}
     for nu in s.grid_nus:
-        rows[f"da_{fmt(nu)}"] = {seed: 100 * e[fmt(nu)].test_error for seed, e in found["paper_grid"].items()
+        rows[f"da_{fmt(nu)}"] = {int(seed): 100 * e[fmt(nu)].test_error for seed, e in found["paper_grid"].items()
                                  if e.get(fmt(nu))}
     for model in s.composite_models():
-        rows[f"composite_{model}"] = {seed: 100 * e[model].test_error for seed, e in found["paper_composite"].items()
+        rows[f"composite_{model}"] = {int(seed): 100 * e[model].test_error for seed, e in found["paper_composite"].items()
                                       if e.get(model)}
     beside = cfg.table.paper_settings.beside
     if beside is not None:
-        rows.update({str(row): {str(k): float(v) for k, v in values.items()} for row, values in beside.rows.items()})
+        rows.update({str(row): {int(k): float(v) for k, v in values.items()} for row, values in beside.rows.items()})
     S, _ = _chosen_switch(s, found)
     chosen = {"best_da": _best_da(cfg, s, found)[0], "composite_alternating": None if S is None else f"composite_alternating_S{S}"}
     return rows, chosen
@@ -314,8 +316,8 @@ def composite_section(cfg: DictConfig, s, found: dict[str, Any]) -> list[str]:
 
 
 def comparisons_section(cfg: DictConfig, s, found: dict[str, Any]) -> list[str]:
-    """``table.paper_settings.compare``: each a - b in test error over the further seeds (not seed 0,
-    which selects), paired, with seed 0 beside; the other table's numbers named with their source."""
+    """``table.paper_settings.compare``: each a - b in test error over the further seeds (not seed 0's,
+    shown apart), paired; the other table's numbers named with their source."""
     declared = cfg.table.paper_settings.compare
     if not declared or not (found["paper_grid"] or found["paper_composite"]):
         return []
@@ -323,29 +325,25 @@ def comparisons_section(cfg: DictConfig, s, found: dict[str, Any]) -> list[str]:
     beside = cfg.table.paper_settings.beside
     lines = ["## The declared comparisons", "",
              "Each a − b in test error (points; negative: a better), each model at its own best validation epoch, "
-             "paired over the further seeds (seed 0 selects, shown apart)."
+             f"paired over the further seeds (seed {SELECTION} selects, shown apart)."
              + (f" Beside this table's models, from {beside.source}: {' '.join(str(beside.get('note') or '').split())}"
                 if beside is not None else ""), "",
-             "| Question | a − b | Seed 0 | Further seeds | n | Mean [95 % interval] | Verdict |", "|---|---|---|---|---|---|---|"]
+             "| Question | a − b | " + " | ".join(between_header(SELECTION)) + " |", "|---" * 9 + "|"]
     for c in declared:
         a, b = str(c["a"]), str(c["b"])
         question = c.get("question") or f"{a} − {b}"
         names = {name: chosen[name] if name in chosen else name for name in (a, b)}
         if any(v is None for v in names.values()):
-            lines.append(f"| {question} | {a} − {b} | — | — | 0 | — | not run yet ({', '.join(k for k, v in names.items() if v is None)} "
-                         f"not chosen) |")
+            lines.append(f"| {question} | {a} − {b} | — | — | 0 | — | — | — | not run yet "
+                         f"({', '.join(k for k, v in names.items() if v is None)} not chosen) |")
             continue
         unknown = [n for n in names.values() if n not in rows]
         if unknown:
             raise SchedaError(f"table.paper_settings.compare names {unknown}: a row is one of "
                               f"{', '.join(sorted([*rows, *chosen]))}")
-        ra, rb = rows[names[a]], rows[names[b]]
-        further = sorted((set(ra) & set(rb)) - {"0"}, key=int)
-        cmp = compare([ra[x] for x in further], [rb[x] for x in further], paired=True, better="lower")
-        zero = f"{ra['0'] - rb['0']:+.2f}" if "0" in ra and "0" in rb else "—"
+        c = between(rows[names[a]], rows[names[b]], SELECTION)
         shown = f"{a} − {b}" + "".join(f" ({k} is {names[k]})" for k in (a, b) if k in chosen)
-        lines.append(f"| {question} | {shown} | {zero} | {', '.join(further) or '—'} | {cmp.n} | {cmp.text()} | "
-                     f"{cmp.verdict} |")
+        lines.append(f"| {question} | {shown} | {' | '.join(c.cells())} |")
     return lines + [""]
 
 

@@ -31,7 +31,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from scheda.protocol import phases, recorded_runs, selection as select
-from scheda.protocol.compare import Comparison, compare
+from scheda.protocol.compare import Between, between, between_header
 from scheda.protocol.jobs import JobSpec, pct
 from scheda.protocol.kinds import CONTROL, control_kinds, kind_of, of_role
 from scheda.protocol.seeds import BEST, SUBPHASES, Replicas, read_outcome
@@ -506,38 +506,11 @@ def models(p: Progress) -> dict[str, Any]:
     return {"settings": s, "seeds": [int(x) for x in p.cfg.scale.seeds], "rows": rows, "chosen": chosen}
 
 
-@dataclass(frozen=True)
-class Between:
-    """``a - b`` in test error points: on the selection seed (``first``), and paired over the
-    further seeds both have (the selection seed chose the hyper-parameters: shown, not pooled)."""
-
-    first: float | None
-    seeds: list[int]
-    compared: Comparison
-
-    @property
-    def verdict(self) -> str:
-        return self.compared.verdict if self.seeds else "not resolved: no further seed has both"
-
-
 def comparison(rows: dict[str, dict[int, dict[str, Any]]], a: str, b: str, s0: int) -> Between:
-    ra, rb = rows.get(a, {}), rows.get(b, {})
-    first = 100 * (ra[s0]["test_error"] - rb[s0]["test_error"]) if s0 in ra and s0 in rb else None
-    seeds = sorted(seed for seed in ra if seed in rb and seed != s0)
-    return Between(first, seeds, compare([100 * ra[x]["test_error"] for x in seeds],
-                                         [100 * rb[x]["test_error"] for x in seeds], better="lower"))
-
-
-def paired_cells(c: Between, sign_flip: bool = True, verdict: str | None = None) -> str:
-    """A comparison's cells over the further seeds: each difference, n, mean ± sd, interval, the
-    sign-flip p (``sign_flip``), verdict (``verdict`` in place of the comparison's own)."""
-    d, verdict = c.compared.difference, verdict or c.verdict
-    p_value = ([f"{c.compared.p_value:.3g}" if c.compared.p_value is not None else "—"] if sign_flip else [])
-    if d is None:
-        return " | ".join(["—", "0", "—", "—", *p_value, verdict])
-    m = d.summary
-    return " | ".join([", ".join(f"{x:+.2f}" for x in d.diffs), str(m.n), m.mean_sd(signed=True), m.interval_text(),
-                       *p_value, verdict])
+    """``a - b`` in test error points, the selection seed apart (scheda.protocol.compare.between)."""
+    def errors(key: str) -> dict[int, float]:
+        return {seed: 100 * e["test_error"] for seed, e in rows.get(key, {}).items()}
+    return between(errors(a), errors(b), s0)
 
 
 def answer(rows: dict[str, dict[int, dict[str, Any]]], pairs: list[tuple[str, str]], s0: int,
@@ -608,12 +581,9 @@ def section(cfg: DictConfig, found: dict[str, Any]) -> list[str]:
     for question, pairs in s.questions:
         pairs = [(a, b) for a, b in pairs if a not in skipped and b not in skipped]
         lines += [f"**{question}**", "",
-                  f"| Comparison | Seed {s0} (selection) | Further seeds, each | n | Mean ± sd | 95 % interval | "
-                  f"Sign-flip p | Verdict |", "|---|---|---|---|---|---|---|---|"]
+                  "| Comparison | " + " | ".join(between_header(s0)) + " |", "|---|---|---|---|---|---|---|---|"]
         for a, b in pairs:
-            c = comparison(rows, a, b, s0)
-            first = f"{c.first:+.2f}" if c.first is not None else "—"
-            lines.append(f"| {s.rows[a]} − {s.rows[b]} | {first} | {paired_cells(c)} |")
+            lines.append(f"| {s.rows[a]} − {s.rows[b]} | {' | '.join(comparison(rows, a, b, s0).cells())} |")
         lines += ["", f"Answer: {answer(rows, pairs, s0, s.rows)}", ""]
     lines.append("The same start of layer 1 is table1's control of its best ScheDA (`control/`, each further seed's "
                  "replica in `seed_continue/`), read at its own best validation epoch; only a DA is stacked on it, and "
@@ -645,7 +615,7 @@ def beside_section(other: Beside | None, rows: dict[str, dict[int, dict[str, Any
         both = ", ".join(f"{x}: {shown(x, here)} / {shown(x, there)}" for x in c.seeds) or "none both have"
         verdict = None if c.seeds else "not compared: no further seed in both"
         lines.append(f"| {labels[key]} | {shown(s0, here)} / {shown(s0, there)} | {both} | "
-                     f"{paired_cells(c, sign_flip=False, verdict=verdict)} |")
+                     f"{' | '.join(c.cells(sign_flip=False, verdict=verdict)[1:])} |")
         if c.seeds:
             (differ if c.compared.resolved else not_shown).append(labels[key])
     lines.append("")
