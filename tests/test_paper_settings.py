@@ -114,6 +114,25 @@ def test_the_report_reads_the_records_by_the_rules_fixed_before_the_runs(blocks)
     seed3 = rows["3"]
     _, cont = arms(records[0], "3")
     assert seed3[1].startswith(f"{100 * reading(Row.from_json(cont['scheda_K2']), 'paper').test_error:.2f} (")
+    # the classifier's choice is kept with every evaluation; the report names the readings at its grid's edge
+    evals = []
+    for seed in ("3", "5"):
+        da, cont = arms(records[0], seed)
+        evals += da["evaluations"] + [v for m in cont.values() for v in m["evaluations"]]
+    assert evals and all(set(v["params"]) == {"C"} and isinstance(v["at_edge"], bool) for v in evals)
+    assert "At the edge of the classifier's grid (its error might be lower with a wider grid): " in text
+
+
+def test_the_edges_of_the_classifiers_grid_are_named_and_what_was_not_recorded_is_said():
+    from scheda.protocol.paper_settings_report import edges
+
+    at = lambda edge: Evaluation(5, 0.3, "every", 0.4, 0.41, None if edge is None else {"C": 64.0}, edge)  # noqa: E731
+    assert edges([("a", at(True)), ("b", at(False)), ("c", None)]) == [
+        "", "At the edge of the classifier's grid (its error might be lower with a wider grid): a (epoch 5: C=64)."]
+    assert edges([("a", at(False))])[1].endswith("none of the 1 evaluations read.")
+    assert edges([("a", at(None)), ("b", at(True))])[1].endswith(
+        "b (epoch 5: C=64); not recorded for 1 (a record written before rows kept the classifier's choice).")
+    assert "not recorded" in edges([("a", at(None))])[1] and edges([("a", None)]) == []
 
 
 def _row(*evaluations: tuple[int, str, float, float]) -> Row:

@@ -29,14 +29,20 @@ def test_a_run_folder_gives_its_row(tmp_path):
     run = tmp_path / "da_seed3"
     (run / "checkpoints").mkdir(parents=True)
     results = {"status": "completed", "stopped_by": "patience", "epochs": 7,
-               "evaluations": [{"epoch": 3, "nu": 0.5, "reason": "every", "val_error": 0.41, "test_error": 0.43},
-                               {"epoch": 5, "nu": 0.5, "reason": "every", "val_error": 0.40, "test_error": 0.44},
-                               {"epoch": 7, "nu": 0.5, "reason": "every", "val_error": 0.40, "test_error": 0.42}],
+               "evaluations": [{"epoch": 3, "nu": 0.5, "reason": "every", "val_error": 0.41, "test_error": 0.43,
+                                "params": {"C": 0.5}, "at_edge": False},
+                               {"epoch": 5, "nu": 0.5, "reason": "every", "val_error": 0.40, "test_error": 0.44,
+                                "params": {"C": 64.0}, "at_edge": True},
+                               {"epoch": 7, "nu": 0.5, "reason": "every", "val_error": 0.40, "test_error": 0.42,
+                                "C": 2.0}],  # an older run's: only C
                "history": [{"epoch": e, "loss": 100.0 - e, "nu": 0.5} for e in range(1, 8)]}
     (run / "results.json").write_text(json.dumps(results))
     row = rows.from_run(run)
     assert (row.job, row.epoch, row.test_error, row.epochs_trained) == ("da_seed3", 5, 0.44, 7)  # earliest of a tie
     assert row.checkpoint is None and row.loss_at(5) == 95.0 and row.nu_at(7) == 0.5
+    assert row.read("best").params == {"C": 64.0} and row.read("best").at_edge is True
+    assert row.read("last").params == {"C": 2.0} and row.read("last").at_edge is None  # not recorded
+    assert "at_edge" not in row.to_json()["evaluations"][2] and rows.Row.from_json(row.to_json()) == row
     from scheda.runs.rundir import checkpoint_name
 
     (run / "checkpoints" / checkpoint_name(5)).write_bytes(b"")
@@ -60,3 +66,5 @@ def test_the_features_records_entries_read_as_rows(block):
             assert (row.job, row.epoch, row.test_error) == (e["job"], e["epoch"], e["test_error"])
             assert row.loss_at(history[-1]["epoch"]) == history[-1]["loss"]
             assert row.read("best").val_error == min(v["val_error"] for v in e["results"]["evaluations"])
+            read = next(v for v in row.evaluations if v.epoch == row.epoch)
+            assert read.params == e["params"] and read.at_edge == (e["edge"] is not None)  # the epoch read only

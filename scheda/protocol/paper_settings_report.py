@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from scheda.protocol.compare import between, between_header, compare
 from scheda.protocol.jobs import fmt, pct
 from scheda.protocol.rows import Evaluation, Row, from_entry
+from scheda.runs.rundir import params_text
 from scheda.utils.errors import SchedaError
 
 
@@ -48,6 +49,24 @@ def _stopped(e: Row | None) -> str:
         return "—"
     why = {"patience": "stopped by the rule", "cap": "at the cap", "schedule": "ran its epochs out"}
     return f"{e.epochs_trained} epochs, {why.get(e.stopped_by, e.stopped_by or '?')}"
+
+
+def edges(read: list[tuple[str, Evaluation | None]]) -> list[str]:
+    """Which of the evaluations read chose the edge of the classifier's grid (its error might be lower
+    with a wider grid), each named by ``label``; said as not recorded where a record did not keep it."""
+    known = [(label, r) for label, r in read if r is not None]
+    if not known:
+        return []
+    unknown = [label for label, r in known if r.at_edge is None]
+    if len(unknown) == len(known):
+        return ["", "Whether the classifier chose the edge of its grid at the evaluations read: not recorded (the "
+                    "records were written before rows kept the classifier's choice)."]
+    at_edge = [f"{label} (epoch {r.epoch}: {params_text(r.params or {})})" for label, r in known if r.at_edge]
+    text = ("At the edge of the classifier's grid (its error might be lower with a wider grid): "
+            + ("; ".join(at_edge) if at_edge else f"none of the {len(known) - len(unknown)} evaluations read"))
+    if unknown:
+        text += f"; not recorded for {len(unknown)} (a record written before rows kept the classifier's choice)"
+    return ["", text + "."]
 
 
 def comparison_rows(s, found: dict[str, Any]) -> list[tuple[str, Any, list[str]]]:
@@ -120,6 +139,9 @@ def section(cfg: DictConfig, s, found: dict[str, Any], path: Path, drawn: Path) 
     lines += ["", "How each continuation stopped: " + "; ".join(
         f"seed {seed}: " + ", ".join(f"{model} {_stopped(e)}" for model, e in (cont.get(seed) or {}).items())
         for seed in seeds) + "."]
+    lines += edges([(f"seed {seed} DA start", reading((start.get(seed) or {}).get("da"), "best")) for seed in seeds]
+                   + [(f"seed {seed} {_key(model, K)} ({rule})", reading((cont.get(seed) or {}).get(_key(model, K)), rule))
+                      for seed in seeds for K in s.Ks for _, model, rule in ROWS])
     lines += curves(s, found, path)
     lines += filters(cfg, s, found, path, drawn)
     return lines
@@ -283,7 +305,12 @@ def grid_section(cfg: DictConfig, s, found: dict[str, Any]) -> list[str]:
              f"no new best validation error, at most {scale.da.epochs} epochs), each read at its own best validation "
              f"epoch. Test error % (validation in brackets; the epoch read, of those it trained):", ""]
     lines += _by_seed_table(grid, [(f"DA({fmt(nu)})", fmt(nu)) for nu in s.grid_nus])
-    return lines + [""] + _best_da(cfg, s, found)[1] + [""]
+    return lines + [""] + _best_da(cfg, s, found)[1] + edges(_best_readings(grid)) + [""]
+
+
+def _best_readings(found: dict[str, dict[str, Row]]) -> list[tuple[str, Evaluation | None]]:
+    return [(f"seed {seed} {model}", reading(e, "best")) for seed in sorted(found, key=int)
+            for model, e in found[seed].items()]
 
 
 def _by_seed_table(found: dict[str, dict[str, Row]], models: list[tuple[str, str]]) -> list[str]:
@@ -312,7 +339,7 @@ def composite_section(cfg: DictConfig, s, found: dict[str, Any]) -> list[str]:
              f"joint, {turns}: a whole turn of the groups at least), at most {scale.da.epochs} epochs; each read at its "
              f"own best validation epoch. Test error % (validation in brackets):", ""]
     lines += _by_seed_table(composite, [(m.replace("_S", ", switch every "), m) for m in s.composite_models()])
-    return lines + ["", _chosen_switch(s, found)[1], ""]
+    return lines + ["", _chosen_switch(s, found)[1]] + edges(_best_readings(composite)) + [""]
 
 
 def comparisons_section(cfg: DictConfig, s, found: dict[str, Any]) -> list[str]:
@@ -409,6 +436,7 @@ def length_section(cfg: DictConfig, s, found: dict[str, Any], path: Path) -> lis
         c = compare([a for a, _ in pairs], [b for _, b in pairs], paired=True, expect="lower")
         lines.append(f"- {what}, training loss: {c.text(unit='(summed over inputs)')}, n {c.n}: {c.verdict} "
                      f"(the paper: DA({fmt(s.length_nu)}) reaches the lower reconstruction error).")
+    lines += edges(_best_readings(runs))
     lines += length_curves(s, runs, against, path)
     lines += _filter_claim(s, found)
     return lines + [""]

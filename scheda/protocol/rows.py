@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from scheda.runs.rundir import FINAL_STATUSES, checkpoint_name, read_results
+from scheda.runs.rundir import FINAL_STATUSES, checkpoint_name, params_of, read_results
 
 STAGE_END = "stage_end"  # the reason of a level's last evaluation
 RULES = ("best", "paper", "last")
@@ -25,13 +25,27 @@ RULES = ("best", "paper", "last")
 
 @dataclass(frozen=True)
 class Evaluation:
-    """One evaluation of a run: its epoch, the nu it trained at, why it was made (every, stage, stage_end)."""
+    """One evaluation of a run: its epoch, the nu it trained at, why it was made (every, stage, stage_end),
+    the classifier's setting it chose on validation and whether that is the edge of its grid (None: not
+    recorded, a record written before rows kept it)."""
 
     epoch: int
     nu: float | None
     reason: str | None
     val_error: float
     test_error: float
+    params: dict[str, float] | None = None
+    at_edge: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """As a record keeps it: the classifier's choice only where it was recorded."""
+        return {k: v for k, v in asdict(self).items() if v is not None or k not in ("params", "at_edge")}
+
+    @classmethod
+    def from_results(cls, e: dict[str, Any]) -> Evaluation:
+        """From an evaluation of a run's results.json (or a grid table's record of one)."""
+        return cls(e["epoch"], e.get("nu"), e.get("reason"), e["val_error"], e["test_error"], params_of(e) or None,
+                   e.get("at_edge"))
 
 
 @dataclass(frozen=True)
@@ -83,7 +97,7 @@ class Row:
         """The row as a record keeps it (no checkpoint path: it names this machine's files)."""
         out = asdict(self)
         out.pop("checkpoint")
-        return {**out, "evaluations": list(out["evaluations"]), "history": list(out["history"])}
+        return {**out, "evaluations": [v.to_json() for v in self.evaluations], "history": list(out["history"])}
 
     @classmethod
     def from_json(cls, kept: dict[str, Any], checkpoint: Path | None = None) -> Row:
@@ -98,8 +112,7 @@ def from_run(run: Path) -> Row | None:
     results = read_results(run)
     if not results or results.get("status") not in FINAL_STATUSES or not results.get("evaluations"):
         return None
-    evaluations = tuple(Evaluation(e["epoch"], e.get("nu"), e.get("reason"), e["val_error"], e["test_error"])
-                        for e in results["evaluations"])
+    evaluations = tuple(Evaluation.from_results(e) for e in results["evaluations"])
     best = min(evaluations, key=lambda v: (v.val_error, v.epoch))
     ckpt = run / "checkpoints" / checkpoint_name(best.epoch)
     return Row(run.name, best.epoch, best.val_error, best.test_error, results.get("stopped_by"),
@@ -110,12 +123,18 @@ def from_run(run: Path) -> Row | None:
 
 def from_entry(entry: dict[str, Any]) -> Row:
     """A row from a selected entry as the grid tables' records keep it (scheda.protocol.kinds: its
-    epoch, errors and stopping, its run's evaluations and history under ``results``)."""
+    epoch, errors and stopping, its run's evaluations and history under ``results``; the classifier's
+    choice only of the epoch it is read at: ``params`` and ``edge``)."""
     results = entry.get("results") or {}
+
+    def evaluation(e: dict[str, Any]) -> Evaluation:
+        if e["epoch"] != entry["epoch"] or "params" not in entry:
+            return Evaluation.from_results(e)
+        return Evaluation(e["epoch"], e.get("nu"), e.get("reason"), e["val_error"], e["test_error"],
+                          dict(entry["params"]), entry.get("edge") is not None)
+
     return Row(entry["job"], entry["epoch"], entry["val_error"], entry["test_error"], entry.get("stopped_by"),
-               entry.get("epochs_trained"),
-               tuple(Evaluation(e["epoch"], e.get("nu"), e.get("reason"), e["val_error"], e["test_error"])
-                     for e in results.get("evaluations", ())),
+               entry.get("epochs_trained"), tuple(evaluation(e) for e in results.get("evaluations", ())),
                tuple(Epoch(h["epoch"], h["loss"], h.get("nu")) for h in results.get("history", ())))
 
 
