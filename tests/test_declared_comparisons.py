@@ -38,9 +38,11 @@ def test_a_declared_comparison_is_added_and_one_of_the_table_s_own_is_given_its_
     mine = asked[-1]
     assert mine.margin == 0.5 and mine.question.startswith("how control: same start, one jump")
     # further seeds 1 and 2: jump − control = (0.52 - 0.52, 0.50 - 0.51) -> (0, -1) points
-    c = mine.compare([52.0, 50.0], [52.0, 51.0])
+    c = mine.between({0: 40.0, 1: 52.0, 2: 50.0}, {0: 41.0, 1: 52.0, 2: 51.0}, 0)
+    assert c.first == pytest.approx(-1.0) and c.seeds == [1, 2]  # the selection seed apart, not pooled
+    c = c.compared
     assert c.summary.mean == pytest.approx(-0.5) and c.margin == 0.5 and c.better == "lower"
-    assert own.compare([51.0, 50.0], [53.0, 52.0]).verdict == "resolved, as the paper says"
+    assert own.between({1: 51.0, 2: 50.0}, {1: 53.0, 2: 52.0}, 0).verdict == "resolved, as the paper says"
 
 
 def test_a_declared_comparison_of_a_row_the_report_lacks_is_left_out():

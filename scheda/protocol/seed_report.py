@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from scheda.utils import stats
 from scheda.utils.errors import ConfigError
-from scheda.protocol.compare import EXPECTS, Comparison, compare
+from scheda.protocol.compare import EXPECTS, Between, Comparison, between
 from scheda.runs.rundir import unpack_correct
 from scheda.protocol.jobs import count, fmt, pct
 from scheda.protocol.kinds import CONTINUATION, FINETUNE, control_kinds, kind_of, of_role
@@ -64,8 +64,9 @@ class Asked:
     margin: float | None = None
     paper: str | None = None
 
-    def compare(self, a: list[float], b: list[float]) -> Comparison:
-        return compare(a, b, expect=self.expect, margin=self.margin, better="lower")
+    def between(self, a: dict[int, float], b: dict[int, float], s0: int) -> Between:
+        """``a - b`` of two rows (seed -> test error %), the selection seed ``s0`` apart, under what was declared."""
+        return between(a, b, s0, expect=self.expect, margin=self.margin)
 
 
 def row_keys(cfg: DictConfig) -> list[str]:
@@ -276,23 +277,23 @@ def _rule_tables(hidden: str, rows: dict[str, dict], s0: int, title: str,
               f"(paired t) | Sign-flip p | McNemar p, each further seed (only first right / only second right) "
               f"| Verdict |", "|---|---|---|---|---|---|---|---|---|"]
     words, found = [], {}
+
+    def errors(key: str) -> dict[int, float]:
+        return {int(seed): 100 * v["test_error"] for seed, v in rows[key].items()}
+
     for asked in comparisons(rows, declared):
         name, a, b = asked.name, asked.a, asked.b
-        pairs = [(seed, rows[a][str(seed)], rows[b][str(seed)]) for seed, _ in further(rows[a], s0)
-                 if str(seed) in rows[b]]
-        first = (rows[a].get(str(s0)), rows[b].get(str(s0)))
-        sel = f"{100 * (first[0]['test_error'] - first[1]['test_error']):+.2f}" if all(first) else "—"
-        if not pairs:
+        between_ = asked.between(errors(a), errors(b), s0)
+        cells = between_.cells()
+        sel = cells[0]
+        if not between_.seeds:
             lines.append(f"| {name} | {sel} | not run yet | 0 | — | — | — | — | not resolved: no further seed |")
             continue
-        c = asked.compare([100 * x["test_error"] for _, x, _ in pairs], [100 * y["test_error"] for _, _, y in pairs])
-        tests = [_mcnemar(x, y) for _, x, y in pairs]
+        tests = [_mcnemar(rows[a][str(x)], rows[b][str(x)]) for x in between_.seeds]
         mc = ", ".join(f"{t.p_value:.3g} ({t.only_a}/{t.only_b})" if t else "—" for t in tests)
-        verdict = c.verdict
-        found[name] = c
-        s = c.summary
-        lines.append(f"| {name} | {sel} | {', '.join(f'{x:+.2f}' for x in c.difference.diffs)} | {s.n} | "
-                     f"{s.mean_sd(signed=True)} | {s.interval_text()} | {c.p_value:.3g} | {mc} | {verdict} |")
+        c = found[name] = between_.compared
+        s, verdict = c.summary, c.verdict
+        lines.append("| " + " | ".join([name, *cells[:-1], mc, verdict]) + " |")
         significant = sum(1 for t in tests if t and t.p_value < 0.05)
         words.append(f"{name}: {s.mean:+.2f} points on test over {s.n} further seed{'s' if s.n != 1 else ''} "
                      f"(95 % interval {s.interval_text()}; sign-flip p = {c.p_value:.3g}); {verdict}. On the selection "
