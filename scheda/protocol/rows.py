@@ -131,7 +131,7 @@ def from_entry(entry: dict[str, Any]) -> Row:
         if e["epoch"] != entry["epoch"] or "params" not in entry:
             return Evaluation.from_results(e)
         return Evaluation(e["epoch"], e.get("nu"), e.get("reason"), e["val_error"], e["test_error"],
-                          dict(entry["params"]), entry.get("edge") is not None)
+                          dict(entry["params"]), (entry["edge"] is not None) if "edge" in entry else None)
 
     return Row(entry["job"], entry["epoch"], entry["val_error"], entry["test_error"], entry.get("stopped_by"),
                entry.get("epochs_trained"), tuple(evaluation(e) for e in results.get("evaluations", ())),
