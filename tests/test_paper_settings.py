@@ -131,7 +131,10 @@ def test_the_edges_of_the_classifiers_grid_are_named_and_what_was_not_recorded_i
         "", "At the edge of the classifier's grid (its error might be lower with a wider grid): a (epoch 5: C=64)."]
     assert edges([("a", at(False))])[1].endswith("none of the 1 evaluations read.")
     assert edges([("a", at(None)), ("b", at(True))])[1].endswith(
-        "b (epoch 5: C=64); not recorded for 1 (a record written before rows kept the classifier's choice).")
+        "b (epoch 5: C=64); not recorded for the other 1 (a record written before rows kept the classifier's choice).")
+    assert edges([("a", at(None)), ("b", at(False))])[1].endswith(
+        "none of the 1 evaluations read where it was recorded; not recorded for the other 1 (a record written before "
+        "rows kept the classifier's choice).")
     assert "not recorded" in edges([("a", at(None))])[1] and edges([("a", None)]) == []
 
 

@@ -63,9 +63,11 @@ def edges(read: list[tuple[str, Evaluation | None]]) -> list[str]:
                     "records were written before rows kept the classifier's choice)."]
     at_edge = [f"{label} (epoch {r.epoch}: {params_text(r.params or {})})" for label, r in known if r.at_edge]
     text = ("At the edge of the classifier's grid (its error might be lower with a wider grid): "
-            + ("; ".join(at_edge) if at_edge else f"none of the {len(known) - len(unknown)} evaluations read"))
+            + ("; ".join(at_edge) if at_edge else f"none of the {len(known) - len(unknown)} evaluations read"
+               + (" where it was recorded" if unknown else "")))
     if unknown:
-        text += f"; not recorded for {len(unknown)} (a record written before rows kept the classifier's choice)"
+        text += (f"; not recorded for the other {len(unknown)} (a record written before rows kept the classifier's "
+                 f"choice)")
     return ["", text + "."]
 
 
