@@ -120,21 +120,23 @@ def test_the_report_reads_the_records_by_the_rules_fixed_before_the_runs(blocks)
         da, cont = arms(records[0], seed)
         evals += da["evaluations"] + [v for m in cont.values() for v in m["evaluations"]]
     assert evals and all(set(v["params"]) == {"C"} and isinstance(v["at_edge"], bool) for v in evals)
-    assert "At the edge of the classifier's grid (its error might be lower with a wider grid): " in text
+    assert ("- The classifier's chosen setting lies inside its grid for the 16 evaluations read." in text
+            or "- Read with the classifier's setting at the edge of its grid (" in text)
 
 
 def test_the_edges_of_the_classifiers_grid_are_named_and_what_was_not_recorded_is_said():
     from scheda.protocol.paper_settings_report import edges
 
     at = lambda edge: Evaluation(5, 0.3, "every", 0.4, 0.41, None if edge is None else {"C": 64.0}, edge)  # noqa: E731
-    assert edges([("a", at(True)), ("b", at(False)), ("c", None)]) == [
-        "", "At the edge of the classifier's grid (its error might be lower with a wider grid): a (epoch 5: C=64)."]
-    assert edges([("a", at(False))])[1].endswith("none of the 1 evaluations read.")
-    assert edges([("a", at(None)), ("b", at(True))])[1].endswith(
-        "b (epoch 5: C=64); not recorded for the other 1 (a record written before rows kept the classifier's choice).")
+    named = edges([("a", at(True)), ("b", at(False)), ("c", None)])
+    assert named[0] == "" and "at the edge of its grid (1): a (epoch 5: C=64)." in named[1]
+    assert edges([("a", at(False))])[1].endswith("inside its grid for the 1 evaluations read.")
+    mixed = edges([("a", at(None)), ("b", at(True))])[1]
+    assert "(1): b (epoch 5: C=64)." in mixed and mixed.endswith(
+        "Not recorded for the other 1 (a record written before rows kept the classifier's choice).")
     assert edges([("a", at(None)), ("b", at(False))])[1].endswith(
-        "none of the 1 evaluations read where it was recorded; not recorded for the other 1 (a record written before "
-        "rows kept the classifier's choice).")
+        "inside its grid for the 1 evaluations read where it was recorded. Not recorded for the other 1 (a record "
+        "written before rows kept the classifier's choice).")
     assert "not recorded" in edges([("a", at(None))])[1] and edges([("a", None)]) == []
 
 

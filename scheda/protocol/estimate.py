@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 from scheda.config import typed
 from scheda.utils.errors import ConfigError
-from scheda.protocol.phases import job_config
+from scheda.protocol.phases import finetune_preset, job_config
 
 TRAIN_EXAMPLES = 45000  # CIFAR-10's training split: an epoch of the benchmark (its "n") and of Table 1's runs
 INPUTS = 3072  # CIFAR-10's pixels: the benchmark's input size (scripts/bench_train.py) and Table 1's raw features
@@ -135,7 +135,7 @@ def train_examples(cfg: DictConfig) -> int:
 def finetune_budget(cfg: DictConfig) -> tuple[int, int, bool]:
     """(learning rates, epochs each, fused) of the runs' fine-tuning: ``configs/finetune/<scale.finetune>.yaml``
     under the runs' own overrides, as a fine-tuning job composes it."""
-    f = job_config(cfg, f"finetune={cfg.scale.finetune}").finetune
+    f = finetune_preset(cfg)
     return len(f.lrs), int(f.max_epochs), bool(f.fused)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from scheda.protocol.compare import between, between_header, compare
+from scheda.protocol.convergence import edges_line
 from scheda.protocol.jobs import fmt, pct
 from scheda.protocol.rows import Evaluation, Row, from_entry
 from scheda.runs.rundir import params_text
@@ -52,23 +53,21 @@ def _stopped(e: Row | None) -> str:
 
 
 def edges(read: list[tuple[str, Evaluation | None]]) -> list[str]:
-    """Which of the evaluations read chose the edge of the classifier's grid (its error might be lower
-    with a wider grid), each named by ``label``; said as not recorded where a record did not keep it."""
+    """convergence.edges_line over the evaluations read (each named by its label), and how many of them
+    a record did not keep the classifier's choice of."""
     known = [(label, r) for label, r in read if r is not None]
+    recorded = [(label, r) for label, r in known if r.at_edge is not None]
+    unknown = len(known) - len(recorded)
     if not known:
         return []
-    unknown = [label for label, r in known if r.at_edge is None]
-    if len(unknown) == len(known):
-        return ["", "Whether the classifier chose the edge of its grid at the evaluations read: not recorded (the "
+    if not recorded:
+        return ["", "- Whether the classifier chose the edge of its grid at the evaluations read: not recorded (the "
                     "records were written before rows kept the classifier's choice)."]
-    at_edge = [f"{label} (epoch {r.epoch}: {params_text(r.params or {})})" for label, r in known if r.at_edge]
-    text = ("At the edge of the classifier's grid (its error might be lower with a wider grid): "
-            + ("; ".join(at_edge) if at_edge else f"none of the {len(known) - len(unknown)} evaluations read"
-               + (" where it was recorded" if unknown else "")))
+    line = edges_line([f"{label} (epoch {r.epoch}: {params_text(r.params or {})})" for label, r in recorded if r.at_edge],
+                      f"the {len(recorded)} evaluations read" + (" where it was recorded" if unknown else ""))
     if unknown:
-        text += (f"; not recorded for the other {len(unknown)} (a record written before rows kept the classifier's "
-                 f"choice)")
-    return ["", text + "."]
+        line += f" Not recorded for the other {unknown} (a record written before rows kept the classifier's choice)."
+    return ["", line]
 
 
 def comparison_rows(s, found: dict[str, Any]) -> list[tuple[str, Any, list[str]]]:

@@ -96,6 +96,12 @@ def job_config(cfg: DictConfig, *groups: str) -> DictConfig:
     return _COMPOSED[key]
 
 
+def finetune_preset(cfg: DictConfig) -> DictConfig:
+    """The fine-tuning a table's fine-tuning jobs compose: ``configs/finetune/<scale.finetune>.yaml``
+    under the runs' own overrides (what the estimate costs and the report names as the budget)."""
+    return job_config(cfg, f"finetune={cfg.scale.finetune}").finetune
+
+
 def check_seeds(scale: DictConfig) -> list[int]:
     seeds = [int(s) for s in scale.seeds]
     if not seeds:

@@ -18,7 +18,7 @@ from scheda.protocol.figures import figure2, figure5
 from scheda.protocol.jobs import fmt, pct
 from scheda.protocol.kinds import CONTINUATION, FINETUNE, kind_of, of_role
 from scheda.protocol.kinds.da import DA, Raw
-from scheda.protocol.phases import job_config
+from scheda.protocol.phases import finetune_preset
 from scheda.protocol.seed_report import budget, seed_cell, seeds_section
 from scheda.protocol.sensitivity import section as sensitivity_section
 from scheda.runs.rundir import FINAL_STATUSES, params_of, params_text, status_counts
@@ -199,7 +199,7 @@ def _finetune(cfg: DictConfig) -> DictConfig | None:
     """The fine-tuning preset the table's fine-tuning jobs composed (None where it fine-tunes nothing)."""
     if cfg.scale.finetune is None or "finetune" not in cfg.table.phases:
         return None
-    return job_config(cfg, f"finetune={cfg.scale.finetune}").finetune
+    return finetune_preset(cfg)
 
 
 def _unfinished(statuses: list[dict], running: str | None) -> list[str]:

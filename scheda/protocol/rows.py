@@ -13,7 +13,7 @@ so that a report can read the run under any rule fixed before it ran (``Row.read
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -48,6 +48,11 @@ class Evaluation:
                    e.get("at_edge"))
 
 
+def best_of(evaluations: Iterable[Evaluation]) -> Evaluation | None:
+    """The evaluation of lowest validation error, the earliest on ties (None for none)."""
+    return min(evaluations, key=lambda v: (v.val_error, v.epoch), default=None)
+
+
 @dataclass(frozen=True)
 class Epoch:
     """One epoch's mean training loss and the nu it trained at."""
@@ -55,6 +60,11 @@ class Epoch:
     epoch: int
     loss: float
     nu: float | None
+
+    @classmethod
+    def from_results(cls, h: dict[str, Any]) -> Epoch:
+        """From an epoch of a run's history (results.json, or a grid table's record of it)."""
+        return cls(h["epoch"], h["loss"], h.get("nu"))
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,7 @@ class Row:
             evals = self.evaluations[-1:]
         elif rule != "best":
             raise ValueError(f"no reading {rule!r}: one of {', '.join(RULES)}")
-        return min(evals, key=lambda v: (v.val_error, v.epoch), default=None)
+        return best_of(evals)
 
     def loss_at(self, epoch: int) -> float | None:
         return next((h.loss for h in self.history if h.epoch == epoch), None)
@@ -113,12 +123,11 @@ def from_run(run: Path) -> Row | None:
     if not results or results.get("status") not in FINAL_STATUSES or not results.get("evaluations"):
         return None
     evaluations = tuple(Evaluation.from_results(e) for e in results["evaluations"])
-    best = min(evaluations, key=lambda v: (v.val_error, v.epoch))
+    best = best_of(evaluations)
     ckpt = run / "checkpoints" / checkpoint_name(best.epoch)
     return Row(run.name, best.epoch, best.val_error, best.test_error, results.get("stopped_by"),
                results.get("epochs"), evaluations,
-               tuple(Epoch(h["epoch"], h["loss"], h.get("nu")) for h in results.get("history", [])),
-               ckpt if ckpt.exists() else None)
+               tuple(Epoch.from_results(h) for h in results.get("history", ())), ckpt if ckpt.exists() else None)
 
 
 def from_entry(entry: dict[str, Any]) -> Row:
@@ -128,14 +137,14 @@ def from_entry(entry: dict[str, Any]) -> Row:
     results = entry.get("results") or {}
 
     def evaluation(e: dict[str, Any]) -> Evaluation:
-        if e["epoch"] != entry["epoch"] or "params" not in entry:
-            return Evaluation.from_results(e)
-        return Evaluation(e["epoch"], e.get("nu"), e.get("reason"), e["val_error"], e["test_error"],
-                          dict(entry["params"]), (entry["edge"] is not None) if "edge" in entry else None)
+        v = Evaluation.from_results(e)
+        if v.epoch != entry["epoch"] or "params" not in entry:
+            return v
+        return replace(v, params=dict(entry["params"]), at_edge=(entry["edge"] is not None) if "edge" in entry else None)
 
     return Row(entry["job"], entry["epoch"], entry["val_error"], entry["test_error"], entry.get("stopped_by"),
                entry.get("epochs_trained"), tuple(evaluation(e) for e in results.get("evaluations", ())),
-               tuple(Epoch(h["epoch"], h["loss"], h.get("nu")) for h in results.get("history", ())))
+               tuple(Epoch.from_results(h) for h in results.get("history", ())))
 
 
 Rows = dict[str, dict[str, Row | None]]  # seed -> model -> row (None: not finished)
