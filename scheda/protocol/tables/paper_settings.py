@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from abc import abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -307,6 +308,7 @@ class WithFilters(RowPhase):
     """A row phase whose found is ``{"runs": seed -> model -> row, "filters": seed -> filters}``: its
     record keeps both, and each seed's filter images beside it (the report shows them from there)."""
 
+    @abstractmethod
     def filters(self, p: Progress, runs: rows.Rows) -> dict[str, Any]:
         """Each seed's filters (seed_filters) once its models are in."""
 
@@ -365,7 +367,7 @@ class PaperContinue(WithFilters):
             if not all(by_model.get(m) for m in models):
                 continue
             start = p.found[START][seed]["da"]
-            ends = {"da": (start.epoch, start.checkpoint or Path("-")),
+            ends = {"da": None if start.checkpoint is None else (start.epoch, start.checkpoint),
                     **{job.meta["model"]: _end(p, job, by_model[job.meta["model"]])
                        for job in self.jobs(p.cfg, p) if str(job.meta["seed"]) == seed}}
             kept = seed_filters(p, seed, ends)
